@@ -1,0 +1,36 @@
+"""`fusion-sweep` command line: train | launch | tune | ui | stats."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fusion_sweep import __version__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from analysis import cli as stats_cli
+    from fusion_sweep import cli_sweep, cli_train
+
+    parser = argparse.ArgumentParser(
+        prog="fusion-sweep",
+        description="Does the way positional encodings are fused with token embeddings change "
+                    "accuracy, and on which length regime does it exceed seed noise?")
+    parser.add_argument("--version", action="version", version=f"fusion-sweep {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    cli_train.add_parser(sub)
+    cli_sweep.add_parsers(sub)
+    stats_cli.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ValueError as e:  # bad input: a clear message, no traceback
+        print(f"fusion-sweep {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

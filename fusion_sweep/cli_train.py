@@ -1,0 +1,58 @@
+"""`fusion-sweep train`: one trial, printed as a summary or one JSON object."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "train", help="train and evaluate one (dataset, pe, fusion, seed) trial",
+        description="Train one trial with the dataset's fixed hyperparameters (DESIGN.md §3).")
+    p.add_argument("--dataset", required=True, help="dataset name (see `--dataset list`)")
+    p.add_argument("--fusion", default="add")
+    p.add_argument("--pe", default="sinusoidal")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--override", "-o", action="append", default=[], metavar="KEY=VALUE",
+                   help="any trial-config field, e.g. epochs=3 max_len=128 limit_train=500")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.add_argument("--predictions", action="store_true", help="include per-example predictions in --json")
+    p.set_defaults(func=run)
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        for part in item.split():
+            if "=" not in part:
+                raise ValueError(f"--override expects KEY=VALUE, got {part!r}")
+            k, v = part.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from fusion_sweep.config import TrialConfig
+    from fusion_sweep.trainer import EpochRecord, train_trial
+
+    overrides = parse_overrides(args.override)
+    config = TrialConfig.build(args.dataset, fusion=args.fusion, pe=args.pe, seed=args.seed, **overrides)
+
+    def progress(r: EpochRecord) -> None:
+        print(f"epoch {r.epoch:3d}  train_loss {r.train_loss:.4f}  train_acc {r.train_acc:.4f}  "
+              f"val_acc {r.val_acc:.4f}  {r.tokens_per_second:,.0f} tok/s", file=sys.stderr)
+
+    result = train_trial(config, callback=progress)
+    if args.json:
+        print(json.dumps(result.to_json_dict(predictions=args.predictions)))
+        return 0
+    m = result.metrics()
+    print(f"{config.dataset}  pe={config.pe}  fusion={config.fusion}  seed={config.seed}")
+    print(f"  test_acc {m['test_acc']:.4f}   test_macro_f1 {m['test_macro_f1']:.4f}   "
+          f"best_val_acc {m['best_val_acc']:.4f} (epoch {result.best_epoch}/{result.epochs_run})")
+    print(f"  params {result.params:,} (fusion {result.fusion_params:,})   "
+          f"{result.tokens_per_second:,.0f} train tok/s   latency {m['latency_ms_per_sample']:.3f} ms/doc")
+    print("  fingerprints " + "  ".join(f"{k}={v}" for k, v in result.fingerprints.items()))
+    return 0

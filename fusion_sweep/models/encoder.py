@@ -1,0 +1,204 @@
+"""Encoder-only Transformer classifier (the paper's reference architecture, DESIGN.md §3).
+
+    E = Embedding(ids) * sqrt(d);  P = pe(L);  H = fusion(E, P)
+    -> `layers` × encoder layer (SDPA self-attention with a key-padding mask)
+    -> masked mean pooling over real tokens -> Linear -> logits
+
+The layer reproduces nn.TransformerEncoderLayer's math (post-norm by default) but calls
+F.scaled_dot_product_attention directly, so training gets SDPA kernels and attention-level
+positional families can hook into q/k and the logits.
+
+Parameters are split into three groups with independent initialisation streams (the paired
+protocol): `shared` (embedding, encoder, classifier), `fusion`, and `pe`.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from fusion_sweep.models.fusion import Fusion, build_fusion
+from fusion_sweep.models.positional import PositionalEncoding, build_positional
+
+ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, d_model: int, heads: int, attn_dropout: float) -> None:
+        super().__init__()
+        self.heads, self.attn_dropout = heads, attn_dropout
+        self.in_proj = nn.Linear(d_model, 3 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None, pe: PositionalEncoding) -> torch.Tensor:
+        B, L, D = x.shape
+        q, k, v = self.in_proj(x).view(B, L, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
+        q, k = pe.rotate(q, k)  # (B, H, L, dh) each
+        p = self.attn_dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)  # (B, H, L, dh)
+        return self.out_proj(y.transpose(1, 2).reshape(B, L, D))
+
+
+class EncoderLayer(nn.Module):
+    """nn.TransformerEncoderLayer semantics: post-norm unless `norm_first`."""
+
+    def __init__(self, d_model: int, heads: int, dim_ff: int, dropout: float, attn_dropout: float,
+                 activation: str, norm_first: bool) -> None:
+        super().__init__()
+        self.attn = SelfAttention(d_model, heads, attn_dropout)
+        self.linear1 = nn.Linear(d_model, dim_ff)
+        self.linear2 = nn.Linear(dim_ff, d_model)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.act = ACTIVATIONS[activation]
+        self.norm_first = norm_first
+
+    def _ff(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout2(self.linear2(self.dropout(self.act(self.linear1(x)))))
+
+    def forward(self, x, attn_mask, pe):
+        if self.norm_first:
+            x = x + self.dropout1(self.attn(self.norm1(x), attn_mask, pe))
+            return x + self._ff(self.norm2(x))
+        x = self.norm1(x + self.dropout1(self.attn(x, attn_mask, pe)))
+        return self.norm2(x + self._ff(x))
+
+
+class FusionClassifier(nn.Module):
+    def __init__(self, *, vocab_size: int, num_classes: int, fusion: str, pe: str, max_len: int,
+                 d_model: int, heads: int, layers: int, dim_ff: int, dropout: float,
+                 attn_dropout: float, activation: str, norm_first: bool = False,
+                 gate_cnn_kernel: int = 5, pad_id: int = 0) -> None:
+        super().__init__()
+        self.d_model, self.pad_id = d_model, pad_id
+        # --- shared group ---
+        self.embed = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        self.layers = nn.ModuleList(
+            EncoderLayer(d_model, heads, dim_ff, dropout, attn_dropout, activation, norm_first)
+            for _ in range(layers)
+        )
+        self.final_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.classifier = nn.Linear(d_model, num_classes)
+        # --- variant-specific groups ---
+        self.fusion: Fusion = build_fusion(fusion, d_model, gate_cnn_kernel)
+        self.pe: PositionalEncoding = build_positional(pe, d_model, max_len, heads)
+
+    def _attn_mask(self, mask: torch.Tensor, L: int, dtype: torch.dtype) -> torch.Tensor | None:
+        """SDPA mask: None (no padding: lets SDPA pick its fused kernel), bool (B,1,1,L), or
+        float (B,H,L,L) when the PE family adds a logits bias."""
+        mask = mask.clone()
+        mask[:, 0] = True  # an empty document would otherwise have no key at all (NaN softmax)
+        bias = self.pe.attention_bias(L, mask.device, dtype)  # (1, H, L, L) | None
+        if bias is None:
+            return None if bool(mask.all()) else mask[:, None, None, :]
+        pad = torch.zeros(mask.shape, device=mask.device, dtype=dtype).masked_fill(~mask, float("-inf"))
+        return bias + pad[:, None, None, :]
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids: (B, L) right-padded with pad_id -> logits (B, C)."""
+        B, L = ids.shape
+        mask = ids != self.pad_id  # (B, L)
+        E = self.embed(ids) * math.sqrt(self.d_model)  # (B, L, d)
+        P = self.pe.input_encoding(L, ids.device, E.dtype)  # (1, L, d) | None
+        x = self.fusion(E, P, mask) if P is not None else E  # attention-level / none: H = E
+        attn_mask = self._attn_mask(mask, L, x.dtype)
+        for layer in self.layers:
+            x = layer(x, attn_mask, self.pe)
+        x = self.final_norm(x)
+        m = mask.unsqueeze(-1).to(x.dtype)  # (B, L, 1)
+        pooled = (x * m).sum(1) / m.sum(1).clamp(min=1.0)  # (B, d)
+        return self.classifier(pooled)
+
+    # ------------------------------------------------------------ parameter groups
+    def parameter_groups(self) -> dict[str, list[tuple[str, nn.Parameter]]]:
+        groups: dict[str, list[tuple[str, nn.Parameter]]] = {"shared": [], "fusion": [], "pe": []}
+        for name, p in self.named_parameters():
+            groups[name.split(".")[0] if name.split(".")[0] in ("fusion", "pe") else "shared"].append((name, p))
+        return groups
+
+
+# ------------------------------------------------------------------------ initialisation
+def _uniform(t: torch.Tensor, bound: float, g: torch.Generator) -> None:
+    nn.init.uniform_(t, -bound, bound, generator=g)
+
+
+def _init_module(m: nn.Module, g: torch.Generator) -> None:
+    """PyTorch's default initialisers, but drawn from an explicit generator `g`."""
+    if isinstance(m, SelfAttention):  # as nn.MultiheadAttention
+        nn.init.xavier_uniform_(m.in_proj.weight, generator=g)
+        nn.init.zeros_(m.in_proj.bias)
+        _uniform(m.out_proj.weight, 1.0 / math.sqrt(m.out_proj.in_features), g)
+        nn.init.zeros_(m.out_proj.bias)
+    elif isinstance(m, nn.Linear):
+        bound = 1.0 / math.sqrt(m.in_features)
+        _uniform(m.weight, bound, g)
+        if m.bias is not None:
+            _uniform(m.bias, bound, g)
+    elif isinstance(m, nn.Conv1d):
+        bound = 1.0 / math.sqrt(m.weight[0].numel())
+        _uniform(m.weight, bound, g)
+        if m.bias is not None:
+            _uniform(m.bias, bound, g)
+    elif isinstance(m, nn.Embedding):
+        nn.init.normal_(m.weight, generator=g)
+        if m.padding_idx is not None:
+            with torch.no_grad():
+                m.weight[m.padding_idx].zero_()
+    elif isinstance(m, nn.LayerNorm):
+        nn.init.ones_(m.weight)
+        nn.init.zeros_(m.bias)
+
+
+def _init_group(modules: list[nn.Module], g: torch.Generator) -> None:
+    seen: set[int] = set()
+    for root in modules:
+        for m in root.modules():
+            if id(m) in seen:
+                continue
+            seen.add(id(m))
+            if isinstance(m, SelfAttention):
+                seen.update(id(c) for c in m.modules())
+            _init_module(m, g)
+            # Bare parameters of our own modules (learned PE tables, gate biases).
+            for name, p in m.named_parameters(recurse=False):
+                if isinstance(m, (nn.Linear, nn.Conv1d, nn.Embedding, nn.LayerNorm, SelfAttention)):
+                    continue
+                if name == "bias":
+                    nn.init.zeros_(p)
+                else:
+                    nn.init.normal_(p, generator=g)
+
+
+@torch.no_grad()
+def initialize(model: FusionClassifier, seeds: dict[str, int]) -> None:
+    """Initialise each parameter group from its own seeded generator.
+
+    Because groups never share a stream, the extra parameters of `concat`/`gate-*` cannot
+    shift the shared weights: for a given seed, every variant starts from identical shared
+    weights (the reference drew the fusion layer first and broke this).
+    """
+    groups = {
+        "shared": [model.embed, model.layers, model.final_norm, model.classifier],
+        "fusion": [model.fusion],
+        "pe": [model.pe],
+    }
+    for name, modules in groups.items():
+        _init_group(modules, torch.Generator().manual_seed(seeds[name]))
+
+
+def shared_init_hash(model: FusionClassifier) -> str:
+    h = hashlib.sha256()
+    for name, p in model.parameter_groups()["shared"]:
+        h.update(name.encode())
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def count_parameters(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())

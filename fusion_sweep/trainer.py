@@ -1,0 +1,322 @@
+"""One trial in plain PyTorch: `train_trial(config) -> TrialResult`. No Ray, no MLflow.
+
+Paired-seed protocol (DESIGN.md §3): every random stream has its own seed derived from
+`config.seed` — data order, shared-module init, fusion init, PE init, dropout — so two
+trials with the same seed differ only in the fusion/PE variant. The result carries three
+fingerprints (split, batch order, shared initial weights) that the analysis checks before
+pairing.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from fusion_sweep.batching import (eval_batches, epoch_batches, pad_batch, schedule_hash,
+                                   truncated_lengths)
+from fusion_sweep.config import TrialConfig
+from fusion_sweep.data.types import EncodedData, EncodedSplit, validate_encoded
+from fusion_sweep.models.encoder import (FusionClassifier, count_parameters, initialize,
+                                         shared_init_hash)
+
+STREAMS = ("data_order", "shared_init", "fusion_init", "pe_init", "dropout")
+
+
+def derive_seed(seed: int, stream: str) -> int:
+    """Independent 63-bit seed for one random stream of one trial seed."""
+    return int(np.random.SeedSequence([seed, STREAMS.index(stream)]).generate_state(2, np.uint64)[0] >> 1)
+
+
+@dataclass
+class EpochRecord:
+    epoch: int  # 1-based
+    train_loss: float
+    train_acc: float
+    val_loss: float
+    val_acc: float
+    seconds: float
+    tokens_per_second: float  # real (non-pad) training tokens per second
+
+
+@dataclass
+class TrialResult:
+    config: dict[str, Any]
+    test_acc: float
+    test_macro_f1: float
+    best_val_acc: float
+    best_epoch: int
+    epochs_run: int
+    params: int
+    fusion_params: int
+    train_seconds: float
+    tokens_per_second: float
+    latency_ms_per_sample: float
+    median_tokens: float
+    curve: list[EpochRecord]
+    fingerprints: dict[str, str]
+    predictions: dict[str, list] = field(default_factory=dict)
+    device: str = "cpu"
+    checkpoint: dict[str, torch.Tensor] | None = None
+
+    def metrics(self) -> dict[str, float]:
+        keys = ("test_acc", "test_macro_f1", "best_val_acc", "best_epoch", "epochs_run", "params",
+                "fusion_params", "train_seconds", "tokens_per_second", "latency_ms_per_sample",
+                "median_tokens")
+        return {k: float(getattr(self, k)) for k in keys}
+
+    def to_json_dict(self, predictions: bool = False) -> dict[str, Any]:
+        out = {**self.metrics(), "best_epoch": self.best_epoch, "epochs_run": self.epochs_run,
+               "params": self.params, "fusion_params": self.fusion_params,
+               "fingerprints": dict(self.fingerprints), "device": self.device,
+               "config": dict(self.config), "curve": [asdict(r) for r in self.curve]}
+        if predictions:
+            out["predictions"] = self.predictions
+        return out
+
+
+# ------------------------------------------------------------------------ building blocks
+def build_model(config: TrialConfig, vocab_size: int, num_classes: int, pad_id: int = 0) -> FusionClassifier:
+    """The classifier with every group initialised from its own stream."""
+    model = FusionClassifier(
+        vocab_size=vocab_size, num_classes=num_classes, fusion=config.fusion, pe=config.pe,
+        max_len=config.max_len, d_model=config.d_model, heads=config.heads, layers=config.layers,
+        dim_ff=config.dim_ff, dropout=config.dropout, attn_dropout=config.attn_dropout,
+        activation=config.activation, norm_first=config.norm_first,
+        gate_cnn_kernel=config.gate_cnn_kernel, pad_id=pad_id,
+    )
+    initialize(model, {"shared": derive_seed(config.seed, "shared_init"),
+                       "fusion": derive_seed(config.seed, "fusion_init"),
+                       "pe": derive_seed(config.seed, "pe_init")})
+    return model
+
+
+def build_optimizer(config: TrialConfig, model: nn.Module) -> torch.optim.Optimizer:
+    cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[config.optimizer]
+    return cls(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' requested but no CUDA device is available; choose from ['auto', 'cpu']")
+    return torch.device(name)
+
+
+def training_schedule(train: EncodedSplit, config: TrialConfig) -> list[list[np.ndarray]]:
+    """Every epoch's batches, planned up front from (data, seed) only."""
+    lengths = truncated_lengths(train, config.max_len)
+    seed = derive_seed(config.seed, "data_order")
+    return [epoch_batches(lengths, config.batch_size, seed, e) for e in range(config.epochs)]
+
+
+def split_fingerprint(data: EncodedData, max_len: int, include_test: bool) -> str:
+    import hashlib
+
+    h = hashlib.sha256(f"{data.name}|{data.vocab_size}|{data.num_classes}|{max_len}".encode())
+    for s in (data.train, data.val) + ((data.test,) if include_test else ()):
+        h.update(s.digest().encode())
+    return h.hexdigest()[:16]
+
+
+@contextmanager
+def dropout_stream(seed: int, device: torch.device) -> Iterator[None]:
+    """Dropout has no generator argument, so give it the global RNG — forked, seeded from its
+    own stream, and restored afterwards, so nothing outside the trial sees or shifts it."""
+    devices = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices, device_type="cuda" if devices else "cpu"):
+        torch.manual_seed(seed)
+        yield
+
+
+@contextmanager
+def cpu_threads(n: int) -> Iterator[None]:
+    old = torch.get_num_threads()
+    if n > 0:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def _to(ids: np.ndarray, labels: np.ndarray, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.from_numpy(ids).to(device), torch.from_numpy(labels).to(device)
+
+
+def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, split: EncodedSplit,
+                batches: list[np.ndarray], config: TrialConfig, device: torch.device,
+                pad_id: int = 0) -> tuple[float, float, int]:
+    """-> (mean loss, accuracy, real tokens seen)."""
+    model.train()
+    loss_sum, correct, n, tokens = 0.0, 0, 0, 0
+    for index in batches:
+        ids_np, y_np = pad_batch(split, index, config.max_len, pad_id)
+        ids, y = _to(ids_np, y_np, device)
+        logits = model(ids)  # (B, C)
+        loss = F.cross_entropy(logits, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if config.grad_clip > 0:
+            nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        loss_sum += float(loss.detach()) * len(index)
+        correct += int((logits.argmax(-1) == y).sum())
+        n += len(index)
+        tokens += int((ids_np != pad_id).sum())
+    return loss_sum / max(n, 1), correct / max(n, 1), tokens
+
+
+@torch.inference_mode()
+def predict(model: nn.Module, split: EncodedSplit, config: TrialConfig, device: torch.device,
+            pad_id: int = 0) -> tuple[float, np.ndarray, np.ndarray]:
+    """-> (mean loss, predictions (N,), probabilities (N, C)) in the split's document order."""
+    model.eval()
+    lengths = truncated_lengths(split, config.max_len)
+    preds = np.zeros(len(split), dtype=np.int64)
+    probs: np.ndarray | None = None
+    loss_sum = 0.0
+    for index in eval_batches(lengths, config.batch_size):
+        ids, y = _to(*pad_batch(split, index, config.max_len, pad_id), device)
+        logits = model(ids).float()
+        loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
+        p = logits.softmax(-1).cpu().numpy()
+        if probs is None:
+            probs = np.zeros((len(split), p.shape[1]), dtype=np.float32)
+        probs[index] = p
+        preds[index] = p.argmax(-1)
+    return loss_sum / max(len(split), 1), preds, probs if probs is not None else np.zeros((0, 0))
+
+
+def macro_f1(labels: np.ndarray, preds: np.ndarray) -> float:
+    """Mean F1 over classes present in labels ∪ preds (scikit-learn's 'macro' convention)."""
+    scores = []
+    for c in np.union1d(labels, preds):
+        tp = np.sum((preds == c) & (labels == c))
+        denom = np.sum(preds == c) + np.sum(labels == c)
+        scores.append(2.0 * tp / denom if denom else 0.0)
+    return float(np.mean(scores)) if scores else float("nan")
+
+
+@torch.inference_mode()
+def measure_latency(model: nn.Module, split: EncodedSplit, config: TrialConfig, device: torch.device,
+                    pad_id: int = 0, max_batches: int = 4) -> float:
+    """Median ms per document over `latency_repeats` timed passes after one warm-up pass."""
+    model.eval()
+    lengths = truncated_lengths(split, config.max_len)
+    batches = [_to(*pad_batch(split, b, config.max_len, pad_id), device)[0]
+               for b in eval_batches(lengths, config.batch_size)[:max_batches]]
+    n_docs = sum(b.shape[0] for b in batches)
+
+    def one_pass() -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        for ids in batches:
+            model(ids)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - t0
+
+    one_pass()  # warm-up: allocator, kernel selection
+    times = [one_pass() for _ in range(config.latency_repeats)]
+    return float(np.median(times)) * 1000.0 / max(n_docs, 1)
+
+
+# ------------------------------------------------------------------------------ the trial
+def load_data(config: TrialConfig) -> EncodedData:
+    from fusion_sweep.data import load_encoded
+
+    return load_encoded(config.dataset, data_dir=config.data_dir, data_seed=config.data_seed,
+                        cache_dir=config.cache_dir, limit_train=config.limit_train,
+                        limit_eval=config.limit_eval)
+
+
+def train_trial(config: TrialConfig, callback: Callable[[EpochRecord], None] | None = None,
+                data: EncodedData | None = None) -> TrialResult:
+    """Train, select the best-validation epoch, restore it, evaluate on test.
+
+    `callback(record)` is called after every epoch (the sweep layer forwards it to Ray/MLflow).
+    `data` overrides loading (tests, benchmarks). With `config.evaluate_test=False` the test
+    split is never read (hyperparameter tuning).
+    """
+    data = data if data is not None else load_data(config)
+    validate_encoded(data, include_test=config.evaluate_test)
+    device = resolve_device(config.device)
+    with cpu_threads(config.num_threads), dropout_stream(derive_seed(config.seed, "dropout"), device):
+        return _run(config, data, device, callback)
+
+
+def _run(config: TrialConfig, data: EncodedData, device: torch.device,
+         callback: Callable[[EpochRecord], None] | None) -> TrialResult:
+    model = build_model(config, data.vocab_size, data.num_classes, data.pad_id)
+    fingerprints = {
+        "split": split_fingerprint(data, config.max_len, config.evaluate_test),
+        "batch_order": "",
+        "shared_init": shared_init_hash(model),
+    }
+    schedule = training_schedule(data.train, config)
+    fingerprints["batch_order"] = schedule_hash(schedule)
+    model.to(device)
+    optimizer = build_optimizer(config, model)
+
+    curve: list[EpochRecord] = []
+    best_val, best_epoch, best_state, stale = -math.inf, 0, None, 0
+    train_seconds, train_tokens = 0.0, 0
+    for epoch, batches in enumerate(schedule, start=1):
+        t0 = time.perf_counter()
+        loss, acc, tokens = train_epoch(model, optimizer, data.train, batches, config, device, data.pad_id)
+        seconds = time.perf_counter() - t0
+        train_seconds += seconds
+        train_tokens += tokens
+        val_loss, val_pred, _ = predict(model, data.val, config, device, data.pad_id)
+        val_acc = float(np.mean(val_pred == data.val.labels))
+        record = EpochRecord(epoch, loss, acc, val_loss, val_acc, seconds, tokens / max(seconds, 1e-9))
+        curve.append(record)
+        if callback is not None:
+            callback(record)
+        if val_acc > best_val + config.min_delta or best_state is None:
+            best_val, best_epoch, stale = val_acc, epoch, 0
+            best_state = copy.deepcopy({k: v.detach().cpu() for k, v in model.state_dict().items()})
+        else:
+            stale += 1
+            if config.patience and stale >= config.patience:
+                break
+
+    model.load_state_dict(best_state)
+    eval_split = data.test if config.evaluate_test else data.val
+    if config.evaluate_test:
+        _, test_pred, test_probs = predict(model, data.test, config, device, data.pad_id)
+        test_acc = float(np.mean(test_pred == data.test.labels))
+        test_f1 = macro_f1(data.test.labels, test_pred)
+        predictions = {"index": list(range(len(data.test))), "label": data.test.labels.tolist(),
+                       "pred": test_pred.tolist(), "probs": np.round(test_probs, 6).tolist()}
+    else:
+        test_acc, test_f1, predictions = float("nan"), float("nan"), {}
+    return TrialResult(
+        config=config.to_dict(),
+        test_acc=test_acc,
+        test_macro_f1=test_f1,
+        best_val_acc=best_val,
+        best_epoch=best_epoch,
+        epochs_run=len(curve),
+        params=count_parameters(model),
+        fusion_params=count_parameters(model.fusion),
+        train_seconds=train_seconds,
+        tokens_per_second=train_tokens / max(train_seconds, 1e-9),
+        latency_ms_per_sample=measure_latency(model, eval_split, config, device, data.pad_id),
+        median_tokens=float(np.median(truncated_lengths(eval_split, config.max_len))),
+        curve=curve,
+        fingerprints=fingerprints,
+        predictions=predictions,
+        device=str(device),
+        checkpoint=best_state if config.save_checkpoint else None,
+    )

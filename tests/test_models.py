@@ -1,0 +1,132 @@
+"""Fusion operators × positional encodings: shapes, gradients, parameter counts, padding invariance."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from fusion_sweep.config import TrialConfig
+from fusion_sweep.models.encoder import FusionClassifier, count_parameters, initialize
+from fusion_sweep.models.fusion import FUSIONS, build_fusion
+from fusion_sweep.models.positional import POSITIONAL, check_compatible
+
+D, H, VOCAB, C, MAX_LEN = 16, 4, 50, 3, 32
+ALL = list(itertools.product(sorted(POSITIONAL), sorted(FUSIONS)))
+ALLOWED = [(pe, f) for pe, f in ALL if check_compatible(pe, f) is None]
+REJECTED = [(pe, f) for pe, f in ALL if check_compatible(pe, f) is not None]
+
+
+def make_model(pe: str, fusion: str, seed: int = 0) -> FusionClassifier:
+    m = FusionClassifier(vocab_size=VOCAB, num_classes=C, fusion=fusion, pe=pe, max_len=MAX_LEN,
+                         d_model=D, heads=H, layers=2, dim_ff=32, dropout=0.1, attn_dropout=0.1,
+                         activation="gelu", gate_cnn_kernel=5)
+    initialize(m, {"shared": seed, "fusion": seed + 1, "pe": seed + 2})
+    return m
+
+
+def test_registry_split_is_complete() -> None:
+    # every input-level PE allows every fusion; attention-level/none allow exactly `add`
+    assert len(ALLOWED) + len(REJECTED) == len(POSITIONAL) * len(FUSIONS)
+    for pe, cls in POSITIONAL.items():
+        allowed = {f for p, f in ALLOWED if p == pe}
+        assert allowed == (set(FUSIONS) if cls.level == "input" else {"add"})
+
+
+@pytest.mark.parametrize("pe,fusion", ALLOWED)
+def test_forward_backward_shapes(pe: str, fusion: str) -> None:
+    m = make_model(pe, fusion)
+    ids = torch.randint(1, VOCAB, (3, 11), generator=torch.Generator().manual_seed(0))
+    ids[1, 7:] = 0  # right padding
+    logits = m(ids)
+    assert logits.shape == (3, C)
+    logits.sum().backward()
+    for name, p in m.named_parameters():
+        if p.requires_grad and not name.startswith("embed"):
+            assert p.grad is not None, name
+            assert torch.isfinite(p.grad).all(), name
+
+
+@pytest.mark.parametrize("pe,fusion", REJECTED)
+def test_rejected_combinations_have_clear_error(pe: str, fusion: str) -> None:
+    with pytest.raises(ValueError, match=rf"fusion '{fusion}' needs an input-level positional encoding.*pe '{pe}'"):
+        TrialConfig.build("synthetic-short", pe=pe, fusion=fusion)
+
+
+@pytest.mark.parametrize("fusion", sorted(FUSIONS))
+def test_fusion_output_shape(fusion: str) -> None:
+    op = build_fusion(fusion, D)
+    E, P = torch.randn(2, 7, D), torch.randn(1, 7, D)
+    mask = torch.ones(2, 7, dtype=torch.bool)
+    assert op(E, P, mask).shape == (2, 7, D)
+
+
+def test_parameter_counts() -> None:
+    d = 64
+    assert count_parameters(build_fusion("add", d)) == 0
+    assert count_parameters(build_fusion("mul", d)) == 0
+    assert count_parameters(build_fusion("concat", d)) == 2 * d * d + d
+    assert count_parameters(build_fusion("gate-scalar", d)) == 2 * d + 1
+    assert count_parameters(build_fusion("gate-vector", d)) == 2 * d * d + d
+    assert count_parameters(build_fusion("gate-mlp", d)) == (2 * d * d + d) + (d * d + d)
+    assert count_parameters(build_fusion("mlp", d)) == (2 * d * d + d) + (d * d + d)
+    assert count_parameters(build_fusion("gate-cnn", d, gate_cnn_kernel=7)) == 7 * d + 1
+
+
+def test_gate_scalar_is_convex_mix() -> None:
+    op = build_fusion("gate-scalar", D)
+    E, P = torch.randn(1, 5, D), torch.randn(1, 5, D)
+    H_ = op(E, P, torch.ones(1, 5, dtype=torch.bool))
+    g = torch.sigmoid(op.gate(torch.cat([E, P], -1)))
+    torch.testing.assert_close(H_, g * E + (1 - g) * P)
+
+
+@pytest.mark.parametrize("pe,fusion", ALLOWED)
+def test_padding_invariance(pe: str, fusion: str) -> None:
+    """A document's eval logits do not depend on how much right-padding its batch has."""
+    torch.manual_seed(0)
+    m = make_model(pe, fusion).eval()
+    g = torch.Generator().manual_seed(1)
+    doc = torch.randint(1, VOCAB, (9,), generator=g)
+    other = torch.randint(1, VOCAB, (MAX_LEN,), generator=g)
+    alone = m(doc.unsqueeze(0))  # no padding at all
+    for extra in (1, 5, MAX_LEN - 9):
+        batch = torch.zeros(2, 9 + extra, dtype=torch.long)
+        batch[0, :9] = doc
+        batch[1] = other[: 9 + extra]
+        with torch.inference_mode():
+            padded = m(batch)[0:1]
+        assert (padded - alone).abs().max().item() <= 1e-5, (extra, (padded - alone).abs().max())
+
+
+def test_none_is_position_free() -> None:
+    """pe=none + mean pooling is permutation invariant: shuffling a document changes nothing."""
+    m = make_model("none", "add").eval()
+    doc = torch.randint(1, VOCAB, (1, 12), generator=torch.Generator().manual_seed(3))
+    perm = torch.randperm(12, generator=torch.Generator().manual_seed(4))
+    torch.testing.assert_close(m(doc), m(doc[:, perm]), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("pe", [p for p, c in POSITIONAL.items() if c.level != "none"])
+def test_positional_families_see_order(pe: str) -> None:
+    m = make_model(pe, "add").eval()
+    doc = torch.randint(1, VOCAB, (1, 12), generator=torch.Generator().manual_seed(3))
+    # a random permutation, not a reversal: symmetric relative schemes (alibi) are
+    # reversal-invariant under mean pooling by construction
+    perm = torch.randperm(12, generator=torch.Generator().manual_seed(4))
+    assert not torch.allclose(m(doc), m(doc[:, perm]), atol=1e-6)
+
+
+def test_shared_init_independent_of_fusion_and_pe() -> None:
+    a, b = make_model("sinusoidal", "add"), make_model("learned", "gate-mlp")
+    sa, sb = dict(a.parameter_groups()["shared"]), dict(b.parameter_groups()["shared"])
+    assert sa.keys() == sb.keys()
+    for k in sa:
+        assert torch.equal(sa[k], sb[k]), k
+
+
+def test_gate_cnn_kernel_validation() -> None:
+    with pytest.raises(ValueError, match=r"max_len \(3\) is smaller than the gate-cnn kernel"):
+        TrialConfig.build("synthetic-short", fusion="gate-cnn", max_len=3)
+    with pytest.raises(ValueError, match=r"gate_cnn_kernel must be odd"):
+        TrialConfig.build("synthetic-short", fusion="gate-cnn", gate_cnn_kernel=4)
