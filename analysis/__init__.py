@@ -1,0 +1,25 @@
+"""Statistics for fusion-sweep: does a fusion operator beat the baseline beyond seed noise?
+
+Pure functions over one tidy results table (see :mod:`analysis.schema`). The package
+imports neither torch nor ray; mlflow is imported lazily, only by the MLflow input/output
+functions in :mod:`analysis.mlflow_io`, so the analysis runs on any machine with the
+scientific Python stack and a CSV/Parquet file.
+
+Layout:
+- :mod:`analysis.schema`   column names, JSON keys, error type;
+- :mod:`analysis.load`     results file -> tidy table; validation and filtering;
+- :mod:`analysis.pairing`  pair trials by seed, with every dropped pair and its reason;
+- :mod:`analysis.stats`    per-comparison statistics (scipy / statsmodels);
+- :mod:`analysis.regimes`  length regimes and the interaction (regime x fusion) test;
+- :mod:`analysis.report`   the analysis driver (Holm, verdicts, warnings) and JSON;
+- :mod:`analysis.tables`   format-neutral tables; :mod:`analysis.text` the terminal;
+- :mod:`analysis.render`   `--report DIR`: Markdown + HTML; :mod:`analysis.plots` figures;
+- :mod:`analysis.demo`     a synthetic results table with planted effects;
+- :mod:`analysis.mlflow_io` the MLflow reader and the `stats` run writer;
+- :mod:`analysis.cli`      the `fusion-sweep stats` subcommand.
+"""
+from __future__ import annotations
+
+from analysis.schema import AnalysisError
+
+__all__ = ["AnalysisError"]

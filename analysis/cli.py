@@ -1,0 +1,154 @@
+"""The `fusion-sweep stats` subcommand (also `python -m analysis`).
+
+fusion_sweep/cli.py registers it with ``add_parser(subparsers)`` and calls
+``args.func(args)``; the return value is the exit code (0 ok, 2 bad input).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from analysis.schema import AnalysisError
+
+if TYPE_CHECKING:  # the statistics stack is imported only when the command runs
+    from analysis.report import Report, Settings
+
+DESCRIPTION = (
+    "Pair trials by seed and test each fusion against the baseline, per length regime: "
+    "paired t (primary, Holm-adjusted across the report), Wilcoxon, exact sign-flip, BCa "
+    "bootstrap, TOST, power and seeds needed, plus a regime x fusion interaction test."
+)
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register `stats` on an argparse subparsers object; sets func=run."""
+    p = subparsers.add_parser("stats", help="decide whether each fusion effect exceeds seed noise",
+                              description=DESCRIPTION)
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    src = p.add_argument_group("input (a results file, or MLflow: default the latest sweep)")
+    src.add_argument("--results", metavar="FILE",
+                     help="CSV/Parquet with dataset, pe, fusion, seed + metric columns "
+                          "(optional status, fp_split, fp_batch_order, fp_shared_init, "
+                          "median_tokens)")
+    src.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI "
+                                            "or sqlite:///./mlflow.db)")
+    src.add_argument("--experiment", help="MLflow experiment name (default fusion-sweep)")
+    src.add_argument("--sweep", help="sweep name (tag fusion_sweep.sweep; default: latest sweep)")
+    sel = p.add_argument_group("selection")
+    sel.add_argument("--dataset", action="append", default=[], metavar="D",
+                     help="dataset to analyse (repeatable; default all)")
+    sel.add_argument("--pe", action="append", default=[], metavar="P",
+                     help="positional encoding (repeatable; default all)")
+    sel.add_argument("--metric", action="append", default=None, metavar="M",
+                     help="metric column (repeatable; default test_acc)")
+    sel.add_argument("--baseline", default="add", help="reference fusion (default add)")
+    sel.add_argument("--pairs", choices=("baseline", "all"), default="baseline",
+                     help="compare each fusion with the baseline, or all pairs of fusions")
+    st = p.add_argument_group("statistics")
+    st.add_argument("--alpha", type=float, default=0.05, help="family-wise alpha (default 0.05)")
+    st.add_argument("--equivalence-margin", type=float, default=None, metavar="M",
+                    help="TOST margin in metric units (enables the 'equivalent' verdict)")
+    st.add_argument("--bootstrap", type=_int, default=10_000, metavar="B",
+                    help="bootstrap resamples (default 10000)")
+    st.add_argument("--rng-seed", type=_int, default=0,
+                    help="seed of every resampling generator (default 0)")
+    st.add_argument("--direction", choices=("auto", "higher", "lower"), default="auto",
+                    help="which way is better (auto: lower for latency/params/time/loss)")
+    out = p.add_argument_group("output")
+    out.add_argument("--format", choices=("text", "json"), default="text",
+                     help="stdout format (default text)")
+    out.add_argument("--report", metavar="DIR", help="write report.md, report.html, PNGs, stats.json")
+    out.add_argument("--no-mlflow-log", action="store_true",
+                     help="with MLflow input, do not log the report as a `stats` run")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute `stats`; bad input prints one `error:` line to stderr and returns 2."""
+    try:
+        return _run(args)
+    except AnalysisError as exc:
+        print(f"fusion-sweep stats: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    from analysis.report import Settings
+    return Settings(
+        metrics=tuple(args.metric or ["test_acc"]), baseline=args.baseline, pairs=args.pairs,
+        alpha=args.alpha, margin=args.equivalence_margin, n_boot=args.bootstrap,
+        rng_seed=args.rng_seed, datasets=tuple(args.dataset), pes=tuple(args.pe),
+        direction=args.direction,
+    ).validate()
+
+
+def _run(args: argparse.Namespace) -> int:
+    from analysis.report import analyze  # heavy imports after argument parsing
+    settings = settings_from(args)  # flags first: a bad --alpha fails before any I/O
+    df, source, load_warnings = _load(args)
+    report = analyze(df, settings, source, extra_warnings=load_warnings)
+    if args.format == "json":
+        print(report.to_json())
+        for w in report.warnings:  # stdout stays pure JSON
+            print(f"warning: [{w['code']}] {w['message']}", file=sys.stderr)
+    else:
+        from analysis.text import format_text
+        print(format_text(report), end="")
+    _write_outputs(args, report, source)
+    return 0
+
+
+def _load(args: argparse.Namespace) -> tuple:
+    if args.results:
+        if args.sweep or args.experiment or args.tracking_uri:
+            raise AnalysisError("--results cannot be combined with --tracking-uri/--experiment/--sweep")
+        from analysis.load import read_results_file
+        return read_results_file(args.results), {"kind": "file", "path": str(args.results)}, []
+    from analysis.mlflow_io import load_sweep
+    return load_sweep(args.tracking_uri, args.experiment, args.sweep)
+
+
+def _write_outputs(args: argparse.Namespace, report: Report, source: dict) -> None:
+    """--report DIR, and for MLflow input the `stats` run (report in a temp dir if no DIR)."""
+    from analysis.render import write_report
+    log = source.get("kind") == "mlflow" and not args.no_mlflow_log
+    if args.report:
+        write_report(report, args.report)
+        print(f"report written to {Path(args.report).resolve() / 'report.html'}", file=sys.stderr)
+    if not log:
+        return
+    from analysis.mlflow_io import log_stats_run
+    if args.report:
+        rid = log_stats_run(source, args.report, report)
+    else:
+        with tempfile.TemporaryDirectory(prefix="fusion-stats-") as tmp:
+            write_report(report, tmp)
+            rid = log_stats_run(source, tmp, report)
+    print(f"report logged to MLflow run {rid} (stats, under sweep parent "
+          f"{source['parent_run_id']})", file=sys.stderr)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """A standalone parser: `python -m analysis stats ...`."""
+    parser = argparse.ArgumentParser(prog="python -m analysis")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)

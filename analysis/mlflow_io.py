@@ -1,0 +1,142 @@
+"""MLflow input (a sweep's trial runs -> tidy table) and output (the `stats` run).
+
+mlflow is imported inside these functions only, so `import analysis` stays light and the
+statistics run where mlflow is not installed.
+
+Tag schema written by the sweep layer (DESIGN.md §5):
+- parent run per sweep: ``fusion_sweep.role=sweep``, ``fusion_sweep.sweep=<name>``;
+- child run per trial: ``fusion_sweep.role=trial``, ``fusion_sweep.sweep=<name>``,
+  ``mlflow.parentRunId``, ``fusion_sweep.trial_key``, ``fp.split``, ``fp.batch_order``,
+  ``fp.shared_init``; params ``dataset, pe, fusion, seed`` (+ hyperparameters); final
+  metrics ``test_acc, best_val_acc, ..., median_tokens``.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis.load import rows_to_frame
+from analysis.schema import AnalysisError
+
+ROLE, SWEEP, PARENT = "fusion_sweep.role", "fusion_sweep.sweep", "mlflow.parentRunId"
+DEFAULT_EXPERIMENT = "fusion-sweep"
+_PAGE = 1000
+
+
+def default_tracking_uri() -> str:
+    """MLFLOW_TRACKING_URI, else mlflow's own default: sqlite:///<cwd>/mlflow.db."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+def _client(tracking_uri: str | None) -> tuple[Any, str]:
+    uri = tracking_uri or default_tracking_uri()
+    if uri.startswith("sqlite:///"):
+        db = Path(uri.removeprefix("sqlite:///"))
+        if not db.exists():  # mlflow would silently create an empty store
+            raise AnalysisError(
+                f"no MLflow store at {db}; pass --tracking-uri, set MLFLOW_TRACKING_URI, "
+                "or give a results file with --results")
+    from mlflow.tracking import MlflowClient  # lazy: see module docstring
+    return MlflowClient(tracking_uri=uri), uri
+
+
+def _search_all(client: Any, exp_id: str, filter_string: str) -> list:
+    """Every active run matching filter_string, newest first, across pages."""
+    from mlflow.entities import ViewType
+    runs, token = [], None
+    while True:
+        page = client.search_runs([exp_id], filter_string=filter_string,
+                                  run_view_type=ViewType.ACTIVE_ONLY, max_results=_PAGE,
+                                  order_by=["attributes.start_time DESC"], page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def find_sweep(client: Any, experiment: str, sweep: str | None) -> tuple[Any, Any]:
+    """(experiment, parent run) for --sweep NAME, or the latest sweep when None."""
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        names = sorted(e.name for e in client.search_experiments())
+        raise AnalysisError(f"unknown MLflow experiment {experiment!r}; experiments present: "
+                            f"{', '.join(names) or '(none)'}")
+    # Filter by role in MLflow, by sweep name in Python (names may contain quotes).
+    parents = _search_all(client, exp.experiment_id, f"tags.`{ROLE}` = 'sweep'")
+    if sweep is not None:
+        matching = [r for r in parents if r.data.tags.get(SWEEP) == sweep]
+        if not matching:
+            names = sorted({r.data.tags.get(SWEEP, "?") for r in parents})
+            raise AnalysisError(f"unknown --sweep {sweep!r} in experiment {experiment!r}; "
+                                f"sweeps present: {', '.join(names) or '(none)'}")
+        parents = matching
+    if not parents:
+        raise AnalysisError(f"no sweep parent run (tag {ROLE}=sweep) in MLflow experiment "
+                            f"{experiment!r}; run `fusion-sweep launch` first or pass --results")
+    return exp, parents[0]  # newest first
+
+
+def trial_row(run: Any) -> dict:
+    """One tidy row from a trial run: key params, all final metrics, fingerprints."""
+    p, tags = run.data.params, run.data.tags
+    row: dict = {k: p.get(k) for k in ("dataset", "pe", "fusion", "seed")}
+    row.update(run.data.metrics)
+    row.update({"status": run.info.status, "run_id": run.info.run_id,
+                "trial_key": tags.get("fusion_sweep.trial_key"),
+                "fp_split": tags.get("fp.split"), "fp_batch_order": tags.get("fp.batch_order"),
+                "fp_shared_init": tags.get("fp.shared_init")})
+    return row
+
+
+def load_sweep(
+    tracking_uri: str | None, experiment: str | None, sweep: str | None,
+) -> tuple[pd.DataFrame, dict, list[dict]]:
+    """Read a sweep's trial runs -> (tidy table, source description, loader warnings)."""
+    client, uri = _client(tracking_uri)
+    experiment = experiment or DEFAULT_EXPERIMENT
+    exp, parent = find_sweep(client, experiment, sweep)
+    children = _search_all(client, exp.experiment_id,
+                           f"tags.`{PARENT}` = '{parent.info.run_id}'")
+    trials = [r for r in children if r.data.tags.get(ROLE) == "trial"]
+    rows = [trial_row(r) for r in trials]
+    complete = [r for r in rows if all(r[k] is not None for k in ("dataset", "pe", "fusion", "seed"))]
+    warnings = []
+    if len(complete) < len(rows):
+        warnings.append({"code": "runs_without_keys",
+                         "message": f"{len(rows) - len(complete)} trial runs lack a dataset/pe/"
+                                    "fusion/seed param and were skipped"})
+    name = parent.data.tags.get(SWEEP, "")
+    source = {"kind": "mlflow", "tracking_uri": uri, "experiment": experiment, "sweep": name,
+              "parent_run_id": parent.info.run_id, "experiment_id": exp.experiment_id,
+              "n_runs": len(trials)}
+    df = rows_to_frame(complete, f"MLflow sweep {name!r} (experiment {experiment!r}, parent run "
+                                 f"{parent.info.run_id})")
+    return df, source, warnings
+
+
+def log_stats_run(source: dict, report_dir: str | Path, report: Any) -> str:
+    """Log report_dir as artifacts of a new run `stats` nested under the sweep's parent."""
+    from mlflow.entities import RunStatus
+    client, _ = _client(source["tracking_uri"])
+    tags = {PARENT: source["parent_run_id"], ROLE: "stats", SWEEP: source["sweep"]}
+    run = client.create_run(source["experiment_id"], run_name="stats", tags=tags)
+    rid = run.info.run_id
+    try:
+        settings = asdict(report.settings)
+        for k, v in settings.items():
+            client.log_param(rid, k, ",".join(map(str, v)) if isinstance(v, tuple) else str(v))
+        verdicts = pd.Series([c["verdict"] for c in report.comparisons], dtype=object)
+        client.log_metric(rid, "n_comparisons", len(report.comparisons))
+        client.log_metric(rid, "n_dropped_pairs", len(report.dropped))
+        for v in ("better", "worse", "equivalent", "inconclusive"):
+            client.log_metric(rid, f"n_{v}", int((verdicts == v).sum()))
+        client.log_artifacts(rid, str(report_dir))
+    except Exception:
+        client.set_terminated(rid, status=RunStatus.to_string(RunStatus.FAILED))
+        raise
+    client.set_terminated(rid)
+    return rid

@@ -1,0 +1,103 @@
+"""Report figures (matplotlib, Agg backend: no display needed, e.g. on a cluster head).
+
+Each function takes comparison dicts (see :mod:`analysis.report`) and writes one PNG.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot: headless, deterministic rendering
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+_VERDICT_COLOR = {"better": "#1a7f37", "worse": "#cf222e", "equivalent": "#0969da",
+                  "inconclusive": "#6e7781"}
+
+
+def slug(*parts: str) -> str:
+    """A filename-safe, URL-safe name (the HTML references PNGs by relative path)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", "_".join(parts)).strip("-")
+
+
+def paired_delta_plot(comps: list[dict], title: str, margin: float | None, path: Path) -> Path:
+    """Per-seed deltas (fusion - reference) for one (dataset, pe, metric).
+
+    One column per comparison; each seed keeps its colour across columns and is joined
+    by a faint line, so a seed that helps every fusion is visible as a high track. The
+    black bar is the mean delta with its t-interval.
+    """
+    seeds = sorted({s for c in comps for s in c["seeds"]})
+    cmap = plt.get_cmap("tab10")
+    color = {s: cmap(i % 10) for i, s in enumerate(seeds)}
+    fig, ax = plt.subplots(figsize=(1.6 + 1.5 * max(1, len(comps)), 3.6), dpi=110)
+    _zero_and_margin(ax, margin, horizontal=True)
+    for s in seeds:
+        xs = [i for i, c in enumerate(comps) if s in c["seeds"]]
+        ys = [c["deltas"][c["seeds"].index(s)] for c in comps if s in c["seeds"]]
+        ax.plot(np.array(xs) - 0.12, ys, "-", color=color[s], alpha=0.25, lw=1)
+        ax.scatter(np.array(xs) - 0.12, ys, color=color[s], s=28, zorder=3, label=f"seed {s}")
+    for i, c in enumerate(comps):
+        if c["t_ci_low"] is not None and np.isfinite(c["t_ci_low"]):
+            ax.errorbar(i + 0.12, c["mean_delta"], yerr=[[c["mean_delta"] - c["t_ci_low"]],
+                        [c["t_ci_high"] - c["mean_delta"]]], fmt="s", color="black",
+                        ms=5, capsize=3, zorder=4)
+        elif c["n"]:
+            ax.plot(i + 0.12, c["mean_delta"], "s", color="black", ms=5)
+    ax.set_xticks(range(len(comps)))
+    ax.set_xticklabels([f"{c['fusion']}\nvs {c['baseline']}\n{c['verdict']}" for c in comps],
+                       fontsize=8)
+    for tick, c in zip(ax.get_xticklabels(), comps):
+        tick.set_color(_VERDICT_COLOR.get(c["verdict"], "black"))
+    ax.set_xlim(-0.6, len(comps) - 0.4)
+    ax.set_ylabel(f"Δ {comps[0]['metric'] if comps else ''} (per seed)")
+    ax.set_title(title, fontsize=9)
+    if seeds:
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+    return _save(fig, path)
+
+
+def forest_plot(comps: list[dict], title: str, margin: float | None, path: Path) -> Path:
+    """Mean Δ with t-interval (thick) and BCa interval (thin) per (comparison, regime).
+
+    Rows are grouped by fusion, regimes short -> long within a group, so a length
+    dependence reads as a drift down each group.
+    """
+    rows = list(reversed(comps))  # first comparison at the top
+    fig, ax = plt.subplots(figsize=(8.5, 0.9 + 0.32 * max(1, len(rows))), dpi=110)
+    _zero_and_margin(ax, margin, horizontal=False)
+    for y, c in enumerate(rows):
+        col = _VERDICT_COLOR.get(c["verdict"], "black")
+        if c["boot_ci_low"] is not None and np.isfinite(c["boot_ci_low"]):
+            ax.plot([c["boot_ci_low"], c["boot_ci_high"]], [y - 0.18] * 2, color=col, lw=1,
+                    alpha=0.6)
+        if c["t_ci_low"] is not None and np.isfinite(c["t_ci_low"]):
+            ax.plot([c["t_ci_low"], c["t_ci_high"]], [y, y], color=col, lw=2.5)
+        if c["mean_delta"] is not None and np.isfinite(c["mean_delta"]):
+            ax.plot(c["mean_delta"], y, "o", color=col, ms=5)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([f"{c['fusion']} vs {c['baseline']} · {c['regime']}" for c in rows],
+                       fontsize=7)
+    ax.set_xlabel(f"Δ {comps[0]['metric'] if comps else ''}   (thick: t-interval, "
+                  "thin: BCa bootstrap; colour = verdict)", fontsize=8)
+    ax.set_title(title, fontsize=9)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    return _save(fig, path)
+
+
+def _zero_and_margin(ax: plt.Axes, margin: float | None, horizontal: bool) -> None:
+    """The no-effect line, and the ±margin equivalence band when a margin is given."""
+    line, band = (ax.axhline, ax.axhspan) if horizontal else (ax.axvline, ax.axvspan)
+    line(0.0, color="#444", lw=0.8, ls="--")
+    if margin:
+        band(-margin, margin, color="#0969da", alpha=0.08, lw=0)
+
+
+def _save(fig: plt.Figure, path: Path) -> Path:
+    path = Path(path)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return path

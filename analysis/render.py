@@ -1,0 +1,199 @@
+"""`--report DIR`: report.md + report.html + PNG figures + stats.json, from one block list.
+
+The document is built once as a list of blocks and rendered twice, so the Markdown and
+the HTML always say the same thing. Images are referenced by bare relative file names,
+so the directory can be moved, zipped or logged to MLflow as-is.
+"""
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from analysis import plots
+from analysis.report import Report
+from analysis.tables import (
+    Table, blocks_by_regime, comparison_table, dropped_table, fusion_by_dataset_tables,
+    interaction_table, pe_by_fusion_tables, seeds_needed_table,
+)
+from analysis.text import is_numeric_cell, source_line
+
+# Block kinds: ("h1"|"h2"|"h3"|"p", text), ("ul", [text]), ("table", Table), ("img", file, alt)
+Block = tuple
+
+
+def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
+    """Write every file of the report into out_dir (created); return name -> path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    blocks = build_blocks(report, out)
+    files = {
+        "markdown": _write(out / "report.md", render_markdown(blocks)),
+        "html": _write(out / "report.html", render_html(blocks, "fusion-sweep stats")),
+        "json": _write(out / "stats.json", report.to_json() + "\n"),
+    }
+    files.update({p.name: p for p in sorted(out.glob("*.png"))})
+    return files
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def build_blocks(report: Report, out: Path) -> list[Block]:
+    """The document; figures are drawn into `out` as a side effect."""
+    s = report.settings
+    b: list[Block] = [("h1", "fusion-sweep stats: does the fusion operator beat seed noise?")]
+    b.append(("p", f"Source: {source_line(report.source)}. Baseline `{s.baseline}`, pairs: "
+                   f"{s.pairs}, alpha = {s.alpha}, equivalence margin = "
+                   f"{s.margin if s.margin is not None else 'none'}, BCa bootstrap "
+                   f"{s.n_boot} resamples, rng seed {s.rng_seed}."))
+    b.append(("p", "Verdict rule: better/worse only when the Holm-adjusted paired-t p < alpha "
+                   "and the t-interval excludes 0; equivalent only from TOST within ±margin; "
+                   "otherwise inconclusive. No effect is never claimed without TOST."))
+    b.append(("h2", "Design warnings"))
+    b.append(("ul", [f"[{w['code']}] {w['message']}" for w in report.warnings] or ["none"]))
+    b += _comparison_blocks(report, out)
+    b += _interaction_blocks(report, out)
+    b.append(("h2", "Seeds needed"))
+    b.append(("table", seeds_needed_table(report)))
+    b.append(("h2", "Paper tables"))
+    b += [("table", t) for t in fusion_by_dataset_tables(report) + pe_by_fusion_tables(report)]
+    b.append(("h2", "Dropped pairs"))
+    b.append(("table", dropped_table(report)))
+    return b
+
+
+def _comparison_blocks(report: Report, out: Path) -> list[Block]:
+    """Per regime: the comparison table and the paired per-seed delta plot."""
+    b: list[Block] = [("h2", "Comparisons per length regime")]
+    for metric, regime, pe, comps in blocks_by_regime(report):
+        table = comparison_table(report, metric, regime, pe, comps)
+        b.append(("table", table))
+        if comps:
+            name = plots.slug("deltas", comps[0]["dataset"], pe, metric) + ".png"
+            plots.paired_delta_plot(comps, f"Per-seed Δ · {table.title}", report.settings.margin,
+                                    out / name)
+            b.append(("img", name, f"paired per-seed deltas, {table.title}"))
+    return b
+
+
+def _interaction_blocks(report: Report, out: Path) -> list[Block]:
+    """Forest plot per (pe, metric) across regimes, then the interaction test table."""
+    b: list[Block] = [("h2", "Across length regimes")]
+    rank = {r.dataset: r.rank for r in report.regimes}
+    keys = sorted({(c["pe"], c["metric"]) for c in report.comparisons})
+    for pe, metric in keys:
+        comps = [c for c in report.comparisons if c["pe"] == pe and c["metric"] == metric]
+        comps.sort(key=lambda c: (c["baseline"], c["fusion"], rank[c["dataset"]]))
+        name = plots.slug("forest", pe, metric) + ".png"
+        plots.forest_plot(comps, f"Δ vs reference across regimes · pe={pe} · {metric}",
+                          report.settings.margin, out / name)
+        b.append(("img", name, f"forest plot of mean delta with CIs, pe={pe}, {metric}"))
+    if report.interaction["tests"]:
+        b.append(("table", interaction_table(report)))
+    else:
+        b.append(("p", "Interaction test not run: it needs a comparison present in at least "
+                       "two datasets with at least two pairs each."))
+    return b
+
+
+# --------------------------------------------------------------------------- markdown
+def render_markdown(blocks: list[Block]) -> str:
+    out = []
+    for blk in blocks:
+        kind = blk[0]
+        if kind in ("h1", "h2", "h3"):
+            out.append("#" * int(kind[1]) + " " + blk[1])
+        elif kind == "p":
+            out.append(blk[1])
+        elif kind == "ul":
+            out.append("\n".join(f"- {_md_escape(i)}" for i in blk[1]))
+        elif kind == "table":
+            out.append(_md_table(blk[1]))
+        elif kind == "img":
+            out.append(f"![{blk[2]}]({blk[1]})")
+    return "\n\n".join(out) + "\n"
+
+
+def _md_escape(s: str) -> str:
+    return s.replace("|", "\\|")
+
+
+def _md_table(t: Table) -> str:
+    if not t.rows:
+        return f"**{t.title}**: none"
+    lines = [f"**{t.title}**", "", "| " + " | ".join(map(_md_escape, t.headers)) + " |",
+             "|" + "|".join("---" for _ in t.headers) + "|"]
+    lines += ["| " + " | ".join(_md_escape(v) for v in r) + " |" for r in t.rows]
+    lines += [""] + [f"_{_md_escape(f)}_  " for f in t.footnotes] if t.footnotes else []
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- html
+_CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;color:#1f2328;max-width:1400px}
+h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #d0d7de;padding-bottom:4px;margin-top:28px}
+h3{font-size:14px;margin:18px 0 6px}p,li{font-size:13px;line-height:1.45}
+.tw{overflow-x:auto;margin:14px 0 4px}table{border-collapse:collapse;font-size:11.5px}
+th,td{border:1px solid #d0d7de;padding:2px 5px;text-align:left;white-space:nowrap}
+th{background:#f6f8fa}td.n{text-align:right;font-variant-numeric:tabular-nums}
+caption{caption-side:top;text-align:left;font-weight:600;font-size:13px;padding:4px 0}
+.foot{font-size:11px;color:#57606a;margin:0 0 8px}img{max-width:100%;border:1px solid #eaeef2;margin:8px 0}
+.v-better{color:#1a7f37;font-weight:600}.v-worse{color:#cf222e;font-weight:600}
+.v-equivalent{color:#0969da;font-weight:600}.v-inconclusive{color:#6e7781}
+#img-status{font-size:11px;color:#57606a}#img-status.bad{color:#cf222e;font-weight:600}
+"""
+# Marks the page with how many figures loaded (data-images-loaded="k/n"): a reader sees a
+# red banner for a broken figure, and headless-browser checks read the attribute.
+_JS = """
+window.addEventListener('load', function () {
+  var imgs = Array.prototype.slice.call(document.images);
+  var ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
+  document.body.setAttribute('data-images-loaded', ok + '/' + imgs.length);
+  var el = document.getElementById('img-status');
+  el.textContent = ok + ' of ' + imgs.length + ' figures loaded';
+  if (ok !== imgs.length) { el.className = 'bad'; }
+});
+"""
+
+
+def render_html(blocks: list[Block], title: str) -> str:
+    body = []
+    for blk in blocks:
+        kind = blk[0]
+        if kind in ("h1", "h2", "h3", "p"):
+            body.append(f"<{kind}>{_inline(blk[1])}</{kind}>")
+        elif kind == "ul":
+            body.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in blk[1]) + "</ul>")
+        elif kind == "table":
+            body.append(_html_table(blk[1]))
+        elif kind == "img":
+            body.append(f'<img src="{html.escape(blk[1])}" alt="{html.escape(blk[2])}">')
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(title)}</title><style>{_CSS}</style>"
+            f"<script>{_JS}</script></head>\n<body>\n<div id=\"img-status\"></div>\n"
+            + "\n".join(body) + "\n</body></html>\n")
+
+
+def _inline(s: str) -> str:
+    """Escape, then render `code` spans."""
+    parts = html.escape(s).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def _html_table(t: Table) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in t.headers)
+    rows = []
+    for r in t.rows:
+        cells = []
+        for h, v in zip(t.headers, r):
+            cls = f"v-{v}" if h == "verdict" else ("n" if is_numeric_cell(v) else "")
+            cells.append(f'<td class="{cls}">{html.escape(v)}</td>' if cls
+                         else f"<td>{html.escape(v)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    if not rows:
+        rows = [f'<tr><td colspan="{len(t.headers)}">none</td></tr>']
+    foot = "".join(f'<p class="foot">{html.escape(f)}</p>' for f in t.footnotes)
+    return (f'<div class="tw"><table><caption>{html.escape(t.title)}</caption>'
+            f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{foot}")

@@ -1,0 +1,171 @@
+"""Report tables as (title, headers, rows) of strings, shared by terminal/Markdown/HTML.
+
+A :class:`Table` is format-neutral; :mod:`analysis.text` and :mod:`analysis.render` lay it
+out. Numbers are formatted once, here.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from analysis.report import Report, usable_values
+
+DASH = "—"
+
+
+@dataclass
+class Table:
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    footnotes: list[str] = field(default_factory=list)
+
+
+def fnum(x: object, digits: int = 4, signed: bool = False) -> str:
+    """Fixed decimals; a dash for None/nan."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return DASH
+    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
+
+
+def fp(p: object) -> str:
+    """p-value: 3 significant digits, '<1e-6' below that."""
+    if p is None or not math.isfinite(float(p)):
+        return DASH
+    return "<1e-6" if p < 1e-6 else f"{p:.3g}"
+
+
+def fci(low: object, high: object, digits: int = 4) -> str:
+    if low is None or not math.isfinite(float(low)):
+        return DASH
+    return f"[{low:+.{digits}f}, {high:+.{digits}f}]"
+
+
+def blocks_by_regime(report: Report) -> list[tuple[str, str, str, list[dict]]]:
+    """(metric, regime label, pe, comparisons) in metric, short->long regime, pe order."""
+    out = []
+    for metric in report.settings.metrics:
+        for r in report.regimes:
+            pes = sorted({c["pe"] for c in report.comparisons
+                          if c["dataset"] == r.dataset and c["metric"] == metric})
+            for pe in pes:
+                comps = [c for c in report.comparisons if c["dataset"] == r.dataset
+                         and c["pe"] == pe and c["metric"] == metric]
+                out.append((metric, r.label, pe, comps))
+    return out
+
+
+def comparison_table(report: Report, metric: str, regime: str, pe: str,
+                     comps: list[dict]) -> Table:
+    """One regime's comparisons (the terminal's main table)."""
+    level = f"{100 * (1 - report.settings.alpha):.0f}%"
+    direction = "higher is better" if comps and comps[0]["higher_is_better"] else "lower is better"
+    headers = ["fusion", "vs", "n", "mean Δ", "sd Δ", f"{level} t-CI", "p_t", "p_holm",
+               "p_wilcoxon", "p_signflip", f"BCa {level} CI", "d_z", "k+/n", "power",
+               "seeds@80%", "verdict"]
+    rows, notes = [], []
+    for c in comps:
+        wmark = "" if c["wilcoxon_method"] == "exact" else "†"
+        if wmark and c["wilcoxon_method"] not in notes:
+            notes.append(c["wilcoxon_method"])
+        boot = fci(c["boot_ci_low"], c["boot_ci_high"])
+        rows.append([c["fusion"], c["baseline"], str(c["n"]), fnum(c["mean_delta"], signed=True),
+                     fnum(c["sd_delta"]), fci(c["t_ci_low"], c["t_ci_high"]), fp(c["t_p"]),
+                     fp(c["p_holm"]), fp(c["wilcoxon_p"]) + wmark, fp(c["signflip_p"]),
+                     boot + ("*" if c["boot_descriptive"] and boot != DASH else ""),
+                     fnum(c["dz"], 2, signed=True), f"{c['n_positive']}/{c['n']}",
+                     fnum(c["power"], 2), _seeds(c["seeds_for_80_power"]), c["verdict"]])
+    foot = [f"† Wilcoxon method: {m}" for m in notes]
+    if any(c["boot_descriptive"] for c in comps):
+        foot.append("* descriptive: fewer than 10 pairs")
+    if report.settings.margin is not None:
+        foot.append(f"equivalence margin ±{report.settings.margin} ({metric} units), TOST")
+    title = f"{regime} · pe={pe} · {metric} ({direction})"
+    return Table(title, headers, rows, foot)
+
+
+def _seeds(v: object) -> str:
+    return DASH if v is None else str(v)
+
+
+def interaction_table(report: Report) -> Table:
+    tests = report.interaction["tests"]
+    level = f"{100 * (1 - report.settings.alpha):.0f}%"
+    headers = ["fusion", "vs", "pe", "metric", "datasets (short→long)", "n", "Welch F (df)",
+               "p", "p_holm", "Δlong − Δshort", f"{level} Welch CI", "p_diff"]
+    rows = []
+    for t in tests:
+        df = (f"{fnum(t['welch_f'], 2)} ({fnum(t['df_num'], 0)}, {fnum(t['df_denom'], 1)})"
+              if t["welch_f"] is not None and math.isfinite(t["welch_f"]) else DASH)
+        rows.append([t["fusion"], t["baseline"], t["pe"], t["metric"], " < ".join(t["datasets"]),
+                     "/".join(map(str, t["n_per_dataset"])), df, fp(t["welch_p"]),
+                     fp(t["p_holm"]), fnum(t["diff_in_deltas"], signed=True),
+                     fci(t["diff_ci_low"], t["diff_ci_high"]), fp(t["diff_p"])])
+    return Table("Does the fusion effect depend on the length regime?", headers, rows,
+                 [report.interaction["method"]])
+
+
+def dropped_table(report: Report) -> Table:
+    headers = ["dataset", "pe", "metric", "fusion", "vs", "seed", "reason", "detail"]
+    rows = [[d["dataset"], d["pe"], d["metric"], d["fusion"], d["baseline"], str(d["seed"]),
+             d["reason"], d["detail"]] for d in report.dropped]
+    return Table(f"Dropped pairs ({len(rows)})", headers, rows)
+
+
+def seeds_needed_table(report: Report) -> Table:
+    """Per comparison: observed d_z, achieved power, and seeds for 80% power."""
+    headers = ["dataset", "pe", "metric", "fusion", "vs", "n", "d_z", "achieved power",
+               "seeds for 80% power"]
+    rows = [[c["dataset"], c["pe"], c["metric"], c["fusion"], c["baseline"], str(c["n"]),
+             fnum(c["dz"], 2, signed=True), fnum(c["power"], 2), _seeds(c["seeds_for_80_power"])]
+            for c in report.comparisons]
+    return Table("Seeds needed (two-sided paired t, alpha = "
+                 f"{report.settings.alpha}, at the observed d_z)", headers, rows,
+                 ["— : undefined (SD 0 or n < 2) or unbounded (d_z = 0)"])
+
+
+def _mean_sd(values: np.ndarray) -> str:
+    if values.size == 0:
+        return DASH
+    sd = f"{values.std(ddof=1):.4f}" if values.size > 1 else DASH
+    return f"{values.mean():.4f} ± {sd} (n={values.size})"
+
+
+def fusion_by_dataset_tables(report: Report) -> list[Table]:
+    """Paper table: mean ± sd per fusion (rows) × dataset (columns), per pe and metric."""
+    out = []
+    for metric in report.settings.metrics:
+        vals = usable_values(report.table, metric)
+        for pe in sorted(vals["pe"].unique()):
+            sub = vals[vals["pe"] == pe]
+            datasets = [r.dataset for r in report.regimes if r.dataset in set(sub["dataset"])]
+            fusions = _fusion_order(sub["fusion"].unique(), report.settings.baseline)
+            rows = [[f] + [_mean_sd(sub[(sub["fusion"] == f) & (sub["dataset"] == d)]["value"]
+                                    .to_numpy()) for d in datasets] for f in fusions]
+            labels = [r.label for r in report.regimes if r.dataset in datasets]
+            out.append(Table(f"{metric}: mean ± sd over seeds, pe={pe}", ["fusion"] + labels, rows))
+    return out
+
+
+def pe_by_fusion_tables(report: Report) -> list[Table]:
+    """Paper table: PE (rows) × fusion (columns) for one dataset, per dataset and metric."""
+    out = []
+    for metric in report.settings.metrics:
+        vals = usable_values(report.table, metric)
+        for r in report.regimes:
+            sub = vals[vals["dataset"] == r.dataset]
+            if sub.empty:
+                continue
+            fusions = _fusion_order(sub["fusion"].unique(), report.settings.baseline)
+            rows = [[pe] + [_mean_sd(sub[(sub["pe"] == pe) & (sub["fusion"] == f)]["value"]
+                                     .to_numpy()) for f in fusions]
+                    for pe in sorted(sub["pe"].unique())]
+            out.append(Table(f"{metric} on {r.label}: PE × fusion, mean ± sd", ["pe"] + fusions, rows))
+    return out
+
+
+def _fusion_order(fusions: object, baseline: str) -> list[str]:
+    fs = sorted(set(fusions))
+    return ([baseline] if baseline in fs else []) + [f for f in fs if f != baseline]

@@ -1,0 +1,56 @@
+"""Plain-text terminal output: warnings first, then one table per regime."""
+from __future__ import annotations
+
+from analysis.report import Report
+from analysis.tables import (
+    Table, blocks_by_regime, comparison_table, dropped_table, interaction_table,
+)
+
+
+def layout(table: Table, indent: str = "  ") -> str:
+    """Fixed-width columns; numbers right-aligned, text left-aligned."""
+    cols = list(zip(*([table.headers] + table.rows))) if table.rows else [[h] for h in table.headers]
+    widths = [max(len(str(v)) for v in col) for col in cols]
+
+    def line(vals: list[str]) -> str:
+        cells = [v.rjust(w) if is_numeric_cell(v) else v.ljust(w) for v, w in zip(vals, widths)]
+        return indent + "  ".join(cells).rstrip()
+
+    out = [table.title, line(table.headers), indent + "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in table.rows] or [indent + "(none)"]
+    out += [indent + f for f in table.footnotes]
+    return "\n".join(out)
+
+
+def is_numeric_cell(v: str) -> bool:
+    """Right-align numbers, intervals, p-values and dashes; left-align names."""
+    return bool(v) and (v[0].isdigit() or v[0] in "+-[<—")
+
+
+def format_text(report: Report) -> str:
+    """The full terminal report."""
+    s = report.settings
+    parts = [f"fusion-sweep stats · source: {source_line(report.source)} · baseline={s.baseline} · "
+             f"alpha={s.alpha} · margin={s.margin if s.margin is not None else 'none'} · "
+             f"bootstrap={s.n_boot} · rng-seed={s.rng_seed}"]
+    if report.warnings:
+        parts.append("Warnings:\n" + "\n".join(f"  ! [{w['code']}] {w['message']}"
+                                               for w in report.warnings))
+    for metric, regime, pe, comps in blocks_by_regime(report):
+        parts.append(layout(comparison_table(report, metric, regime, pe, comps)))
+    if report.interaction["tests"]:
+        parts.append(layout(interaction_table(report)))
+    else:
+        parts.append("Interaction across regimes: needs one comparison in >= 2 datasets "
+                     "with >= 2 pairs each")
+    parts.append(layout(dropped_table(report)))
+    parts.append("Verdict: better/worse = Holm-adjusted paired-t p < alpha and the t-interval "
+                 "excludes 0; equivalent = TOST p < alpha within ±margin; else inconclusive.")
+    return "\n\n".join(parts) + "\n"
+
+
+def source_line(src: dict) -> str:
+    if src.get("kind") == "mlflow":
+        return (f"MLflow {src.get('tracking_uri')} experiment={src.get('experiment')} "
+                f"sweep={src.get('sweep')} ({src.get('n_runs')} trial runs)")
+    return str(src.get("path", src.get("kind", "table")))

@@ -1,0 +1,87 @@
+#!/usr/bin/env python
+"""Render a `fusion-sweep stats --report` HTML in headless Chromium; check its images load.
+
+    python scripts/check_report_html.py [REPORT_DIR] [--screenshot PNG]
+
+Without REPORT_DIR, builds a report from the built-in synthetic results table
+(analysis.demo) in a temporary directory. Two Chromium runs:
+1. `--dump-dom`: the report's own load handler writes data-images-loaded="k/n" on <body>
+   after testing every <img> for `complete && naturalWidth > 0`; k must equal n > 0.
+2. `--screenshot` at 1200x2000, saved to --screenshot (default
+   /tmp/fusion_report_screenshot.png), for a human look.
+Exit 0 when every image loaded, 1 otherwise, 3 when no chromium is installed
+(Debian: `apt-get install -y chromium`).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
+# --no-sandbox: containers usually run as root, where Chromium's sandbox refuses to start.
+BASE_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+              "--virtual-time-budget=10000")
+
+
+def find_chromium() -> str | None:
+    return next((p for p in map(shutil.which, CHROMIUM_NAMES) if p), None)
+
+
+def images_loaded(chromium: str, html: Path, timeout: float = 60) -> tuple[int, int]:
+    """(loaded, total) images as reported by the page after the load event."""
+    out = subprocess.run([chromium, *BASE_FLAGS, "--dump-dom", html.resolve().as_uri()],
+                         capture_output=True, text=True, timeout=timeout, check=True).stdout
+    m = re.search(r'data-images-loaded="(\d+)/(\d+)"', out)
+    if not m:
+        raise RuntimeError("the page never reported its images (load event did not fire?)")
+    return int(m.group(1)), int(m.group(2))
+
+
+def screenshot(chromium: str, html: Path, png: Path, timeout: float = 60) -> Path:
+    png.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([chromium, *BASE_FLAGS, "--window-size=1200,2000", f"--screenshot={png}",
+                    html.resolve().as_uri()], capture_output=True, timeout=timeout, check=True)
+    if not png.exists() or png.stat().st_size == 0:
+        raise RuntimeError(f"chromium wrote no screenshot to {png}")
+    return png
+
+
+def demo_report(out_dir: Path, n_boot: int = 10_000) -> Path:
+    """Write a report from the synthetic demo table (with one dropped pair) into out_dir."""
+    from analysis.demo import synthetic_results
+    from analysis.load import tidy
+    from analysis.render import write_report
+    from analysis.report import Settings, analyze
+    df = tidy(synthetic_results())
+    bad = (df.dataset == "synthetic-long") & (df.fusion == "concat") & (df.seed == 2)
+    df.loc[bad, "fp_batch_order"] = "deadbeef00"  # shows a fingerprint-mismatch drop
+    write_report(analyze(df, Settings(margin=0.01, n_boot=n_boot), {"kind": "file", "path": "demo"}),
+                 out_dir)
+    return out_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    ap.add_argument("report_dir", nargs="?", type=Path)
+    ap.add_argument("--screenshot", type=Path, default=Path("/tmp/fusion_report_screenshot.png"))
+    args = ap.parse_args(argv)
+    chromium = find_chromium()
+    if chromium is None:
+        print("no chromium found; install it with `apt-get install -y chromium`", file=sys.stderr)
+        return 3
+    with tempfile.TemporaryDirectory() as tmp:
+        rdir = args.report_dir or demo_report(Path(tmp))
+        html = rdir / "report.html"
+        loaded, total = images_loaded(chromium, html)
+        png = screenshot(chromium, html, args.screenshot)
+        print(f"{html}: {loaded}/{total} images loaded; screenshot {png}")
+    return 0 if total > 0 and loaded == total else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""The HTML report renders in headless Chromium with every image loaded."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "check_report_html.py"
+_spec = importlib.util.spec_from_file_location("check_report_html", _SCRIPT)
+check = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(check)
+
+CHROMIUM = check.find_chromium()
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium (apt-get install chromium)")
+
+
+def test_report_renders_with_images_loaded(tmp_path: Path) -> None:
+    rdir = check.demo_report(tmp_path / "rep", n_boot=1000)
+    html = rdir / "report.html"
+    loaded, total = check.images_loaded(CHROMIUM, html)
+    assert total == 8 and loaded == total  # 6 delta plots + 2 forest plots
+    png = check.screenshot(CHROMIUM, html, tmp_path / "shot.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The check is not vacuous: a missing figure is reported as not loaded.
+    next(rdir.glob("forest_*.png")).unlink()
+    loaded, total = check.images_loaded(CHROMIUM, html)
+    assert loaded == total - 1
