@@ -20,14 +20,59 @@ class DatasetSpec:
     val_split: str = "from-train"
     # synthetic datasets: generator parameters (see data/synthetic.py)
     synthetic: dict[str, Any] = field(default_factory=dict)
+    # hub datasets: the config ("subset") name; "" = the hub's default config
+    hf_config: str = ""
 
+
+# Small model shared by the synthetic regimes: a few CPU-seconds per epoch, and enough capacity
+# to learn marker order. lr is above the reference 3e-4 so learning shows within a few epochs;
+# attn_dropout 0 lets CPU SDPA take its fused kernel. Override per search space as needed.
+_SYNTH_MODEL: dict[str, Any] = dict(d_model=64, heads=4, layers=2, dim_ff=128, batch_size=32,
+                                    lr=1e-3, attn_dropout=0.0)
+
+# Generator parameters (data/synthetic.py). max_len is a hard cap on document length and each
+# regime's max_len hyperparameter equals it: truncation would drop a class-dependent marker and
+# let a position-free model beat chance. Lengths are log-normal (median, sigma) clipped to
+# [min_len, max_len]; short mirrors AG News (~38 words); medium and long keep IMDB's long tail
+# and ArXiv's "much longer" but are scaled down to fit the CPU budget of the default sweep.
+_SYNTH_SHORT: dict[str, Any] = dict(n_train=2000, n_val=500, n_test=500, len_median=36,
+                                    len_sigma=0.3, min_len=12, max_len=80, filler_vocab=500,
+                                    zipf_s=1.1)
+_SYNTH_MEDIUM: dict[str, Any] = dict(n_train=1000, n_val=250, n_test=250, len_median=128,
+                                     len_sigma=0.5, min_len=32, max_len=384, filler_vocab=500,
+                                     zipf_s=1.1)
+_SYNTH_LONG: dict[str, Any] = dict(n_train=600, n_val=150, n_test=150, len_median=448,
+                                   len_sigma=0.35, min_len=192, max_len=1024, filler_vocab=500,
+                                   zipf_s=1.1)
 
 DATASETS: dict[str, DatasetSpec] = {
+    # fancyzhx/ag_news: columns text,label; splits train (120k) / test (7.6k); val = 10% of train.
     "agnews": DatasetSpec("agnews", 4, "hub", "short", hf_path="fancyzhx/ag_news"),
+    # stanfordnlp/imdb: columns text,label; splits train / test / unsupervised (label -1, unused).
+    # No validation split, so (like AG News) val = a seeded 10% of train; test stays untouched.
     "imdb": DatasetSpec("imdb", 2, "hub", "short", hf_path="stanfordnlp/imdb"),
+    # ccdv/arxiv-classification: columns text,label; splits train (28k) / validation / test
+    # (2.5k each). Config "" = "default", as the reference code loaded it; the "no_ref" config
+    # removes in-text class references such as "[cs.LG]".
     "arxiv": DatasetSpec("arxiv", 11, "hub", "long", hf_path="ccdv/arxiv-classification",
                          val_split="split"),
-    "synthetic-short": DatasetSpec("synthetic-short", 4, "synthetic", "short"),
-    "synthetic-medium": DatasetSpec("synthetic-medium", 2, "synthetic", "short"),
-    "synthetic-long": DatasetSpec("synthetic-long", 11, "synthetic", "long"),
+    "synthetic-short": DatasetSpec("synthetic-short", 4, "synthetic", "short",
+                                   hparam_overrides={**_SYNTH_MODEL, "max_len": 80, "epochs": 8},
+                                   synthetic=_SYNTH_SHORT),
+    "synthetic-medium": DatasetSpec("synthetic-medium", 2, "synthetic", "short",
+                                    hparam_overrides={**_SYNTH_MODEL, "max_len": 384, "epochs": 6},
+                                    synthetic=_SYNTH_MEDIUM),
+    "synthetic-long": DatasetSpec("synthetic-long", 11, "synthetic", "long",
+                                  # patience 0: accuracy plateaus at chance for a few epochs
+                                  # before order is picked up, so early stopping would cut it
+                                  hparam_overrides={**_SYNTH_MODEL, "max_len": 1024, "epochs": 6,
+                                                    "patience": 0},
+                                  synthetic=_SYNTH_LONG),
 }
+
+
+def get_spec(name: str) -> DatasetSpec:
+    """The registry entry, or a ValueError naming the valid choices."""
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; choose from {sorted(DATASETS)}")
+    return DATASETS[name]

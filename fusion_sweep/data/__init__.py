@@ -1,0 +1,226 @@
+"""Datasets for fusion-sweep: hub/local loaders, the synthetic benchmark, tokenization, cache.
+
+The trainer calls one function:
+
+    load_encoded(name, data_dir="", data_seed=0, cache_dir="", limit_train=0, limit_eval=0)
+        -> EncodedData (train / val / test as flat int32 ids + int64 offsets + int64 labels)
+
+Pipeline: raw (text, label) splits -> label and emptiness checks -> validation split ->
+vocabulary on TRAIN only -> ids -> cache. Validation is the source's own split when it has
+one (ArXiv on the hub), else a seeded 10% of train (AG News and IMDB, which have none; the
+IMDB "unsupervised" split is unlabeled and never read). A local copy with a validation file
+uses it, whatever the hub does.
+Documents are neither truncated nor padded here (the trainer does both per batch).
+Everything up to the cache is keyed by a content hash; `limit_*` subsampling happens after,
+so every limit reuses one cache entry. No torch here: numpy only.
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from fusion_sweep.data.cache import cache_root, content_key, entry_path, get_or_build, read_vocab
+from fusion_sweep.data.hub import DatasetUnavailableError, RawSplits, Source, open_source
+from fusion_sweep.data.registry import DATASETS, DatasetSpec, get_spec
+from fusion_sweep.data.tokenize import PAD_ID, UNK_ID, TokenizerSettings, build_vocab, encode
+from fusion_sweep.data.types import EncodedData, EncodedSplit
+
+# Bump when the split / validation / subsampling logic changes: part of every cache key.
+PIPELINE_VERSION = "pipeline-v1"
+VAL_FRACTION = 0.1
+# Independent numpy streams derived from data_seed (never from the trial seed).
+_STREAM_VAL = 0x7A1  # carving validation out of train
+_STREAM_LIMIT = {"train": 0x11A1, "val": 0x11A2, "test": 0x11A3}
+_SPLIT_LABEL = {"train": "train", "val": "validation", "test": "test"}
+
+
+def load_encoded(name: str, *, data_dir: str = "", data_seed: int = 0, cache_dir: str = "",
+                 limit_train: int = 0, limit_eval: int = 0,
+                 synthetic_overrides: Mapping[str, Any] | None = None) -> EncodedData:
+    """Tokenized train/val/test of dataset `name` (cached; see the module docstring).
+
+    data_dir:            a local copy of a hub dataset ("" = the Hugging Face hub).
+    data_seed:           seeds the validation carve-out, synthetic generation and `limit_*`.
+    cache_dir:           "" = $FUSION_SWEEP_CACHE or ~/.cache/fusion-sweep.
+    limit_train/_eval:   0 = all; else a deterministic subsample (limit_eval: val and test each).
+    synthetic_overrides: replace some generator parameters of a synthetic dataset.
+    """
+    spec, source, path = _plan(name, data_dir, data_seed, cache_dir, limit_train, limit_eval,
+                               synthetic_overrides)
+    data, _ = get_or_build(path, lambda: _build(spec, source, data_seed, TokenizerSettings()))
+    return apply_limits(data, limit_train, limit_eval, data_seed)
+
+
+def _plan(name: str, data_dir: str, data_seed: int, cache_dir: str, limit_train: int,
+          limit_eval: int, synthetic_overrides: Mapping[str, Any] | None
+          ) -> tuple[DatasetSpec, Source, Path]:
+    """Validate the arguments, open the raw source and name its cache entry."""
+    spec = get_spec(name)
+    _check_args(spec, data_dir, data_seed, limit_train, limit_eval, synthetic_overrides)
+    source = _open(spec, data_dir, data_seed, synthetic_overrides)
+    key = content_key({"dataset": name, "num_classes": spec.num_classes, "source": source.identity,
+                       "tokenizer": TokenizerSettings().key(), "data_seed": data_seed,
+                       "validation": [spec.val_split, VAL_FRACTION], "pipeline": PIPELINE_VERSION})
+    return spec, source, entry_path(cache_root(cache_dir), name, key)
+
+
+def cache_entry(name: str, *, data_dir: str = "", data_seed: int = 0, cache_dir: str = "",
+                synthetic_overrides: Mapping[str, Any] | None = None) -> Path:
+    """The cache directory behind `load_encoded` with these arguments (built if missing)."""
+    spec, source, path = _plan(name, data_dir, data_seed, cache_dir, 0, 0, synthetic_overrides)
+    get_or_build(path, lambda: _build(spec, source, data_seed, TokenizerSettings()))
+    return path
+
+
+def load_vocab(name: str, *, data_dir: str = "", data_seed: int = 0, cache_dir: str = "",
+               synthetic_overrides: Mapping[str, Any] | None = None) -> list[str]:
+    """The token list (index = id) behind `load_encoded` with these arguments."""
+    return read_vocab(cache_entry(name, data_dir=data_dir, data_seed=data_seed,
+                                  cache_dir=cache_dir, synthetic_overrides=synthetic_overrides))
+
+
+# --------------------------------------------------------------------------- checks
+def _check_args(spec: DatasetSpec, data_dir: str, data_seed: int, limit_train: int,
+                limit_eval: int, synthetic_overrides: Mapping[str, Any] | None) -> None:
+    for field, v in (("data_seed", data_seed), ("limit_train", limit_train), ("limit_eval", limit_eval)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"{field} must be a non-negative integer, got {v!r}")
+    if spec.kind == "synthetic" and data_dir:
+        hub = sorted(n for n, s in DATASETS.items() if s.kind == "hub")
+        raise ValueError(f"data_dir applies only to hub datasets {hub}; dataset {spec.name!r} is "
+                         f"generated from data_seed")
+    if spec.kind != "synthetic" and synthetic_overrides:
+        raise ValueError(f"synthetic_overrides apply only to synthetic datasets, not {spec.name!r}")
+
+
+def check_split(dataset: str, split: str, labels: np.ndarray, num_classes: int) -> None:
+    """ValueError naming the split when it is empty or has labels outside [0, num_classes)."""
+    if len(labels) == 0:
+        raise ValueError(f"dataset {dataset!r}: the {split!r} split is empty; every split needs "
+                         f"at least one document")
+    bad = (labels < 0) | (labels >= num_classes)
+    if bad.any():
+        v = int(labels[np.argmax(bad)])
+        raise ValueError(f"dataset {dataset!r}: the {split!r} split has label {v} outside the valid "
+                         f"range [0, {num_classes}) (num_classes={num_classes}; {int(bad.sum())} of "
+                         f"{len(labels)} labels out of range; labels must be 0-based class ids)")
+
+
+# --------------------------------------------------------------------------- building
+def _open(spec: DatasetSpec, data_dir: str, data_seed: int,
+          synthetic_overrides: Mapping[str, Any] | None) -> Source:
+    if spec.kind == "synthetic":
+        return _synthetic_source(spec, data_seed, synthetic_overrides)
+    return open_source(spec, data_dir)
+
+
+def _synthetic_source(spec: DatasetSpec, data_seed: int,
+                      overrides: Mapping[str, Any] | None) -> Source:
+    from fusion_sweep.data import synthetic
+
+    params = synthetic.SyntheticParams.from_mapping({**spec.synthetic, **(overrides or {})})
+    identity = {"kind": "synthetic", "generator": synthetic.GENERATOR_VERSION,
+                "params": dataclasses.asdict(params)}
+
+    def load() -> RawSplits:
+        return synthetic.generate(spec.name, spec.num_classes, params, data_seed)
+
+    return Source(f"synthetic generator ({spec.name})", identity, load)
+
+
+def carve_validation(n: int, data_seed: int, fraction: float = VAL_FRACTION
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """(train_idx, val_idx), both sorted: a seeded `fraction` of range(n) becomes validation."""
+    rng = np.random.default_rng([data_seed, _STREAM_VAL])
+    n_val = max(1, int(round(fraction * n)))
+    perm = rng.permutation(n)
+    return np.sort(perm[n_val:]), np.sort(perm[:n_val])
+
+
+def _build(spec: DatasetSpec, source: Source, data_seed: int, settings: TokenizerSettings
+           ) -> tuple[EncodedData, list[str], dict[str, Any]]:
+    raw = source.load()
+    for split, (_, labels) in raw.items():
+        check_split(spec.name, split, labels, spec.num_classes)
+    train_texts, train_labels = raw["train"]
+    carved = "validation" not in raw
+    if carved and spec.val_split == "split":
+        warnings.warn(f"dataset {spec.name!r}: {source.description} has no validation split; "
+                      f"using a seeded {VAL_FRACTION:.0%} of train instead", stacklevel=3)
+    if carved:
+        if len(train_labels) < 2:
+            raise ValueError(f"dataset {spec.name!r}: the 'train' split has {len(train_labels)} "
+                             f"document(s); at least 2 are needed to carve a validation split")
+        tr, va = carve_validation(len(train_labels), data_seed)
+        raw["validation"] = ([train_texts[i] for i in va], train_labels[va])
+        raw["train"] = ([train_texts[i] for i in tr], train_labels[tr])
+    vocab = build_vocab(raw["train"][0], min_freq=settings.min_freq, max_size=settings.max_size)
+    splits = {}
+    for attr in ("train", "val", "test"):
+        texts, labels = raw[_SPLIT_LABEL[attr]]
+        ids, offsets = encode(texts, vocab)
+        splits[attr] = EncodedSplit(ids=ids, offsets=offsets, labels=labels.astype(np.int64))
+    data = EncodedData(name=spec.name, vocab_size=len(vocab), num_classes=spec.num_classes,
+                       pad_id=PAD_ID, unk_id=UNK_ID, **splits)
+    meta = {"source": source.description, "identity": source.identity, "data_seed": data_seed,
+            "validation_carved_from_train": carved, "tokenizer": settings.key(),
+            "sizes": {a: len(s) for a, s in splits.items()}}
+    return data, vocab, meta
+
+
+# --------------------------------------------------------------------------- subsampling
+def subsample(split: EncodedSplit, limit: int, data_seed: int, which: str) -> EncodedSplit:
+    """`limit` documents drawn without replacement from a data_seed stream (order kept)."""
+    if limit <= 0 or limit >= len(split):
+        return split
+    rng = np.random.default_rng([data_seed, _STREAM_LIMIT[which]])
+    return split.subset(np.sort(rng.choice(len(split), size=limit, replace=False)))
+
+
+def apply_limits(data: EncodedData, limit_train: int, limit_eval: int, data_seed: int) -> EncodedData:
+    if limit_train <= 0 and limit_eval <= 0:
+        return data
+    return EncodedData(name=data.name, vocab_size=data.vocab_size, num_classes=data.num_classes,
+                       pad_id=data.pad_id, unk_id=data.unk_id,
+                       train=subsample(data.train, limit_train, data_seed, "train"),
+                       val=subsample(data.val, limit_eval, data_seed, "val"),
+                       test=subsample(data.test, limit_eval, data_seed, "test"))
+
+
+# --------------------------------------------------------------------------- statistics
+def median_length(split: EncodedSplit) -> float:
+    """Median document length in tokens (before truncation); nan for an empty split."""
+    lengths = split.lengths()
+    return float(np.median(lengths)) if len(lengths) else float("nan")
+
+
+def length_stats(data: EncodedData) -> dict[str, dict[str, float]]:
+    """Per split: n, median, mean, p90 and max document length in tokens."""
+    out = {}
+    for attr in ("train", "val", "test"):
+        lens = getattr(data, attr).lengths()
+        out[attr] = {"n": float(len(lens)), "median": median_length(getattr(data, attr)),
+                     "mean": float(lens.mean()) if len(lens) else float("nan"),
+                     "p90": float(np.percentile(lens, 90)) if len(lens) else float("nan"),
+                     "max": float(lens.max()) if len(lens) else float("nan")}
+    return out
+
+
+def synthetic_stats(name: str, *, data_seed: int = 0, cache_dir: str = "") -> dict[str, float]:
+    """Median token length per split ({"train", "val", "test"}) of a dataset, for reports.
+
+    Meant for the synthetic regimes (generated on demand, then cached); works for any dataset
+    whose data is reachable.
+    """
+    data = load_encoded(name, data_seed=data_seed, cache_dir=cache_dir)
+    return {attr: median_length(getattr(data, attr)) for attr in ("train", "val", "test")}
+
+
+__all__ = ["load_encoded", "median_length", "length_stats", "synthetic_stats", "load_vocab",
+           "cache_entry", "carve_validation", "subsample", "apply_limits", "check_split",
+           "DatasetUnavailableError", "DATASETS", "DatasetSpec", "EncodedData", "EncodedSplit",
+           "PIPELINE_VERSION"]

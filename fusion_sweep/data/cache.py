@@ -1,0 +1,147 @@
+"""Content-hash cache of tokenized datasets (DESIGN.md §4): trials never re-tokenize.
+
+An entry is a directory `<cache_root>/<dataset>-<key>/` holding, per split, `<split>_ids.npy`
+(int32), `<split>_offsets.npy` and `<split>_labels.npy` (int64), plus `vocab.txt` (one token per
+line; tokens never contain whitespace) and `meta.json`. The key is a SHA-256 over everything
+that determines the arrays (dataset name, raw-data identity, tokenizer settings, data_seed,
+generator parameters, code versions), so a stale entry is never read.
+
+Concurrency: Ray trials on one node may miss at the same moment. An entry is written into a
+private temporary directory and renamed into place (atomic on POSIX); a loser of the race
+discards its copy. An advisory file lock makes later arrivals wait for the first writer
+instead of tokenizing the same corpus N times. Arrays are memory-mapped read-only, so parallel
+trials share one copy through the page cache.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import numpy as np
+
+from fusion_sweep.data.types import EncodedData, EncodedSplit
+
+ENV_CACHE = "FUSION_SWEEP_CACHE"
+CACHE_FORMAT = "npy-dir-v1"
+SPLIT_NAMES = ("train", "val", "test")  # EncodedData attribute names
+
+
+def cache_root(cache_dir: str = "") -> Path:
+    """`cache_dir`, else $FUSION_SWEEP_CACHE, else ~/.cache/fusion-sweep."""
+    root = cache_dir or os.environ.get(ENV_CACHE, "") or str(Path.home() / ".cache" / "fusion-sweep")
+    return Path(root).expanduser()
+
+
+def content_key(parts: Mapping[str, Any]) -> str:
+    """SHA-256 of a canonical JSON rendering of `parts` (must be JSON-serialisable)."""
+    payload = json.dumps({"format": CACHE_FORMAT, **parts}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def entry_path(root: Path, name: str, key: str) -> Path:
+    return root / f"{name}-{key[:24]}"
+
+
+def file_digest(path: Path, chunk: int = 1 << 20) -> str:
+    """SHA-256 of a file's bytes (streamed)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- read / write
+def write_entry(path: Path, data: EncodedData, vocab: list[str], meta: Mapping[str, Any]) -> None:
+    """Write atomically: a temporary sibling directory renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        for attr in SPLIT_NAMES:
+            split: EncodedSplit = getattr(data, attr)
+            np.save(tmp / f"{attr}_ids.npy", np.ascontiguousarray(split.ids, dtype=np.int32))
+            np.save(tmp / f"{attr}_offsets.npy", np.ascontiguousarray(split.offsets, dtype=np.int64))
+            np.save(tmp / f"{attr}_labels.npy", np.ascontiguousarray(split.labels, dtype=np.int64))
+        (tmp / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+        full_meta = {**meta, "name": data.name, "vocab_size": data.vocab_size,
+                     "num_classes": data.num_classes, "pad_id": data.pad_id, "unk_id": data.unk_id}
+        # meta.json last: its presence marks a complete entry.
+        (tmp / "meta.json").write_text(json.dumps(full_meta, sort_keys=True, default=str))
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            # Another process renamed its (identical) entry first; keep theirs.
+            if not (path / "meta.json").exists():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def read_entry(path: Path) -> EncodedData | None:
+    """The cached dataset (arrays memory-mapped read-only), or None if absent/incomplete."""
+    meta_file = path / "meta.json"
+    if not meta_file.exists():
+        return None
+    try:
+        meta = json.loads(meta_file.read_text())
+        splits = {attr: EncodedSplit(ids=_mmap(path / f"{attr}_ids.npy"),
+                                     offsets=_mmap(path / f"{attr}_offsets.npy"),
+                                     labels=_mmap(path / f"{attr}_labels.npy"))
+                  for attr in SPLIT_NAMES}
+    except (OSError, ValueError, KeyError):
+        return None  # corrupt or partial: the caller rebuilds it
+    return EncodedData(name=meta["name"], vocab_size=int(meta["vocab_size"]),
+                       num_classes=int(meta["num_classes"]), pad_id=int(meta["pad_id"]),
+                       unk_id=int(meta["unk_id"]), **splits)
+
+
+def _mmap(file: Path) -> np.ndarray:
+    # A plain read-only ndarray view (not np.memmap, whose subclass leaks into every result).
+    return np.load(file, mmap_mode="r").view(np.ndarray)
+
+
+def read_vocab(path: Path) -> list[str]:
+    """The token list of a cache entry (index = id)."""
+    return (path / "vocab.txt").read_text(encoding="utf-8").splitlines()
+
+
+@contextlib.contextmanager
+def build_lock(path: Path) -> Iterator[None]:
+    """Advisory inter-process lock for building one entry (no-op where fcntl is missing)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - non-POSIX
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f".{path.name}.lock", "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def get_or_build(path: Path, build: Callable[[], tuple[EncodedData, list[str], dict[str, Any]]]
+                 ) -> tuple[EncodedData, bool]:
+    """(data, hit): read the entry, or build, write and re-read it under the lock."""
+    data = read_entry(path)
+    if data is not None:
+        return data, True
+    with build_lock(path):
+        data = read_entry(path)  # a concurrent builder may have finished meanwhile
+        if data is not None:
+            return data, True
+        built, vocab, meta = build()
+        write_entry(path, built, vocab, meta)
+    data = read_entry(path)
+    if data is None:  # pragma: no cover - the filesystem lost our write
+        raise RuntimeError(f"cache entry {path} could not be read back after writing it")
+    return data, False

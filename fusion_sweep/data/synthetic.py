@@ -1,0 +1,195 @@
+"""Built-in synthetic length-regime benchmark: labels that depend on token ORDER only.
+
+Task. Every document is Zipf-distributed filler words ("w0", "w1", ... drawn i.i.d. with
+P(rank r) ∝ (r+1)^-s) plus the same m marker words ("marker_a", "marker_b", ...), each exactly
+once, where m is the smallest number with m! >= num_classes. The class c is the ORDER in which
+the markers appear: the c-th permutation of the markers in lexicographic order (so class 0 reads
+a..b..c, class 1 a..c..b, ...). Marker positions are m distinct positions drawn uniformly;
+the document length is drawn from the regime's length distribution (a clipped log-normal),
+independently of the class.
+
+Why a position-free model is at chance. Length, filler words and the marker SET are drawn
+independently of the class, and permuting which marker sits at which of the (uniform) marker
+positions does not change the bag of tokens. So the multiset of tokens has exactly the same
+distribution in every class; any function of the multiset - e.g. an encoder without positional
+information followed by mean pooling (self-attention without positions is permutation-
+equivariant) - has the same output distribution in every class: chance accuracy.
+This holds only while the model sees the whole document: TRUNCATION would drop a
+class-dependent marker (the last one in order), so each regime's `max_len` hyperparameter
+covers its longest document (registry.py), and `max_len` here is a hard cap.
+
+Why difficulty grows with length. The m markers are the only informative tokens; as the
+document gets longer they get sparser (m / L), lie further apart, and their contribution to a
+mean-pooled representation shrinks as 1/L; the long regime also has more classes.
+
+Generation is deterministic in (data_seed, dataset name, split): each split draws from its own
+`numpy.random.SeedSequence([data_seed, crc32(name), split_index])` stream, so changing one
+split's size leaves the others unchanged, and the trial seed is never involved.
+The output is TEXT that goes through the same tokenizer as real data, so the pipeline
+(vocabulary, <unk>, caching) is identical for real and synthetic datasets.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import zlib
+from dataclasses import MISSING, dataclass, fields
+from typing import Any, Mapping
+
+import numpy as np
+
+# Bump when generated text changes for the same parameters: it is part of the cache key.
+GENERATOR_VERSION = "order-markers-v1"
+SPLITS = ("train", "validation", "test")
+MARKER_PREFIX = "marker_"
+
+
+@dataclass(frozen=True)
+class SyntheticParams:
+    """Generator parameters of one regime (filled from registry.DatasetSpec.synthetic)."""
+
+    n_train: int
+    n_val: int
+    n_test: int
+    len_median: float  # median document length in tokens (markers included)
+    len_sigma: float  # log-normal shape: larger = longer tail
+    min_len: int
+    max_len: int  # hard cap; the regime's max_len hyperparameter must be >= this
+    filler_vocab: int = 500
+    zipf_s: float = 1.1
+    num_markers: int = 0  # 0 = the smallest m with m! >= num_classes
+    # Markers fall inside one window of this many tokens at a uniform offset; 0 = the whole
+    # document. A difficulty knob: small windows make the order a local pattern.
+    marker_window: int = 0
+
+    @classmethod
+    def from_mapping(cls, d: Mapping[str, Any]) -> "SyntheticParams":
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown synthetic parameter(s) {unknown}; choose from {sorted(known)}")
+        required = [f.name for f in fields(cls) if f.default is MISSING]
+        missing = [k for k in required if k not in d]
+        if missing:
+            raise ValueError(f"missing synthetic parameter(s) {missing}; required: {required}")
+        return cls(**dict(d))
+
+    def sizes(self) -> dict[str, int]:
+        return {"train": self.n_train, "validation": self.n_val, "test": self.n_test}
+
+
+def markers_needed(num_classes: int) -> int:
+    """Smallest m with m! >= num_classes (each class needs its own marker order)."""
+    m = 1
+    while math.factorial(m) < num_classes:
+        m += 1
+    return m
+
+
+def class_orders(num_classes: int, num_markers: int) -> np.ndarray:
+    """(num_classes, m) int: row c = the c-th permutation of range(m) in lexicographic order."""
+    perms = itertools.islice(itertools.permutations(range(num_markers)), num_classes)
+    return np.array(list(perms), dtype=np.int64).reshape(num_classes, num_markers)
+
+
+def marker_words(num_markers: int) -> list[str]:
+    return [f"{MARKER_PREFIX}{chr(ord('a') + i)}" for i in range(num_markers)]
+
+
+def validate_params(p: SyntheticParams, num_classes: int) -> list[str]:
+    """All problems at once, each naming the field."""
+    errs: list[str] = []
+    for name in ("n_train", "n_val", "n_test", "min_len", "max_len", "filler_vocab"):
+        v = getattr(p, name)
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            errs.append(f"synthetic {name} must be a positive integer, got {v!r}")
+    for name in ("num_markers", "marker_window"):
+        v = getattr(p, name)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            errs.append(f"synthetic {name} must be a non-negative integer, got {v!r}")
+    if errs:
+        return errs
+    m = p.num_markers or markers_needed(num_classes)
+    if m > 26 or math.factorial(m) < num_classes:
+        errs.append(f"synthetic num_markers={m} cannot encode {num_classes} classes "
+                    f"(need m! >= num_classes and m <= 26)")
+    if p.min_len < m:
+        errs.append(f"synthetic min_len ({p.min_len}) must be >= the number of markers ({m})")
+    if p.max_len < p.min_len:
+        errs.append(f"synthetic max_len ({p.max_len}) must be >= min_len ({p.min_len})")
+    if 0 < p.marker_window < m:
+        errs.append(f"synthetic marker_window ({p.marker_window}) must be 0 (whole document) or "
+                    f">= the number of markers ({m})")
+    if not (p.len_median > 0 and p.len_sigma >= 0 and p.zipf_s > 0):
+        errs.append(f"synthetic len_median ({p.len_median}) and zipf_s ({p.zipf_s}) must be > 0 "
+                    f"and len_sigma ({p.len_sigma}) >= 0")
+    return errs
+
+
+def _rng(data_seed: int, name: str, split: str) -> np.random.Generator:
+    # crc32, not hash(): Python's str hash is salted per process.
+    return np.random.default_rng(
+        np.random.SeedSequence([data_seed, zlib.crc32(name.encode()), SPLITS.index(split)]))
+
+
+def zipf_cdf(filler_vocab: int, s: float) -> np.ndarray:
+    """(V,) float64 cumulative probabilities of ranks 0..V-1 under P(r) ∝ (r+1)^-s."""
+    w = np.arange(1, filler_vocab + 1, dtype=np.float64) ** -s
+    cdf = np.cumsum(w / w.sum())
+    cdf[-1] = 1.0  # guard against rounding so searchsorted never returns V
+    return cdf
+
+
+def draw_lengths(rng: np.random.Generator, n: int, p: SyntheticParams) -> np.ndarray:
+    """(n,) int64 document lengths: clipped log-normal around the regime's median."""
+    raw = np.exp(rng.normal(math.log(p.len_median), p.len_sigma, size=n))
+    return np.clip(np.rint(raw), p.min_len, p.max_len).astype(np.int64)
+
+
+def _marker_positions(rng: np.random.Generator, length: int, m: int, window: int) -> np.ndarray:
+    """(m,) ascending distinct positions, uniform within a uniformly placed window."""
+    span = length if window <= 0 else min(window, length)
+    start = int(rng.integers(0, length - span + 1))
+    return start + np.sort(rng.choice(span, size=m, replace=False))
+
+
+def generate_split(name: str, split: str, n: int, num_classes: int, p: SyntheticParams,
+                   data_seed: int) -> tuple[list[str], np.ndarray]:
+    """Texts and (n,) int64 labels of one split; classes balanced to within one document."""
+    rng = _rng(data_seed, name, split)
+    m = p.num_markers or markers_needed(num_classes)
+    orders = class_orders(num_classes, m)  # (K, m)
+    markers = marker_words(m)
+    fillers = np.array([f"w{r}" for r in range(p.filler_vocab)], dtype=object)
+
+    labels = rng.permutation(np.arange(n, dtype=np.int64) % num_classes)  # (n,) balanced
+    lengths = draw_lengths(rng, n, p)  # (n,) independent of labels
+    cdf = zipf_cdf(p.filler_vocab, p.zipf_s)
+    texts: list[str] = []
+    for label, length in zip(labels, lengths):
+        words = fillers[np.searchsorted(cdf, rng.random(int(length)), side="right")]
+        pos = _marker_positions(rng, int(length), m, p.marker_window)  # (m,) ascending
+        for j, marker in enumerate(orders[label]):
+            words[pos[j]] = markers[marker]
+        texts.append(" ".join(words))
+    return texts, labels
+
+
+def generate(name: str, num_classes: int, params: Mapping[str, Any] | SyntheticParams,
+             data_seed: int = 0) -> dict[str, tuple[list[str], np.ndarray]]:
+    """{split: (texts, labels)} for "train", "validation" and "test"."""
+    p = params if isinstance(params, SyntheticParams) else SyntheticParams.from_mapping(params)
+    errs = validate_params(p, num_classes)
+    if errs:
+        raise ValueError(f"invalid synthetic parameters for {name!r}:\n  " + "\n  ".join(errs))
+    return {split: generate_split(name, split, n, num_classes, p, data_seed)
+            for split, n in p.sizes().items()}
+
+
+def chance_accuracy(num_classes: int) -> float:
+    """Expected accuracy of a position-free model (classes are balanced)."""
+    return 1.0 / num_classes
+
+
+__all__ = ["GENERATOR_VERSION", "SyntheticParams", "generate", "generate_split",
+           "markers_needed", "class_orders", "marker_words", "chance_accuracy", "zipf_cdf"]
