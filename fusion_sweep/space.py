@@ -1,0 +1,525 @@
+"""Search spaces: the declarative YAML that says which trials a sweep runs.
+
+A search space names the grid `datasets × pes × fusions × seeds`, the fixed
+hyperparameters per dataset, the per-trial resources, and what the analysis compares
+(baseline fusion, metric, optional equivalence margin). An optional `tune:` section
+declares ranges for `fusion-sweep tune` (Optuna), which writes a new, frozen space.
+
+Validation collects *every* problem before reporting, each prefixed with the file and
+the key, and naming the valid choices. Nothing here imports Ray or MLflow.
+
+Schema (all keys except `name`, `datasets`, `fusions`, `pes`, `seeds` are optional)::
+
+    name: default                    # the sweep name (MLflow parent run, Ray Tune experiment)
+    description: free text
+    experiment: fusion-sweep         # MLflow experiment
+    datasets: [synthetic-short]
+    pes: [sinusoidal]
+    fusions: [add, concat]
+    seeds: [0, 1, 2, 3, 4]
+    hyperparameters:                 # TrialConfig fields; dataset defaults apply first
+      all: {epochs: 3}               # every dataset
+      synthetic-short: {d_model: 64} # this dataset (wins over `all`)
+    resources: {cpu: 1, gpu: 0}      # per trial; gpu may be fractional (0.25 = 4 per GPU)
+    max_failures: 2                  # Ray Tune retries per trial
+    baseline: add                    # the fusion every other fusion is compared with
+    metric: test_acc
+    equivalence_margin: null         # float, or {dataset: float}
+    tune:                            # for `fusion-sweep tune`
+      seeds: [100, 101]              # must not overlap `seeds`
+      budget: 8                      # Optuna trials per dataset
+      search:
+        lr: {loguniform: [1.0e-4, 3.0e-3]}
+        dropout: {uniform: [0.0, 0.3]}
+        batch_size: {choice: [16, 32, 64]}
+"""
+from __future__ import annotations
+
+import difflib
+import itertools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import yaml
+
+import fusion_sweep
+
+SPACE_DIR = Path(fusion_sweep.__file__).resolve().parents[1] / "search_spaces"
+
+TOP_LEVEL_KEYS = (
+    "name", "description", "experiment", "datasets", "pes", "fusions", "seeds",
+    "hyperparameters", "resources", "max_failures", "baseline", "metric",
+    "equivalence_margin", "tune", "tuned",
+)
+REQUIRED_KEYS = ("name", "datasets", "pes", "fusions", "seeds")
+RESOURCE_KEYS = ("cpu", "gpu")
+TUNE_KEYS = ("seeds", "budget", "search", "pe")
+DISTRIBUTIONS = {
+    "loguniform": "[low, high], 0 < low < high",
+    "uniform": "[low, high], low < high",
+    "randint": "[low, high), integers, low < high",
+    "choice": "[v1, v2, ...], non-empty",
+}
+METRICS = ("test_acc", "test_macro_f1", "best_val_acc")
+# Fields a space may not set: the grid sets the identity fields, `resources.cpu` sets
+# the thread count, and `fusion-sweep tune` alone turns test evaluation off.
+RESERVED_FIELDS = ("dataset", "pe", "fusion", "seed", "num_threads", "evaluate_test")
+DEFAULT_EXPERIMENT = "fusion-sweep"
+
+
+class SpaceError(ValueError):
+    """A search space failed validation; `errors` lists every problem."""
+
+    def __init__(self, source: str, errors: list[str]):
+        self.source = source
+        self.errors = errors
+        n = len(errors)
+        super().__init__(
+            f"{n} error{'s' if n != 1 else ''} in search space {source}:\n  - "
+            + "\n  - ".join(errors)
+        )
+
+
+@dataclass(frozen=True)
+class TuneSpec:
+    seeds: tuple[int, ...]
+    budget: int
+    search: dict[str, dict[str, list]]
+    pe: str | None = None  # the PE tuned with; default: the space's first
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    name: str
+    datasets: tuple[str, ...]
+    pes: tuple[str, ...]
+    fusions: tuple[str, ...]
+    seeds: tuple[int, ...]
+    hyperparameters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    resources: dict[str, float] = field(default_factory=lambda: {"cpu": 1, "gpu": 0})
+    max_failures: int = 2
+    baseline: str = "add"
+    metric: str = "test_acc"
+    equivalence_margin: float | dict[str, float] | None = None
+    experiment: str = DEFAULT_EXPERIMENT
+    description: str = ""
+    tune: TuneSpec | None = None
+    tuned: dict[str, Any] | None = None
+    source: str = "<dict>"  # file the space came from
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    # ------------------------------------------------------------------ the grid
+    @property
+    def cpu(self) -> float:
+        return float(self.resources.get("cpu", 1))
+
+    @property
+    def gpu(self) -> float:
+        return float(self.resources.get("gpu", 0))
+
+    @property
+    def num_threads(self) -> int:
+        """torch threads per trial: its whole CPU budget (at least 1)."""
+        return max(1, int(math.floor(self.cpu)))
+
+    def overrides_for(self, dataset: str) -> dict[str, Any]:
+        out = dict(self.hyperparameters.get("all", {}))
+        out.update(self.hyperparameters.get(dataset, {}))
+        return out
+
+    def grid(self) -> list:
+        """One `TrialConfig` per (dataset, pe, fusion, seed), in that nesting order."""
+        from fusion_sweep.config import TrialConfig
+
+        return [
+            TrialConfig.build(d, pe=p, fusion=f, seed=s, num_threads=self.num_threads,
+                              **self.overrides_for(d))
+            for d, p, f, s in itertools.product(self.datasets, self.pes, self.fusions, self.seeds)
+        ]
+
+    def __len__(self) -> int:
+        return len(self.datasets) * len(self.pes) * len(self.fusions) * len(self.seeds)
+
+    def equivalence_margin_for(self, dataset: str) -> float | None:
+        m = self.equivalence_margin
+        if isinstance(m, Mapping):
+            return m.get(dataset)
+        return m
+
+    # ----------------------------------------------------------------- writing
+    def to_yaml_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name}
+        if self.description:
+            d["description"] = self.description
+        if self.experiment != DEFAULT_EXPERIMENT:
+            d["experiment"] = self.experiment
+        d.update(datasets=list(self.datasets), pes=list(self.pes), fusions=list(self.fusions),
+                 seeds=list(self.seeds),
+                 hyperparameters={k: dict(v) for k, v in self.hyperparameters.items()},
+                 resources=dict(self.resources), max_failures=self.max_failures,
+                 baseline=self.baseline, metric=self.metric,
+                 equivalence_margin=self.equivalence_margin)
+        if self.tune is not None:
+            t: dict[str, Any] = {"seeds": list(self.tune.seeds), "budget": self.tune.budget,
+                                 "search": self.tune.search}
+            if self.tune.pe:
+                t["pe"] = self.tune.pe
+            d["tune"] = t
+        if self.tuned is not None:
+            d["tuned"] = self.tuned
+        return d
+
+
+# ---------------------------------------------------------------------- loading
+def shipped_spaces() -> list[str]:
+    return sorted(p.stem for p in SPACE_DIR.glob("*.yaml"))
+
+
+def resolve_space_path(name_or_path: str | Path) -> Path:
+    """A path to a YAML file, or the name of a shipped space (`default` → search_spaces/default.yaml)."""
+    p = Path(name_or_path).expanduser()
+    if p.is_file():
+        return p.resolve()
+    s = str(name_or_path)
+    if "/" not in s and not s.endswith((".yaml", ".yml")):
+        cand = SPACE_DIR / f"{s}.yaml"
+        if cand.is_file():
+            return cand
+        raise SpaceError(s, [
+            f"no search space named {s!r}; shipped spaces: {shipped_spaces()} "
+            f"(in {SPACE_DIR}), or pass a path to a YAML file"
+        ])
+    raise SpaceError(s, [f"file not found: {s}; shipped spaces: {shipped_spaces()}"])
+
+
+def launch_command(space_ref: str) -> str:
+    return f"fusion-sweep launch {space_ref}"
+
+
+def load_space(name_or_path: str | Path) -> SearchSpace:
+    """Read and validate a search space; raises `SpaceError` listing every problem."""
+    path = resolve_space_path(name_or_path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise SpaceError(str(path), [f"cannot read: {e}"]) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise SpaceError(str(path), [f"not valid YAML: {e}"]) from None
+    return parse_space(raw, source=str(path))
+
+
+def parse_space(raw: Any, source: str = "<dict>") -> SearchSpace:
+    errors: list[str] = []
+    space = _validate(raw, source, errors)
+    if errors or space is None:
+        seen: set[str] = set()
+        uniq = [e for e in errors if not (e in seen or seen.add(e))]
+        raise SpaceError(source, [f"{source}: {e}" for e in uniq])
+    return space
+
+
+def dump_space(space: SearchSpace, path: str | Path, header: Iterable[str] = ()) -> Path:
+    """Write `space` as YAML whose first line is the command that launches it."""
+    path = Path(path)
+    ref = path.stem if path.resolve().parent == SPACE_DIR.resolve() else str(path)
+    lines = [f"# {launch_command(ref)}"] + [f"# {h}" for h in header]
+    body = yaml.safe_dump(space.to_yaml_dict(), sort_keys=False, default_flow_style=None)
+    path.write_text("\n".join(lines) + "\n" + body)
+    return path
+
+
+# ------------------------------------------------------------------- validation
+def _suggest(key: str, valid: Iterable[str]) -> str:
+    close = difflib.get_close_matches(str(key), list(valid), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _unknown_keys(d: Mapping, valid: Iterable[str], where: str, errors: list[str]) -> None:
+    valid = list(valid)
+    for k in d:
+        if k not in valid:
+            errors.append(f"{where}{k}: unknown key{_suggest(k, valid)}; valid keys: {valid}")
+
+
+def _name_list(raw: Mapping, key: str, registry: Iterable[str], errors: list[str]) -> list[str]:
+    registry = sorted(registry)
+    v = raw.get(key)
+    if v is None:
+        return []
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, list) or not v:
+        errors.append(f"{key}: must be a non-empty list of names from {registry}, got {v!r}")
+        return []
+    out = []
+    for i, name in enumerate(v):
+        if name not in registry:
+            errors.append(f"{key}[{i}]: unknown {key[:-1]} {name!r}{_suggest(name, registry)}; "
+                          f"choose from {registry}")
+        elif name in out:
+            errors.append(f"{key}[{i}]: {name!r} is listed twice")
+        else:
+            out.append(name)
+    return out
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _seed_list(v: Any, key: str, errors: list[str]) -> list[int]:
+    if not isinstance(v, list) or not v:
+        errors.append(f"{key}: must be a non-empty list of non-negative integers, got {v!r}")
+        return []
+    out = []
+    for i, s in enumerate(v):
+        if not _is_int(s) or s < 0:
+            errors.append(f"{key}[{i}]: seeds are non-negative integers, got {s!r}")
+        elif s in out:
+            errors.append(f"{key}[{i}]: seed {s} is listed twice")
+        else:
+            out.append(s)
+    return out
+
+
+def _build_errors(dataset: str, threads: int, overrides: Mapping[str, Any]) -> list[str]:
+    """The problems `TrialConfig.build` finds, one message per problem."""
+    from fusion_sweep.config import TrialConfig
+
+    try:
+        TrialConfig.build(dataset, num_threads=threads, **overrides)
+    except ValueError as e:
+        # "invalid trial config:\n  a\n  b" -> ["a", "b"]
+        lines = [ln.strip() for ln in str(e).splitlines()]
+        return [ln for ln in lines if ln and not ln.startswith("invalid trial config")] or [str(e)]
+    return []
+
+
+def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
+    from fusion_sweep.config import TrialConfig
+    from fusion_sweep.data.registry import DATASETS
+    from fusion_sweep.models.fusion import FUSIONS
+    from fusion_sweep.models.positional import POSITIONAL
+
+    if not isinstance(raw, Mapping):
+        errors.append(f"the file must hold a mapping with keys {list(TOP_LEVEL_KEYS)}, "
+                      f"got {type(raw).__name__}")
+        return None
+    _unknown_keys(raw, TOP_LEVEL_KEYS, "", errors)
+    for k in REQUIRED_KEYS:
+        if k not in raw:
+            errors.append(f"{k}: missing required key")
+
+    name = raw.get("name")
+    if name is not None and (not isinstance(name, str) or not name.strip()
+                             or any(c in name for c in "/\\ ")):
+        errors.append(f"name: must be a non-empty string without '/', '\\' or spaces, got {name!r}")
+    for k in ("description", "experiment"):
+        if k in raw and not isinstance(raw[k], str):
+            errors.append(f"{k}: must be a string, got {raw[k]!r}")
+
+    datasets = _name_list(raw, "datasets", DATASETS, errors)
+    pes = _name_list(raw, "pes", POSITIONAL, errors)
+    fusions = _name_list(raw, "fusions", FUSIONS, errors)
+    seeds = _seed_list(raw["seeds"], "seeds", errors) if "seeds" in raw else []
+
+    # resources
+    resources = {"cpu": 1, "gpu": 0}
+    res = raw.get("resources", {})
+    if not isinstance(res, Mapping):
+        errors.append(f"resources: must be a mapping with keys {list(RESOURCE_KEYS)}, got {res!r}")
+    else:
+        _unknown_keys(res, RESOURCE_KEYS, "resources.", errors)
+        cpu, gpu = res.get("cpu", 1), res.get("gpu", 0)
+        if not _is_num(cpu) or cpu <= 0:
+            errors.append(f"resources.cpu: must be a positive number, got {cpu!r}")
+        if not _is_num(gpu) or gpu < 0:
+            errors.append(f"resources.gpu: must be a number >= 0 (fractional packs trials "
+                          f"onto one GPU), got {gpu!r}")
+        elif gpu > 1 and not float(gpu).is_integer():
+            errors.append(f"resources.gpu: above 1 it must be a whole number (Ray's rule), got {gpu!r}")
+        resources = {"cpu": cpu, "gpu": gpu}
+
+    max_failures = raw.get("max_failures", 2)
+    if not _is_int(max_failures) or max_failures < -1:
+        errors.append(f"max_failures: must be an integer >= 0 (-1 = retry forever), got {max_failures!r}")
+
+    baseline = raw.get("baseline", "add")
+    if baseline not in FUSIONS:
+        errors.append(f"baseline: unknown fusion {baseline!r}{_suggest(baseline, FUSIONS)}; "
+                      f"choose from {sorted(FUSIONS)}")
+    elif fusions and baseline not in fusions:
+        errors.append(f"baseline: {baseline!r} is not in fusions {fusions}; the comparison "
+                      f"needs the baseline's trials")
+    metric = raw.get("metric", "test_acc")
+    if metric not in METRICS:
+        errors.append(f"metric: unknown metric {metric!r}; choose from {list(METRICS)}")
+
+    margin = raw.get("equivalence_margin")
+    if margin is not None:
+        if isinstance(margin, Mapping):
+            for d, m in margin.items():
+                if d not in datasets:
+                    errors.append(f"equivalence_margin.{d}: not a dataset of this space; "
+                                  f"choose from {datasets}")
+                if not _is_num(m) or m <= 0:
+                    errors.append(f"equivalence_margin.{d}: must be a positive number, got {m!r}")
+        elif not _is_num(margin) or margin <= 0:
+            errors.append(f"equivalence_margin: must be null, a positive number, or "
+                          f"{{dataset: number}}, got {margin!r}")
+
+    # hyperparameters
+    hp_raw = raw.get("hyperparameters") or {}
+    allowed_fields = [f for f in TrialConfig.field_names() if f not in RESERVED_FIELDS]
+    hparams: dict[str, dict[str, Any]] = {}
+    if not isinstance(hp_raw, Mapping):
+        errors.append(f"hyperparameters: must be a mapping {{all|<dataset>: {{field: value}}}}, "
+                      f"got {hp_raw!r}")
+        hp_raw = {}
+    for group, values in hp_raw.items():
+        where = f"hyperparameters.{group}"
+        if group != "all" and group not in DATASETS:
+            errors.append(f"{where}: unknown dataset {group!r}{_suggest(group, DATASETS)}; "
+                          f"use 'all' or one of {sorted(DATASETS)}")
+            continue
+        if group != "all" and datasets and group not in datasets:
+            errors.append(f"{where}: dataset {group!r} is not in datasets {datasets}")
+            continue
+        if values is None:
+            values = {}
+        if not isinstance(values, Mapping):
+            errors.append(f"{where}: must be a mapping {{field: value}}, got {values!r}")
+            continue
+        clean = {}
+        for k, v in values.items():
+            if k in RESERVED_FIELDS:
+                why = ("set by the grid (datasets/pes/fusions/seeds)"
+                       if k in ("dataset", "pe", "fusion", "seed") else
+                       "set from resources.cpu" if k == "num_threads" else
+                       "managed by `fusion-sweep tune`")
+                errors.append(f"{where}.{k}: may not be set here ({why})")
+            elif k not in allowed_fields:
+                errors.append(f"{where}.{k}: unknown hyperparameter{_suggest(k, allowed_fields)}; "
+                              f"valid: {sorted(allowed_fields)}")
+            else:
+                clean[k] = v
+        hparams[group] = clean
+
+    # every grid point must build a valid TrialConfig; a problem of the dataset's
+    # hyperparameters is reported once, under its key, not once per grid point
+    cpu = resources["cpu"]
+    threads = max(1, int(math.floor(cpu))) if _is_num(cpu) and cpu > 0 else 1
+    base_errors: dict[str, set[str]] = {}
+    for d in datasets:
+        overrides = {**hparams.get("all", {}), **hparams.get(d, {})}
+        where = f"hyperparameters.{d}" if d in hparams else (
+            "hyperparameters.all" if "all" in hparams else f"datasets ({d} defaults)")
+        base_errors[d] = set(_build_errors(d, threads, overrides))
+        errors.extend(f"{where}: {m}" for m in sorted(base_errors[d]))
+        for p, f in itertools.product(pes, fusions):
+            errors.extend(f"pes × fusions (dataset={d}, pe={p}, fusion={f}): {m}"
+                          for m in _build_errors(d, threads, {**overrides, "pe": p, "fusion": f})
+                          if m not in base_errors[d])
+
+    # tune section
+    tune_spec = None
+    tune_raw = raw.get("tune")
+    if tune_raw is not None:
+        tune_spec = _validate_tune(tune_raw, seeds, datasets, pes, baseline, hparams, allowed_fields,
+                                   threads, errors, base_errors)
+
+    tuned = raw.get("tuned")
+    if tuned is not None and not isinstance(tuned, Mapping):
+        errors.append(f"tuned: must be a mapping (provenance written by `fusion-sweep tune`), got {tuned!r}")
+
+    if errors:
+        return None
+    return SearchSpace(
+        name=name, datasets=tuple(datasets), pes=tuple(pes), fusions=tuple(fusions),
+        seeds=tuple(seeds), hyperparameters=hparams, resources=resources,
+        max_failures=max_failures, baseline=baseline, metric=metric,
+        equivalence_margin=dict(margin) if isinstance(margin, Mapping) else margin,
+        experiment=raw.get("experiment", DEFAULT_EXPERIMENT), description=raw.get("description", ""),
+        tune=tune_spec, tuned=dict(tuned) if tuned else None, source=source, raw=dict(raw),
+    )
+
+
+def _validate_tune(t: Any, seeds: list[int], datasets: list[str], pes: list[str], baseline: str,
+                   hparams: dict, allowed_fields: list[str], threads: int, errors: list[str],
+                   base_errors: dict[str, set[str]]) -> TuneSpec | None:
+
+    if not isinstance(t, Mapping):
+        errors.append(f"tune: must be a mapping with keys {list(TUNE_KEYS)}, got {t!r}")
+        return None
+    _unknown_keys(t, TUNE_KEYS, "tune.", errors)
+    for k in ("seeds", "budget", "search"):
+        if k not in t:
+            errors.append(f"tune.{k}: missing required key")
+    tseeds = _seed_list(t["seeds"], "tune.seeds", errors) if "seeds" in t else []
+    overlap = sorted(set(tseeds) & set(seeds))
+    if overlap:
+        errors.append(f"tune.seeds: {overlap} also appear in seeds {seeds}; tuning seeds must be "
+                      f"kept apart from the sweep's seeds")
+    budget = t.get("budget")
+    if "budget" in t and (not _is_int(budget) or budget < 1):
+        errors.append(f"tune.budget: must be a positive integer (trials per dataset), got {budget!r}")
+    pe = t.get("pe")
+    if pe is not None and pe not in pes:
+        errors.append(f"tune.pe: {pe!r} is not in pes {pes}")
+
+    search = t.get("search") or {}
+    clean: dict[str, dict[str, list]] = {}
+    if not isinstance(search, Mapping) or ("search" in t and not search):
+        errors.append(f"tune.search: must be a non-empty mapping {{field: {{distribution: args}}}} "
+                      f"with distributions {list(DISTRIBUTIONS)}")
+        search = {}
+    for k, spec in search.items():
+        where = f"tune.search.{k}"
+        if k in RESERVED_FIELDS or k not in allowed_fields:
+            errors.append(f"{where}: not a tunable hyperparameter{_suggest(k, allowed_fields)}; "
+                          f"valid: {sorted(allowed_fields)}")
+            continue
+        if not isinstance(spec, Mapping) or len(spec) != 1:
+            errors.append(f"{where}: must be one {{distribution: args}} with distribution from "
+                          f"{list(DISTRIBUTIONS)}, got {spec!r}")
+            continue
+        (dist, args), = spec.items()
+        if dist not in DISTRIBUTIONS:
+            errors.append(f"{where}: unknown distribution {dist!r}{_suggest(dist, DISTRIBUTIONS)}; "
+                          f"choose from {list(DISTRIBUTIONS)}")
+            continue
+        if not isinstance(args, list) or not args:
+            errors.append(f"{where}.{dist}: expects {DISTRIBUTIONS[dist]}, got {args!r}")
+            continue
+        if dist == "choice":
+            probes = list(args)
+        else:
+            if len(args) != 2 or not all(_is_num(a) for a in args) or not args[0] < args[1] \
+                    or (dist == "loguniform" and args[0] <= 0) \
+                    or (dist == "randint" and not all(_is_int(a) for a in args)):
+                errors.append(f"{where}.{dist}: expects {DISTRIBUTIONS[dist]}, got {args!r}")
+                continue
+            probes = [args[0], args[1] - 1 if dist == "randint" else args[1]]
+        # every value the distribution can produce must make a valid trial config
+        tune_pe = pe or (pes[0] if pes else "sinusoidal")
+        for d in datasets:
+            base = {**hparams.get("all", {}), **hparams.get(d, {}), "fusion": baseline, "pe": tune_pe}
+            known = set(_build_errors(d, threads, base))  # reported elsewhere already
+            bad = [f"{where}.{dist}: value {v!r} gives an invalid trial ({d}): {m}"
+                   for v in probes for m in _build_errors(d, threads, {**base, k: v})
+                   if m not in known]
+            if bad:
+                errors.extend(bad)
+                break
+        clean[k] = {dist: list(args)}
+    if not _is_int(budget) or budget < 1:
+        return None
+    return TuneSpec(seeds=tuple(tseeds), budget=budget, search=clean, pe=pe)

@@ -1,0 +1,709 @@
+"""Ray Tune orchestration: one Tune trial per (dataset, pe, fusion, seed).
+
+`launch()` is `fusion-sweep launch`:
+
+1. load and validate the search space (nothing starts on bad input);
+2. check the tracking store and the Ray address are reachable;
+3. open (or re-attach to) the sweep's MLflow parent run and mark runs orphaned by a
+   killed driver KILLED;
+4. start a local Ray sized to the machine, or connect to `--address`;
+5. run the grid through `ray.tune.Tuner(reuse_actors=True)` with `FailureConfig` retries,
+   or `Tuner.restore` it when the sweep already exists: finished trials are never re-run,
+   interrupted and errored ones run again;
+6. print a summary (done / failed / retried, where results are, what to run next).
+
+Resume is robust to SIGKILL of the driver on two levels. Tune's experiment state is
+snapshotted every `TUNE_GLOBAL_CHECKPOINT_S` (1 s here, DESIGN.md §8), and a trial whose
+MLflow run (found by trial key) is already FINISHED reports the stored metrics instead of
+training again, which covers a trial that finished after the last snapshot.
+
+`tune()` is `fusion-sweep tune`: Optuna (via `OptunaSearch`) searches the space's `tune:`
+ranges on validation accuracy of the baseline fusion, on seeds disjoint from the sweep's,
+with `evaluate_test=False` so the test split is never read, then writes a frozen space.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import socket
+import sys
+import time
+import urllib.parse
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, TextIO
+
+from fusion_sweep.space import SearchSpace, dump_space, load_space
+
+DEFAULT_STORAGE_DIRNAME = "ray_results"
+CHECKPOINT_PERIOD_S = "1"  # TUNE_GLOBAL_CHECKPOINT_S; with Tune's default, a SIGKILL re-ran all trials
+STATE_FILE = "fusion_sweep.json"
+
+
+# ----------------------------------------------------------------------------- the plan
+@dataclass(frozen=True)
+class GridPoint:
+    config: Any  # TrialConfig
+    key: str
+
+    @property
+    def ident(self) -> tuple[str, str, str, int]:
+        c = self.config
+        return (c.dataset, c.pe, c.fusion, c.seed)
+
+
+def plan(space: SearchSpace, code: str | None = None) -> list[GridPoint]:
+    from fusion_sweep.tracking import code_version
+
+    code = code_version() if code is None else code
+    points = [GridPoint(c, c.trial_key(code)) for c in space.grid()]
+    keys = [p.key for p in points]
+    if len(set(keys)) != len(keys):  # cannot happen with a validated space; guard the invariant
+        raise ValueError("two grid points share a trial key; the grid has duplicates")
+    return points
+
+
+def grid_hash(points: list[GridPoint]) -> str:
+    return hashlib.sha256("\n".join(sorted(p.key for p in points)).encode()).hexdigest()[:16]
+
+
+def format_grid(space: SearchSpace, points: list[GridPoint], name: str) -> str:
+    res = f"cpu={space.cpu:g}, gpu={space.gpu:g}"
+    lines = [f"sweep {name!r} from {space.source}",
+             f"{len(points)} trials = {len(space.datasets)} datasets × {len(space.pes)} PEs × "
+             f"{len(space.fusions)} fusions × {len(space.seeds)} seeds; per trial: {res} "
+             f"(torch threads {space.num_threads}); retries per trial: {space.max_failures}",
+             f"baseline {space.baseline!r}, metric {space.metric!r}"
+             + (f", equivalence margin {space.equivalence_margin}" if space.equivalence_margin else ""),
+             ""]
+    for d in space.datasets:
+        hp = points_for(points, d)[0].config
+        shown = {k: v for k, v in hp.hyperparameters().items()
+                 if k in ("max_len", "d_model", "heads", "layers", "dim_ff", "dropout", "batch_size",
+                          "epochs", "lr", "optimizer", "limit_train", "patience")}
+        lines.append(f"  {d}: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
+    lines.append("")
+    w = max(len("dataset"), *(len(p.config.dataset) for p in points))
+    lines.append(f"  {'#':>3}  {'dataset':<{w}}  {'pe':<13}  {'fusion':<11}  {'seed':>4}  trial key")
+    for i, p in enumerate(points, 1):
+        c = p.config
+        lines.append(f"  {i:>3}  {c.dataset:<{w}}  {c.pe:<13}  {c.fusion:<11}  {c.seed:>4}  {p.key}")
+    return "\n".join(lines)
+
+
+def points_for(points: list[GridPoint], dataset: str) -> list[GridPoint]:
+    return [p for p in points if p.config.dataset == dataset]
+
+
+# ------------------------------------------------------------------------- preflight
+def resolve_storage(storage: str | None) -> str:
+    """Ray Tune needs an absolute path or a URI (DESIGN.md §8)."""
+    if not storage:
+        return str(Path.cwd().resolve() / DEFAULT_STORAGE_DIRNAME)
+    if "://" in storage:
+        return storage
+    return str(Path(storage).expanduser().resolve())
+
+
+def check_ray_address(address: str | None, timeout: float = 3.0) -> str | None:
+    """Resolve `--address` (or RAY_ADDRESS) and fail fast if nothing listens there."""
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address is None:
+        return None
+    if address == "auto":
+        from ray._private.services import canonicalize_bootstrap_address
+
+        try:
+            resolved = canonicalize_bootstrap_address("auto")
+        except (ConnectionError, ValueError) as e:
+            raise ValueError(f"--address auto: no running Ray cluster found on this machine ({e}); "
+                             f"start one with `ray start --head` (or `ray up cluster.yaml` and run "
+                             f"this on the head node), or omit --address for a local instance") from None
+        if not resolved:
+            raise ValueError("--address auto: no running Ray cluster found on this machine; start "
+                             "one with `ray start --head`, or omit --address for a local instance")
+        host_port = resolved
+    else:
+        host_port = address.split("://", 1)[-1]
+    host, _, port = host_port.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--address {address!r}: expected 'auto' or HOST:PORT (e.g. 10.0.0.5:6379)")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            pass
+    except OSError as e:
+        raise ValueError(f"--address {address!r}: cannot reach a Ray cluster at {host}:{port} ({e}); "
+                         f"check the address (`ray status` on the head node prints it), or omit "
+                         f"--address for a local instance") from None
+    return address
+
+
+def configure_ray_env(address: str | None) -> str:
+    """Environment every Ray process of the sweep must agree on; returns the auth mode.
+
+    Ray 2.60 turns token auth on for a new local cluster, and for `ray start` when a token
+    exists; a driver whose RAY_AUTH_MODE does not match fails after ~20 s (DESIGN.md §8).
+    An explicit RAY_AUTH_MODE always wins. Otherwise: a local instance uses `token` (Ray's
+    own default, made explicit so every worker inherits it); connecting to a cluster uses
+    `token` when a token is available here, as `ray start` would have, else `disabled`.
+    """
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", CHECKPOINT_PERIOD_S)
+    # Ray's legacy table reporter: one compact table every 15 s instead of a box per trial.
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    mode = os.environ.get("RAY_AUTH_MODE")
+    if mode is None:
+        if address is None:
+            mode = "token"
+        else:
+            token_file = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+            mode = "token" if (os.environ.get("RAY_AUTH_TOKEN") or token_file.is_file()) else "disabled"
+        os.environ["RAY_AUTH_MODE"] = mode
+    return mode
+
+
+class SweepLock:
+    """One driver per sweep: a PID file in the sweep's local Tune directory."""
+
+    def __init__(self, exp_dir: str):
+        self.path = Path(exp_dir) / ".driver.lock" if "://" not in exp_dir else None
+
+    def __enter__(self) -> "SweepLock":
+        if self.path is None:
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            try:
+                info = json.loads(self.path.read_text())
+                if info.get("host") == socket.gethostname() and _pid_alive(int(info["pid"])):
+                    raise ValueError(f"sweep already running: driver pid {info['pid']} holds "
+                                     f"{self.path}; wait for it, or kill it to resume here")
+            except (json.JSONDecodeError, KeyError, TypeError):
+                pass
+        self.path.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return True
+
+
+# -------------------------------------------------------------------------- the trial
+def _node_tags() -> dict[str, str]:
+    import ray
+
+    tags = {"fusion_sweep.hostname": socket.gethostname()}
+    if ray.is_initialized():
+        tags["fusion_sweep.node_id"] = ray.get_runtime_context().get_node_id()
+        tags["fusion_sweep.node_ip"] = ray.util.get_node_ip_address()
+    return tags
+
+
+def _ident(config: Mapping[str, Any]) -> tuple[str, str, str, int]:
+    return (config["dataset"], config["pe"], config["fusion"], int(config["seed"]))
+
+
+def run_trial(config: dict, *, ctx, configs: dict) -> None:
+    """The Ray Tune function trainable: one grid point, tracked in its own MLflow run.
+
+    Holds no state between trials (Ray reuses the actor); the trainer seeds every stream
+    from the trial's seed. `configs` maps (dataset, pe, fusion, seed) → TrialConfig dict.
+    """
+    from ray import tune
+
+    from fusion_sweep.config import TrialConfig
+    from fusion_sweep.tracking import TrialRun
+    from fusion_sweep.trainer import train_trial
+
+    tc = TrialConfig.from_dict(configs[_ident(config)])
+    key = tc.trial_key(ctx.code_version)
+    tags = {**_node_tags(), "fusion_sweep.num_threads": str(tc.num_threads),
+            "fusion_sweep.ray_trial_id": tune.get_context().get_trial_id() or ""}
+    run = TrialRun.open(ctx, tc, key, tags=tags)
+    if run.finished:  # finished after Tune's last state snapshot: report, don't re-train
+        tune.report({**run.final_metrics(), "trained": 0, "mlflow_run_id": run.run_id})
+        return
+
+    def on_epoch(rec) -> None:
+        run.log_epoch(rec)
+        tune.report({"epoch": rec.epoch, "train_loss": rec.train_loss, "val_acc": rec.val_acc,
+                     "val_loss": rec.val_loss})
+
+    try:
+        result = train_trial(tc, callback=on_epoch)
+        run.log_result(result)
+    except BaseException as e:
+        run.fail(e)
+        raise
+    tune.report({**result.metrics(), "epoch": result.epochs_run, "val_acc": result.curve[-1].val_acc,
+                 "trained": 1, "mlflow_run_id": run.run_id})
+
+
+# ---------------------------------------------------------------------------- launch
+@dataclass
+class LaunchSummary:
+    name: str
+    total: int
+    finished: int = 0
+    failed: int = 0
+    killed: int = 0
+    missing: int = 0
+    trained_now: int = 0  # trials this launch started training (finished or not)
+    kept: int = 0  # finished in an earlier launch, not touched now
+    retried: int = 0
+    orphans_reconciled: int = 0
+    seconds: float = 0.0
+    tracking_uri: str = ""
+    experiment: str = ""
+    parent_run_id: str = ""
+    experiment_path: str = ""
+    results_csv: str = ""
+    failed_trials: list[str] = field(default_factory=list)
+    tune_errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.finished == self.total
+
+
+def _init_ray(address: str | None, out: TextIO) -> bool:
+    """Connect or start Ray; returns True when this process started a local instance."""
+    import ray
+
+    kw = dict(logging_level="WARNING", log_to_driver=True)
+    if address is None:
+        ncpu = os.cpu_count() or 1
+        print(f"starting a local Ray instance with {ncpu} CPUs (this machine)", file=out)
+        # "local": a new instance even if `ray start` left one running here. Trials share
+        # little through the object store, so it need not claim 30% of RAM.
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        ray.init(address="local", num_cpus=ncpu, include_dashboard=False,
+                 object_store_memory=int(min(2 << 30, 0.3 * mem)), **kw)
+        return True
+    print(f"connecting to Ray at {address}", file=out)
+    ray.init(address=address, **kw)
+    return False
+
+
+def launch(space_ref: str, *, name: str | None = None, address: str | None = None,
+           tracking_uri: str | None = None, storage: str | None = None,
+           max_concurrent: int | None = None, dry_run: bool = False, experiment: str | None = None,
+           out: TextIO = sys.stdout) -> LaunchSummary | None:
+    """`fusion-sweep launch`. Returns None for --dry-run, else the summary."""
+    from fusion_sweep import tracking
+
+    t0 = time.time()
+    space = load_space(space_ref)
+    name = name or space.name
+    if not name or any(c in name for c in "/\\ "):
+        raise ValueError(f"--name {name!r}: use a non-empty name without '/', '\\' or spaces")
+    if max_concurrent is not None and max_concurrent < 1:
+        raise ValueError(f"--max-concurrent must be >= 1, got {max_concurrent}")
+    points = plan(space)
+    if dry_run:
+        print(format_grid(space, points, name), file=out)
+        print(f"\n(dry run: nothing started; {len(points)} trials would run)", file=out)
+        return None
+
+    # ---- preflight: everything that can fail does so before Ray starts
+    uri = tracking.resolve_tracking_uri(tracking_uri)
+    tracking.check_tracking_uri(uri)
+    address = check_ray_address(address)
+    storage_path = resolve_storage(storage)
+    exp_path = f"{storage_path.rstrip('/')}/{name}"
+    ghash = grid_hash(points)
+    _check_same_grid(exp_path, ghash, name)
+    experiment = experiment or space.experiment
+    tracker = tracking.SweepTracker(uri, experiment)
+    parent = tracker.find_parent(name)
+    if parent is not None and parent.data.tags.get(tracking.GRID_HASH, ghash) != ghash:
+        raise ValueError(f"sweep {name!r} already exists in MLflow experiment {experiment!r} with a "
+                         f"different grid; choose another --name to run this space")
+    commit = tracking.git_commit()
+    if parent is not None and parent.data.tags.get(tracking.GIT_COMMIT, commit) != commit:
+        print(f"note: sweep {name!r} was started at commit "
+              f"{parent.data.tags.get(tracking.GIT_COMMIT)}; now at {commit}", file=out)
+
+    auth = configure_ray_env(address)
+    with SweepLock(exp_path):
+        parent_id = tracker.start_parent(
+            name, grid_hash=ghash, n_trials=len(points), commit=commit,
+            description=space.description,
+            params={"space": space.source, "datasets": ",".join(space.datasets),
+                    "pes": ",".join(space.pes), "fusions": ",".join(space.fusions),
+                    "seeds": ",".join(map(str, space.seeds)), "baseline": space.baseline,
+                    "metric": space.metric, "equivalence_margin": space.equivalence_margin,
+                    "resources.cpu": space.cpu, "resources.gpu": space.gpu,
+                    "max_failures": space.max_failures})
+        orphans = tracker.reconcile_orphans(name)
+        if orphans:
+            print(f"marked {len(orphans)} MLflow run(s) left RUNNING by an earlier driver as KILLED",
+                  file=out)
+        ctx = tracking.TrackingContext(
+            tracking_uri=uri, experiment_id=tracker.experiment_id, parent_run_id=parent_id,
+            sweep=name, code_version=tracking.code_version(), git_commit=commit,
+            launch_id=uuid.uuid4().hex[:12])
+        _write_state(exp_path, ghash, space, points)
+        status = "FAILED"
+        started_ray = False
+        summary = LaunchSummary(name=name, total=len(points), orphans_reconciled=len(orphans),
+                                tracking_uri=uri, experiment=experiment, parent_run_id=parent_id,
+                                experiment_path=exp_path)
+        done = {r.data.tags.get(tracking.TRIAL_KEY) for r in tracker.trial_runs(name)
+                if r.info.status == "FINISHED"}
+        try:
+            if all(p.key in done for p in points):
+                print(f"all {len(points)} trials of sweep {name!r} already finished: nothing to run",
+                      file=out)
+            else:
+                started_ray = _init_ray(address, out)
+                _warn_resources(space, uri, out)
+                print(f"Ray auth mode: {auth}; Tune state: {exp_path}; MLflow: {uri} "
+                      f"(experiment {experiment!r}, parent run {parent_id})", file=out)
+                grid = _run_tuner(space, points, name, storage_path, exp_path, ctx,
+                                  max_concurrent, out)
+                summary.tune_errors = [str(e).strip().splitlines()[-1][:300] for e in grid.errors]
+            status = "FINISHED"
+        except KeyboardInterrupt:
+            status = "KILLED"
+            print("\ninterrupted: run the same command again to resume", file=out)
+        finally:
+            if started_ray or address is not None:
+                import ray
+
+                ray.shutdown()  # a no-op when Ray never started
+            _summarize(summary, tracker, points, ctx, out)
+            if status == "FINISHED" and not summary.ok:
+                status = "FAILED" if summary.failed or summary.tune_errors else "KILLED"
+            summary.seconds = time.time() - t0
+            artifacts = [Path(summary.results_csv)] if summary.results_csv else []
+            tracker.finish_parent(parent_id, status, {
+                "trials_finished": summary.finished, "trials_failed": summary.failed,
+                "trials_trained_this_launch": summary.trained_now, "trials_retried": summary.retried,
+                "launch_seconds": summary.seconds}, artifacts)
+    print(format_summary(summary, space_ref), file=out)
+    return summary
+
+
+def _check_same_grid(exp_path: str, ghash: str, name: str) -> None:
+    if "://" in exp_path:
+        return
+    state = Path(exp_path) / STATE_FILE
+    if state.is_file():
+        old = json.loads(state.read_text()).get("grid_hash")
+        if old and old != ghash:
+            raise ValueError(f"sweep {name!r} already exists at {exp_path} with a different grid "
+                             f"(the space changed); choose another --name, or remove that directory "
+                             f"to start over")
+
+
+def _write_state(exp_path: str, ghash: str, space: SearchSpace, points: list[GridPoint]) -> None:
+    if "://" in exp_path:
+        return
+    Path(exp_path).mkdir(parents=True, exist_ok=True)
+    (Path(exp_path) / STATE_FILE).write_text(json.dumps(
+        {"grid_hash": ghash, "space": space.source, "trials": len(points)}, indent=1))
+
+
+def _warn_resources(space: SearchSpace, uri: str, out: TextIO) -> None:
+    import ray
+
+    from fusion_sweep.tracking import is_local_store
+
+    res = ray.cluster_resources()
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    if res.get("CPU", 0) < space.cpu or res.get("GPU", 0) < space.gpu:
+        print(f"warning: one trial needs cpu={space.cpu:g}, gpu={space.gpu:g} but the cluster has "
+              f"CPU={res.get('CPU', 0):g}, GPU={res.get('GPU', 0):g} now; trials wait until an "
+              f"autoscaler adds such a node", file=out)
+    hosts = {n.get("NodeManagerAddress") for n in nodes}
+    loopback = urllib.parse.urlparse(uri).hostname in ("127.0.0.1", "localhost", "::1")
+    if len(hosts) > 1 and loopback:
+        print(f"warning: the tracking URI {uri} is this machine's loopback address, but trials "
+              f"also run on other machines ({len(hosts)} node IPs); give an address they can "
+              f"reach, e.g. http://<head-ip>:5000", file=out)
+    if len(nodes) > 1 and is_local_store(uri):
+        print(f"warning: {len(nodes)} nodes but a local tracking store ({uri}); trials on other "
+              f"machines cannot write to it unless it is on a shared filesystem. Pass "
+              f"--tracking-uri http://<head>:5000 (cluster.yaml starts that server)", file=out)
+
+
+def _run_tuner(space: SearchSpace, points: list[GridPoint], name: str, storage_path: str,
+               exp_path: str, ctx, max_concurrent: int | None, out: TextIO):
+    from ray import tune
+
+    configs = {p.ident: p.config.to_dict() for p in points}
+    trainable = tune.with_resources(
+        tune.with_parameters(run_trial, ctx=ctx, configs=configs),
+        {"cpu": space.cpu, "gpu": space.gpu})
+    if tune.Tuner.can_restore(exp_path):
+        print(f"resuming sweep {name!r}: finished trials are kept, unfinished and errored ones "
+              f"run again", file=out)
+        tuner = tune.Tuner.restore(exp_path, trainable=trainable, resume_unfinished=True,
+                                   resume_errored=False, restart_errored=True)
+    else:
+        tuner = tune.Tuner(
+            trainable,
+            param_space={"dataset": tune.grid_search(list(space.datasets)),
+                         "pe": tune.grid_search(list(space.pes)),
+                         "fusion": tune.grid_search(list(space.fusions)),
+                         "seed": tune.grid_search(list(space.seeds))},
+            tune_config=tune.TuneConfig(num_samples=1, reuse_actors=True,
+                                        max_concurrent_trials=max_concurrent),
+            run_config=tune.RunConfig(
+                name=name, storage_path=storage_path,
+                failure_config=tune.FailureConfig(max_failures=space.max_failures),
+                progress_reporter=_reporter(), verbose=1),
+        )
+    return tuner.fit()
+
+
+def _reporter():
+    """A compact table: the grid point, its epoch and validation/test accuracy."""
+    from ray.tune import CLIReporter
+
+    return CLIReporter(parameter_columns=["dataset", "pe", "fusion", "seed"],
+                       metric_columns={"epoch": "epoch", "val_acc": "val_acc",
+                                       "test_acc": "test_acc"},
+                       max_report_frequency=15, sort_by_metric=False)
+
+
+def _summarize(s: LaunchSummary, tracker, points: list[GridPoint], ctx, out: TextIO) -> None:
+    """Fill the summary from MLflow (the source of truth) and write results.csv."""
+    import csv
+
+    from fusion_sweep import tracking
+
+    try:
+        runs = {r.data.tags.get(tracking.TRIAL_KEY): r for r in tracker.trial_runs(s.name)}
+    except Exception as e:  # noqa: BLE001 - never hide the sweep's own outcome
+        print(f"warning: could not read MLflow for the summary: {e}", file=out)
+        return
+    rows = []
+    for p in points:
+        r = runs.get(p.key)
+        c = p.config
+        status = r.info.status if r is not None else "MISSING"
+        row = {"dataset": c.dataset, "pe": c.pe, "fusion": c.fusion, "seed": c.seed,
+               "trial_key": p.key, "status": status,
+               "mlflow_run_id": r.info.run_id if r is not None else ""}
+        if r is not None:
+            row.update({k: r.data.metrics.get(k, "") for k in tracking.FINAL_METRICS})
+            row.update({"fp_" + k: r.data.tags.get(tag, "")
+                        for k, tag in tracking.FINGERPRINT_TAGS.items()})
+            row["attempts"] = int(r.data.tags.get(tracking.ATTEMPTS) or 1)
+            touched = r.data.tags.get(tracking.LAUNCH_ID) == ctx.launch_id
+            s.trained_now += touched
+            s.kept += status == "FINISHED" and not touched
+            s.retried += row["attempts"] > 1
+        rows.append(row)
+        if status == "FINISHED":
+            s.finished += 1
+        elif status == "MISSING":
+            s.missing += 1
+        elif status == "KILLED":
+            s.killed += 1
+        else:
+            s.failed += 1
+            s.failed_trials.append(f"{c.dataset}/{c.pe}/{c.fusion}/seed {c.seed}: "
+                                   f"{r.data.tags.get('fusion_sweep.error', status)}")
+    if "://" not in s.experiment_path:
+        path = Path(s.experiment_path) / "results.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        cols = list(rows[0]) if rows else []
+        for r in rows:
+            cols += [k for k in r if k not in cols]
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=cols)
+            w.writeheader()
+            w.writerows(rows)
+        s.results_csv = str(path)
+
+
+def format_summary(s: LaunchSummary, space_ref: str) -> str:
+    from fusion_sweep.tracking import DEFAULT_EXPERIMENT, default_tracking_uri, is_local_store
+
+    lines = ["", f"== sweep {s.name!r}: {s.finished}/{s.total} trials finished "
+                 f"({s.kept} kept from earlier launches); {s.trained_now} trained in this launch; "
+                 f"{s.failed} failed; {s.killed + s.missing} not run; {s.retried} retried "
+                 f"(ran more than once); {s.seconds:.0f} s =="]
+    for f in s.failed_trials[:10]:
+        lines.append(f"  failed: {f}")
+    if s.tune_errors and not s.failed_trials:
+        lines.append(f"  Ray Tune errors ({len(s.tune_errors)}), first: {s.tune_errors[0]}")
+    if s.orphans_reconciled:
+        lines.append(f"  reconciled {s.orphans_reconciled} orphaned RUNNING run(s) to KILLED")
+    lines += [f"  MLflow: {s.tracking_uri}  experiment {s.experiment!r}, parent run {s.parent_run_id}",
+              f"  Ray Tune state: {s.experiment_path}"]
+    if s.results_csv:
+        lines.append(f"  results table: {s.results_csv}")
+    uri_arg = "" if s.tracking_uri == default_tracking_uri() else f" --tracking-uri {s.tracking_uri}"
+    exp_arg = "" if s.experiment == DEFAULT_EXPERIMENT else f" --experiment {s.experiment}"
+    lines.append(f"  statistics: fusion-sweep stats --sweep {s.name}{uri_arg}{exp_arg}")
+    if is_local_store(s.tracking_uri):
+        lines.append("  browse:     fusion-sweep ui   (MLflow UI on http://127.0.0.1:5000)")
+    else:
+        lines.append(f"  browse:     {s.tracking_uri} (through `ray attach cluster.yaml -p 5000` or an "
+                     f"SSH tunnel when it runs on a cluster head)")
+    if not s.ok:
+        lines.append(f"  resume:     fusion-sweep launch {space_ref} --name {s.name}  "
+                     f"(finished trials are kept)")
+    return "\n".join(lines)
+
+
+
+# ------------------------------------------------------------------------------ tune
+TUNE_METRIC = "mean_val_acc"
+
+
+def evaluate_params(params: Mapping[str, Any], *, dataset: str, pe: str, fusion: str,
+                    seeds: tuple[int, ...], base: Mapping[str, Any], num_threads: int,
+                    train: Callable | None = None) -> dict[str, float]:
+    """Mean best validation accuracy of `params` over the tuning seeds.
+
+    Every config has `evaluate_test=False`: the trainer never touches the test split.
+    """
+    from fusion_sweep.config import TrialConfig
+
+    if train is None:
+        from fusion_sweep.trainer import train_trial as train
+    out: dict[str, float] = {}
+    accs = []
+    for seed in seeds:
+        cfg = TrialConfig.build(dataset, pe=pe, fusion=fusion, seed=seed, num_threads=num_threads,
+                                evaluate_test=False, **{**base, **params})
+        r = train(cfg)
+        accs.append(r.best_val_acc)
+        out[f"val_acc_seed{seed}"] = float(r.best_val_acc)
+    out[TUNE_METRIC] = float(sum(accs) / len(accs))
+    return out
+
+
+def tune_objective(params: dict, **kw) -> None:
+    """Ray Tune function trainable for `fusion-sweep tune`."""
+    from ray import tune
+
+    tune.report(evaluate_params(params, **kw))
+
+
+def _domain(spec: Mapping[str, list]):
+    from ray import tune
+
+    (dist, args), = spec.items()
+    return {"loguniform": lambda: tune.loguniform(*args), "uniform": lambda: tune.uniform(*args),
+            "randint": lambda: tune.randint(*args), "choice": lambda: tune.choice(args)}[dist]()
+
+
+def _in_range(value: Any, spec: Mapping[str, list]) -> bool:
+    (dist, args), = spec.items()
+    if dist == "choice":
+        return value in args
+    return args[0] <= value < args[1] if dist == "randint" else args[0] <= value <= args[1]
+
+
+def tune_space(space_ref: str, *, budget: int | None = None, output: str | None = None,
+               address: str | None = None, storage: str | None = None,
+               max_concurrent: int | None = None, out: TextIO = sys.stdout) -> Path:
+    """`fusion-sweep tune`: Optuna on validation accuracy of the baseline, then a frozen space."""
+    space = load_space(space_ref)
+    if space.tune is None:
+        raise ValueError(f"{space.source}: no `tune:` section; add e.g. tune: {{seeds: [100, 101], "
+                         f"budget: 8, search: {{lr: {{loguniform: [1.0e-4, 3.0e-3]}}}}}}")
+    if budget is not None and budget < 1:
+        raise ValueError(f"--budget must be >= 1, got {budget}")
+    budget = budget or space.tune.budget
+    out_path = Path(output) if output else Path.cwd() / f"{space.name}-tuned.yaml"
+    if not out_path.parent.is_dir():
+        raise ValueError(f"--output {out_path}: directory {out_path.parent} does not exist")
+    pe = space.tune.pe or space.pes[0]
+    address = check_ray_address(address)
+    storage_path = resolve_storage(storage)
+    configure_ray_env(address)
+
+    from ray import tune
+    from ray.tune.search.optuna import OptunaSearch
+
+    from fusion_sweep.config import TrialConfig
+
+    started = _init_ray(address, out)
+    tuned: dict[str, dict[str, Any]] = {}
+    provenance: dict[str, Any] = {
+        "from": space.source, "budget_per_dataset": budget, "seeds": list(space.tune.seeds),
+        "fusion": space.baseline, "pe": pe, "metric": f"{TUNE_METRIC} (best validation accuracy, "
+        f"mean over tuning seeds; the test split is never read)", "search": space.tune.search,
+        "best": {}}
+    t0 = time.time()
+    try:
+        for dataset in space.datasets:
+            base = space.overrides_for(dataset)
+            current = TrialConfig.build(dataset, **base).to_dict()
+            start = {k: current[k] for k in space.tune.search}
+            searcher = OptunaSearch(
+                metric=TUNE_METRIC, mode="max", seed=0,
+                points_to_evaluate=[start] if all(_in_range(start[k], v)
+                                                  for k, v in space.tune.search.items()) else None)
+            trainable = tune.with_resources(
+                tune.with_parameters(tune_objective, dataset=dataset, pe=pe, fusion=space.baseline,
+                                     seeds=tuple(space.tune.seeds), base=base,
+                                     num_threads=space.num_threads),
+                {"cpu": space.cpu, "gpu": space.gpu})
+            print(f"tuning {dataset}: {budget} Optuna trials × {len(space.tune.seeds)} seeds of "
+                  f"{space.baseline}/{pe}", file=out)
+            grid = tune.Tuner(
+                trainable,
+                param_space={k: _domain(v) for k, v in space.tune.search.items()},
+                tune_config=tune.TuneConfig(search_alg=searcher, num_samples=budget,
+                                            max_concurrent_trials=max_concurrent, reuse_actors=True),
+                run_config=tune.RunConfig(
+                    name=f"{space.name}-tune-{dataset}-{uuid.uuid4().hex[:6]}",
+                    storage_path=storage_path, verbose=1,
+                    progress_reporter=tune.CLIReporter(
+                        parameter_columns=list(space.tune.search), metric_columns=[TUNE_METRIC],
+                        max_report_frequency=15)),
+            ).fit()
+            ok = [r for r in grid if r.error is None and r.metrics and TUNE_METRIC in r.metrics]
+            if not ok:
+                raise RuntimeError(f"tuning {dataset}: every trial failed; first error: "
+                                   f"{next((r.error for r in grid if r.error), 'no result')}")
+            best = max(ok, key=lambda r: r.metrics[TUNE_METRIC])
+            tuned[dataset] = {k: best.config[k] for k in space.tune.search}
+            provenance["best"][dataset] = {"val_acc": round(best.metrics[TUNE_METRIC], 6),
+                                           "trials": len(ok)}
+            print(f"  best {dataset}: {tuned[dataset]}  val_acc={best.metrics[TUNE_METRIC]:.4f}",
+                  file=out)
+    finally:
+        if started or address is not None:
+            import ray
+
+            ray.shutdown()
+
+    hp = {k: dict(v) for k, v in space.hyperparameters.items()}
+    for d, values in tuned.items():
+        hp.setdefault(d, {}).update(values)
+    provenance["seconds"] = round(time.time() - t0, 1)
+    frozen = dataclasses.replace(space, name=f"{space.name}-tuned", hyperparameters=hp, tune=None,
+                                 tuned=provenance,
+                                 description=(f"{space.description} " if space.description else "")
+                                 + f"Hyperparameters tuned by `fusion-sweep tune {space_ref}`, then frozen.")
+    dump_space(frozen, out_path, header=[
+        f"Frozen by `fusion-sweep tune {space_ref} --budget {budget}`: the values below are fixed",
+        "for every fusion (paper protocol); tuned on validation accuracy, tuning seeds only."])
+    load_space(out_path)  # the written file must validate
+    print(f"wrote {out_path}\nrun it with: fusion-sweep launch {out_path}", file=out)
+    return out_path

@@ -1,0 +1,520 @@
+"""End-to-end sweeps on real parts: a 2-node Ray cluster and a real `mlflow server`.
+
+* the smoke space on `ray.cluster_utils.Cluster` (2 nodes) tracked by an MLflow server on
+  127.0.0.1: one FINISHED run per trial with the schema, trials on both nodes, artifacts
+  retrievable from the server; launching again re-runs nothing and duplicates nothing;
+* SIGKILL of a `fusion-sweep launch` process mid-sweep, then launching again: only the
+  unfinished trials train, one run per trial;
+* a worker node removed mid-sweep: every trial still finishes, no duplicate runs;
+* `fusion-sweep tune` writes a frozen space, and the test split is never read;
+* bad input fails before Ray starts; cluster.yaml passes Ray's own validation; `ui`.
+
+The fixtures here are self-contained (module-scoped cluster and server, cleaned up by PID).
+"""
+from __future__ import annotations
+
+import copy
+import csv
+import dataclasses
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fusion_sweep import tracking
+from fusion_sweep.cli import main as cli_main
+from fusion_sweep.space import SPACE_DIR, load_space
+from fusion_sweep.sweep import plan
+
+REPO = Path(__file__).resolve().parents[1]
+NODE_ARGS = dict(num_cpus=1, memory=1536 << 20, object_store_memory=96 << 20)
+
+
+# ------------------------------------------------------------------------------ helpers
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def children_of(pid: int) -> set[int]:
+    """Every descendant of `pid` (from /proc; no psutil here)."""
+    parent: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    out, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, pp in parent.items() if pp in frontier} - out
+        out |= frontier
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def kill_pids(pids: set[int], wait: float = 10.0) -> None:
+    """SIGKILL the given processes (ones this test started) that are still alive."""
+    deadline = time.time() + wait
+    while time.time() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.5)
+    for p in pids:
+        if alive(p):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def slow_space(tmp_path: Path, name: str, seeds=(0, 1, 2), epochs=6, limit_train=1024) -> Path:
+    """The smoke space with trials long enough (a few seconds) to interrupt."""
+    d = yaml.safe_load((SPACE_DIR / "smoke.yaml").read_text())
+    d["name"] = name
+    d["seeds"] = list(seeds)
+    d["hyperparameters"]["all"].update(epochs=epochs, limit_train=limit_train)
+    d.pop("tune")
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(d, sort_keys=False))
+    return p
+
+
+def trial_runs(uri: str, sweep: str, experiment: str = "fusion-sweep"):
+    return tracking.SweepTracker(uri, experiment).trial_runs(sweep)
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",)}
+    env.update(PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+# ----------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A real 2-node Ray cluster on this machine, 1 CPU and bounded memory per node."""
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED")}
+    os.environ["RAY_AUTH_MODE"] = "disabled"  # the same for the cluster and every driver
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={**NODE_ARGS, "include_dashboard": False})
+    worker = cluster.add_node(**NODE_ARGS)
+    cluster.wait_for_nodes()
+    cluster.worker = worker
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """`mlflow server` on 127.0.0.1 with a sqlite backend and proxied artifacts."""
+    d = tmp_path_factory.mktemp("mlflow_server")
+    port = free_port()
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+         "--backend-store-uri", f"sqlite:///{d / 'mlflow.db'}", "--serve-artifacts",
+         "--artifacts-destination", str(d / "artifacts"), "--workers", "1"],
+        env=env, stdout=open(d / "server.log", "w"), stderr=subprocess.STDOUT,
+        start_new_session=True)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(uri + "/health", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError("mlflow server did not start:\n" + (d / "server.log").read_text())
+                time.sleep(0.5)
+        yield uri
+    finally:
+        pids = children_of(proc.pid) | {proc.pid}
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            pass
+        kill_pids(pids, wait=5)
+
+
+# -------------------------------------------------------------------- the main path
+def test_sweep_on_two_nodes_tracked_by_server(ray_cluster, mlflow_server, tmp_path, monkeypatch):
+    from mlflow.artifacts import download_artifacts
+
+    from fusion_sweep.sweep import launch
+
+    monkeypatch.chdir(tmp_path)
+    t0 = time.time()
+    s = launch("smoke", name="e2e", address=ray_cluster.address, tracking_uri=mlflow_server,
+               storage=str(tmp_path / "ray_results"))
+    print(f"\n[e2e] smoke sweep on the 2-node cluster: {time.time() - t0:.1f} s")
+    points = plan(load_space("smoke"))
+    assert s.ok and s.finished == len(points) == 4 and s.trained_now == 4 and s.failed == 0
+
+    tr = tracking.SweepTracker(mlflow_server, "fusion-sweep")
+    parents = tr.client.search_runs([tr.experiment_id], "tags.`fusion_sweep.role` = 'sweep'")
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.info.run_name == "e2e" and parent.info.status == "FINISHED"
+    assert parent.data.tags["fusion_sweep.sweep"] == "e2e"
+
+    runs = trial_runs(mlflow_server, "e2e")
+    assert len(runs) == 4
+    assert sorted(r.data.tags["fusion_sweep.trial_key"] for r in runs) == sorted(p.key for p in points)
+    by_key = {p.key: p.config for p in points}
+    for r in runs:
+        tags, params, metrics = r.data.tags, r.data.params, r.data.metrics
+        cfg = by_key[tags["fusion_sweep.trial_key"]]
+        assert r.info.status == "FINISHED"
+        assert tags["mlflow.parentRunId"] == parent.info.run_id
+        assert tags["fusion_sweep.role"] == "trial" and tags["fusion_sweep.sweep"] == "e2e"
+        for t in ("fp.split", "fp.batch_order", "fp.shared_init", "fusion_sweep.git_commit",
+                  "fusion_sweep.version", "fusion_sweep.node_id"):
+            assert tags.get(t), t
+        assert tags["fusion_sweep.num_threads"] == "1"
+        assert (params["dataset"], params["pe"], params["fusion"], params["seed"]) == \
+            (cfg.dataset, cfg.pe, cfg.fusion, str(cfg.seed))
+        assert set(cfg.hyperparameters()) <= set(params)
+        for m in tracking.FINAL_METRICS + tracking.EPOCH_METRICS:
+            assert m in metrics, m
+        hist = tr.client.get_metric_history(r.info.run_id, "val_acc")
+        assert [h.step for h in hist] == list(range(1, cfg.epochs + 1))
+    # paired seeds share split and batch order across fusions (the trainer's promise, logged)
+    for seed in (0, 1):
+        fps = {(r.data.tags["fp.split"], r.data.tags["fp.batch_order"], r.data.tags["fp.shared_init"])
+               for r in runs if r.data.params["seed"] == str(seed)}
+        assert len(fps) == 1
+    assert len({r.data.tags["fusion_sweep.node_id"] for r in runs}) == 2, "trials ran on one node only"
+
+    # an artifact uploaded from a trial (on either node) comes back from the server
+    run = runs[0]
+    assert run.info.artifact_uri.startswith("mlflow-artifacts:")
+    local = download_artifacts(run_id=run.info.run_id, artifact_path="predictions.csv",
+                               tracking_uri=mlflow_server, dst_path=str(tmp_path / "dl"))
+    rows = list(csv.reader(open(local)))
+    assert rows[0][:3] == ["index", "label", "pred"] and len(rows) > 1
+
+    # results table next to the Tune state, readable by `fusion-sweep stats --results`
+    table = list(csv.DictReader(open(s.results_csv)))
+    assert len(table) == 4 and {r["status"] for r in table} == {"FINISHED"}
+
+    # launching the same sweep again re-runs nothing and creates no run
+    s2 = launch("smoke", name="e2e", address=ray_cluster.address, tracking_uri=mlflow_server,
+                storage=str(tmp_path / "ray_results"))
+    assert s2.ok and s2.trained_now == 0 and s2.kept == 4
+    assert len(trial_runs(mlflow_server, "e2e")) == 4
+    assert len(tr.client.search_runs([tr.experiment_id], "tags.`fusion_sweep.role` = 'sweep'")) == 1
+
+
+def test_sigkill_driver_then_resume(mlflow_server, tmp_path):
+    """kill -9 a `fusion-sweep launch` (local Ray) mid-sweep; the relaunch trains only the rest."""
+    space = slow_space(tmp_path, "killme", seeds=(0, 1, 2), epochs=6)
+    total = len(load_space(space))
+    cmd = [sys.executable, "-m", "fusion_sweep.cli", "launch", str(space), "--tracking-uri",
+           mlflow_server, "--storage", str(tmp_path / "ray_results"),
+           "--max-concurrent", "2"]  # on a many-core machine all 6 would finish together
+    env = cli_env()
+    env.pop("RAY_AUTH_MODE", None)  # exercise the default (token auth, local instance)
+    log1 = open(tmp_path / "launch1.log", "w")
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log1, stderr=subprocess.STDOUT)
+    seen: set[int] = set()
+    try:
+        deadline = time.time() + 240
+        while True:
+            seen |= children_of(proc.pid)
+            runs = trial_runs(mlflow_server, "killme")
+            done = [r for r in runs if r.info.status == "FINISHED"]
+            if len(done) >= 2:
+                break
+            assert proc.poll() is None, (tmp_path / "launch1.log").read_text()
+            assert time.time() < deadline, "no trial finished in time"
+            time.sleep(0.3)
+        seen |= children_of(proc.pid)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        kill_pids(seen, wait=15)  # Ray processes the dead driver left behind
+
+    before = {r.data.tags["fusion_sweep.trial_key"]: r for r in trial_runs(mlflow_server, "killme")}
+    finished_before = {k for k, r in before.items() if r.info.status == "FINISHED"}
+    assert 2 <= len(finished_before), finished_before
+    assert len(finished_before) < total, "the sweep finished before the kill; make trials slower"
+    running_before = sum(r.info.status == "RUNNING" for r in before.values())
+
+    log2 = tmp_path / "launch2.log"
+    t0 = time.time()
+    r2 = subprocess.run(cmd, cwd=tmp_path, env=env, stdout=open(log2, "w"), stderr=subprocess.STDOUT,
+                        timeout=300)
+    out2 = log2.read_text()
+    assert r2.returncode == 0, out2[-3000:]
+    assert "resuming sweep 'killme'" in out2  # Tuner.restore from the experiment state
+    after = trial_runs(mlflow_server, "killme")
+    keys = [r.data.tags["fusion_sweep.trial_key"] for r in after]
+    assert len(keys) == len(set(keys)) == total, "duplicate or missing MLflow runs"
+    assert all(r.info.status == "FINISHED" for r in after)
+    retrained = set()
+    for r in after:
+        k = r.data.tags["fusion_sweep.trial_key"]
+        if k in before and r.data.tags.get("fusion_sweep.launch_id") == \
+                before[k].data.tags.get("fusion_sweep.launch_id"):
+            continue
+        retrained.add(k)
+    assert not retrained & finished_before, "a finished trial was trained again"
+    assert retrained == set(keys) - finished_before
+    m = re.search(r"(\d+)/(\d+) trials finished \((\d+) kept from earlier launches\); (\d+) "
+                  r"trained in this launch", out2)
+    assert m, out2[-2000:]
+    assert (int(m.group(1)), int(m.group(3)), int(m.group(4))) == \
+        (total, len(finished_before), total - len(finished_before))
+    if running_before:
+        assert f"marked {running_before} MLflow run(s) left RUNNING" in out2
+    print(f"\n[sigkill] {len(finished_before)}/{total} finished before kill -9; relaunch trained "
+          f"{len(retrained)} (= the unfinished), {len(finished_before)} kept; orphans reconciled: "
+          f"{running_before}; relaunch took {time.time() - t0:.1f} s")
+
+
+def test_worker_node_removed_mid_sweep(ray_cluster, mlflow_server, tmp_path, monkeypatch):
+    from fusion_sweep.sweep import launch
+
+    monkeypatch.chdir(tmp_path)
+    space = slow_space(tmp_path, "noderm", seeds=(0, 1, 2), epochs=6)
+    total = len(load_space(space))
+    worker = ray_cluster.worker
+    removed: list[str] = []
+
+    def remove_when_busy() -> None:
+        deadline = time.time() + 180
+        while time.time() < deadline:
+            try:
+                runs = trial_runs(mlflow_server, "noderm")
+            except Exception:  # noqa: BLE001 - experiment not created yet
+                runs = []
+            busy = [r for r in runs if r.info.status == "RUNNING"
+                    and r.data.tags.get("fusion_sweep.node_id") == worker.node_id]
+            if busy:
+                time.sleep(1.0)  # let it train a little
+                ray_cluster.remove_node(worker, allow_graceful=False)
+                removed.append(busy[0].data.tags["fusion_sweep.trial_key"])
+                return
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=remove_when_busy, daemon=True)
+    watcher.start()
+    try:
+        s = launch(str(space), address=ray_cluster.address, tracking_uri=mlflow_server,
+                   storage=str(tmp_path / "ray_results"))
+    finally:
+        watcher.join(timeout=5)
+        if removed:  # later tests get their 2 nodes back
+            ray_cluster.worker = ray_cluster.add_node(**NODE_ARGS)
+            ray_cluster.wait_for_nodes()
+    assert removed, "no trial was seen running on the worker node"
+    assert s.ok and s.finished == total
+    runs = trial_runs(mlflow_server, "noderm")
+    keys = [r.data.tags["fusion_sweep.trial_key"] for r in runs]
+    assert len(keys) == len(set(keys)) == total
+    assert all(r.info.status == "FINISHED" for r in runs)
+    hit = next(r for r in runs if r.data.tags["fusion_sweep.trial_key"] == removed[0])
+    assert int(hit.data.tags["fusion_sweep.attempts"]) >= 2
+    assert hit.data.tags["fusion_sweep.node_id"] != worker.node_id  # finished elsewhere
+
+
+# --------------------------------------------------------------------------------- tune
+def test_tune_writes_a_frozen_space(ray_cluster, tmp_path, monkeypatch):
+    from fusion_sweep.sweep import tune_space
+
+    monkeypatch.chdir(tmp_path)
+    out = tune_space("smoke", budget=2, output=str(tmp_path / "smoke-tuned.yaml"),
+                     address=ray_cluster.address, storage=str(tmp_path / "ray_results"))
+    text = out.read_text()
+    assert text.splitlines()[0] == f"# fusion-sweep launch {out}"
+    frozen, orig = load_space(out), load_space("smoke")
+    assert frozen.tune is None and frozen.tuned["fusion"] == "add"
+    assert frozen.tuned["seeds"] == [100] and not set(frozen.tuned["seeds"]) & set(frozen.seeds)
+    values = frozen.hyperparameters["synthetic-short"]
+    assert 1e-4 <= values["lr"] <= 3e-3 and 0.0 <= values["dropout"] <= 0.3
+    assert values["batch_size"] in (8, 16)
+    # the grid is the original one with those values fixed for every fusion and seed
+    assert [(c.fusion, c.seed) for c in frozen.grid()] == [(c.fusion, c.seed) for c in orig.grid()]
+    assert {(c.lr, c.dropout, c.batch_size) for c in frozen.grid()} == \
+        {(values["lr"], values["dropout"], values["batch_size"])}
+
+
+class _Untouchable:
+    """Stands in for the test split: any use fails the test."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the test split was read during tuning (.{name})")
+
+    def __len__(self):
+        raise AssertionError("the test split was read during tuning (len)")
+
+
+def test_tuning_never_reads_the_test_split(monkeypatch):
+    from fusion_sweep import trainer
+    from fusion_sweep.sweep import evaluate_params
+
+    cfg = load_space("smoke").grid()[0]
+    real = trainer.load_data(cfg)
+    poisoned = dataclasses.replace(real, test=_Untouchable())
+    seen = []
+
+    def load(config):
+        seen.append(config.evaluate_test)
+        return poisoned
+
+    monkeypatch.setattr(trainer, "load_data", load)
+    base = load_space("smoke").overrides_for("synthetic-short")
+    res = evaluate_params({"lr": 1e-3, "dropout": 0.0, "batch_size": 16}, dataset="synthetic-short",
+                         pe="sinusoidal", fusion="add", seeds=(100, 101), base=base, num_threads=1)
+    assert seen == [False, False]
+    assert set(res) == {"val_acc_seed100", "val_acc_seed101", "mean_val_acc"}
+    assert 0.0 <= res["mean_val_acc"] <= 1.0
+
+
+# ------------------------------------------------------------------ bad input, no Ray
+def _ray_started() -> bool:
+    return "ray" in sys.modules and sys.modules["ray"].is_initialized()
+
+
+def test_unreachable_address_fails_before_ray(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    t0 = time.time()
+    rc = cli_main(["launch", "smoke", "--address", f"127.0.0.1:{free_port()}"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "cannot reach a Ray cluster at 127.0.0.1:" in err
+    assert time.time() - t0 < 15 and not _ray_started()
+    assert not (tmp_path / "ray_results").exists()
+    rc = cli_main(["launch", "smoke", "--address", "nonsense"])
+    assert rc == 2 and "expected 'auto' or HOST:PORT" in capsys.readouterr().err
+
+
+def test_unreachable_tracking_server_fails_before_any_trial(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    rc = cli_main(["launch", "smoke", "--tracking-uri", f"http://127.0.0.1:{free_port()}"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "MLflow tracking server http://127.0.0.1:" in err and "not reachable" in err
+    assert not _ray_started() and not (tmp_path / "ray_results").exists()
+
+
+def test_bad_space_fails_before_anything(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    d = yaml.safe_load((SPACE_DIR / "smoke.yaml").read_text())
+    d["fusions"] = ["add", "gated"]
+    d["colour"] = "red"
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml.safe_dump(d))
+    rc = cli_main(["launch", str(p)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert f"{p}: fusions[1]: unknown fusion 'gated'" in err and f"{p}: colour: unknown key" in err
+    assert "choose from ['add', 'concat'" in err
+    assert not _ray_started() and not (tmp_path / "mlflow.db").exists()
+
+
+# -------------------------------------------------------------------------- cluster.yaml
+def _local_variant(text: str) -> str:
+    """What a user gets by following cluster.yaml's instructions for on-prem machines."""
+    out, section = [], None
+    for line in text.splitlines():
+        if line.startswith("# ==== AWS"):
+            section = "aws"
+        elif line.startswith("# ==== on-prem variant"):
+            section = "local"
+        elif line.startswith("# ==== end"):
+            section = None
+            continue
+        if section == "aws":
+            out.append("# " + line)
+        elif section == "local" and not line.startswith("##") and not line.startswith("# ===="):
+            out.append(line[2:] if line.startswith("# ") else line.lstrip("#"))
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
+def test_cluster_yaml_passes_rays_validation():
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    text = (REPO / "cluster.yaml").read_text()
+    assert text.splitlines()[0].startswith("# ray up cluster.yaml")
+    aws = yaml.safe_load(text)
+    validate_config(prepare_config(copy.deepcopy(aws)))
+    assert aws["provider"]["type"] == "aws"
+    gpu = aws["available_node_types"]["gpu_worker"]
+    assert gpu["min_workers"] == 0 and gpu["max_workers"] > 0  # autoscaling GPU workers
+    assert "~/fusion-sweep" in aws["file_mounts"]
+    head = " ".join(aws["head_start_ray_commands"])
+    assert "mlflow server" in head and "--serve-artifacts" in head and "sqlite:///" in head
+    assert "RAY_AUTH_MODE=token" in " ".join(aws["setup_commands"])
+
+    local = yaml.safe_load(_local_variant(text))
+    assert local["provider"]["type"] == "local" and "available_node_types" not in local
+    prepared = prepare_config(copy.deepcopy(local))
+    validate_config(prepared)
+    assert prepared["setup_commands"] == aws["setup_commands"]
+
+
+# ------------------------------------------------------------------------------------ ui
+def test_ui_serves_the_local_store_on_localhost(tmp_path):
+    port = free_port()
+    env = cli_env()
+    proc = subprocess.Popen([sys.executable, "-m", "fusion_sweep.cli", "ui", "--port", str(port)],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    seen: set[int] = set()
+    try:
+        deadline = time.time() + 120
+        line = ""
+        while time.time() < deadline:
+            seen |= children_of(proc.pid)
+            line = proc.stdout.readline()
+            if "MLflow UI:" in line or not line:
+                break
+        assert f"MLflow UI: http://127.0.0.1:{port}" in line, line
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+            assert r.status == 200
+        assert (tmp_path / "mlflow.db").exists()
+        seen |= children_of(proc.pid)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        kill_pids(seen | {proc.pid}, wait=5)
+    # the port is in use → a clear error, no second server
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        busy = s.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "fusion_sweep.cli", "ui", "--port", str(busy)],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "already in use" in r.stderr

@@ -1,0 +1,215 @@
+"""MLflow tracking: the run schema, re-attaching by trial key, orphan reconciliation.
+
+Runs against a real local sqlite store (no server) and a hand-made TrialResult, so no
+training happens here; the end-to-end tests cover the same code under Ray and a server.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from fusion_sweep import tracking
+from fusion_sweep.config import TrialConfig
+from fusion_sweep.space import load_space
+from fusion_sweep.trainer import EpochRecord, TrialResult
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mlflow")
+    uri = f"sqlite:///{d / 'mlflow.db'}"
+    t = tracking.SweepTracker(uri, "fusion-sweep-test")
+    t.ensure_experiment()
+    return t
+
+
+def config(seed=0, fusion="add") -> TrialConfig:
+    return load_space("smoke").grid()[0].replace(seed=seed, fusion=fusion)
+
+
+def ctx_for(t: tracking.SweepTracker, sweep: str, parent: str, launch="L1") -> tracking.TrackingContext:
+    return tracking.TrackingContext(tracking_uri=t.tracking_uri, experiment_id=t.experiment_id,
+                                    parent_run_id=parent, sweep=sweep, code_version="0.1.0",
+                                    git_commit="abc123", launch_id=launch)
+
+
+def fake_result(cfg: TrialConfig, epochs=2) -> TrialResult:
+    curve = [EpochRecord(e, 1.0 / e, 0.5 + e / 10, 1.1 / e, 0.4 + e / 10, 0.5, 1000.0)
+             for e in range(1, epochs + 1)]
+    return TrialResult(
+        config=cfg.to_dict(), test_acc=0.61, test_macro_f1=0.6, best_val_acc=0.6, best_epoch=epochs,
+        epochs_run=epochs, params=1234, fusion_params=32, train_seconds=1.0, tokens_per_second=1000.0,
+        latency_ms_per_sample=0.5, median_tokens=40.0, curve=curve,
+        fingerprints={"split": "s1", "batch_order": "b1", "shared_init": "i1"},
+        predictions={"index": [0, 1, 2], "label": [0, 1, 1], "pred": [0, 1, 0],
+                     "probs": [[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]]},
+        device="cpu", checkpoint=None)
+
+
+def start(t, sweep):
+    return t.start_parent(sweep, grid_hash="g1", n_trials=2, commit="abc123",
+                          params={"datasets": "synthetic-short"})
+
+
+# --------------------------------------------------------------------------- locations
+def test_default_store_is_sqlite_under_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert tracking.resolve_tracking_uri() == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
+    assert tracking.resolve_tracking_uri() == "http://127.0.0.1:9"
+    assert tracking.resolve_tracking_uri("http://h:5000") == "http://h:5000"
+
+
+def test_unreachable_server_fails_fast_with_a_clear_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once closed
+    t0 = time.time()
+    with pytest.raises(ValueError, match=rf"MLflow tracking server http://127.0.0.1:{port} is not "
+                                         r"reachable.*local store sqlite:///"):
+        tracking.check_tracking_uri(f"http://127.0.0.1:{port}")
+    assert time.time() - t0 < 5
+
+
+def test_file_store_and_missing_directory_rejected(tmp_path):
+    with pytest.raises(ValueError, match="refuses file stores"):
+        tracking.check_tracking_uri(f"file://{tmp_path}/mlruns")
+    with pytest.raises(ValueError, match="does not exist or is not writable"):
+        tracking.check_tracking_uri(f"sqlite:///{tmp_path}/nope/mlflow.db")
+    tracking.check_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+
+
+def test_local_experiment_keeps_artifacts_next_to_the_db(store):
+    exp = store.client.get_experiment(store.experiment_id)
+    db_dir = Path(store.tracking_uri[len("sqlite:///"):]).parent
+    assert exp.artifact_location == (db_dir / "mlartifacts").as_uri()
+
+
+# ------------------------------------------------------------------------------ schema
+def test_parent_run_is_reused(store):
+    a = start(store, "sweep-a")
+    b = start(store, "sweep-a")
+    assert a == b
+    run = store.client.get_run(a)
+    assert run.info.run_name == "sweep-a"
+    assert run.data.tags[tracking.ROLE] == "sweep" and run.data.tags[tracking.SWEEP] == "sweep-a"
+    assert run.data.params["datasets"] == "synthetic-short"
+
+
+def test_trial_run_schema(store, tmp_path):
+    parent = start(store, "sweep-b")
+    ctx = ctx_for(store, "sweep-b", parent)
+    cfg = config()
+    key = cfg.trial_key(ctx.code_version)
+    run = tracking.TrialRun.open(ctx, cfg, key, tags={"fusion_sweep.node_id": "n1"})
+    res = fake_result(cfg)
+    for rec in res.curve:
+        run.log_epoch(rec)
+    run.log_result(res)
+
+    r = store.client.get_run(run.run_id)
+    assert r.info.status == "FINISHED"
+    tags, params, metrics = r.data.tags, r.data.params, r.data.metrics
+    assert tags[tracking.ROLE] == "trial" and tags[tracking.SWEEP] == "sweep-b"
+    assert tags["mlflow.parentRunId"] == parent and tags[tracking.TRIAL_KEY] == key
+    assert (tags["fp.split"], tags["fp.batch_order"], tags["fp.shared_init"]) == ("s1", "b1", "i1")
+    assert tags[tracking.GIT_COMMIT] == "abc123" and tags[tracking.VERSION]
+    assert tags["fusion_sweep.node_id"] == "n1" and tags[tracking.ATTEMPTS] == "1"
+    assert {"dataset", "pe", "fusion", "seed"} <= set(params)
+    assert set(cfg.hyperparameters()) <= set(params)
+    assert params["d_model"] == "16" and params["seed"] == "0"
+    for m in tracking.FINAL_METRICS:
+        assert m in metrics, m
+    assert metrics["test_acc"] == pytest.approx(0.61)
+    hist = store.client.get_metric_history(run.run_id, "val_acc")
+    assert sorted((h.step, round(h.value, 3)) for h in hist) == [(1, 0.5), (2, 0.6)]
+    for m in tracking.EPOCH_METRICS:
+        assert len(store.client.get_metric_history(run.run_id, m)) == 2
+    names = {a.path for a in store.client.list_artifacts(run.run_id)}
+    assert {"predictions.csv", "result.json"} <= names
+    local = Path(store.client.download_artifacts(run.run_id, "predictions.csv", str(tmp_path)))
+    rows = list(csv.reader(local.open()))
+    assert rows[0] == ["index", "label", "pred", "prob_0", "prob_1"] and len(rows) == 4
+    res_json = json.loads(Path(store.client.download_artifacts(run.run_id, "result.json",
+                                                               str(tmp_path))).read_text())
+    assert res_json["fingerprints"]["split"] == "s1" and len(res_json["curve"]) == 2
+
+    # opening the same key again finds the finished run: nothing new is created
+    again = tracking.TrialRun.open(ctx, cfg, key)
+    assert again.finished and again.run_id == run.run_id
+    assert again.final_metrics()["test_acc"] == pytest.approx(0.61)
+    assert len(store.trial_runs("sweep-b")) == 1
+
+
+def test_checkpoint_artifact_when_requested(store):
+    parent = start(store, "sweep-ckpt")
+    ctx = ctx_for(store, "sweep-ckpt", parent)
+    cfg = config().replace(save_checkpoint=True)
+    run = tracking.TrialRun.open(ctx, cfg, cfg.trial_key("0.1.0"))
+    import torch
+
+    res = fake_result(cfg)
+    res.checkpoint = {"w": torch.zeros(2)}
+    run.log_result(res)
+    assert "checkpoint.pt" in {a.path for a in store.client.list_artifacts(run.run_id)}
+
+
+def test_orphans_reconciled_then_reattached(store):
+    parent = start(store, "sweep-c")
+    ctx1 = ctx_for(store, "sweep-c", parent, launch="first")
+    cfg = config(seed=1)
+    key = cfg.trial_key("0.1.0")
+    run = tracking.TrialRun.open(ctx1, cfg, key)  # the driver "dies" here: run left RUNNING
+    other = tracking.TrialRun.open(ctx_for(store, "sweep-other", start(store, "sweep-other")), cfg, key)
+    killed = store.reconcile_orphans("sweep-c")
+    assert killed == [run.run_id]
+    r = store.client.get_run(run.run_id)
+    assert r.info.status == "KILLED" and "fusion_sweep.reconciled" in r.data.tags
+    assert store.client.get_run(other.run_id).info.status == "RUNNING"  # other sweeps untouched
+
+    ctx2 = ctx_for(store, "sweep-c", parent, launch="second")
+    again = tracking.TrialRun.open(ctx2, cfg, key)
+    assert again.run_id == run.run_id and not again.finished
+    r = store.client.get_run(run.run_id)
+    assert r.info.status == "RUNNING"
+    assert r.data.tags[tracking.ATTEMPTS] == "2" and r.data.tags[tracking.LAUNCH_ID] == "second"
+    assert len(store.trial_runs("sweep-c")) == 1
+
+
+def test_failed_trial_is_marked_failed_with_its_error(store):
+    parent = start(store, "sweep-d")
+    ctx = ctx_for(store, "sweep-d", parent)
+    cfg = config(seed=2)
+    run = tracking.TrialRun.open(ctx, cfg, cfg.trial_key("0.1.0"))
+    try:
+        raise RuntimeError("out of memory, pretend")
+    except RuntimeError as e:
+        run.fail(e)
+    r = store.client.get_run(run.run_id)
+    assert r.info.status == "FAILED"
+    assert r.data.tags["fusion_sweep.error"] == "RuntimeError: out of memory, pretend"
+    assert "error.txt" in {a.path for a in store.client.list_artifacts(run.run_id)}
+    # a retry re-attaches to the same run
+    again = tracking.TrialRun.open(ctx, cfg, cfg.trial_key("0.1.0"))
+    assert again.run_id == run.run_id
+    assert "fusion_sweep.error" in store.client.get_run(run.run_id).data.tags  # kept for history
+
+
+def test_finish_parent_logs_summary(store, tmp_path):
+    parent = start(store, "sweep-e")
+    f = tmp_path / "results.csv"
+    f.write_text("dataset\nx\n")
+    store.finish_parent(parent, "FINISHED", {"trials_finished": 2}, [f])
+    store.start_parent("sweep-e", grid_hash="g1", n_trials=2, commit="abc123", params={})
+    store.finish_parent(parent, "FAILED", {"trials_finished": 3})
+    r = store.client.get_run(parent)
+    assert r.info.status == "FAILED"
+    steps = [m.step for m in store.client.get_metric_history(parent, "trials_finished")]
+    assert steps == [0, 1]
+    assert "results.csv" in {a.path for a in store.client.list_artifacts(parent)}
