@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except ValueError as e:  # bad input: a clear message, no traceback
+    except (ValueError, ConnectionError) as e:  # bad input / no data source: a message, no traceback
         print(f"fusion-sweep {args.command}: error: {e}", file=sys.stderr)
         return 2
 

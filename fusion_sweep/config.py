@@ -190,6 +190,14 @@ class TrialConfig:
                     f"max_len ({self.max_len}) is smaller than the gate-cnn kernel "
                     f"(gate_cnn_kernel={self.gate_cnn_kernel}); raise max_len or lower the kernel"
                 )
+        spec = DATASETS.get(self.dataset)
+        cap = spec.synthetic.get("max_len", 0) if spec is not None and spec.kind == "synthetic" else 0
+        if isinstance(self.max_len, int) and 0 < self.max_len < cap:
+            # Truncation would cut the last marker, whose identity depends on the class: a
+            # position-free model could then beat chance and the benchmark would lie.
+            errs.append(f"max_len ({self.max_len}) is below {self.dataset}'s longest document "
+                        f"({cap} tokens); truncating a synthetic document drops a class-dependent "
+                        f"marker, so use max_len >= {cap}")
         if self.fusion in FUSIONS and self.pe in POSITIONAL:
             problem = check_compatible(self.pe, self.fusion)
             if problem:

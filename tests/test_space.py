@@ -77,7 +77,7 @@ def test_smoke_is_tiny_and_threads_follow_cpu_budget():
 def test_hyperparameters_all_then_dataset_override():
     d = smoke_dict()
     d["datasets"] = ["synthetic-short", "synthetic-medium"]
-    d["hyperparameters"]["synthetic-medium"] = {"d_model": 32, "heads": 4}
+    d["hyperparameters"]["synthetic-medium"] = {"d_model": 32, "heads": 4, "max_len": 384}
     s = parse_space(d)
     by = {c.dataset: c for c in s.grid()}
     assert by["synthetic-short"].d_model == 16 and by["synthetic-medium"].d_model == 32

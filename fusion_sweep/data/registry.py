@@ -28,7 +28,7 @@ class DatasetSpec:
 # to learn marker order. lr is above the reference 3e-4 so learning shows within a few epochs;
 # attn_dropout 0 lets CPU SDPA take its fused kernel. Override per search space as needed.
 _SYNTH_MODEL: dict[str, Any] = dict(d_model=64, heads=4, layers=2, dim_ff=128, batch_size=32,
-                                    lr=1e-3, attn_dropout=0.0)
+                                    lr=3e-3, attn_dropout=0.0)
 
 # Generator parameters (data/synthetic.py). max_len is a hard cap on document length and each
 # regime's max_len hyperparameter equals it: truncation would drop a class-dependent marker and
@@ -41,7 +41,7 @@ _SYNTH_SHORT: dict[str, Any] = dict(n_train=2000, n_val=500, n_test=500, len_med
 _SYNTH_MEDIUM: dict[str, Any] = dict(n_train=1000, n_val=250, n_test=250, len_median=128,
                                      len_sigma=0.5, min_len=32, max_len=384, filler_vocab=500,
                                      zipf_s=1.1)
-_SYNTH_LONG: dict[str, Any] = dict(n_train=600, n_val=150, n_test=150, len_median=448,
+_SYNTH_LONG: dict[str, Any] = dict(n_train=400, n_val=150, n_test=150, len_median=448,
                                    len_sigma=0.35, min_len=192, max_len=1024, filler_vocab=500,
                                    zipf_s=1.1)
 
@@ -57,7 +57,7 @@ DATASETS: dict[str, DatasetSpec] = {
     "arxiv": DatasetSpec("arxiv", 11, "hub", "long", hf_path="ccdv/arxiv-classification",
                          val_split="split"),
     "synthetic-short": DatasetSpec("synthetic-short", 4, "synthetic", "short",
-                                   hparam_overrides={**_SYNTH_MODEL, "max_len": 80, "epochs": 8},
+                                   hparam_overrides={**_SYNTH_MODEL, "max_len": 80, "epochs": 10},
                                    synthetic=_SYNTH_SHORT),
     "synthetic-medium": DatasetSpec("synthetic-medium", 2, "synthetic", "short",
                                     hparam_overrides={**_SYNTH_MODEL, "max_len": 384, "epochs": 6},
@@ -65,7 +65,7 @@ DATASETS: dict[str, DatasetSpec] = {
     "synthetic-long": DatasetSpec("synthetic-long", 11, "synthetic", "long",
                                   # patience 0: accuracy plateaus at chance for a few epochs
                                   # before order is picked up, so early stopping would cut it
-                                  hparam_overrides={**_SYNTH_MODEL, "max_len": 1024, "epochs": 6,
+                                  hparam_overrides={**_SYNTH_MODEL, "max_len": 1024, "epochs": 5,
                                                     "patience": 0},
                                   synthetic=_SYNTH_LONG),
 }
