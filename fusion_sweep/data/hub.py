@@ -173,12 +173,16 @@ def discover_files(root: Path) -> dict[str, list[Path]]:
     return found
 
 
-def _frame_to_split(df: Any, where: str, spec: DatasetSpec) -> tuple[list[str], np.ndarray]:
-    missing = [c for c in (spec.text_field, spec.label_field) if c not in df.columns]
+def _check_columns(columns: Sequence[Any], where: str, spec: DatasetSpec) -> None:
+    missing = [c for c in (spec.text_field, spec.label_field) if c not in columns]
     if missing:
         raise ValueError(f"{where}: missing column(s) {missing}; found columns "
-                         f"{[str(c) for c in df.columns]}; a local copy needs columns "
+                         f"{[str(c) for c in columns]}; a local copy needs columns "
                          f"{spec.text_field!r} and {spec.label_field!r}")
+
+
+def _frame_to_split(df: Any, where: str, spec: DatasetSpec) -> tuple[list[str], np.ndarray]:
+    _check_columns(list(df.columns), where, spec)
     texts = [_as_text(v) for v in df[spec.text_field].tolist()]
     return texts, as_labels(df[spec.label_field].to_numpy(), where, spec.num_classes)
 
@@ -216,10 +220,7 @@ def _pick_splits(names: Sequence[str], where: str) -> dict[str, str]:
 
 
 def _dataset_to_split(ds: Any, where: str, spec: DatasetSpec) -> tuple[list[str], np.ndarray]:
-    missing = [c for c in (spec.text_field, spec.label_field) if c not in ds.column_names]
-    if missing:
-        raise ValueError(f"{where}: missing column(s) {missing}; found columns {ds.column_names}; "
-                         f"a local copy needs columns {spec.text_field!r} and {spec.label_field!r}")
+    _check_columns(ds.column_names, where, spec)
     table = ds.with_format("arrow")[:]  # respects any indices mapping (select/shuffle)
     texts = [_as_text(v) for v in table.column(spec.text_field).to_pylist()]
     labels = table.column(spec.label_field).to_numpy(zero_copy_only=False)
