@@ -54,14 +54,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sel.add_argument("--pe", action="append", default=[], metavar="P",
                      help="positional encoding (repeatable; default all)")
     sel.add_argument("--metric", action="append", default=None, metavar="M",
-                     help="metric column (repeatable; default test_acc)")
-    sel.add_argument("--baseline", default="add", help="reference fusion (default add)")
+                     help="metric column (repeatable; default: the sweep's `metric`, else test_acc)")
+    sel.add_argument("--baseline", default=None,
+                     help="reference fusion (default: the sweep's `baseline`, else add)")
     sel.add_argument("--pairs", choices=("baseline", "all"), default="baseline",
                      help="compare each fusion with the baseline, or all pairs of fusions")
     st = p.add_argument_group("statistics")
     st.add_argument("--alpha", type=float, default=0.05, help="family-wise alpha (default 0.05)")
     st.add_argument("--equivalence-margin", type=float, default=None, metavar="M",
-                    help="TOST margin in metric units (enables the 'equivalent' verdict)")
+                    help="TOST margin in metric units (enables the 'equivalent' verdict; default: "
+                         "the sweep's `equivalence_margin`, if any)")
     st.add_argument("--bootstrap", type=_int, default=10_000, metavar="B",
                     help="bootstrap resamples (default 10000)")
     st.add_argument("--rng-seed", type=_int, default=0,
@@ -85,11 +87,15 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
-def settings_from(args: argparse.Namespace) -> Settings:
+def settings_from(args: argparse.Namespace, space: dict | None = None) -> Settings:
+    """Flags win; then the sweep's own search-space choices (MLflow input); then defaults."""
     from analysis.report import Settings
+    space = space or {}
+    metrics = args.metric or ([space["metric"]] if space.get("metric") else ["test_acc"])
+    margin = args.equivalence_margin if args.equivalence_margin is not None else space.get("margin")
     return Settings(
-        metrics=tuple(args.metric or ["test_acc"]), baseline=args.baseline, pairs=args.pairs,
-        alpha=args.alpha, margin=args.equivalence_margin, n_boot=args.bootstrap,
+        metrics=tuple(metrics), baseline=args.baseline or space.get("baseline") or "add",
+        pairs=args.pairs, alpha=args.alpha, margin=margin, n_boot=args.bootstrap,
         rng_seed=args.rng_seed, datasets=tuple(args.dataset), pes=tuple(args.pe),
         direction=args.direction,
     ).validate()
@@ -97,8 +103,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 def _run(args: argparse.Namespace) -> int:
     from analysis.report import analyze  # heavy imports after argument parsing
-    settings = settings_from(args)  # flags first: a bad --alpha fails before any I/O
+    settings_from(args)  # flags first: a bad --alpha fails before any I/O
     df, source, load_warnings = _load(args)
+    settings = settings_from(args, source.get("space"))
     report = analyze(df, settings, source, extra_warnings=load_warnings)
     if args.format == "json":
         print(report.to_json())

@@ -112,10 +112,19 @@ def load_sweep(
     name = parent.data.tags.get(SWEEP, "")
     source = {"kind": "mlflow", "tracking_uri": uri, "experiment": experiment, "sweep": name,
               "parent_run_id": parent.info.run_id, "experiment_id": exp.experiment_id,
-              "n_runs": len(trials)}
+              "n_runs": len(trials), "space": space_choices(parent.data.params)}
     df = rows_to_frame(complete, f"MLflow sweep {name!r} (experiment {experiment!r}, parent run "
                                  f"{parent.info.run_id})")
     return df, source, warnings
+
+
+def space_choices(params: dict) -> dict:
+    """The sweep's baseline / metric / equivalence margin, as `launch` logged them."""
+    out: dict = {k: params[k] for k in ("baseline", "metric") if params.get(k)}
+    margin = params.get("equivalence_margin", "")
+    if margin not in ("", "None", "null"):
+        out["margin"] = float(margin)
+    return out
 
 
 def log_stats_run(source: dict, report_dir: str | Path, report: Any) -> str:

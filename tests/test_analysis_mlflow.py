@@ -123,3 +123,22 @@ def test_missing_default_store_is_a_clear_error(tmp_path: Path, capsys, monkeypa
     code, _, err = _run([], capsys)
     assert code == 2 and "no MLflow store at" in err and "--results" in err
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_sweep_space_choices_are_the_defaults(tmp_path: Path, capsys) -> None:
+    """baseline / metric / equivalence margin come from the sweep's space unless flags say otherwise."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp_id = client.create_experiment(EXP, artifact_location=(tmp_path / "art").as_uri())
+    parent = _log_sweep(client, exp_id, "own-space", datasets=("synthetic-short",))
+    for k, v in {"baseline": "gate-vector", "metric": "best_val_acc", "equivalence_margin": "0.02"}.items():
+        client.log_param(parent, k, v)
+    base = ["--tracking-uri", uri, "--format", "json", "--bootstrap", "200", "--no-mlflow-log"]
+    code, out, err = _run(base, capsys)
+    assert code == 0, err
+    (c,) = json.loads(out)["comparisons"]
+    assert (c["baseline"], c["fusion"], c["metric"]) == ("gate-vector", "add", "best_val_acc")
+    assert c["tost_p"] is not None  # the sweep's margin enabled TOST
+    code, out, err = _run([*base, "--baseline", "add", "--metric", "test_acc"], capsys)
+    (c,) = json.loads(out)["comparisons"]
+    assert (c["baseline"], c["fusion"], c["metric"]) == ("add", "gate-vector", "test_acc")
