@@ -21,9 +21,9 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.mark.parametrize("name", SYNTHETIC)
 def test_position_free_model_is_at_chance(name: str, cache_dir: str) -> None:
     spec = DATASETS[name]
-    cfg = TrialConfig.build(name, pe="none", fusion="add", epochs=3, num_threads=1,
+    cfg = TrialConfig.build(name, pe="none", fusion="add", epochs=2, num_threads=1,
                             latency_repeats=1, cache_dir=cache_dir,
-                            limit_train=400 if name == "synthetic-long" else 800)
+                            limit_train=200 if name == "synthetic-long" else 600)
     data = load_encoded(name, cache_dir=cache_dir, limit_train=cfg.limit_train)
     r = train_trial(cfg, data=data)
     chance, n = 1.0 / spec.num_classes, len(data.test)
