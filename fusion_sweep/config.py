@@ -7,10 +7,10 @@ config round-trips through YAML, JSON, Ray Tune and MLflow params unchanged.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
+
+from fusion_sweep.schema import IDENTITY_FIELDS, NON_SEMANTIC_FIELDS
 
 # Hyperparameter families from the paper's reference code (DESIGN.md §3).
 # "short" = AG News / IMDB, "long" = ArXiv. Each dataset names its family.
@@ -31,11 +31,6 @@ OPTIMIZERS = ("adam", "adamw")
 ACTIVATIONS = ("gelu", "relu")
 DEVICES = ("auto", "cpu", "cuda")
 
-# Fields that identify *what* is compared; everything else is a hyperparameter.
-IDENTITY_FIELDS = ("dataset", "pe", "fusion", "seed")
-# Fields that never change the experiment's numbers (where it runs, how many threads).
-# They are left out of the trial key so a resumed sweep on other hardware re-attaches.
-NON_SEMANTIC_FIELDS = ("device", "num_threads", "cache_dir", "latency_repeats", "save_checkpoint")
 
 
 @dataclass(frozen=True)
@@ -133,11 +128,11 @@ class TrialConfig:
         skip = set(IDENTITY_FIELDS) | set(NON_SEMANTIC_FIELDS)
         return {k: v for k, v in self.to_dict().items() if k not in skip}
 
-    def trial_key(self, code_version: str = "") -> str:
-        """sha(dataset, pe, fusion, seed, hyperparameters, code version) — DESIGN.md §5."""
-        semantic = {k: v for k, v in self.to_dict().items() if k not in NON_SEMANTIC_FIELDS}
-        payload = json.dumps({"config": semantic, "code": code_version}, sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+    def trial_key(self, code: str) -> str:
+        """sha(identity, hyperparameters, code fingerprint): see `fusion_sweep.schema.trial_key`."""
+        from fusion_sweep.schema import trial_key
+
+        return trial_key(self.to_dict(), code)
 
     # ---------------------------------------------------------------- validation
     def validation_errors(self) -> list[str]:

@@ -25,6 +25,7 @@ Schema (all keys except `name`, `datasets`, `fusions`, `pes`, `seeds` are option
     baseline: add                    # the fusion every other fusion is compared with
     metric: test_acc
     equivalence_margin: null         # float, or {dataset: float}
+    directions: {}                   # {metric: higher|lower}; known metrics need none
     tune:                            # for `fusion-sweep tune`
       seeds: [100, 101]              # must not overlap `seeds`
       budget: 8                      # Optuna trials per dataset
@@ -45,13 +46,14 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 import fusion_sweep
+from fusion_sweep.schema import DEFAULT_EXPERIMENT, DIRECTIONS, METRIC_DIRECTIONS
 
 SPACE_DIR = Path(fusion_sweep.__file__).resolve().parents[1] / "search_spaces"
 
 TOP_LEVEL_KEYS = (
     "name", "description", "experiment", "datasets", "pes", "fusions", "seeds",
     "hyperparameters", "resources", "max_failures", "baseline", "metric",
-    "equivalence_margin", "tune", "tuned",
+    "equivalence_margin", "directions", "tune", "tuned",
 )
 REQUIRED_KEYS = ("name", "datasets", "pes", "fusions", "seeds")
 RESOURCE_KEYS = ("cpu", "gpu")
@@ -66,7 +68,6 @@ METRICS = ("test_acc", "test_macro_f1", "best_val_acc")
 # Fields a space may not set: the grid sets the identity fields, `resources.cpu` sets
 # the thread count, and `fusion-sweep tune` alone turns test evaluation off.
 RESERVED_FIELDS = ("dataset", "pe", "fusion", "seed", "num_threads", "evaluate_test")
-DEFAULT_EXPERIMENT = "fusion-sweep"
 
 
 class SpaceError(ValueError):
@@ -103,6 +104,7 @@ class SearchSpace:
     baseline: str = "add"
     metric: str = "test_acc"
     equivalence_margin: float | dict[str, float] | None = None
+    directions: dict[str, str] = field(default_factory=dict)  # on top of METRIC_DIRECTIONS
     experiment: str = DEFAULT_EXPERIMENT
     description: str = ""
     tune: TuneSpec | None = None
@@ -142,6 +144,10 @@ class SearchSpace:
     def __len__(self) -> int:
         return len(self.datasets) * len(self.pes) * len(self.fusions) * len(self.seeds)
 
+    def metric_directions(self) -> dict[str, str]:
+        """Every known metric's direction: the schema's, then this space's `directions`."""
+        return {**METRIC_DIRECTIONS, **self.directions}
+
     def equivalence_margin_for(self, dataset: str) -> float | None:
         m = self.equivalence_margin
         if isinstance(m, Mapping):
@@ -161,6 +167,8 @@ class SearchSpace:
                  resources=dict(self.resources), max_failures=self.max_failures,
                  baseline=self.baseline, metric=self.metric,
                  equivalence_margin=self.equivalence_margin)
+        if self.directions:
+            d["directions"] = dict(self.directions)
         if self.tune is not None:
             t: dict[str, Any] = {"seeds": list(self.tune.seeds), "budget": self.tune.budget,
                                  "search": self.tune.search}
@@ -376,6 +384,14 @@ def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
             errors.append(f"equivalence_margin: must be null, a positive number, or "
                           f"{{dataset: number}}, got {margin!r}")
 
+    directions = raw.get("directions") or {}
+    if not isinstance(directions, Mapping):
+        errors.append(f"directions: must be a mapping {{metric: higher|lower}}, got {directions!r}")
+        directions = {}
+    for k, v in directions.items():
+        if v not in DIRECTIONS:
+            errors.append(f"directions.{k}: must be one of {list(DIRECTIONS)}, got {v!r}")
+
     # hyperparameters
     hp_raw = raw.get("hyperparameters") or {}
     allowed_fields = [f for f in TrialConfig.field_names() if f not in RESERVED_FIELDS]
@@ -447,6 +463,7 @@ def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
         seeds=tuple(seeds), hyperparameters=hparams, resources=resources,
         max_failures=max_failures, baseline=baseline, metric=metric,
         equivalence_margin=dict(margin) if isinstance(margin, Mapping) else margin,
+        directions=dict(directions),
         experiment=raw.get("experiment", DEFAULT_EXPERIMENT), description=raw.get("description", ""),
         tune=tune_spec, tuned=dict(tuned) if tuned else None, source=source, raw=dict(raw),
     )

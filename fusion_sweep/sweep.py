@@ -12,10 +12,11 @@
    interrupted and errored ones run again;
 6. print a summary (done / failed / retried, where results are, what to run next).
 
-Resume is robust to SIGKILL of the driver on two levels. Tune's experiment state is
-snapshotted every `TUNE_GLOBAL_CHECKPOINT_S` (1 s here, DESIGN.md §8), and a trial whose
-MLflow run (found by trial key) is already FINISHED reports the stored metrics instead of
-training again, which covers a trial that finished after the last snapshot.
+Resume has one rule: a grid point whose MLflow run (found by its trial key) is FINISHED is
+never trained again; every other point is. Each launch runs a fresh Tuner over the points
+still to train, so Tune's saved state is never needed, and a SIGKILLed driver loses at most
+the trials that were running (their runs are marked KILLED on the next launch and trained
+again under the same run). A lock file keeps a second driver off a sweep that is running.
 
 `tune()` is `fusion-sweep tune`: Optuna (via `OptunaSearch`) searches the space's `tune:`
 ranges on validation accuracy of the baseline fusion, on seeds disjoint from the sweep's,
@@ -39,8 +40,6 @@ from typing import Any, Callable, Mapping, TextIO
 from fusion_sweep.space import SearchSpace, dump_space, load_space
 
 DEFAULT_STORAGE_DIRNAME = "ray_results"
-CHECKPOINT_PERIOD_S = "1"  # TUNE_GLOBAL_CHECKPOINT_S; with Tune's default, a SIGKILL re-ran all trials
-STATE_FILE = "fusion_sweep.json"
 
 
 # ----------------------------------------------------------------------------- the plan
@@ -56,9 +55,10 @@ class GridPoint:
 
 
 def plan(space: SearchSpace, code: str | None = None) -> list[GridPoint]:
-    from fusion_sweep.tracking import code_version
+    """The grid, each point keyed by `schema.trial_key` under this checkout's code."""
+    from fusion_sweep.schema import code_fingerprint
 
-    code = code_version() if code is None else code
+    code = code_fingerprint() if code is None else code
     points = [GridPoint(c, c.trial_key(code)) for c in space.grid()]
     keys = [p.key for p in points]
     if len(set(keys)) != len(keys):  # cannot happen with a validated space; guard the invariant
@@ -67,7 +67,12 @@ def plan(space: SearchSpace, code: str | None = None) -> list[GridPoint]:
 
 
 def grid_hash(points: list[GridPoint]) -> str:
-    return hashlib.sha256("\n".join(sorted(p.key for p in points)).encode()).hexdigest()[:16]
+    """What the sweep trains, independent of the code that trains it (a code change is
+    caught by the code fingerprint, with its own message and opt-in)."""
+    from fusion_sweep.schema import trial_key
+
+    keys = sorted(trial_key(p.config.to_dict(), "") for p in points)
+    return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
 
 
 def format_grid(space: SearchSpace, points: list[GridPoint], name: str) -> str:
@@ -151,7 +156,6 @@ def configure_ray_env(address: str | None) -> str:
     `token` when a token is available here, as `ray start` would have, else `disabled`.
     """
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", CHECKPOINT_PERIOD_S)
     # Ray's legacy table reporter: one compact table every 15 s instead of a box per trial.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     mode = os.environ.get("RAY_AUTH_MODE")
@@ -216,7 +220,9 @@ def _node_tags() -> dict[str, str]:
 
 
 def _ident(config: Mapping[str, Any]) -> tuple[str, str, str, int]:
-    return (config["dataset"], config["pe"], config["fusion"], int(config["seed"]))
+    """The grid point of a Tune trial config: `{"trial": {dataset, pe, fusion, seed}}`."""
+    t = config.get("trial", config)
+    return (t["dataset"], t["pe"], t["fusion"], int(t["seed"]))
 
 
 def run_trial(config: dict, *, ctx, configs: dict) -> None:
@@ -231,8 +237,14 @@ def run_trial(config: dict, *, ctx, configs: dict) -> None:
     from fusion_sweep.tracking import TrialRun
     from fusion_sweep.trainer import train_trial
 
+    from fusion_sweep.schema import code_fingerprint
+
     tc = TrialConfig.from_dict(configs[_ident(config)])
-    key = tc.trial_key(ctx.code_version)
+    if code_fingerprint() != ctx.code_fingerprint:  # a node runs other code than the driver
+        raise RuntimeError(f"this node's fusion_sweep code fingerprint is {code_fingerprint()}, "
+                           f"the driver's is {ctx.code_fingerprint}: install the same checkout "
+                           f"on every node (cluster.yaml's file_mounts/setup_commands)")
+    key = tc.trial_key(ctx.code_fingerprint)
     tags = {**_node_tags(), "fusion_sweep.num_threads": str(tc.num_threads),
             "fusion_sweep.ray_trial_id": tune.get_context().get_trial_id() or ""}
     run = TrialRun.open(ctx, tc, key, tags=tags)
@@ -304,15 +316,24 @@ def _init_ray(address: str | None, out: TextIO) -> bool:
 def launch(space_ref: str, *, name: str | None = None, address: str | None = None,
            tracking_uri: str | None = None, storage: str | None = None,
            max_concurrent: int | None = None, dry_run: bool = False, experiment: str | None = None,
+           allow_code_change: bool = False, verbose: bool = False,
            out: TextIO = sys.stdout) -> LaunchSummary | None:
-    """`fusion-sweep launch`. Returns None for --dry-run, else the summary."""
+    """`fusion-sweep launch`. Returns None for --dry-run, else the summary.
+
+    The resume rule (docs/architecture.md): a trial whose MLflow run, found by its trial key,
+    is FINISHED is never trained again; every other grid point is trained (a run left
+    RUNNING by a dead driver is first marked KILLED, then re-attached by key). The trial key
+    includes the code fingerprint, so code that can change a trial's numbers never reuses
+    runs of other code silently: launch refuses unless `allow_code_change`.
+    """
     from fusion_sweep import tracking
 
     t0 = time.time()
     space = load_space(space_ref)
     name = name or space.name
-    if not name or any(c in name for c in "/\\ "):
-        raise ValueError(f"--name {name!r}: use a non-empty name without '/', '\\' or spaces")
+    if not name or any(c in name for c in "/\\ ") or name in (".", ".."):
+        raise ValueError(f"--name {name!r}: use a non-empty name without '/', '\\', spaces, "
+                         f"or '.'/'..'")
     if max_concurrent is not None and max_concurrent < 1:
         raise ValueError(f"--max-concurrent must be >= 1, got {max_concurrent}")
     points = plan(space)
@@ -328,27 +349,27 @@ def launch(space_ref: str, *, name: str | None = None, address: str | None = Non
     storage_path = resolve_storage(storage)
     exp_path = f"{storage_path.rstrip('/')}/{name}"
     ghash = grid_hash(points)
-    _check_same_grid(exp_path, ghash, name)
     experiment = experiment or space.experiment
     tracker = tracking.SweepTracker(uri, experiment)
     parent = tracker.find_parent(name)
     if parent is not None and parent.data.tags.get(tracking.GRID_HASH, ghash) != ghash:
         raise ValueError(f"sweep {name!r} already exists in MLflow experiment {experiment!r} with a "
-                         f"different grid; choose another --name to run this space")
+                         f"different grid (the space changed); choose another --name to run this "
+                         f"space")
+    code = tracking.code_fingerprint()
+    history = _check_code(parent, tracker, name, code, allow_code_change, out)
     commit = tracking.git_commit()
-    if parent is not None and parent.data.tags.get(tracking.GIT_COMMIT, commit) != commit:
-        print(f"note: sweep {name!r} was started at commit "
-              f"{parent.data.tags.get(tracking.GIT_COMMIT)}; now at {commit}", file=out)
 
     auth = configure_ray_env(address)
     with SweepLock(exp_path):
         parent_id = tracker.start_parent(
-            name, grid_hash=ghash, n_trials=len(points), commit=commit,
-            description=space.description,
-            params={"space": space.source, "datasets": ",".join(space.datasets),
-                    "pes": ",".join(space.pes), "fusions": ",".join(space.fusions),
-                    "seeds": ",".join(map(str, space.seeds)), "baseline": space.baseline,
+            name, grid_hash=ghash, n_trials=len(points), commit=commit, code=code,
+            code_history=history, description=space.description,
+            params={"space": space.source, "datasets": list(space.datasets),
+                    "pes": list(space.pes), "fusions": list(space.fusions),
+                    "seeds": list(space.seeds), "baseline": space.baseline,
                     "metric": space.metric, "equivalence_margin": space.equivalence_margin,
+                    "directions": space.metric_directions(),
                     "resources.cpu": space.cpu, "resources.gpu": space.gpu,
                     "max_failures": space.max_failures})
         orphans = tracker.reconcile_orphans(name)
@@ -357,9 +378,8 @@ def launch(space_ref: str, *, name: str | None = None, address: str | None = Non
                   file=out)
         ctx = tracking.TrackingContext(
             tracking_uri=uri, experiment_id=tracker.experiment_id, parent_run_id=parent_id,
-            sweep=name, code_version=tracking.code_version(), git_commit=commit,
+            sweep=name, code_fingerprint=code, git_commit=commit,
             launch_id=uuid.uuid4().hex[:12])
-        _write_state(exp_path, ghash, space, points)
         status = "FAILED"
         started_ray = False
         summary = LaunchSummary(name=name, total=len(points), orphans_reconciled=len(orphans),
@@ -367,17 +387,21 @@ def launch(space_ref: str, *, name: str | None = None, address: str | None = Non
                                 experiment_path=exp_path)
         done = {r.data.tags.get(tracking.TRIAL_KEY) for r in tracker.trial_runs(name)
                 if r.info.status == "FINISHED"}
+        pending = [p for p in points if p.key not in done]
         try:
-            if all(p.key in done for p in points):
+            if not pending:
                 print(f"all {len(points)} trials of sweep {name!r} already finished: nothing to run",
                       file=out)
             else:
+                if len(pending) < len(points):
+                    print(f"resuming sweep {name!r}: {len(points) - len(pending)} of {len(points)} "
+                          f"trials already finished (found by trial key in MLflow); "
+                          f"{len(pending)} to train", file=out)
                 started_ray = _init_ray(address, out)
                 _warn_resources(space, uri, out)
                 print(f"Ray auth mode: {auth}; Tune state: {exp_path}; MLflow: {uri} "
                       f"(experiment {experiment!r}, parent run {parent_id})", file=out)
-                grid = _run_tuner(space, points, name, storage_path, exp_path, ctx,
-                                  max_concurrent, out)
+                grid = _run_tuner(space, pending, exp_path, ctx, max_concurrent, verbose, out)
                 summary.tune_errors = [str(e).strip().splitlines()[-1][:300] for e in grid.errors]
             status = "FINISHED"
         except KeyboardInterrupt:
@@ -401,24 +425,33 @@ def launch(space_ref: str, *, name: str | None = None, address: str | None = Non
     return summary
 
 
-def _check_same_grid(exp_path: str, ghash: str, name: str) -> None:
-    if "://" in exp_path:
-        return
-    state = Path(exp_path) / STATE_FILE
-    if state.is_file():
-        old = json.loads(state.read_text()).get("grid_hash")
-        if old and old != ghash:
-            raise ValueError(f"sweep {name!r} already exists at {exp_path} with a different grid "
-                             f"(the space changed); choose another --name, or remove that directory "
-                             f"to start over")
+def _check_code(parent, tracker, name: str, code: str, allow: bool, out: TextIO) -> str:
+    """Refuse to mix code silently; returns the sweep's code history to record on the parent.
 
+    A sweep whose finished trials were trained by other code (another code fingerprint) is
+    resumed only with `--allow-code-change`: then every trial is trained again under this code
+    (the trial key includes the fingerprint), the old runs stay in MLflow for the record, and
+    `stats` keeps, per trial, the run of the sweep's latest code.
+    """
+    from fusion_sweep import tracking
 
-def _write_state(exp_path: str, ghash: str, space: SearchSpace, points: list[GridPoint]) -> None:
-    if "://" in exp_path:
-        return
-    Path(exp_path).mkdir(parents=True, exist_ok=True)
-    (Path(exp_path) / STATE_FILE).write_text(json.dumps(
-        {"grid_hash": ghash, "space": space.source, "trials": len(points)}, indent=1))
+    if parent is None:
+        return code
+    history = parent.data.tags.get(tracking.CODE_HISTORY) or ""
+    olds = sorted({r.data.tags.get(tracking.CODE_FINGERPRINT, "unknown")
+                   for r in tracker.trial_runs(name) if r.info.status == "FINISHED"} - {code})
+    if olds and not allow:
+        raise ValueError(
+            f"sweep {name!r} has finished trials trained by code {', '.join(olds)}, but this "
+            f"checkout's code fingerprint is {code}: their numbers may differ from what this code "
+            f"computes, so they are not reused. Pass --allow-code-change to train every trial "
+            f"again under {code} (recorded on the sweep's parent run; stats then uses the newest "
+            f"code's runs), or launch under another --name")
+    if olds:
+        print(f"code changed ({', '.join(olds)} -> {code}); --allow-code-change: training every "
+              f"trial again under {code}", file=out)
+    seen = [h for h in history.split(",") if h]
+    return ",".join(seen + [code] if code not in seen else seen)
 
 
 def _warn_resources(space: SearchSpace, uri: str, out: TextIO) -> None:
@@ -444,33 +477,27 @@ def _warn_resources(space: SearchSpace, uri: str, out: TextIO) -> None:
               f"--tracking-uri http://<head>:5000 (cluster.yaml starts that server)", file=out)
 
 
-def _run_tuner(space: SearchSpace, points: list[GridPoint], name: str, storage_path: str,
-               exp_path: str, ctx, max_concurrent: int | None, out: TextIO):
+def _run_tuner(space: SearchSpace, points: list[GridPoint], exp_path: str, ctx,
+               max_concurrent: int | None, verbose: bool, out: TextIO):
+    """One fresh Tuner over the grid points still to train (the MLflow key lookup decided
+    which), in its own directory under the sweep's: Tune's saved state is never restored."""
     from ray import tune
 
     configs = {p.ident: p.config.to_dict() for p in points}
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, ctx=ctx, configs=configs),
         {"cpu": space.cpu, "gpu": space.gpu})
-    if tune.Tuner.can_restore(exp_path):
-        print(f"resuming sweep {name!r}: finished trials are kept, unfinished and errored ones "
-              f"run again", file=out)
-        tuner = tune.Tuner.restore(exp_path, trainable=trainable, resume_unfinished=True,
-                                   resume_errored=False, restart_errored=True)
-    else:
-        tuner = tune.Tuner(
-            trainable,
-            param_space={"dataset": tune.grid_search(list(space.datasets)),
-                         "pe": tune.grid_search(list(space.pes)),
-                         "fusion": tune.grid_search(list(space.fusions)),
-                         "seed": tune.grid_search(list(space.seeds))},
-            tune_config=tune.TuneConfig(num_samples=1, reuse_actors=True,
-                                        max_concurrent_trials=max_concurrent),
-            run_config=tune.RunConfig(
-                name=name, storage_path=storage_path,
-                failure_config=tune.FailureConfig(max_failures=space.max_failures),
-                progress_reporter=_reporter(), verbose=1),
-        )
+    idents = [dict(zip(("dataset", "pe", "fusion", "seed"), p.ident)) for p in points]
+    tuner = tune.Tuner(
+        trainable,
+        param_space={"trial": tune.grid_search(idents)},
+        tune_config=tune.TuneConfig(num_samples=1, reuse_actors=True,
+                                    max_concurrent_trials=max_concurrent),
+        run_config=tune.RunConfig(
+            name=f"launch-{ctx.launch_id}", storage_path=exp_path,
+            failure_config=tune.FailureConfig(max_failures=space.max_failures),
+            progress_reporter=_reporter(), verbose=1),
+    )
     return tuner.fit()
 
 

@@ -1,17 +1,7 @@
 """MLflow tracking for sweeps: one parent run per sweep, one child run per trial.
 
-The schema (the statistics package reads exactly this):
-
-* experiment: `fusion-sweep` unless the space or `--experiment` says otherwise;
-* parent run: name = sweep name; tags `fusion_sweep.role=sweep`, `fusion_sweep.sweep=<name>`;
-* child run per trial: tags `fusion_sweep.role=trial`, `fusion_sweep.sweep`,
-  `mlflow.parentRunId`, `fusion_sweep.trial_key`, `fp.split`, `fp.batch_order`,
-  `fp.shared_init`, `fusion_sweep.git_commit`, `fusion_sweep.version` (+ node, device,
-  attempts); params `dataset, pe, fusion, seed` and every hyperparameter; per-epoch
-  metrics `train_loss, train_acc, val_loss, val_acc` with step = epoch; final metrics
-  `test_acc, best_val_acc, test_macro_f1, latency_ms_per_sample, params, train_seconds,
-  tokens_per_second, median_tokens` (+ best_epoch, epochs_run, fusion_params); artifacts
-  `predictions.csv`, `result.json` and, when `save_checkpoint`, `checkpoint.pt`.
+The schema (tag, param and metric names, which `stats` reads back) is defined once, in
+`fusion_sweep.schema`; docs/architecture.md shows it run by run.
 
 A trial's run is found by its deterministic trial key (never by an in-memory map, unlike
 Ray's `MLflowLoggerCallback`, ray#48664), so a restored or retried trial re-attaches to
@@ -46,41 +36,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from fusion_sweep.config import TrialConfig
     from fusion_sweep.trainer import EpochRecord, TrialResult
 
-DEFAULT_EXPERIMENT = "fusion-sweep"
-ROLE = "fusion_sweep.role"
-SWEEP = "fusion_sweep.sweep"
-TRIAL_KEY = "fusion_sweep.trial_key"
-GIT_COMMIT = "fusion_sweep.git_commit"
-VERSION = "fusion_sweep.version"
-GRID_HASH = "fusion_sweep.grid_hash"
-ATTEMPTS = "fusion_sweep.attempts"
-LAUNCH_ID = "fusion_sweep.launch_id"
-PARENT = "mlflow.parentRunId"
-FINGERPRINT_TAGS = {"split": "fp.split", "batch_order": "fp.batch_order",
-                    "shared_init": "fp.shared_init"}
-EPOCH_METRICS = ("train_loss", "train_acc", "val_loss", "val_acc")
-FINAL_METRICS = ("test_acc", "best_val_acc", "test_macro_f1", "latency_ms_per_sample", "params",
-                 "train_seconds", "tokens_per_second", "median_tokens")
-IDENTITY_PARAMS = ("dataset", "pe", "fusion", "seed")
+# The schema's one home (tag names, fingerprints, identity): fusion_sweep.schema.
+from fusion_sweep.schema import (ATTEMPTS, CODE_FINGERPRINT, CODE_HISTORY,  # noqa: E402,F401
+                                 DEFAULT_EXPERIMENT, EPOCH_METRICS, ERROR, FINAL_METRICS,
+                                 FINGERPRINT_TAGS, GIT_COMMIT, GRID_HASH, IDENTITY_FIELDS,
+                                 LAUNCH_ID, PARENT, ROLE, SWEEP, TRIAL_KEY, VERSION,
+                                 code_fingerprint, default_tracking_uri, encode_param,
+                                 resolve_tracking_uri)
 
 log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------ where runs go
-def default_tracking_uri(cwd: str | Path | None = None) -> str:
-    """The local store: `sqlite:///<cwd>/mlflow.db` (DESIGN.md §8: file stores are refused)."""
-    return f"sqlite:///{Path(cwd or os.getcwd()).resolve() / 'mlflow.db'}"
-
-
-def default_artifact_root(cwd: str | Path | None = None) -> str:
-    return (Path(cwd or os.getcwd()).resolve() / "mlartifacts").as_uri()
-
-
-def resolve_tracking_uri(uri: str | None = None) -> str:
-    """`--tracking-uri`, else `MLFLOW_TRACKING_URI`, else the local store under the cwd."""
-    return uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
-
-
 def is_local_store(uri: str) -> bool:
     return uri.startswith("sqlite:") or uri.startswith("file:") or "://" not in uri
 
@@ -126,15 +93,6 @@ def git_commit(path: str | Path | None = None) -> str:
         return "unknown"
 
 
-def code_version() -> str:
-    """What the trial key hashes as 'code version': the package version.
-
-    The git commit is logged as a tag but kept out of the key, so a resumed sweep
-    re-attaches after an unrelated commit; `launch` warns when the commit changed.
-    """
-    return fusion_sweep.__version__
-
-
 @dataclass(frozen=True)
 class TrackingContext:
     """Everything a trial needs to find its run; small and picklable (sent to Ray workers)."""
@@ -143,7 +101,7 @@ class TrackingContext:
     experiment_id: str
     parent_run_id: str
     sweep: str
-    code_version: str
+    code_fingerprint: str  # the launching driver's; part of every trial key
     git_commit: str
     launch_id: str
 
@@ -165,7 +123,7 @@ def _q(value: str) -> str:
 def _params(config: "TrialConfig") -> dict[str, str]:
     """Identity fields first, then every hyperparameter (execution fields are tags)."""
     d = config.to_dict()
-    out = {k: d[k] for k in IDENTITY_PARAMS}
+    out = {k: d[k] for k in IDENTITY_FIELDS}
     out.update(config.hyperparameters())
     return {k: str(v) for k, v in out.items()}
 
@@ -225,10 +183,17 @@ class SweepTracker:
         return runs[0] if runs else None
 
     def start_parent(self, sweep: str, *, grid_hash: str, n_trials: int, commit: str,
-                     params: Mapping[str, Any], description: str = "") -> str:
-        """Create the sweep's parent run, or re-attach to it (status back to RUNNING)."""
+                     params: Mapping[str, Any], description: str = "",
+                     code: str = "", code_history: str = "") -> str:
+        """Create the sweep's parent run, or re-attach to it (status back to RUNNING).
+
+        `params` values are logged as JSON (`schema.encode_param`), so `stats` reads dicts
+        (per-dataset margins, metric directions) back as they were written.
+        """
         run = self.find_parent(sweep)
+        code = code or code_fingerprint()
         tags = {ROLE: "sweep", SWEEP: sweep, GRID_HASH: grid_hash, GIT_COMMIT: commit,
+                CODE_FINGERPRINT: code, CODE_HISTORY: code_history or code,
                 VERSION: fusion_sweep.__version__, "mlflow.source.git.commit": commit.split("-")[0],
                 "fusion_sweep.n_trials": str(n_trials)}
         if description:
@@ -237,7 +202,7 @@ class SweepTracker:
             run = self.client.create_run(self.experiment_id, run_name=sweep, tags=tags)
             from mlflow.entities import Param
             self.client.log_batch(run.info.run_id, params=[
-                Param(k, str(v)[:6000]) for k, v in params.items()])
+                Param(k, encode_param(v)[:6000]) for k, v in params.items()])
             return run.info.run_id
         run_id = run.info.run_id
         self.client.update_run(run_id, status="RUNNING")
@@ -332,7 +297,7 @@ class TrialRun:
             attempts = int(run.data.tags.get(ATTEMPTS, "0") or 0) + 1
             _retry(client.update_run, run.info.run_id, status="RUNNING")
             extra[ATTEMPTS] = str(attempts)
-            extra.pop("fusion_sweep.error", None)
+            extra.pop(ERROR, None)
             _retry(client.log_batch, run.info.run_id, tags=[RunTag(k, v) for k, v in extra.items()])
             return cls(ctx, run.info.run_id, "RUNNING", client)
 
@@ -340,6 +305,7 @@ class TrialRun:
         run_tags = {
             ROLE: "trial", SWEEP: ctx.sweep, PARENT: ctx.parent_run_id, TRIAL_KEY: key,
             GIT_COMMIT: ctx.git_commit, VERSION: fusion_sweep.__version__,
+            CODE_FINGERPRINT: ctx.code_fingerprint,
             "mlflow.source.git.commit": ctx.git_commit.split("-")[0],
             ATTEMPTS: "1", **extra,
         }
@@ -395,7 +361,7 @@ class TrialRun:
         """Record the error and end the run FAILED (Ray Tune may retry it: it re-attaches)."""
         msg = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         try:
-            self.client.set_tag(self.run_id, "fusion_sweep.error", f"{type(exc).__name__}: {exc}"[:4000])
+            self.client.set_tag(self.run_id, ERROR, f"{type(exc).__name__}: {exc}"[:4000])
             with tempfile.TemporaryDirectory(prefix="fusion_sweep_") as tmp:
                 p = Path(tmp) / "error.txt"
                 p.write_text(msg)

@@ -1,16 +1,19 @@
 """One trial in plain PyTorch: `train_trial(config) -> TrialResult`. No Ray, no MLflow.
 
-Paired-seed protocol (DESIGN.md §3): every random stream has its own seed derived from
-`config.seed` — data order, shared-module init, fusion init, PE init, dropout — so two
-trials with the same seed differ only in the fusion/PE variant. The result carries three
-fingerprints (split, batch order, shared initial weights) that the analysis checks before
-pairing.
+Paired-seed protocol (docs/protocol.md): every random stream has its own seed derived from
+`(config.seed, config.dataset)` — data order, shared-module init, fusion init, PE init,
+dropout — so two trials with the same seed differ only in the fusion/PE variant, and trials
+of different datasets never start from correlated weights. The model is built under a forked
+global RNG, before the dropout stream is seeded: a variant's extra layers therefore cannot
+shift the dropout masks of the layers it shares. The result carries four fingerprints (split,
+batch order, shared initial weights, dropout stream) that the analysis checks before pairing.
 """
 from __future__ import annotations
 
 import copy
 import math
 import time
+import zlib
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator
@@ -30,9 +33,13 @@ from fusion_sweep.models.encoder import (FusionClassifier, count_parameters, ini
 STREAMS = ("data_order", "shared_init", "fusion_init", "pe_init", "dropout")
 
 
-def derive_seed(seed: int, stream: str) -> int:
-    """Independent 63-bit seed for one random stream of one trial seed."""
-    return int(np.random.SeedSequence([seed, STREAMS.index(stream)]).generate_state(2, np.uint64)[0] >> 1)
+def derive_seed(seed: int, stream: str, dataset: str) -> int:
+    """Independent 63-bit seed for one random stream of one (trial seed, dataset).
+
+    crc32, not hash(): Python's str hash is salted per process.
+    """
+    entropy = [seed, STREAMS.index(stream), zlib.crc32(dataset.encode())]
+    return int(np.random.SeedSequence(entropy).generate_state(2, np.uint64)[0] >> 1)
 
 
 @dataclass
@@ -66,10 +73,12 @@ class TrialResult:
     device: str = "cpu"
     checkpoint: dict[str, torch.Tensor] | None = None
 
+    num_classes: int = 0
+
     def metrics(self) -> dict[str, float]:
         keys = ("test_acc", "test_macro_f1", "best_val_acc", "best_epoch", "epochs_run", "params",
                 "fusion_params", "train_seconds", "tokens_per_second", "latency_ms_per_sample",
-                "median_tokens")
+                "median_tokens", "num_classes")
         return {k: float(getattr(self, k)) for k in keys}
 
     def to_json_dict(self, predictions: bool = False) -> dict[str, Any]:
@@ -84,18 +93,29 @@ class TrialResult:
 
 # ------------------------------------------------------------------------ building blocks
 def build_model(config: TrialConfig, vocab_size: int, num_classes: int, pad_id: int = 0) -> FusionClassifier:
-    """The classifier with every group initialised from its own stream."""
-    model = FusionClassifier(
+    """The classifier with every group initialised from its own stream.
+
+    The constructors' default initialisation draws from the global RNG (overwritten by
+    `initialize` right after); the fork keeps those draws away from the caller's RNG and the
+    dropout stream, so variants with more layers leave both untouched.
+    """
+    with torch.random.fork_rng(devices=[]):
+        model = _construct(config, vocab_size, num_classes, pad_id)
+    d = config.dataset
+    initialize(model, {"shared": derive_seed(config.seed, "shared_init", d),
+                       "fusion": derive_seed(config.seed, "fusion_init", d),
+                       "pe": derive_seed(config.seed, "pe_init", d)})
+    return model
+
+
+def _construct(config: TrialConfig, vocab_size: int, num_classes: int, pad_id: int) -> FusionClassifier:
+    return FusionClassifier(
         vocab_size=vocab_size, num_classes=num_classes, fusion=config.fusion, pe=config.pe,
         max_len=config.max_len, d_model=config.d_model, heads=config.heads, layers=config.layers,
         dim_ff=config.dim_ff, dropout=config.dropout, attn_dropout=config.attn_dropout,
         activation=config.activation, norm_first=config.norm_first,
         gate_cnn_kernel=config.gate_cnn_kernel, pad_id=pad_id,
     )
-    initialize(model, {"shared": derive_seed(config.seed, "shared_init"),
-                       "fusion": derive_seed(config.seed, "fusion_init"),
-                       "pe": derive_seed(config.seed, "pe_init")})
-    return model
 
 
 def build_optimizer(config: TrialConfig, model: nn.Module) -> torch.optim.Optimizer:
@@ -123,7 +143,7 @@ def resolve_device(name: str) -> torch.device:
 def training_schedule(train: EncodedSplit, config: TrialConfig) -> list[list[np.ndarray]]:
     """Every epoch's batches, planned up front from (data, seed) only."""
     lengths = truncated_lengths(train, config.max_len)
-    seed = derive_seed(config.seed, "data_order")
+    seed = derive_seed(config.seed, "data_order", config.dataset)
     return [epoch_batches(lengths, config.batch_size, seed, e) for e in range(config.epochs)]
 
 
@@ -137,13 +157,25 @@ def split_fingerprint(data: EncodedData, max_len: int, include_test: bool) -> st
 
 
 @contextmanager
-def dropout_stream(seed: int, device: torch.device) -> Iterator[None]:
+def dropout_stream(seed: int, device: torch.device) -> Iterator[str]:
     """Dropout has no generator argument, so give it the global RNG — forked, seeded from its
-    own stream, and restored afterwards, so nothing outside the trial sees or shifts it."""
+    own stream, and restored afterwards, so nothing outside the trial sees or shifts it.
+
+    Yields the dropout fingerprint: a hash of the generator state that the first training
+    step will draw from. Enter it after the model is built (see `build_model`).
+    """
     devices = [device.index or 0] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices, device_type="cuda" if devices else "cpu"):
         torch.manual_seed(seed)
-        yield
+        yield dropout_fingerprint(device)
+
+
+def dropout_fingerprint(device: torch.device) -> str:
+    """sha256 (16 hex) of the RNG state dropout draws from on `device`, now."""
+    import hashlib
+
+    state = torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
+    return hashlib.sha256(state.numpy().tobytes()).hexdigest()[:16]
 
 
 @contextmanager
@@ -260,7 +292,7 @@ def train_trial(config: TrialConfig, callback: Callable[[EpochRecord], None] | N
     data = data if data is not None else load_data(config)
     validate_encoded(data, include_test=config.evaluate_test)
     device = resolve_device(config.device)
-    with cpu_threads(config.num_threads), dropout_stream(derive_seed(config.seed, "dropout"), device):
+    with cpu_threads(config.num_threads):
         return _run(config, data, device, callback)
 
 
@@ -276,7 +308,16 @@ def _run(config: TrialConfig, data: EncodedData, device: torch.device,
     fingerprints["batch_order"] = schedule_hash(schedule)
     model.to(device)
     optimizer = build_optimizer(config, model)
+    with dropout_stream(derive_seed(config.seed, "dropout", config.dataset), device) as fp:
+        fingerprints["dropout"] = fp
+        return _train_and_test(config, data, device, callback, model, optimizer, schedule,
+                               fingerprints)
 
+
+def _train_and_test(config: TrialConfig, data: EncodedData, device: torch.device,
+                    callback: Callable[[EpochRecord], None] | None, model: FusionClassifier,
+                    optimizer: torch.optim.Optimizer, schedule: list[list[np.ndarray]],
+                    fingerprints: dict[str, str]) -> TrialResult:
     curve: list[EpochRecord] = []
     best_val, best_epoch, best_state, stale = -math.inf, 0, None, 0
     train_seconds, train_tokens = 0.0, 0
@@ -328,4 +369,5 @@ def _run(config: TrialConfig, data: EncodedData, device: torch.device,
         predictions=predictions,
         device=str(device),
         checkpoint=best_state if config.save_checkpoint else None,
+        num_classes=data.num_classes,
     )

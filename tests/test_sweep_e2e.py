@@ -193,7 +193,8 @@ def test_sweep_on_two_nodes_tracked_by_server(ray_cluster, mlflow_server, tmp_pa
         assert r.info.status == "FINISHED"
         assert tags["mlflow.parentRunId"] == parent.info.run_id
         assert tags["fusion_sweep.role"] == "trial" and tags["fusion_sweep.sweep"] == "e2e"
-        for t in ("fp.split", "fp.batch_order", "fp.shared_init", "fusion_sweep.git_commit",
+        for t in ("fp.split", "fp.batch_order", "fp.shared_init", "fp.dropout",
+                  "fusion_sweep.git_commit", "fusion_sweep.code_fingerprint",
                   "fusion_sweep.version", "fusion_sweep.node_id"):
             assert tags.get(t), t
         assert tags["fusion_sweep.num_threads"] == "1"
@@ -206,7 +207,8 @@ def test_sweep_on_two_nodes_tracked_by_server(ray_cluster, mlflow_server, tmp_pa
         assert [h.step for h in hist] == list(range(1, cfg.epochs + 1))
     # paired seeds share split and batch order across fusions (the trainer's promise, logged)
     for seed in (0, 1):
-        fps = {(r.data.tags["fp.split"], r.data.tags["fp.batch_order"], r.data.tags["fp.shared_init"])
+        fps = {tuple(r.data.tags[f"fp.{k}"] for k in ("split", "batch_order", "shared_init",
+                                                       "dropout"))
                for r in runs if r.data.params["seed"] == str(seed)}
         assert len(fps) == 1
     assert len({r.data.tags["fusion_sweep.node_id"] for r in runs}) == 2, "trials ran on one node only"
@@ -229,6 +231,17 @@ def test_sweep_on_two_nodes_tracked_by_server(ray_cluster, mlflow_server, tmp_pa
     assert s2.ok and s2.trained_now == 0 and s2.kept == 4
     assert len(trial_runs(mlflow_server, "e2e")) == 4
     assert len(tr.client.search_runs([tr.experiment_id], "tags.`fusion_sweep.role` = 'sweep'")) == 1
+
+    # code that can change a trial's numbers never reuses these runs silently
+    from fusion_sweep import schema
+    monkeypatch.setattr(schema, "code_fingerprint", lambda: "feedfacefeedface")
+    monkeypatch.setattr(tracking, "code_fingerprint", lambda: "feedfacefeedface")
+    with pytest.raises(ValueError, match=r"sweep 'e2e' has finished trials trained by code "
+                                         r"[0-9a-f]{16}, but this checkout's code fingerprint is "
+                                         r"feedfacefeedface.*--allow-code-change"):
+        launch("smoke", name="e2e", address=ray_cluster.address, tracking_uri=mlflow_server,
+               storage=str(tmp_path / "ray_results"))
+    assert len(trial_runs(mlflow_server, "e2e")) == 4
 
 
 def test_sigkill_driver_then_resume(mlflow_server, tmp_path):
@@ -274,7 +287,7 @@ def test_sigkill_driver_then_resume(mlflow_server, tmp_path):
                         timeout=300)
     out2 = log2.read_text()
     assert r2.returncode == 0, out2[-3000:]
-    assert "resuming sweep 'killme'" in out2  # Tuner.restore from the experiment state
+    assert f"resuming sweep 'killme': {len(finished_before)} of {total} trials already finished" in out2
     after = trial_runs(mlflow_server, "killme")
     keys = [r.data.tags["fusion_sweep.trial_key"] for r in after]
     assert len(keys) == len(set(keys)) == total, "duplicate or missing MLflow runs"

@@ -34,7 +34,7 @@ def config(seed=0, fusion="add") -> TrialConfig:
 
 def ctx_for(t: tracking.SweepTracker, sweep: str, parent: str, launch="L1") -> tracking.TrackingContext:
     return tracking.TrackingContext(tracking_uri=t.tracking_uri, experiment_id=t.experiment_id,
-                                    parent_run_id=parent, sweep=sweep, code_version="0.1.0",
+                                    parent_run_id=parent, sweep=sweep, code_fingerprint="c0de",
                                     git_commit="abc123", launch_id=launch)
 
 
@@ -45,7 +45,8 @@ def fake_result(cfg: TrialConfig, epochs=2) -> TrialResult:
         config=cfg.to_dict(), test_acc=0.61, test_macro_f1=0.6, best_val_acc=0.6, best_epoch=epochs,
         epochs_run=epochs, params=1234, fusion_params=32, train_seconds=1.0, tokens_per_second=1000.0,
         latency_ms_per_sample=0.5, median_tokens=40.0, curve=curve,
-        fingerprints={"split": "s1", "batch_order": "b1", "shared_init": "i1"},
+        fingerprints={"split": "s1", "batch_order": "b1", "shared_init": "i1", "dropout": "d1"},
+        num_classes=2,
         predictions={"index": [0, 1, 2], "label": [0, 1, 1], "pred": [0, 1, 0],
                      "probs": [[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]]},
         device="cpu", checkpoint=None)
@@ -99,14 +100,26 @@ def test_parent_run_is_reused(store):
     run = store.client.get_run(a)
     assert run.info.run_name == "sweep-a"
     assert run.data.tags[tracking.ROLE] == "sweep" and run.data.tags[tracking.SWEEP] == "sweep-a"
-    assert run.data.params["datasets"] == "synthetic-short"
+    assert run.data.params["datasets"] == '"synthetic-short"'  # JSON: structure survives
+    assert run.data.tags[tracking.CODE_FINGERPRINT] == tracking.code_fingerprint()
+
+
+def test_parent_params_are_json(store):
+    from fusion_sweep.schema import decode_param
+
+    run_id = store.start_parent("sweep-j", grid_hash="g1", n_trials=2, commit="abc",
+                                params={"equivalence_margin": {"arxiv": 0.005}, "metric": "test_acc",
+                                        "baseline": None})
+    params = store.client.get_run(run_id).data.params
+    assert decode_param(params["equivalence_margin"]) == {"arxiv": 0.005}
+    assert decode_param(params["metric"]) == "test_acc" and decode_param(params["baseline"]) is None
 
 
 def test_trial_run_schema(store, tmp_path):
     parent = start(store, "sweep-b")
     ctx = ctx_for(store, "sweep-b", parent)
     cfg = config()
-    key = cfg.trial_key(ctx.code_version)
+    key = cfg.trial_key(ctx.code_fingerprint)
     run = tracking.TrialRun.open(ctx, cfg, key, tags={"fusion_sweep.node_id": "n1"})
     res = fake_result(cfg)
     for rec in res.curve:
@@ -118,7 +131,9 @@ def test_trial_run_schema(store, tmp_path):
     tags, params, metrics = r.data.tags, r.data.params, r.data.metrics
     assert tags[tracking.ROLE] == "trial" and tags[tracking.SWEEP] == "sweep-b"
     assert tags["mlflow.parentRunId"] == parent and tags[tracking.TRIAL_KEY] == key
-    assert (tags["fp.split"], tags["fp.batch_order"], tags["fp.shared_init"]) == ("s1", "b1", "i1")
+    assert (tags["fp.split"], tags["fp.batch_order"], tags["fp.shared_init"],
+            tags["fp.dropout"]) == ("s1", "b1", "i1", "d1")
+    assert tags[tracking.CODE_FINGERPRINT] == "c0de"
     assert tags[tracking.GIT_COMMIT] == "abc123" and tags[tracking.VERSION]
     assert tags["fusion_sweep.node_id"] == "n1" and tags[tracking.ATTEMPTS] == "1"
     assert {"dataset", "pe", "fusion", "seed"} <= set(params)
@@ -213,3 +228,61 @@ def test_finish_parent_logs_summary(store, tmp_path):
     steps = [m.step for m in store.client.get_metric_history(parent, "trials_finished")]
     assert steps == [0, 1]
     assert "results.csv" in {a.path for a in store.client.list_artifacts(parent)}
+
+
+# ------------------------------------------------------------------------- code changes
+def test_code_change_refused_unless_allowed_and_recorded(store, capsys):
+    """A sweep trained by code c0de is not resumed silently by other code."""
+    import io
+
+    from fusion_sweep.sweep import _check_code
+
+    parent_id = store.start_parent("sweep-code", grid_hash="g1", n_trials=1, commit="abc",
+                                   params={}, code="c0de")
+    ctx = ctx_for(store, "sweep-code", parent_id)
+    cfg = config()
+    run = tracking.TrialRun.open(ctx, cfg, cfg.trial_key("c0de"))
+    run.log_result(fake_result(cfg))
+    parent = store.find_parent("sweep-code")
+    assert _check_code(parent, store, "sweep-code", "c0de", False, io.StringIO()) == "c0de"
+    with pytest.raises(ValueError, match=r"sweep 'sweep-code' has finished trials trained by code "
+                                         r"c0de, but this checkout's code fingerprint is beef: .*"
+                                         r"Pass --allow-code-change"):
+        _check_code(parent, store, "sweep-code", "beef", False, io.StringIO())
+    out = io.StringIO()
+    history = _check_code(parent, store, "sweep-code", "beef", True, out)
+    assert history == "c0de,beef" and "code changed (c0de -> beef)" in out.getvalue()
+    store.start_parent("sweep-code", grid_hash="g1", n_trials=1, commit="abc", params={},
+                       code="beef", code_history=history)
+    tags = store.client.get_run(parent_id).data.tags
+    assert tags[tracking.CODE_FINGERPRINT] == "beef" and tags[tracking.CODE_HISTORY] == "c0de,beef"
+    # the trial key changes with the code, so the old run is never found for the new code
+    assert cfg.trial_key("beef") != cfg.trial_key("c0de")
+
+
+def test_code_fingerprint_tracks_numeric_source(tmp_path, monkeypatch):
+    from fusion_sweep import schema
+
+    fp = schema.code_fingerprint()
+    assert len(fp) == 16 and fp == schema.code_fingerprint()
+    # a copy of the package with one changed numeric file hashes differently
+    import shutil
+    pkg = tmp_path / "fusion_sweep"
+    shutil.copytree(Path(schema.__file__).parent, pkg)
+    src = (pkg / "schema.py").read_text()
+    monkeypatch.setattr(schema, "__file__", str(pkg / "schema.py"))
+    schema.code_fingerprint.cache_clear()
+    try:
+        assert schema.code_fingerprint() == fp  # same files, other place: same fingerprint
+        schema.code_fingerprint.cache_clear()
+        (pkg / "models" / "fusion.py").write_text((pkg / "models" / "fusion.py").read_text() + "\n#")
+        assert schema.code_fingerprint() != fp
+        schema.code_fingerprint.cache_clear()
+        (pkg / "cli.py").write_text((pkg / "cli.py").read_text() + "\n#")  # not numeric
+        changed = schema.code_fingerprint()
+        schema.code_fingerprint.cache_clear()
+        (pkg / "cli.py").write_text((pkg / "cli.py").read_text() + "\n# more")
+        assert schema.code_fingerprint() == changed
+    finally:
+        schema.code_fingerprint.cache_clear()
+    assert src

@@ -9,6 +9,7 @@ import pytest
 from fusion_sweep.config import TrialConfig
 from fusion_sweep.data.types import EncodedData, EncodedSplit
 from fusion_sweep.models.fusion import FUSIONS
+from fusion_sweep.schema import FINGERPRINTS
 from fusion_sweep.trainer import EpochRecord, derive_seed, macro_f1, train_trial
 
 TINY = dict(d_model=16, heads=2, layers=1, dim_ff=32, epochs=2, batch_size=8, max_len=80,
@@ -78,7 +79,8 @@ def test_result_fields_and_callback(data: EncodedData) -> None:
     assert r.params > 0 and r.fusion_params == 0
     assert r.latency_ms_per_sample > 0 and r.tokens_per_second > 0
     assert len(r.predictions["pred"]) == len(data.test)
-    assert set(r.fingerprints) == {"split", "batch_order", "shared_init"}
+    assert set(r.fingerprints) == set(FINGERPRINTS)
+    assert r.num_classes == data.num_classes == r.metrics()["num_classes"]
     assert set(r.metrics()) >= {"test_acc", "best_val_acc", "test_macro_f1", "latency_ms_per_sample"}
 
 
@@ -101,9 +103,63 @@ def test_evaluate_test_false_never_reads_test(data: EncodedData) -> None:
 
 
 def test_derive_seed_streams_are_distinct() -> None:
-    seeds = {derive_seed(0, s) for s in ("data_order", "shared_init", "fusion_init", "pe_init", "dropout")}
+    streams = ("data_order", "shared_init", "fusion_init", "pe_init", "dropout")
+    seeds = {derive_seed(0, s, "synthetic-short") for s in streams}
     assert len(seeds) == 5
-    assert derive_seed(0, "dropout") != derive_seed(1, "dropout")
+    assert derive_seed(0, "dropout", "imdb") != derive_seed(1, "dropout", "imdb")
+    # every stream depends on the dataset too: same seed, other dataset -> uncorrelated start
+    for s in streams:
+        assert derive_seed(0, s, "synthetic-short") != derive_seed(0, s, "synthetic-long")
+
+
+def first_step_dropout_masks(fusion: str, data: EncodedData, seed: int = 0) -> list:
+    """The boolean keep-masks of every nn.Dropout of encoder layer 0 on the first training
+    batch, captured by forward hooks (a zeroed output where the input was nonzero)."""
+    import torch
+
+    from fusion_sweep.models.encoder import FusionClassifier
+
+    masks: list = []
+    original = FusionClassifier.forward
+
+    def hook(module, inputs, output):
+        if module.training and len(masks) < 3:
+            masks.append(((output == 0) & (inputs[0] != 0)).clone())
+
+    def forward(self, ids):
+        if not getattr(self, "_hooked", False):
+            self._hooked = True
+            layer = self.layers[0]
+            for m in (layer.dropout1, layer.dropout, layer.dropout2):
+                m.register_forward_hook(hook)
+        return original(self, ids)
+
+    FusionClassifier.forward = forward
+    try:
+        r = train_trial(cfg(fusion=fusion, seed=seed, epochs=1, dropout=0.3), data=data)
+    finally:
+        FusionClassifier.forward = original
+    assert len(masks) == 3 and all(bool(m.any()) for m in masks)
+    return [m for m in masks] + [r.fingerprints["dropout"]]
+
+
+@pytest.mark.parametrize("fusion", sorted(FUSIONS))
+def test_dropout_masks_identical_across_fusions(fusion: str, data: EncodedData) -> None:
+    """Same seed: every variant draws the same dropout masks for the layers it shares, even
+    though concat/gate-* construct more parameters than add (the constructors' default init
+    used to consume the dropout stream)."""
+    import torch
+
+    base, other = first_step_dropout_masks("add", data), first_step_dropout_masks(fusion, data)
+    assert base[-1] == other[-1]  # the dropout fingerprint
+    for a, b in zip(base[:-1], other[:-1]):
+        assert torch.equal(a, b)
+
+
+def test_dropout_fingerprint_differs_across_seeds(data: EncodedData) -> None:
+    a = train_trial(cfg(seed=0, epochs=1), data=data).fingerprints["dropout"]
+    b = train_trial(cfg(seed=1, epochs=1), data=data).fingerprints["dropout"]
+    assert a != b
 
 
 def test_macro_f1_matches_hand_computation() -> None:
