@@ -58,11 +58,50 @@ TOP_LEVEL_KEYS = (
 REQUIRED_KEYS = ("name", "datasets", "pes", "fusions", "seeds")
 RESOURCE_KEYS = ("cpu", "gpu")
 TUNE_KEYS = ("seeds", "budget", "search", "pe")
-DISTRIBUTIONS = {
-    "loguniform": "[low, high], 0 < low < high",
-    "uniform": "[low, high], low < high",
-    "randint": "[low, high), integers, low < high",
-    "choice": "[v1, v2, ...], non-empty",
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """One `tune.search` distribution: its argument rule, its extreme values and its Ray Tune
+    sampler. The registry below is the only place distribution kinds are named."""
+
+    expects: str  # the argument rule, for error messages
+    tune_name: str  # ray.tune's sampler function of the same meaning
+
+    def valid(self, args: list) -> bool:
+        if self.tune_name == "choice":
+            return bool(args)
+        ok = len(args) == 2 and all(_is_num(a) for a in args) and args[0] < args[1]
+        if self.tune_name == "loguniform":
+            ok = ok and args[0] > 0
+        if self.tune_name == "randint":
+            ok = ok and all(_is_int(a) for a in args)
+        return ok
+
+    def probes(self, args: list) -> list:
+        """Every value, or both extremes, that the distribution can produce."""
+        if self.tune_name == "choice":
+            return list(args)
+        return [args[0], args[1] - 1 if self.tune_name == "randint" else args[1]]
+
+    def contains(self, value: Any, args: list) -> bool:
+        if self.tune_name == "choice":
+            return value in args
+        lo, hi = args
+        return lo <= value < hi if self.tune_name == "randint" else lo <= value <= hi
+
+    def sampler(self, args: list) -> Any:
+        from ray import tune
+
+        fn = getattr(tune, self.tune_name)
+        return fn(args) if self.tune_name == "choice" else fn(*args)
+
+
+DISTRIBUTIONS: dict[str, Distribution] = {
+    "loguniform": Distribution("[low, high], 0 < low < high", "loguniform"),
+    "uniform": Distribution("[low, high], low < high", "uniform"),
+    "randint": Distribution("[low, high), integers, low < high", "randint"),
+    "choice": Distribution("[v1, v2, ...], non-empty", "choice"),
 }
 METRICS = ("test_acc", "test_macro_f1", "best_val_acc")
 # Fields a space may not set: the grid sets the identity fields, `resources.cpu` sets
@@ -513,18 +552,11 @@ def _validate_tune(t: Any, seeds: list[int], datasets: list[str], pes: list[str]
             errors.append(f"{where}: unknown distribution {dist!r}{_suggest(dist, DISTRIBUTIONS)}; "
                           f"choose from {list(DISTRIBUTIONS)}")
             continue
-        if not isinstance(args, list) or not args:
-            errors.append(f"{where}.{dist}: expects {DISTRIBUTIONS[dist]}, got {args!r}")
+        kind = DISTRIBUTIONS[dist]
+        if not isinstance(args, list) or not args or not kind.valid(args):
+            errors.append(f"{where}.{dist}: expects {kind.expects}, got {args!r}")
             continue
-        if dist == "choice":
-            probes = list(args)
-        else:
-            if len(args) != 2 or not all(_is_num(a) for a in args) or not args[0] < args[1] \
-                    or (dist == "loguniform" and args[0] <= 0) \
-                    or (dist == "randint" and not all(_is_int(a) for a in args)):
-                errors.append(f"{where}.{dist}: expects {DISTRIBUTIONS[dist]}, got {args!r}")
-                continue
-            probes = [args[0], args[1] - 1 if dist == "randint" else args[1]]
+        probes = kind.probes(args)
         # every value the distribution can produce must make a valid trial config
         tune_pe = pe or (pes[0] if pes else "sinusoidal")
         for d in datasets:

@@ -89,11 +89,11 @@ def _check_args(spec: DatasetSpec, data_dir: str, data_seed: int, limit_train: i
     for field, v in (("data_seed", data_seed), ("limit_train", limit_train), ("limit_eval", limit_eval)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
             raise ValueError(f"{field} must be a non-negative integer, got {v!r}")
-    if spec.kind == "synthetic" and data_dir:
-        hub = sorted(n for n, s in DATASETS.items() if s.kind == "hub")
+    if spec.generated and data_dir:
+        hub = sorted(n for n, s in DATASETS.items() if not s.generated)
         raise ValueError(f"data_dir applies only to hub datasets {hub}; dataset {spec.name!r} is "
                          f"generated from data_seed")
-    if spec.kind != "synthetic" and synthetic_overrides:
+    if not spec.generated and synthetic_overrides:
         raise ValueError(f"synthetic_overrides apply only to synthetic datasets, not {spec.name!r}")
 
 
@@ -113,7 +113,7 @@ def check_split(dataset: str, split: str, labels: np.ndarray, num_classes: int) 
 # --------------------------------------------------------------------------- building
 def _open(spec: DatasetSpec, data_dir: str, data_seed: int,
           synthetic_overrides: Mapping[str, Any] | None) -> Source:
-    if spec.kind == "synthetic":
+    if spec.generated:
         return _synthetic_source(spec, data_seed, synthetic_overrides)
     return open_source(spec, data_dir)
 

@@ -6,10 +6,15 @@ Every operator maps `(E, P, mask) -> H`, with
     mask: (B, L)     True at real tokens, False at right-padding
     H:    (B, L, d)
 
-Paper §3.2–3.3 and the reference code (DESIGN.md §3). Fusion-specific parameters live
-in these modules only, so the trainer can initialise them from their own generator.
+Paper §3.2–3.3 and the reference code (README "Fusion operators"). Fusion-specific parameters
+live in these modules only, so the trainer can initialise them from their own generator. Each
+operator carries its own rules: `accepts_absent_p` (whether it has a meaning when the PE
+produces no P, see positional.check_compatible) and `config_errors` (its constraints on the
+trial config), so adding an operator touches this file only.
 """
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -17,9 +22,17 @@ import torch.nn.functional as F
 
 
 class Fusion(nn.Module):
-    """Base class. `needs_positions`: whether the operator reads P at all."""
+    """Base class."""
 
-    needs_positions = True
+    # True where the operator still means something when a PE produces no P (attention-level
+    # families, `none`): then H = op(E, 0). Only `add` (H = E) qualifies; others would compute
+    # something other than what their name says.
+    accepts_absent_p = False
+
+    @classmethod
+    def config_errors(cls, config: Any) -> list[str]:
+        """Problems of a trial config that only this operator has (each naming the field)."""
+        return []
 
     def forward(self, E: torch.Tensor, P: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -27,6 +40,8 @@ class Fusion(nn.Module):
 
 class AddFusion(Fusion):
     """H = E + P  (paper eq. 1; no parameters)."""
+
+    accepts_absent_p = True
 
     def __init__(self, d_model: int, **_: object) -> None:
         super().__init__()
@@ -120,9 +135,22 @@ class GateCNNFusion(Fusion):
     output would depend on its batch-mates (breaks dynamic padding).
     """
 
+    @classmethod
+    def config_errors(cls, config: Any) -> list[str]:
+        k, max_len = config.gate_cnn_kernel, config.max_len
+        if not isinstance(k, int) or isinstance(k, bool):
+            return []  # the generic positive-integer check names it
+        errs = []
+        if k >= 1 and k % 2 == 0:  # k < 1: the generic positive-integer check names it
+            errs.append(f"gate_cnn_kernel must be odd (2K+1), got {k}")
+        if isinstance(max_len, int) and max_len < k:
+            errs.append(f"max_len ({max_len}) is smaller than the gate-cnn kernel "
+                        f"(gate_cnn_kernel={k}); raise max_len or lower the kernel")
+        return errs
+
     def __init__(self, d_model: int, gate_cnn_kernel: int = 5, **_: object) -> None:
         super().__init__()
-        if gate_cnn_kernel % 2 == 0 or gate_cnn_kernel < 1:
+        if gate_cnn_kernel % 2 == 0 or gate_cnn_kernel < 1:  # direct construction, no config
             raise ValueError(f"gate_cnn_kernel must be odd and positive (2K+1), got {gate_cnn_kernel}")
         self.conv = nn.Conv1d(d_model, d_model, gate_cnn_kernel, padding=gate_cnn_kernel // 2,
                               groups=d_model, bias=False)

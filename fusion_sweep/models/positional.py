@@ -12,6 +12,7 @@ fusion `add`, which then means H = E (adding a zero P). Every other pairing is r
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -21,6 +22,11 @@ class PositionalEncoding(nn.Module):
     """Base class. Subclasses override the hooks their level uses."""
 
     level = "input"  # "input" | "attention" | "none"
+
+    @classmethod
+    def config_errors(cls, config: Any) -> list[str]:
+        """Problems of a trial config that only this family has (each naming the field)."""
+        return []
 
     def __init__(self, d_model: int, max_len: int, heads: int) -> None:
         super().__init__()
@@ -99,6 +105,13 @@ class RotaryPE(PositionalEncoding):
     (rotate-half convention, base 10000). Relative by construction."""
 
     level = "attention"
+
+    @classmethod
+    def config_errors(cls, config: Any) -> list[str]:
+        d, h = config.d_model, config.heads
+        if all(isinstance(v, int) and v > 0 for v in (d, h)) and d % h == 0 and (d // h) % 2:
+            return [f"pe 'rotary' needs an even head dim; d_model/heads = {d // h}"]
+        return []
 
     def __init__(self, d_model: int, max_len: int, heads: int) -> None:
         super().__init__(d_model, max_len, heads)
@@ -207,14 +220,18 @@ PAPER_PE_NAMES: dict[str, str] = {
 
 def check_compatible(pe: str, fusion: str) -> str | None:
     """None if `pe` and `fusion` can be combined, else an error message saying why."""
+    from fusion_sweep.models.fusion import FUSIONS
+
     level = POSITIONAL[pe].level
-    if level == "input" or fusion == "add":
+    if level == "input" or FUSIONS[fusion].accepts_absent_p:
         return None
     kind = "acts inside attention" if level == "attention" else "adds no positions"
     input_level = sorted(k for k, v in POSITIONAL.items() if v.level == "input")
+    absent_ok = sorted(k for k, v in FUSIONS.items() if v.accepts_absent_p)
     return (
         f"fusion {fusion!r} needs an input-level positional encoding, but pe {pe!r} {kind}; "
-        f"use fusion 'add' with pe {pe!r} (H = E), or an input-level pe from {input_level}"
+        f"use fusion {' or '.join(map(repr, absent_ok))} with pe {pe!r} (H = E), or an "
+        f"input-level pe from {input_level}"
     )
 
 
