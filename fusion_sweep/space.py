@@ -37,6 +37,7 @@ Schema (all keys except `name`, `datasets`, `fusions`, `pes`, `seeds` are option
 from __future__ import annotations
 
 import difflib
+import importlib.resources
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -48,7 +49,9 @@ import yaml
 import fusion_sweep
 from fusion_sweep.schema import DEFAULT_EXPERIMENT, DIRECTIONS, METRIC_DIRECTIONS
 
-SPACE_DIR = Path(fusion_sweep.__file__).resolve().parents[1] / "search_spaces"
+# Shipped spaces are package data (found the same way from a checkout, an editable install
+# or a wheel); the repository's top-level `search_spaces` is a link to this folder.
+SPACE_DIR = Path(str(importlib.resources.files("fusion_sweep") / "search_spaces"))
 
 TOP_LEVEL_KEYS = (
     "name", "description", "experiment", "datasets", "pes", "fusions", "seeds",
