@@ -31,6 +31,14 @@ DEVICES = ("auto", "cpu", "cuda")
 
 
 
+class ConfigError(ValueError):
+    """An invalid trial config; `errors` lists every problem (one message each)."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = list(errors)
+        super().__init__("invalid trial config:\n  " + "\n  ".join(self.errors))
+
+
 @dataclass(frozen=True)
 class TrialConfig:
     """Everything one trial needs. Build with :meth:`build` to get dataset defaults."""
@@ -78,7 +86,7 @@ class TrialConfig:
     def __post_init__(self) -> None:
         errors = self.validation_errors()
         if errors:
-            raise ValueError("invalid trial config:\n  " + "\n  ".join(errors))
+            raise ConfigError(errors)
 
     # ------------------------------------------------------------------ building
     @classmethod

@@ -342,14 +342,14 @@ def _seed_list(v: Any, key: str, errors: list[str]) -> list[int]:
 
 def _build_errors(dataset: str, threads: int, overrides: Mapping[str, Any]) -> list[str]:
     """The problems `TrialConfig.build` finds, one message per problem."""
-    from fusion_sweep.config import TrialConfig
+    from fusion_sweep.config import ConfigError, TrialConfig
 
     try:
         TrialConfig.build(dataset, num_threads=threads, **overrides)
-    except ValueError as e:
-        # "invalid trial config:\n  a\n  b" -> ["a", "b"]
-        lines = [ln.strip() for ln in str(e).splitlines()]
-        return [ln for ln in lines if ln and not ln.startswith("invalid trial config")] or [str(e)]
+    except ConfigError as e:
+        return e.errors
+    except ValueError as e:  # unknown field or dataset: one message
+        return [str(e)]
     return []
 
 

@@ -106,13 +106,26 @@ class TrackingContext:
     launch_id: str
 
 
-def _client(uri: str):
-    from mlflow.tracking import MlflowClient
+_QUIETED = False
 
-    # The run links MLflow prints on every set_terminated would flood Tune's progress output.
+
+def _quiet_mlflow() -> None:
+    """Once per process: no run link printed on every set_terminated (it would flood the
+    progress display) and no alembic/sqlalchemy INFO lines on every store open. Process-wide
+    on purpose: MLflow reads the variable, and these loggers are module-global."""
+    global _QUIETED
+    if _QUIETED:
+        return
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     for name in ("alembic", "mlflow.store.db.utils", "mlflow.store.tracking.sqlalchemy_store"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    _QUIETED = True
+
+
+def _client(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    _quiet_mlflow()
     return MlflowClient(tracking_uri=uri)
 
 
