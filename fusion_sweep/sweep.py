@@ -28,14 +28,17 @@ import dataclasses
 import hashlib
 import json
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 import urllib.parse
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, TextIO
+from typing import Any, Callable, Iterator, Mapping, TextIO
 
 from fusion_sweep.space import SearchSpace, dump_space, load_space
 
@@ -105,7 +108,8 @@ def points_for(points: list[GridPoint], dataset: str) -> list[GridPoint]:
 
 # ------------------------------------------------------------------------- preflight
 def resolve_storage(storage: str | None) -> str:
-    """Ray Tune needs an absolute path or a URI (DESIGN.md §8)."""
+    """Ray Tune needs an absolute path or a URI (a relative path is resolved against the
+    worker's directory, which differs from the driver's)."""
     if not storage:
         return str(Path.cwd().resolve() / DEFAULT_STORAGE_DIRNAME)
     if "://" in storage:
@@ -150,10 +154,14 @@ def configure_ray_env(address: str | None) -> str:
     """Environment every Ray process of the sweep must agree on; returns the auth mode.
 
     Ray 2.60 turns token auth on for a new local cluster, and for `ray start` when a token
-    exists; a driver whose RAY_AUTH_MODE does not match fails after ~20 s (DESIGN.md §8).
+    exists; a driver whose RAY_AUTH_MODE does not match fails after ~20 s (measured here).
     An explicit RAY_AUTH_MODE always wins. Otherwise: a local instance uses `token` (Ray's
     own default, made explicit so every worker inherits it); connecting to a cluster uses
     `token` when a token is available here, as `ray start` would have, else `disabled`.
+
+    Why process-wide environment variables: Ray reads them in the driver and copies the
+    driver's environment to every worker it starts, so setting them here is how the choice
+    reaches the workers. Only `launch`/`tune` call this, right before Ray starts.
     """
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     # Ray's legacy table reporter: one compact table every 15 s instead of a box per trial.
@@ -167,6 +175,32 @@ def configure_ray_env(address: str | None) -> str:
             mode = "token" if (os.environ.get("RAY_AUTH_TOKEN") or token_file.is_file()) else "disabled"
         os.environ["RAY_AUTH_MODE"] = mode
     return mode
+
+
+@contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (`kill PID`, a scheduler's stop) unwinds like Ctrl-C: the `finally` blocks then
+    stop the Ray instance this process started and mark the sweep's parent run, instead of
+    the process vanishing and leaving Ray's head and workers behind."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _reclaim_sigterm() -> None:
+    """ray.init installs Ray's native failure-signal handler, which aborts the driver on
+    SIGTERM without running any `finally`; put ours back (main thread only)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_interrupt)
 
 
 class SweepLock:
@@ -361,7 +395,7 @@ def launch(space_ref: str, *, name: str | None = None, address: str | None = Non
     commit = tracking.git_commit()
 
     auth = configure_ray_env(address)
-    with SweepLock(exp_path):
+    with SweepLock(exp_path), terminate_as_interrupt():
         parent_id = tracker.start_parent(
             name, grid_hash=ghash, n_trials=len(points), commit=commit, code=code,
             code_history=history, description=space.description,
@@ -398,6 +432,7 @@ def launch(space_ref: str, *, name: str | None = None, address: str | None = Non
                           f"trials already finished (found by trial key in MLflow); "
                           f"{len(pending)} to train", file=out)
                 started_ray = _init_ray(address, out)
+                _reclaim_sigterm()
                 _warn_resources(space, uri, out)
                 print(f"Ray auth mode: {auth}; Tune state: {exp_path}; MLflow: {uri} "
                       f"(experiment {experiment!r}, parent run {parent_id})", file=out)
@@ -630,18 +665,17 @@ def tune_objective(params: dict, **kw) -> None:
 
 
 def _domain(spec: Mapping[str, list]):
-    from ray import tune
+    from fusion_sweep.space import DISTRIBUTIONS
 
     (dist, args), = spec.items()
-    return {"loguniform": lambda: tune.loguniform(*args), "uniform": lambda: tune.uniform(*args),
-            "randint": lambda: tune.randint(*args), "choice": lambda: tune.choice(args)}[dist]()
+    return DISTRIBUTIONS[dist].sampler(args)
 
 
 def _in_range(value: Any, spec: Mapping[str, list]) -> bool:
+    from fusion_sweep.space import DISTRIBUTIONS
+
     (dist, args), = spec.items()
-    if dist == "choice":
-        return value in args
-    return args[0] <= value < args[1] if dist == "randint" else args[0] <= value <= args[1]
+    return DISTRIBUTIONS[dist].contains(value, args)
 
 
 def tune_space(space_ref: str, *, budget: int | None = None, output: str | None = None,
