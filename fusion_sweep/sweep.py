@@ -702,7 +702,10 @@ def tune_space(space_ref: str, *, budget: int | None = None, output: str | None 
 
     from fusion_sweep.config import TrialConfig
 
+    old_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt) \
+        if threading.current_thread() is threading.main_thread() else None
     started = _init_ray(address, out)
+    _reclaim_sigterm()
     tuned: dict[str, dict[str, Any]] = {}
     provenance: dict[str, Any] = {
         "from": space.source, "budget_per_dataset": budget, "seeds": list(space.tune.seeds),
@@ -753,6 +756,8 @@ def tune_space(space_ref: str, *, budget: int | None = None, output: str | None 
             import ray
 
             ray.shutdown()
+        if old_sigterm is not None:
+            signal.signal(signal.SIGTERM, old_sigterm)
 
     hp = {k: dict(v) for k, v in space.hyperparameters.items()}
     for d, values in tuned.items():
