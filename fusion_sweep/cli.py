@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, ConnectionError) as e:  # bad input / no data source: a message, no traceback
         print(f"fusion-sweep {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM where a command maps it to an interrupt
+        print(f"fusion-sweep {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
