@@ -35,8 +35,16 @@ def test_shipped_spaces_present_and_valid():
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_each_space_opens_with_its_launch_command(name):
+    """The first line is a command that, run as written, launches this very file."""
+    import shlex
+
+    from fusion_sweep.cli import build_parser
+
     first = (SPACE_DIR / f"{name}.yaml").read_text().splitlines()[0]
-    assert first == f"# fusion-sweep launch {name}"
+    assert first.startswith("# fusion-sweep ")
+    args = build_parser().parse_args(shlex.split(first[len("# fusion-sweep "):]))
+    assert args.command == "launch" and args.func.__name__ == "run_launch"
+    assert load_space(args.space).source == load_space(str(SPACE_DIR / f"{name}.yaml")).source
 
 
 def test_default_space_is_the_documented_grid():
