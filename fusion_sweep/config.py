@@ -7,7 +7,7 @@ config round-trips through YAML, JSON, Ray Tune and MLflow params unchanged.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from fusion_sweep.schema import IDENTITY_FIELDS, NON_SEMANTIC_FIELDS

@@ -46,7 +46,6 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-import fusion_sweep
 from fusion_sweep.schema import DEFAULT_EXPERIMENT, DIRECTIONS, METRIC_DIRECTIONS
 
 # Shipped spaces are package data (found the same way from a checkout, an editable install
@@ -126,7 +125,7 @@ class SpaceError(ValueError):
 
 
 @dataclass(frozen=True)
-class TuneSpec:
+class HPSearchSpec:
     seeds: tuple[int, ...]
     budget: int
     search: dict[str, dict[str, list]]
@@ -149,7 +148,7 @@ class SearchSpace:
     directions: dict[str, str] = field(default_factory=dict)  # on top of METRIC_DIRECTIONS
     experiment: str = DEFAULT_EXPERIMENT
     description: str = ""
-    tune: TuneSpec | None = None
+    tune: HPSearchSpec | None = None
     tuned: dict[str, Any] | None = None
     source: str = "<dict>"  # file the space came from
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -513,7 +512,7 @@ def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
 
 def _validate_tune(t: Any, seeds: list[int], datasets: list[str], pes: list[str], baseline: str,
                    hparams: dict, allowed_fields: list[str], threads: int, errors: list[str],
-                   base_errors: dict[str, set[str]]) -> TuneSpec | None:
+                   base_errors: dict[str, set[str]]) -> HPSearchSpec | None:
 
     if not isinstance(t, Mapping):
         errors.append(f"tune: must be a mapping with keys {list(TUNE_KEYS)}, got {t!r}")
@@ -574,4 +573,4 @@ def _validate_tune(t: Any, seeds: list[int], datasets: list[str], pes: list[str]
         clean[k] = {dist: list(args)}
     if not _is_int(budget) or budget < 1:
         return None
-    return TuneSpec(seeds=tuple(tseeds), budget=budget, search=clean, pe=pe)
+    return HPSearchSpec(seeds=tuple(tseeds), budget=budget, search=clean, pe=pe)

@@ -18,13 +18,11 @@ still to train, so Tune's saved state is never needed, and a SIGKILLed driver lo
 the trials that were running (their runs are marked KILLED on the next launch and trained
 again under the same run). A lock file keeps a second driver off a sweep that is running.
 
-`tune()` is `fusion-sweep tune`: Optuna (via `OptunaSearch`) searches the space's `tune:`
-ranges on validation accuracy of the baseline fusion, on seeds disjoint from the sweep's,
-with `evaluate_test=False` so the test split is never read, then writes a frozen space.
+The optional hyperparameter search before a sweep (`fusion-sweep tune`, Optuna) lives in
+`fusion_sweep.hpsearch`; in this package "tune" means Ray Tune.
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -38,9 +36,9 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, TextIO
+from typing import Any, Iterator, Mapping, TextIO
 
-from fusion_sweep.space import SearchSpace, dump_space, load_space
+from fusion_sweep.space import SearchSpace, load_space
 
 DEFAULT_STORAGE_DIRNAME = "ray_results"
 
@@ -436,8 +434,8 @@ def launch(space_ref: str, *, name: str | None = None, address: str | None = Non
                 _warn_resources(space, uri, out)
                 print(f"Ray auth mode: {auth}; Tune state: {exp_path}; MLflow: {uri} "
                       f"(experiment {experiment!r}, parent run {parent_id})", file=out)
-                grid = _run_tuner(space, pending, exp_path, ctx, max_concurrent, verbose, out)
-                summary.tune_errors = [str(e).strip().splitlines()[-1][:300] for e in grid.errors]
+                results = _run_tuner(space, pending, exp_path, ctx, max_concurrent, verbose, out)
+                summary.tune_errors = [str(e).strip().splitlines()[-1][:300] for e in results.errors]
             status = "FINISHED"
         except KeyboardInterrupt:
             status = "KILLED"
@@ -627,149 +625,3 @@ def format_summary(s: LaunchSummary, space_ref: str) -> str:
         lines.append(f"  resume:     fusion-sweep launch {space_ref} --name {s.name}  "
                      f"(finished trials are kept)")
     return "\n".join(lines)
-
-
-
-# ------------------------------------------------------------------------------ tune
-TUNE_METRIC = "mean_val_acc"
-
-
-def evaluate_params(params: Mapping[str, Any], *, dataset: str, pe: str, fusion: str,
-                    seeds: tuple[int, ...], base: Mapping[str, Any], num_threads: int,
-                    train: Callable | None = None) -> dict[str, float]:
-    """Mean best validation accuracy of `params` over the tuning seeds.
-
-    Every config has `evaluate_test=False`: the trainer never touches the test split.
-    """
-    from fusion_sweep.config import TrialConfig
-
-    if train is None:
-        from fusion_sweep.trainer import train_trial as train
-    out: dict[str, float] = {}
-    accs = []
-    for seed in seeds:
-        cfg = TrialConfig.build(dataset, pe=pe, fusion=fusion, seed=seed, num_threads=num_threads,
-                                evaluate_test=False, **{**base, **params})
-        r = train(cfg)
-        accs.append(r.best_val_acc)
-        out[f"val_acc_seed{seed}"] = float(r.best_val_acc)
-    out[TUNE_METRIC] = float(sum(accs) / len(accs))
-    return out
-
-
-def tune_objective(params: dict, **kw) -> None:
-    """Ray Tune function trainable for `fusion-sweep tune`."""
-    from ray import tune
-
-    tune.report(evaluate_params(params, **kw))
-
-
-def _domain(spec: Mapping[str, list]):
-    from fusion_sweep.space import DISTRIBUTIONS
-
-    (dist, args), = spec.items()
-    return DISTRIBUTIONS[dist].sampler(args)
-
-
-def _in_range(value: Any, spec: Mapping[str, list]) -> bool:
-    from fusion_sweep.space import DISTRIBUTIONS
-
-    (dist, args), = spec.items()
-    return DISTRIBUTIONS[dist].contains(value, args)
-
-
-def tune_space(space_ref: str, *, budget: int | None = None, output: str | None = None,
-               address: str | None = None, storage: str | None = None,
-               max_concurrent: int | None = None, out: TextIO = sys.stdout) -> Path:
-    """`fusion-sweep tune`: Optuna on validation accuracy of the baseline, then a frozen space."""
-    space = load_space(space_ref)
-    if space.tune is None:
-        raise ValueError(f"{space.source}: no `tune:` section; add e.g. tune: {{seeds: [100, 101], "
-                         f"budget: 8, search: {{lr: {{loguniform: [1.0e-4, 3.0e-3]}}}}}}")
-    if budget is not None and budget < 1:
-        raise ValueError(f"--budget must be >= 1, got {budget}")
-    budget = budget or space.tune.budget
-    out_path = Path(output) if output else Path.cwd() / f"{space.name}-tuned.yaml"
-    if not out_path.parent.is_dir():
-        raise ValueError(f"--output {out_path}: directory {out_path.parent} does not exist")
-    pe = space.tune.pe or space.pes[0]
-    address = check_ray_address(address)
-    storage_path = resolve_storage(storage)
-    configure_ray_env(address)
-
-    from ray import tune
-    from ray.tune.search.optuna import OptunaSearch
-
-    from fusion_sweep.config import TrialConfig
-
-    old_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt) \
-        if threading.current_thread() is threading.main_thread() else None
-    started = _init_ray(address, out)
-    _reclaim_sigterm()
-    tuned: dict[str, dict[str, Any]] = {}
-    provenance: dict[str, Any] = {
-        "from": space.source, "budget_per_dataset": budget, "seeds": list(space.tune.seeds),
-        "fusion": space.baseline, "pe": pe, "metric": f"{TUNE_METRIC} (best validation accuracy, "
-        f"mean over tuning seeds; the test split is never read)", "search": space.tune.search,
-        "best": {}}
-    t0 = time.time()
-    try:
-        for dataset in space.datasets:
-            base = space.overrides_for(dataset)
-            current = TrialConfig.build(dataset, **base).to_dict()
-            start = {k: current[k] for k in space.tune.search}
-            searcher = OptunaSearch(
-                metric=TUNE_METRIC, mode="max", seed=0,
-                points_to_evaluate=[start] if all(_in_range(start[k], v)
-                                                  for k, v in space.tune.search.items()) else None)
-            trainable = tune.with_resources(
-                tune.with_parameters(tune_objective, dataset=dataset, pe=pe, fusion=space.baseline,
-                                     seeds=tuple(space.tune.seeds), base=base,
-                                     num_threads=space.num_threads),
-                {"cpu": space.cpu, "gpu": space.gpu})
-            print(f"tuning {dataset}: {budget} Optuna trials × {len(space.tune.seeds)} seeds of "
-                  f"{space.baseline}/{pe}", file=out)
-            grid = tune.Tuner(
-                trainable,
-                param_space={k: _domain(v) for k, v in space.tune.search.items()},
-                tune_config=tune.TuneConfig(search_alg=searcher, num_samples=budget,
-                                            max_concurrent_trials=max_concurrent, reuse_actors=True),
-                run_config=tune.RunConfig(
-                    name=f"{space.name}-tune-{dataset}-{uuid.uuid4().hex[:6]}",
-                    storage_path=storage_path, verbose=1,
-                    progress_reporter=tune.CLIReporter(
-                        parameter_columns=list(space.tune.search), metric_columns=[TUNE_METRIC],
-                        max_report_frequency=15)),
-            ).fit()
-            ok = [r for r in grid if r.error is None and r.metrics and TUNE_METRIC in r.metrics]
-            if not ok:
-                raise RuntimeError(f"tuning {dataset}: every trial failed; first error: "
-                                   f"{next((r.error for r in grid if r.error), 'no result')}")
-            best = max(ok, key=lambda r: r.metrics[TUNE_METRIC])
-            tuned[dataset] = {k: best.config[k] for k in space.tune.search}
-            provenance["best"][dataset] = {"val_acc": round(best.metrics[TUNE_METRIC], 6),
-                                           "trials": len(ok)}
-            print(f"  best {dataset}: {tuned[dataset]}  val_acc={best.metrics[TUNE_METRIC]:.4f}",
-                  file=out)
-    finally:
-        if started or address is not None:
-            import ray
-
-            ray.shutdown()
-        if old_sigterm is not None:
-            signal.signal(signal.SIGTERM, old_sigterm)
-
-    hp = {k: dict(v) for k, v in space.hyperparameters.items()}
-    for d, values in tuned.items():
-        hp.setdefault(d, {}).update(values)
-    provenance["seconds"] = round(time.time() - t0, 1)
-    frozen = dataclasses.replace(space, name=f"{space.name}-tuned", hyperparameters=hp, tune=None,
-                                 tuned=provenance,
-                                 description=(f"{space.description} " if space.description else "")
-                                 + f"Hyperparameters tuned by `fusion-sweep tune {space_ref}`, then frozen.")
-    dump_space(frozen, out_path, header=[
-        f"Frozen by `fusion-sweep tune {space_ref} --budget {budget}`: the values below are fixed",
-        "for every fusion (paper protocol); tuned on validation accuracy, tuning seeds only."])
-    load_space(out_path)  # the written file must validate
-    print(f"wrote {out_path}\nrun it with: fusion-sweep launch {out_path}", file=out)
-    return out_path

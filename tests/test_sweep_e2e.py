@@ -395,10 +395,10 @@ def test_worker_node_removed_mid_sweep(ray_cluster, mlflow_server, tmp_path, mon
 
 # --------------------------------------------------------------------------------- tune
 def test_tune_writes_a_frozen_space(ray_cluster, tmp_path, monkeypatch):
-    from fusion_sweep.sweep import tune_space
+    from fusion_sweep.hpsearch import search_hyperparameters
 
     monkeypatch.chdir(tmp_path)
-    out = tune_space("smoke", budget=2, output=str(tmp_path / "smoke-tuned.yaml"),
+    out = search_hyperparameters("smoke", budget=2, output=str(tmp_path / "smoke-tuned.yaml"),
                      address=ray_cluster.address, storage=str(tmp_path / "ray_results"))
     text = out.read_text()
     assert text.splitlines()[0] == f"# fusion-sweep launch {out}"
@@ -426,7 +426,7 @@ class _Untouchable:
 
 def test_tuning_never_reads_the_test_split(monkeypatch):
     from fusion_sweep import trainer
-    from fusion_sweep.sweep import evaluate_params
+    from fusion_sweep.hpsearch import evaluate_params
 
     cfg = load_space("smoke").grid()[0]
     real = trainer.load_data(cfg)
