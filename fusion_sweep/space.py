@@ -353,7 +353,7 @@ def _build_errors(dataset: str, threads: int, overrides: Mapping[str, Any]) -> l
 
 
 def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
-    from fusion_sweep.config import TrialConfig
+    """Every problem of a raw space appended to `errors`; the space when there are none."""
     from fusion_sweep.data.registry import DATASETS
     from fusion_sweep.models.fusion import FUSIONS
     from fusion_sweep.models.positional import POSITIONAL
@@ -362,26 +362,66 @@ def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
         errors.append(f"the file must hold a mapping with keys {list(TOP_LEVEL_KEYS)}, "
                       f"got {type(raw).__name__}")
         return None
-    _unknown_keys(raw, TOP_LEVEL_KEYS, "", errors)
-    for k in REQUIRED_KEYS:
-        if k not in raw:
-            errors.append(f"{k}: missing required key")
-
-    name = raw.get("name")
-    if name is not None and (not isinstance(name, str) or not name.strip()
-                             or any(c in name for c in "/\\ ")):
-        errors.append(f"name: must be a non-empty string without '/', '\\' or spaces, got {name!r}")
-    for k in ("description", "experiment"):
-        if k in raw and not isinstance(raw[k], str):
-            errors.append(f"{k}: must be a string, got {raw[k]!r}")
-
+    name = _validate_header(raw, errors)
     datasets = _name_list(raw, "datasets", DATASETS, errors)
     pes = _name_list(raw, "pes", POSITIONAL, errors)
     fusions = _name_list(raw, "fusions", FUSIONS, errors)
     seeds = _seed_list(raw["seeds"], "seeds", errors) if "seeds" in raw else []
+    resources, max_failures = _validate_resources(raw, errors)
+    baseline, metric, margin, directions = _validate_comparison(raw, datasets, fusions, errors)
+    hparams = _validate_hyperparameters(raw, datasets, errors)
+    cpu = resources["cpu"]
+    threads = max(1, int(math.floor(cpu))) if _is_num(cpu) and cpu > 0 else 1
+    base_errors = _validate_grid_points(datasets, pes, fusions, hparams, threads, errors)
 
-    # resources
-    resources = {"cpu": 1, "gpu": 0}
+    tune_spec = None
+    if raw.get("tune") is not None:
+        allowed_fields = [f for f in _config_fields() if f not in RESERVED_FIELDS]
+        tune_spec = _validate_tune(raw["tune"], seeds, datasets, pes, baseline, hparams,
+                                   allowed_fields, threads, errors, base_errors)
+    tuned = raw.get("tuned")
+    if tuned is not None and not isinstance(tuned, Mapping):
+        errors.append(f"tuned: must be a mapping (provenance written by `fusion-sweep tune`), got {tuned!r}")
+
+    if errors:
+        return None
+    return SearchSpace(
+        name=name, datasets=tuple(datasets), pes=tuple(pes), fusions=tuple(fusions),
+        seeds=tuple(seeds), hyperparameters=hparams, resources=resources,
+        max_failures=max_failures, baseline=baseline, metric=metric,
+        equivalence_margin=dict(margin) if isinstance(margin, Mapping) else margin,
+        directions=dict(directions),
+        experiment=raw.get("experiment", DEFAULT_EXPERIMENT), description=raw.get("description", ""),
+        tune=tune_spec, tuned=dict(tuned) if tuned else None, source=source, raw=dict(raw),
+    )
+
+
+def _config_fields() -> tuple[str, ...]:
+    from fusion_sweep.config import TrialConfig
+
+    return TrialConfig.field_names()
+
+
+def _validate_header(raw: Mapping, errors: list[str]) -> Any:
+    """Top-level keys, required keys, name, description, experiment -> the name."""
+    _unknown_keys(raw, TOP_LEVEL_KEYS, "", errors)
+    for k in REQUIRED_KEYS:
+        if k not in raw:
+            errors.append(f"{k}: missing required key")
+    name = raw.get("name")
+    if name is not None and (not isinstance(name, str) or not name.strip()
+                             or any(c in name for c in "/\\ ") or name in (".", "..")):
+        errors.append(f"name: must be a non-empty string without '/', '\\', spaces or "
+                      f"'.'/'..', got {name!r}")
+    for k in ("description", "experiment"):
+        if k in raw and not isinstance(raw[k], str):
+            errors.append(f"{k}: must be a string, got {raw[k]!r}")
+    return name
+
+
+def _validate_resources(raw: Mapping, errors: list[str]) -> tuple[dict[str, Any], Any]:
+    """-> (resources per trial, max_failures)."""
+    resources: dict[str, Any] = {"cpu": 1, "gpu": 0}
     res = raw.get("resources", {})
     if not isinstance(res, Mapping):
         errors.append(f"resources: must be a mapping with keys {list(RESOURCE_KEYS)}, got {res!r}")
@@ -396,10 +436,16 @@ def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
         elif gpu > 1 and not float(gpu).is_integer():
             errors.append(f"resources.gpu: above 1 it must be a whole number (Ray's rule), got {gpu!r}")
         resources = {"cpu": cpu, "gpu": gpu}
-
     max_failures = raw.get("max_failures", 2)
     if not _is_int(max_failures) or max_failures < -1:
         errors.append(f"max_failures: must be an integer >= 0 (-1 = retry forever), got {max_failures!r}")
+    return resources, max_failures
+
+
+def _validate_comparison(raw: Mapping, datasets: list[str], fusions: list[str],
+                         errors: list[str]) -> tuple[Any, Any, Any, dict]:
+    """What `stats` compares: -> (baseline, metric, equivalence_margin, directions)."""
+    from fusion_sweep.models.fusion import FUSIONS
 
     baseline = raw.get("baseline", "add")
     if baseline not in FUSIONS:
@@ -411,20 +457,17 @@ def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
     metric = raw.get("metric", "test_acc")
     if metric not in METRICS:
         errors.append(f"metric: unknown metric {metric!r}; choose from {list(METRICS)}")
-
     margin = raw.get("equivalence_margin")
-    if margin is not None:
-        if isinstance(margin, Mapping):
-            for d, m in margin.items():
-                if d not in datasets:
-                    errors.append(f"equivalence_margin.{d}: not a dataset of this space; "
-                                  f"choose from {datasets}")
-                if not _is_num(m) or m <= 0:
-                    errors.append(f"equivalence_margin.{d}: must be a positive number, got {m!r}")
-        elif not _is_num(margin) or margin <= 0:
-            errors.append(f"equivalence_margin: must be null, a positive number, or "
-                          f"{{dataset: number}}, got {margin!r}")
-
+    if isinstance(margin, Mapping):
+        for d, m in margin.items():
+            if d not in datasets:
+                errors.append(f"equivalence_margin.{d}: not a dataset of this space; "
+                              f"choose from {datasets}")
+            if not _is_num(m) or m <= 0:
+                errors.append(f"equivalence_margin.{d}: must be a positive number, got {m!r}")
+    elif margin is not None and (not _is_num(margin) or margin <= 0):
+        errors.append(f"equivalence_margin: must be null, a positive number, or "
+                      f"{{dataset: number}}, got {margin!r}")
     directions = raw.get("directions") or {}
     if not isinstance(directions, Mapping):
         errors.append(f"directions: must be a mapping {{metric: higher|lower}}, got {directions!r}")
@@ -432,15 +475,21 @@ def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
     for k, v in directions.items():
         if v not in DIRECTIONS:
             errors.append(f"directions.{k}: must be one of {list(DIRECTIONS)}, got {v!r}")
+    return baseline, metric, margin, dict(directions)
 
-    # hyperparameters
+
+def _validate_hyperparameters(raw: Mapping, datasets: list[str],
+                              errors: list[str]) -> dict[str, dict[str, Any]]:
+    """`hyperparameters: {all|<dataset>: {field: value}}` -> the valid groups."""
+    from fusion_sweep.data.registry import DATASETS
+
     hp_raw = raw.get("hyperparameters") or {}
-    allowed_fields = [f for f in TrialConfig.field_names() if f not in RESERVED_FIELDS]
+    allowed_fields = [f for f in _config_fields() if f not in RESERVED_FIELDS]
     hparams: dict[str, dict[str, Any]] = {}
     if not isinstance(hp_raw, Mapping):
         errors.append(f"hyperparameters: must be a mapping {{all|<dataset>: {{field: value}}}}, "
                       f"got {hp_raw!r}")
-        hp_raw = {}
+        return hparams
     for group, values in hp_raw.items():
         where = f"hyperparameters.{group}"
         if group != "all" and group not in DATASETS:
@@ -450,8 +499,7 @@ def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
         if group != "all" and datasets and group not in datasets:
             errors.append(f"{where}: dataset {group!r} is not in datasets {datasets}")
             continue
-        if values is None:
-            values = {}
+        values = {} if values is None else values
         if not isinstance(values, Mapping):
             errors.append(f"{where}: must be a mapping {{field: value}}, got {values!r}")
             continue
@@ -469,11 +517,15 @@ def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
             else:
                 clean[k] = v
         hparams[group] = clean
+    return hparams
 
-    # every grid point must build a valid TrialConfig; a problem of the dataset's
-    # hyperparameters is reported once, under its key, not once per grid point
-    cpu = resources["cpu"]
-    threads = max(1, int(math.floor(cpu))) if _is_num(cpu) and cpu > 0 else 1
+
+def _validate_grid_points(datasets: list[str], pes: list[str], fusions: list[str],
+                          hparams: dict[str, dict[str, Any]], threads: int,
+                          errors: list[str]) -> dict[str, set[str]]:
+    """Every grid point must build a valid TrialConfig. A problem of a dataset's
+    hyperparameters is reported once, under its key, not once per grid point.
+    -> each dataset's own problems (so later checks do not repeat them)."""
     base_errors: dict[str, set[str]] = {}
     for d in datasets:
         overrides = {**hparams.get("all", {}), **hparams.get(d, {})}
@@ -485,29 +537,7 @@ def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
             errors.extend(f"pes × fusions (dataset={d}, pe={p}, fusion={f}): {m}"
                           for m in _build_errors(d, threads, {**overrides, "pe": p, "fusion": f})
                           if m not in base_errors[d])
-
-    # tune section
-    tune_spec = None
-    tune_raw = raw.get("tune")
-    if tune_raw is not None:
-        tune_spec = _validate_tune(tune_raw, seeds, datasets, pes, baseline, hparams, allowed_fields,
-                                   threads, errors, base_errors)
-
-    tuned = raw.get("tuned")
-    if tuned is not None and not isinstance(tuned, Mapping):
-        errors.append(f"tuned: must be a mapping (provenance written by `fusion-sweep tune`), got {tuned!r}")
-
-    if errors:
-        return None
-    return SearchSpace(
-        name=name, datasets=tuple(datasets), pes=tuple(pes), fusions=tuple(fusions),
-        seeds=tuple(seeds), hyperparameters=hparams, resources=resources,
-        max_failures=max_failures, baseline=baseline, metric=metric,
-        equivalence_margin=dict(margin) if isinstance(margin, Mapping) else margin,
-        directions=dict(directions),
-        experiment=raw.get("experiment", DEFAULT_EXPERIMENT), description=raw.get("description", ""),
-        tune=tune_spec, tuned=dict(tuned) if tuned else None, source=source, raw=dict(raw),
-    )
+    return base_errors
 
 
 def _validate_tune(t: Any, seeds: list[int], datasets: list[str], pes: list[str], baseline: str,
