@@ -6,9 +6,13 @@ functions in :mod:`analysis.mlflow_io`, so the analysis runs on any machine with
 scientific Python stack and a CSV/Parquet file.
 
 Layout:
-- :mod:`analysis.schema`   column names, JSON keys, error type;
+- :mod:`analysis.schema`   column names, JSON keys, error type (identity, fingerprint and
+  MLflow names come from :mod:`fusion_sweep.schema`, which is stdlib-only);
+- :mod:`analysis.metrics`  direction of improvement and proportion checks, by metric name;
 - :mod:`analysis.load`     results file -> tidy table; validation and filtering;
-- :mod:`analysis.pairing`  pair trials by seed, with every dropped pair and its reason;
+- :mod:`analysis.pairing`  pair trials by seed, with every dropped pair and its reason
+  (fingerprints, superseded and mixed code versions);
+- :mod:`analysis.chance`   does each arm beat chance (1/num_classes)? -> `not learned`;
 - :mod:`analysis.stats`    per-comparison statistics (scipy / statsmodels);
 - :mod:`analysis.regimes`  length regimes and the interaction (regime x fusion) test;
 - :mod:`analysis.report`   the analysis driver (Holm, verdicts, warnings) and JSON;

@@ -18,8 +18,10 @@ if TYPE_CHECKING:  # the statistics stack is imported only when the command runs
 
 DESCRIPTION = (
     "Pair trials by seed and test each fusion against the baseline, per length regime: "
-    "paired t (primary, Holm-adjusted across the report), Wilcoxon, exact sign-flip, BCa "
-    "bootstrap, TOST, power and seeds needed, plus a regime x fusion interaction test."
+    "paired t (primary, Holm-adjusted across the report), Wilcoxon, sign-flip, BCa "
+    "bootstrap, TOST (Holm-adjusted), post hoc power and seeds needed, a chance-level check "
+    "per arm (verdict 'not learned'), and a test of whether the fusion effect differs "
+    "across datasets."
 )
 
 
@@ -28,6 +30,18 @@ def _int(text: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _dataset_k(text: str) -> tuple[str, int]:
+    """--num-classes DATASET=K."""
+    dataset, sep, k = text.rpartition("=")
+    try:
+        value = int(k)
+    except ValueError:
+        value = 0
+    if not sep or not dataset.strip() or value < 2:
+        raise argparse.ArgumentTypeError(f"expected DATASET=K with an integer K >= 2, got {text!r}")
+    return dataset.strip(), value
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -41,9 +55,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_argument_group("input (a results file, or MLflow: default the latest sweep)")
     src.add_argument("--results", metavar="FILE",
-                     help="CSV/Parquet with dataset, pe, fusion, seed + metric columns "
+                     help="CSV/Parquet (UTF-8) with dataset, pe, fusion, seed + metric columns "
                           "(optional status, fp_split, fp_batch_order, fp_shared_init, "
-                          "median_tokens)")
+                          "fp_dropout, code_fingerprint, median_tokens, num_classes)")
     src.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI "
                                             "or sqlite:///./mlflow.db)")
     src.add_argument("--experiment", help="MLflow experiment name (default fusion-sweep)")
@@ -62,14 +76,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     st = p.add_argument_group("statistics")
     st.add_argument("--alpha", type=float, default=0.05, help="family-wise alpha (default 0.05)")
     st.add_argument("--equivalence-margin", type=float, default=None, metavar="M",
-                    help="TOST margin in metric units (enables the 'equivalent' verdict; default: "
-                         "the sweep's `equivalence_margin`, if any)")
+                    help="TOST margin in metric units for every dataset (enables the "
+                         "'equivalent' verdict, Holm-adjusted over the TOST tests; default: the "
+                         "sweep's `equivalence_margin`, one number or per dataset, if any)")
     st.add_argument("--bootstrap", type=_int, default=10_000, metavar="B",
                     help="bootstrap resamples (default 10000)")
     st.add_argument("--rng-seed", type=_int, default=0,
                     help="seed of every resampling generator (default 0)")
     st.add_argument("--direction", choices=("auto", "higher", "lower"), default="auto",
-                    help="which way is better (auto: lower for latency/params/time/loss)")
+                    help="which way is better, for every --metric (auto: the sweep's "
+                         "`directions`, else by name: error/err/loss/perplexity/latency/params/"
+                         "train_seconds lower, acc/accuracy/f1/auc higher; any other name is "
+                         "an error asking for this flag)")
+    st.add_argument("--num-classes", type=_dataset_k, action="append", default=[],
+                    metavar="DATASET=K",
+                    help="class count of DATASET, for the chance level 1/K of accuracy-like "
+                         "metrics (repeatable; default: the num_classes column/metric; "
+                         "unknown -> 'learned?' is unknown)")
     out = p.add_argument_group("output")
     out.add_argument("--format", choices=("text", "json"), default="text",
                      help="stdout format (default text)")
@@ -91,13 +114,18 @@ def settings_from(args: argparse.Namespace, space: dict | None = None) -> Settin
     """Flags win; then the sweep's own search-space choices (MLflow input); then defaults."""
     from analysis.report import Settings
     space = space or {}
+    if args.equivalence_margin is None and space.get("margin_error"):
+        raise AnalysisError(space["margin_error"])
+    if args.direction == "auto" and space.get("directions_error"):
+        raise AnalysisError(space["directions_error"])
     metrics = args.metric or ([space["metric"]] if space.get("metric") else ["test_acc"])
     margin = args.equivalence_margin if args.equivalence_margin is not None else space.get("margin")
     return Settings(
         metrics=tuple(metrics), baseline=args.baseline or space.get("baseline") or "add",
         pairs=args.pairs, alpha=args.alpha, margin=margin, n_boot=args.bootstrap,
         rng_seed=args.rng_seed, datasets=tuple(args.dataset), pes=tuple(args.pe),
-        direction=args.direction,
+        direction=args.direction, directions=space.get("directions"),
+        num_classes=dict(args.num_classes) or None,
     ).validate()
 
 

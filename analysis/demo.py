@@ -12,6 +12,8 @@ import pandas as pd
 
 DATASETS = {"synthetic-short": 48.0, "synthetic-medium": 231.0, "synthetic-long": 1890.0}
 BASE_ACC = {"synthetic-short": 0.86, "synthetic-medium": 0.78, "synthetic-long": 0.61}
+# Class counts as in fusion_sweep.data.registry (not imported: it pulls in torch).
+NUM_CLASSES = {"synthetic-short": 4, "synthetic-medium": 2, "synthetic-long": 11}
 # Planted mean delta vs add, per dataset (short, medium, long).
 EFFECTS = {"add": (0.0, 0.0, 0.0), "concat": (0.0, 0.004, 0.01),
            "gate-vector": (0.002, 0.015, 0.045), "mul": (-0.03, -0.04, -0.06)}
@@ -24,7 +26,8 @@ def _fp(*parts: object) -> str:
 def synthetic_results(
     seeds: int = 5, pes: tuple[str, ...] = ("sinusoidal", "learned"), rng_seed: int = 0,
 ) -> pd.DataFrame:
-    """Tidy-schema rows: dataset, pe, fusion, seed, metrics, fingerprints, median_tokens."""
+    """Tidy-schema rows: dataset, pe, fusion, seed, metrics, fingerprints, median_tokens,
+    num_classes."""
     rng = np.random.default_rng(rng_seed)
     rows = []
     for di, (ds, med) in enumerate(DATASETS.items()):
@@ -41,7 +44,9 @@ def synthetic_results(
                                                        + rng.normal(0, 0.01), 5),
                         "params": 1_000_000 + (65_536 if fusion in ("concat", "gate-vector") else 0),
                         "status": "FINISHED", "median_tokens": med,
+                        "num_classes": NUM_CLASSES[ds],
                         "fp_split": _fp("split", ds), "fp_batch_order": _fp("batches", ds, seed),
                         "fp_shared_init": _fp("init", ds, pe, seed),
+                        "fp_dropout": _fp("dropout", ds, seed),
                     })
     return pd.DataFrame(rows)

@@ -5,36 +5,81 @@ two inputs (file, MLflow) differ only here and in :mod:`analysis.mlflow_io`.
 """
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from fusion_sweep.schema import CODE_FINGERPRINT, FINGERPRINT_TAGS
+
+from analysis.metrics import is_proportion
 from analysis.schema import (
     FINISHED, FP_COLUMNS, KEY_COLUMNS, NON_METRIC_COLUMNS, AnalysisError,
 )
 
 # MLflow tags use dots (fp.split); files may use either spelling.
-_ALIASES = {"fp.split": "fp_split", "fp.batch_order": "fp_batch_order",
-            "fp.shared_init": "fp_shared_init"}
+_ALIASES = {**{tag: f"fp_{name}" for name, tag in FINGERPRINT_TAGS.items()},
+            CODE_FINGERPRINT: "code_fingerprint"}
 
 
 def read_results_file(path: str | Path) -> pd.DataFrame:
-    """Read a CSV or Parquet results file into the tidy table."""
+    """Read a CSV or Parquet results file into the tidy table.
+
+    Every way the file can be unreadable (missing, empty, binary, not UTF-8, malformed)
+    becomes one AnalysisError naming the file: pandas' own errors do not say which file.
+    """
     p = Path(path)
     if not p.exists():
         raise AnalysisError(f"results file not found: {p}")
     suffix = p.suffix.lower()
     if suffix == ".csv":
-        raw = pd.read_csv(p)
+        raw = _read_csv(p)
     elif suffix in (".parquet", ".pq"):
-        raw = pd.read_parquet(p)
+        raw = _read_parquet(p)
     else:
         raise AnalysisError(
             f"results file must end in .csv or .parquet, got {p.name!r}"
         )
     return tidy(raw, source=str(p))
+
+
+def _read_bytes(p: Path) -> bytes:
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise AnalysisError(f"cannot read results file {p}: {exc.strerror or exc}") from None
+    if not data.strip():
+        raise AnalysisError(f"results file {p} is empty")
+    return data
+
+
+def _read_csv(p: Path) -> pd.DataFrame:
+    """Decode as UTF-8 (BOM allowed) ourselves, so the error can say which byte is wrong."""
+    data = _read_bytes(p)
+    if b"\0" in data[:8192]:  # NUL bytes: not a text file (pandas would half-parse it)
+        raise AnalysisError(f"results file {p} is binary, not a CSV text file")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise AnalysisError(
+            f"results file {p} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+            f"{exc.start}); re-save it as UTF-8") from None
+    try:
+        return pd.read_csv(io.StringIO(text))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+        raise AnalysisError(f"results file {p} is not a readable CSV: {exc}".strip()) from None
+
+
+def _read_parquet(p: Path) -> pd.DataFrame:
+    _read_bytes(p)
+    try:
+        return pd.read_parquet(p)
+    except ImportError as exc:  # no pyarrow/fastparquet: an environment problem, say so
+        raise AnalysisError(f"cannot read Parquet file {p}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises its own types (ArrowInvalid, ...)
+        raise AnalysisError(f"results file {p} is not a readable Parquet file: {exc}") from None
 
 
 def tidy(raw: pd.DataFrame, source: str = "results") -> pd.DataFrame:
@@ -61,12 +106,10 @@ def tidy(raw: pd.DataFrame, source: str = "results") -> pd.DataFrame:
         df[col] = df[col].astype(str).str.strip()
     df["seed"] = _integer_seeds(df["seed"], source)
     df["status"] = _status(df)
-    for col in FP_COLUMNS:
+    for col in (*FP_COLUMNS, "code_fingerprint"):
         df[col] = _optional_str(df[col]) if col in df.columns else None
-    if "median_tokens" in df.columns:
-        df["median_tokens"] = pd.to_numeric(df["median_tokens"], errors="coerce")
-    else:
-        df["median_tokens"] = np.nan
+    for col in ("median_tokens", "num_classes"):
+        df[col] = pd.to_numeric(df[col], errors="coerce") if col in df.columns else np.nan
     return df.reset_index(drop=True)
 
 
@@ -126,6 +169,7 @@ def select(
                 f"unknown metric {m!r}; available metrics: {', '.join(available) or '(none)'}"
             )
         df[m] = _numeric_metric(df[m], m)
+        _check_proportion(df, m)
     fusions = sorted(df["fusion"].unique())
     if baseline not in fusions:
         raise AnalysisError(
@@ -164,6 +208,20 @@ def _numeric_metric(col: pd.Series, name: str) -> pd.Series:
             f"(row {bad.index[0]}, {col.dtype} column)"
         )
     return num.astype("float64")
+
+
+def _check_proportion(df: pd.DataFrame, metric: str) -> None:
+    """An accuracy/F1/AUC column must lie in [0, 1]: percentages would silently change every
+    effect size, margin and chance level by a factor of 100."""
+    if not is_proportion(metric):
+        return
+    v = df[metric]
+    out = v[np.isfinite(v) & ((v < 0) | (v > 1))]
+    if len(out):
+        raise AnalysisError(
+            f"metric {metric!r} is a proportion (accuracy/F1/AUC) but has {len(out)} value(s) "
+            f"outside [0, 1], e.g. {float(out.iloc[0]):g} at row {out.index[0]}; percentages? "
+            "divide the column by 100")
 
 
 def rows_to_frame(rows: Sequence[Mapping[str, object]], source: str) -> pd.DataFrame:

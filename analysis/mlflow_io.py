@@ -3,37 +3,40 @@
 mlflow is imported inside these functions only, so `import analysis` stays light and the
 statistics run where mlflow is not installed.
 
-Tag schema written by the sweep layer (DESIGN.md §5):
-- parent run per sweep: ``fusion_sweep.role=sweep``, ``fusion_sweep.sweep=<name>``;
+Tag schema written by the sweep layer; every name comes from :mod:`fusion_sweep.schema`:
+- parent run per sweep: ``fusion_sweep.role=sweep``, ``fusion_sweep.sweep=<name>``,
+  ``fusion_sweep.code_fingerprint`` (the latest launch's code); params ``baseline``,
+  ``metric``, ``equivalence_margin`` (number, per-dataset dict or null) and ``directions``
+  (metric -> higher|lower), JSON-encoded (``schema.encode_param``; older launches logged
+  plain strings or ``str(dict)``, both still read);
 - child run per trial: ``fusion_sweep.role=trial``, ``fusion_sweep.sweep=<name>``,
-  ``mlflow.parentRunId``, ``fusion_sweep.trial_key``, ``fp.split``, ``fp.batch_order``,
-  ``fp.shared_init``; params ``dataset, pe, fusion, seed`` (+ hyperparameters); final
-  metrics ``test_acc, best_val_acc, ..., median_tokens``.
+  ``mlflow.parentRunId``, ``fusion_sweep.trial_key``, ``fusion_sweep.code_fingerprint``,
+  ``fp.split``, ``fp.batch_order``, ``fp.shared_init``, ``fp.dropout``; params ``dataset, pe,
+  fusion, seed`` (+ hyperparameters); final metrics ``test_acc, best_val_acc, ...,
+  median_tokens, num_classes``.
 """
 from __future__ import annotations
 
-import os
+import ast
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from fusion_sweep.schema import (
+    CODE_FINGERPRINT, DEFAULT_EXPERIMENT, FINGERPRINT_TAGS, IDENTITY_FIELDS, PARENT, ROLE,
+    SWEEP, TRIAL_KEY, decode_param, encode_param, resolve_tracking_uri,
+)
 
 from analysis.load import rows_to_frame
-from analysis.schema import AnalysisError
+from analysis.metrics import check_direction_value
+from analysis.schema import VERDICTS, AnalysisError
 
-ROLE, SWEEP, PARENT = "fusion_sweep.role", "fusion_sweep.sweep", "mlflow.parentRunId"
-DEFAULT_EXPERIMENT = "fusion-sweep"
 _PAGE = 1000
 
 
-def default_tracking_uri() -> str:
-    """MLFLOW_TRACKING_URI, else mlflow's own default: sqlite:///<cwd>/mlflow.db."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
-
-
 def _client(tracking_uri: str | None) -> tuple[Any, str]:
-    uri = tracking_uri or default_tracking_uri()
+    uri = resolve_tracking_uri(tracking_uri)
     if uri.startswith("sqlite:///"):
         db = Path(uri.removeprefix("sqlite:///"))
         if not db.exists():  # mlflow would silently create an empty store
@@ -83,12 +86,12 @@ def find_sweep(client: Any, experiment: str, sweep: str | None) -> tuple[Any, An
 def trial_row(run: Any) -> dict:
     """One tidy row from a trial run: key params, all final metrics, fingerprints."""
     p, tags = run.data.params, run.data.tags
-    row: dict = {k: p.get(k) for k in ("dataset", "pe", "fusion", "seed")}
-    row.update(run.data.metrics)
+    row: dict = {k: p.get(k) for k in IDENTITY_FIELDS}
+    row.update(run.data.metrics)  # includes num_classes and median_tokens
     row.update({"status": run.info.status, "run_id": run.info.run_id,
-                "trial_key": tags.get("fusion_sweep.trial_key"),
-                "fp_split": tags.get("fp.split"), "fp_batch_order": tags.get("fp.batch_order"),
-                "fp_shared_init": tags.get("fp.shared_init")})
+                "trial_key": tags.get(TRIAL_KEY),
+                "code_fingerprint": tags.get(CODE_FINGERPRINT)})
+    row.update({f"fp_{name}": tags.get(tag) for name, tag in FINGERPRINT_TAGS.items()})
     return row
 
 
@@ -103,7 +106,7 @@ def load_sweep(
                            f"tags.`{PARENT}` = '{parent.info.run_id}'")
     trials = [r for r in children if r.data.tags.get(ROLE) == "trial"]
     rows = [trial_row(r) for r in trials]
-    complete = [r for r in rows if all(r[k] is not None for k in ("dataset", "pe", "fusion", "seed"))]
+    complete = [r for r in rows if all(r[k] is not None for k in IDENTITY_FIELDS)]
     warnings = []
     if len(complete) < len(rows):
         warnings.append({"code": "runs_without_keys",
@@ -112,19 +115,71 @@ def load_sweep(
     name = parent.data.tags.get(SWEEP, "")
     source = {"kind": "mlflow", "tracking_uri": uri, "experiment": experiment, "sweep": name,
               "parent_run_id": parent.info.run_id, "experiment_id": exp.experiment_id,
-              "n_runs": len(trials), "space": space_choices(parent.data.params)}
+              "n_runs": len(trials), "space": space_choices(parent.data.params),
+              "code_fingerprint": parent.data.tags.get(CODE_FINGERPRINT)}
     df = rows_to_frame(complete, f"MLflow sweep {name!r} (experiment {experiment!r}, parent run "
                                  f"{parent.info.run_id})")
     return df, source, warnings
 
 
 def space_choices(params: dict) -> dict:
-    """The sweep's baseline / metric / equivalence margin, as `launch` logged them."""
-    out: dict = {k: params[k] for k in ("baseline", "metric") if params.get(k)}
-    margin = params.get("equivalence_margin", "")
-    if margin not in ("", "None", "null"):
-        out["margin"] = float(margin)
+    """The sweep's baseline / metric / equivalence margin / directions, as `launch` logged
+    them: {"baseline", "metric", "margin" (float or {dataset: float}), "directions"}."""
+    out: dict = {}
+    for k in ("baseline", "metric"):
+        v = _decode(params.get(k))
+        if v not in (None, ""):
+            out[k] = str(v)
+    # A malformed value is an error only where no flag overrides it (cli.settings_from).
+    try:
+        margin = _margin(_decode(params.get("equivalence_margin")))
+        if margin is not None:
+            out["margin"] = margin
+    except AnalysisError as exc:
+        out["margin_error"] = str(exc)
+    try:
+        directions = _directions(_decode(params.get("directions")), params.get("directions"))
+        if directions:
+            out["directions"] = directions
+    except AnalysisError as exc:
+        out["directions_error"] = str(exc)
     return out
+
+
+def _directions(value: Any, raw: str | None) -> dict[str, str] | None:
+    if value in (None, "", {}):
+        return None
+    if not isinstance(value, dict):
+        raise AnalysisError(f"sweep param 'directions' must map metric -> higher|lower, got "
+                            f"{raw!r}; override it with --direction")
+    return {str(m): check_direction_value(str(m), d) for m, d in value.items()}
+
+
+def _decode(text: str | None) -> Any:
+    """JSON (schema.decode_param), else the str(dict)/str(None) of older launches."""
+    value = decode_param(text)
+    if not isinstance(value, str):
+        return value
+    if value.strip()[:1] in ("{", "[") or value.strip() == "None":
+        try:
+            return ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            return value
+    return value
+
+
+def _margin(value: Any) -> float | dict[str, float] | None:
+    """equivalence_margin: a number, a per-dataset dict, or nothing."""
+    if value in (None, "", "null"):
+        return None
+    try:
+        if isinstance(value, dict):
+            return {str(d): float(m) for d, m in value.items() if m is not None}
+        return float(value)
+    except (TypeError, ValueError):
+        raise AnalysisError(f"sweep param 'equivalence_margin' must be a number or a "
+                            f"{{dataset: number}} mapping, got {value!r}; override it with "
+                            "--equivalence-margin") from None
 
 
 def log_stats_run(source: dict, report_dir: str | Path, report: Any) -> str:
@@ -137,12 +192,14 @@ def log_stats_run(source: dict, report_dir: str | Path, report: Any) -> str:
     try:
         settings = asdict(report.settings)
         for k, v in settings.items():
-            client.log_param(rid, k, ",".join(map(str, v)) if isinstance(v, tuple) else str(v))
+            text = (",".join(map(str, v)) if isinstance(v, tuple)
+                    else encode_param(v) if isinstance(v, dict) else str(v))
+            client.log_param(rid, k, text)
         verdicts = pd.Series([c["verdict"] for c in report.comparisons], dtype=object)
         client.log_metric(rid, "n_comparisons", len(report.comparisons))
         client.log_metric(rid, "n_dropped_pairs", len(report.dropped))
-        for v in ("better", "worse", "equivalent", "inconclusive"):
-            client.log_metric(rid, f"n_{v}", int((verdicts == v).sum()))
+        for v in VERDICTS:
+            client.log_metric(rid, f"n_{v.replace(' ', '_')}", int((verdicts == v).sum()))
         client.log_artifacts(rid, str(report_dir))
     except Exception:
         client.set_terminated(rid, status=RunStatus.to_string(RunStatus.FAILED))

@@ -1,10 +1,24 @@
 """Pair trials by seed within (dataset, pe), and account for every pair that is dropped.
 
 A *cell* is one (dataset, pe, fusion, seed) slot for one metric. It is usable when it has
-exactly one FINISHED run with a finite metric. A pair (fusion vs reference, seed) is used
-when both cells are usable and every fingerprint present on both sides agrees; otherwise
-it is dropped with one of :data:`analysis.schema.DROP_REASONS` and a human detail.
-Mismatched fingerprints are never paired silently.
+exactly one FINISHED run, and its metric is finite (two FINISHED runs are a
+`duplicate_seed` even when one of them has a NaN metric: which one is right is not ours to
+guess). A pair (fusion vs reference, seed) is used when both cells are usable, both ran
+the same code, and every fingerprint present on both sides agrees (split, batch order,
+shared init, dropout: `fusion_sweep.schema.FINGERPRINTS`); otherwise it is dropped with one
+of :data:`analysis.schema.DROP_REASONS` and a human detail. Mismatched fingerprints are
+never paired silently.
+
+Code fingerprints (tag ``fusion_sweep.code_fingerprint``, column ``code_fingerprint``):
+
+- **superseded runs** (:func:`supersede`): when one identity (dataset, pe, fusion, seed) has
+  several FINISHED runs and some ran the sweep's current code (the parent run's tag), those
+  are kept and the others are set aside as ``superseded_code`` (one dropped record per run,
+  with metric and baseline ``None``: it is a run, not a pair).
+- **mixed-code pairs**: a pair whose two runs ran different code is *dropped* as
+  ``code_mismatch`` (and the report lists them in a design warning) rather than used with a
+  warning. A code change can move every number of a run, so a delta across code versions
+  mixes the fusion effect with the code change; re-run the stale arm instead.
 """
 from __future__ import annotations
 
@@ -13,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis.schema import FINISHED, FP_COLUMNS
+from analysis.schema import FINISHED, FP_COLUMNS, KEY_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -22,6 +36,7 @@ class Cell:
 
     value: float = float("nan")
     fps: tuple[tuple[str, str | None], ...] = ()
+    code: str | None = None  # code fingerprint of the run, when known
     reason: str | None = None  # a DROP_REASONS code when unusable
     detail: str = ""
 
@@ -58,25 +73,61 @@ def make_cell(rows: pd.DataFrame, metric: str) -> Cell:
     if len(rows) == 0:
         return Cell(reason="missing_trial", detail="no trial")
     finished = rows[rows["status"] == FINISHED]
-    finite = finished[np.isfinite(finished[metric].to_numpy(dtype=float))]
-    if len(finite) > 1:
+    if len(finished) > 1:
+        # Counted before the finiteness filter: a NaN copy must not make the other win.
+        n_bad = int((~np.isfinite(finished[metric].to_numpy(dtype=float))).sum())
+        extra = f", {n_bad} with a non-finite {metric}" if n_bad else ""
         return Cell(reason="duplicate_seed",
-                    detail=f"{len(finite)} finished runs for the same seed")
-    if len(finite) == 1:
-        row = finite.iloc[0]
-        fps = tuple((c, row[c]) for c in FP_COLUMNS)
-        return Cell(value=float(row[metric]), fps=fps)
-    if len(finished) < len(rows):
-        statuses = sorted(set(rows.loc[rows["status"] != FINISHED, "status"]))
+                    detail=f"{len(finished)} finished runs for the same seed{extra}")
+    if len(finished) == 0:
+        statuses = sorted(set(rows["status"]))
         return Cell(reason="failed_trial", detail=f"status {'/'.join(statuses)}")
-    bad = finished[metric].iloc[0]
-    return Cell(reason="non_finite_metric", detail=f"{metric} = {bad}")
+    row = finished.iloc[0]
+    if not np.isfinite(float(row[metric])):
+        return Cell(reason="non_finite_metric", detail=f"{metric} = {row[metric]}")
+    fps = tuple((c, row[c]) for c in FP_COLUMNS)
+    code = row["code_fingerprint"] if "code_fingerprint" in row.index else None
+    return Cell(value=float(row[metric]), fps=fps, code=code if isinstance(code, str) else None)
 
 
 def cells_for(df: pd.DataFrame, metric: str) -> dict[tuple, Cell]:
     """Map (dataset, pe, fusion, seed) -> Cell for every slot that has at least one row."""
     return {key: make_cell(rows, metric)
-            for key, rows in df.groupby(["dataset", "pe", "fusion", "seed"], sort=True)}
+            for key, rows in df.groupby(list(KEY_COLUMNS), sort=True)}
+
+
+def supersede(df: pd.DataFrame, current_code: str | None) -> tuple[pd.DataFrame, list[dict]]:
+    """Set aside FINISHED runs that a current-code run of the same identity replaces.
+
+    current_code: the sweep's current code fingerprint (None: nothing is superseded, and
+    duplicates stay `duplicate_seed`). Returns (the table without them, dropped records).
+    """
+    if not current_code or "code_fingerprint" not in df.columns:
+        return df, []
+    finished = df[df["status"] == FINISHED]
+    drop, records = [], []
+    for key, rows in finished.groupby(list(KEY_COLUMNS), sort=True):
+        current = rows["code_fingerprint"] == current_code
+        if len(rows) < 2 or not current.any() or current.all():
+            continue
+        kept = ", ".join(_run_name(i, r) for i, r in rows[current].iterrows())
+        for idx, r in rows[~current].iterrows():
+            drop.append(idx)
+            records.append({
+                "dataset": key[0], "pe": key[1], "metric": None, "fusion": key[2],
+                "baseline": None, "seed": int(key[3]), "reason": "superseded_code",
+                "detail": f"{_run_name(idx, r)} ran code {_short(r['code_fingerprint'])}; "
+                          f"kept {kept} with the sweep's current code {_short(current_code)}"})
+    return df.drop(index=drop), records
+
+
+def _run_name(idx: object, row: pd.Series) -> str:
+    rid = row.get("run_id")
+    return f"run {rid}" if isinstance(rid, str) and rid else f"row {idx}"
+
+
+def _short(code: object) -> str:
+    return str(code)[:10] if isinstance(code, str) else "unknown"
 
 
 def fingerprint_mismatch(a: Cell, b: Cell) -> str:
@@ -125,6 +176,8 @@ def _pair_problem(a: Cell, b: Cell, fusion: str, ref: str) -> tuple[str | None, 
     for side, cell in ((fusion, a), (ref, b)):
         if not cell.ok:
             return cell.reason, f"{side}: {cell.detail}"
+    if a.code is not None and b.code is not None and a.code != b.code:
+        return "code_mismatch", f"{fusion} ran code {_short(a.code)}, {ref} ran {_short(b.code)}"
     mismatch = fingerprint_mismatch(a, b)
     if mismatch:
         return "fingerprint_mismatch", mismatch
@@ -169,6 +222,6 @@ def _fingerprint_warning(df: pd.DataFrame, out: PairingResult) -> None:
     if not present:
         out.warnings.append({
             "code": "no_fingerprints",
-            "message": "no fingerprint columns (fp_split, fp_batch_order, fp_shared_init): "
+            "message": f"no fingerprint columns ({', '.join(FP_COLUMNS)}): "
                        "pairing by seed is unverified",
         })

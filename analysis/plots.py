@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 _VERDICT_COLOR = {"better": "#1a7f37", "worse": "#cf222e", "equivalent": "#0969da",
-                  "inconclusive": "#6e7781"}
+                  "inconclusive": "#6e7781", "not learned": "#9a6700"}
 
 
 def slug(*parts: str) -> str:
@@ -62,8 +62,9 @@ def paired_delta_plot(comps: list[dict], title: str, margin: float | None, path:
 def forest_plot(comps: list[dict], title: str, margin: float | None, path: Path) -> Path:
     """Mean Δ with t-interval (thick) and BCa interval (thin) per (comparison, regime).
 
-    Rows are grouped by fusion, regimes short -> long within a group, so a length
-    dependence reads as a drift down each group.
+    Rows are grouped by fusion, datasets in regime order within a group (short -> long
+    when lengths are known, else by name), so an effect that differs across datasets
+    reads as a drift down each group.
     """
     rows = list(reversed(comps))  # first comparison at the top
     fig, ax = plt.subplots(figsize=(8.5, 0.9 + 0.32 * max(1, len(rows))), dpi=110)

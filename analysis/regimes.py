@@ -1,15 +1,22 @@
 """Length regimes and the regime x fusion interaction.
 
 A dataset is one length regime, named and ordered by the median token length of its test
-documents (`median_tokens`). The paper's central claim is that the fusion effect depends
-on length; this module tests it on the per-seed deltas:
+documents (`median_tokens`); without it, datasets are ordered by name and every label says
+so (no "short"/"long" claims). The question tested on the per-seed deltas is whether **the
+fusion effect differs across these datasets** - not whether it depends on length: with
+one dataset per regime, length is confounded with domain, label set and base accuracy, so
+a difference here is consistent with a length effect but does not isolate it.
 
 - a Welch one-way ANOVA (statsmodels ``anova_oneway(use_var='unequal')``) of the deltas
   across datasets, per (pe, metric, fusion, baseline): H0 "equal mean delta in every
   regime", robust to the unequal delta variances one expects across lengths;
-- the difference in mean deltas, longest minus shortest regime, with a Welch t-interval
-  (statsmodels ``CompareMeans.tconfint_diff(usevar='unequal')``). Datasets have separate
-  test sets, so their deltas are treated as independent samples.
+- the difference in mean deltas, last minus first dataset in the regime order (longest
+  minus shortest when lengths are known), with a Welch t-interval (statsmodels
+  ``CompareMeans.tconfint_diff(usevar='unequal')``). Datasets have separate test sets, so
+  their deltas are treated as independent samples.
+
+Warnings: a dataset with fewer than 2 pairs cannot enter the test and is named; any group
+with n < :data:`WELCH_MIN_N` makes Welch's approximation poorly calibrated.
 """
 from __future__ import annotations
 
@@ -22,6 +29,10 @@ from statsmodels.stats.oneway import anova_oneway
 from statsmodels.stats.weightstats import CompareMeans, DescrStatsW
 
 from analysis.stats import NAN, holm
+
+# Below this many pairs in a dataset, Welch's df approximation (and so its p) is poorly
+# calibrated: the test still runs, with a warning.
+WELCH_MIN_N = 5
 
 
 @dataclass(frozen=True)
@@ -84,6 +95,11 @@ def diff_in_deltas(
     return diff, float(low), float(high), float(p)
 
 
+def lengths_known(regimes: list[Regime]) -> bool:
+    """True when every regime has a median token length (the order is by length)."""
+    return bool(regimes) and all(np.isfinite(r.median_tokens) for r in regimes)
+
+
 def interaction_tests(
     comparisons: list[dict], regimes: list[Regime], alpha: float
 ) -> tuple[list[dict], list[dict]]:
@@ -93,23 +109,39 @@ def interaction_tests(
     Returns (tests with INTERACTION_TEST_KEYS, warnings). Holm across these tests.
     """
     rank = {r.dataset: r.rank for r in regimes}
+    ordered_by = "median_tokens" if lengths_known(regimes) else "name"
     groups: dict[tuple, list[dict]] = {}
     for c in comparisons:
         groups.setdefault((c["pe"], c["metric"], c["fusion"], c["baseline"]), []).append(c)
     tests, warns = [], []
     for key, comps in groups.items():
-        usable = sorted((c for c in comps if len(c["deltas"]) >= 2), key=lambda c: rank[c["dataset"]])
+        comps = sorted(comps, key=lambda c: rank[c["dataset"]])
+        usable = [c for c in comps if len(c["deltas"]) >= 2]
+        if len(comps) >= 2 and len(usable) < len(comps):
+            warns.append(_left_out_warning(key, comps, len(usable)))
         if len(usable) < 2:
             continue
-        tests.append(_one_test(key, usable, alpha, warns))
+        tests.append(_one_test(key, usable, alpha, warns, ordered_by))
     adjusted = holm(np.array([t["welch_p"] for t in tests], dtype=float))
     for t, p in zip(tests, adjusted):
         t["p_holm"] = float(p)
     return tests, warns
 
 
-def _one_test(key: tuple, usable: list[dict], alpha: float, warns: list[dict]) -> dict:
-    """Welch ANOVA + longest-vs-shortest difference for one (pe, metric, fusion, ref)."""
+def _left_out_warning(key: tuple, comps: list[dict], n_usable: int) -> dict:
+    """A dataset with < 2 pairs has no variance: it cannot enter the test. Say which."""
+    pe, metric, fusion, ref = key
+    out = ", ".join(f"{c['dataset']} (n = {len(c['deltas'])})" for c in comps
+                    if len(c["deltas"]) < 2)
+    tail = "" if n_usable >= 2 else "; the test was not run (fewer than 2 datasets left)"
+    return {"code": "interaction_dataset_left_out",
+            "message": f"interaction {fusion} vs {ref} ({pe}/{metric}): left out {out}, "
+                       f"which have fewer than 2 pairs{tail}"}
+
+
+def _one_test(key: tuple, usable: list[dict], alpha: float, warns: list[dict],
+              ordered_by: str = "median_tokens") -> dict:
+    """Welch ANOVA + last-vs-first (longest-vs-shortest) difference for one comparison."""
     pe, metric, fusion, ref = key
     arrays = [np.asarray(c["deltas"], float) for c in usable]
     f, df1, df2, p = welch_anova(arrays)
@@ -120,6 +152,16 @@ def _one_test(key: tuple, usable: list[dict], alpha: float, warns: list[dict]) -
         warns.append({"code": "degenerate_interaction",
                       "message": f"interaction {fusion} vs {ref} ({pe}/{metric}): "
                                  "Welch ANOVA undefined (zero-variance deltas)"})
+    small = [f"{c['dataset']} (n = {len(c['deltas'])})" for c in usable
+             if len(c["deltas"]) < WELCH_MIN_N]
+    if small:
+        notes.append(f"fewer than {WELCH_MIN_N} pairs in {', '.join(small)}: Welch's p is "
+                     "poorly calibrated")
+        warns.append({"code": "interaction_small_n",
+                      "message": f"interaction {fusion} vs {ref} ({pe}/{metric}): fewer than "
+                                 f"{WELCH_MIN_N} pairs in {', '.join(small)}; the Welch ANOVA "
+                                 "and Welch interval are poorly calibrated at this n, read "
+                                 "them as descriptive"})
     return {
         "pe": pe, "metric": metric, "fusion": fusion, "baseline": ref,
         "datasets": [c["dataset"] for c in usable],
@@ -127,5 +169,5 @@ def _one_test(key: tuple, usable: list[dict], alpha: float, warns: list[dict]) -
         "welch_f": f, "df_num": df1, "df_denom": df2, "welch_p": p, "p_holm": NAN,
         "long_dataset": usable[-1]["dataset"], "short_dataset": usable[0]["dataset"],
         "diff_in_deltas": diff, "diff_ci_low": low, "diff_ci_high": high, "diff_p": dp,
-        "notes": notes,
+        "notes": notes, "ordered_by": ordered_by,
     }

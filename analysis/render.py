@@ -10,12 +10,13 @@ import html
 from pathlib import Path
 
 from analysis import plots
+from analysis.regimes import lengths_known
 from analysis.report import Report
 from analysis.tables import (
-    Table, blocks_by_regime, comparison_table, dropped_table, fusion_by_dataset_tables,
-    interaction_table, pe_by_fusion_tables, seeds_needed_table,
+    Table, blocks_by_regime, chance_table, comparison_table, dropped_table,
+    fusion_by_dataset_tables, interaction_table, pe_by_fusion_tables, seeds_needed_table,
 )
-from analysis.text import is_numeric_cell, source_line
+from analysis.text import VERDICT_RULE, is_numeric_cell, source_line
 
 # Block kinds: ("h1"|"h2"|"h3"|"p", text), ("ul", [text]), ("table", Table), ("img", file, alt)
 Block = tuple
@@ -45,18 +46,18 @@ def build_blocks(report: Report, out: Path) -> list[Block]:
     s = report.settings
     b: list[Block] = [("h1", "fusion-sweep stats: does the fusion operator beat seed noise?")]
     b.append(("p", f"Source: {source_line(report.source)}. Baseline `{s.baseline}`, pairs: "
-                   f"{s.pairs}, alpha = {s.alpha}, equivalence margin = "
-                   f"{s.margin if s.margin is not None else 'none'}, BCa bootstrap "
-                   f"{s.n_boot} resamples, rng seed {s.rng_seed}."))
-    b.append(("p", "Verdict rule: better/worse only when the Holm-adjusted paired-t p < alpha "
-                   "and the t-interval excludes 0; equivalent only from TOST within ±margin; "
-                   "otherwise inconclusive. No effect is never claimed without TOST."))
+                   f"{s.pairs}, alpha = {s.alpha}, equivalence margin = {s.margin_label()}, "
+                   f"BCa bootstrap {s.n_boot} resamples, rng seed {s.rng_seed}."))
+    b.append(("p", VERDICT_RULE))
     b.append(("h2", "Design warnings"))
     b.append(("ul", [f"[{w['code']}] {w['message']}" for w in report.warnings] or ["none"]))
     b += _comparison_blocks(report, out)
     b += _interaction_blocks(report, out)
     b.append(("h2", "Seeds needed"))
     b.append(("table", seeds_needed_table(report)))
+    if report.chance["tests"]:
+        b.append(("h2", "Chance level"))
+        b.append(("table", chance_table(report)))
     b.append(("h2", "Paper tables"))
     b += [("table", t) for t in fusion_by_dataset_tables(report) + pe_by_fusion_tables(report)]
     b.append(("h2", "Dropped pairs"))
@@ -72,23 +73,25 @@ def _comparison_blocks(report: Report, out: Path) -> list[Block]:
         b.append(("table", table))
         if comps:
             name = plots.slug("deltas", comps[0]["dataset"], pe, metric) + ".png"
-            plots.paired_delta_plot(comps, f"Per-seed Δ · {table.title}", report.settings.margin,
-                                    out / name)
+            plots.paired_delta_plot(comps, f"Per-seed Δ · {table.title}",
+                                    comps[0]["equivalence_margin"], out / name)
             b.append(("img", name, f"paired per-seed deltas, {table.title}"))
     return b
 
 
 def _interaction_blocks(report: Report, out: Path) -> list[Block]:
     """Forest plot per (pe, metric) across regimes, then the interaction test table."""
-    b: list[Block] = [("h2", "Across length regimes")]
+    heading = "Across length regimes" if lengths_known(report.regimes) else "Across datasets"
+    b: list[Block] = [("h2", heading)]
     rank = {r.dataset: r.rank for r in report.regimes}
     keys = sorted({(c["pe"], c["metric"]) for c in report.comparisons})
     for pe, metric in keys:
         comps = [c for c in report.comparisons if c["pe"] == pe and c["metric"] == metric]
         comps.sort(key=lambda c: (c["baseline"], c["fusion"], rank[c["dataset"]]))
         name = plots.slug("forest", pe, metric) + ".png"
-        plots.forest_plot(comps, f"Δ vs reference across regimes · pe={pe} · {metric}",
-                          report.settings.margin, out / name)
+        margins = {c["equivalence_margin"] for c in comps}  # one band only if one margin
+        plots.forest_plot(comps, f"Δ vs reference across datasets · pe={pe} · {metric}",
+                          margins.pop() if len(margins) == 1 else None, out / name)
         b.append(("img", name, f"forest plot of mean delta with CIs, pe={pe}, {metric}"))
     if report.interaction["tests"]:
         b.append(("table", interaction_table(report)))
@@ -142,6 +145,7 @@ caption{caption-side:top;text-align:left;font-weight:600;font-size:13px;padding:
 .foot{font-size:11px;color:#57606a;margin:0 0 8px}img{max-width:100%;border:1px solid #eaeef2;margin:8px 0}
 .v-better{color:#1a7f37;font-weight:600}.v-worse{color:#cf222e;font-weight:600}
 .v-equivalent{color:#0969da;font-weight:600}.v-inconclusive{color:#6e7781}
+.v-not-learned{color:#9a6700;font-weight:600;font-style:italic}
 #img-status{font-size:11px;color:#57606a}#img-status.bad{color:#cf222e;font-weight:600}
 """
 # Marks the page with how many figures loaded (data-images-loaded="k/n"): a reader sees a
@@ -182,13 +186,18 @@ def _inline(s: str) -> str:
     return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
 
 
+def verdict_class(verdict: str) -> str:
+    """CSS class of a verdict cell: 'not learned' -> 'v-not-learned' (one class, not two)."""
+    return "v-" + verdict.replace(" ", "-")
+
+
 def _html_table(t: Table) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in t.headers)
     rows = []
     for r in t.rows:
         cells = []
         for h, v in zip(t.headers, r):
-            cls = f"v-{v}" if h == "verdict" else ("n" if is_numeric_cell(v) else "")
+            cls = verdict_class(v) if h == "verdict" else ("n" if is_numeric_cell(v) else "")
             cells.append(f'<td class="{cls}">{html.escape(v)}</td>' if cls
                          else f"<td>{html.escape(v)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")

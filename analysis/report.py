@@ -3,6 +3,22 @@
 `analyze` is the only function that sees the whole report: it applies Holm across every
 comparison, decides verdicts, and collects design warnings. Everything it calls is a pure
 function over arrays or the tidy table.
+
+Families and verdicts:
+
+- paired-t p: Holm over every comparison in the report (`p_holm`);
+- TOST p: Holm over every comparison that has an equivalence margin (`tost_p_holm`); the
+  `equivalent` verdict needs `tost_p_holm < alpha`. An `equivalent` comparison whose
+  t-interval excludes 0 always carries a note saying so (a real but small difference);
+- chance: Holm over every arm tested against 1/num_classes (:mod:`analysis.chance`); a
+  comparison where neither arm beats chance gets the verdict `not learned`, whatever its
+  deltas say, and a design warning;
+- post hoc power at the observed d_z, both at alpha and at alpha/m (Holm's first step, the
+  hardest threshold the verdict applies).
+
+Equivalence margins may be one number or per dataset ({"arxiv": 0.005}); a dataset absent
+from the mapping gets no margin and no equivalence test. The direction of improvement
+comes from :func:`analysis.metrics.resolve_direction` and is never guessed.
 """
 from __future__ import annotations
 
@@ -10,16 +26,20 @@ import json
 import math
 import zlib
 from dataclasses import asdict, dataclass, field
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
 
 from analysis import stats
+from analysis.chance import METHOD as CHANCE_METHOD
+from analysis.chance import arm_state, chance_tests, class_counts
 from analysis.load import select
-from analysis.pairing import Paired, cells_for, pair_trials
-from analysis.regimes import Regime, interaction_tests, regimes_for
+from analysis.metrics import check_direction_value, resolve_direction
+from analysis.pairing import Paired, cells_for, pair_trials, supersede
+from analysis.regimes import Regime, interaction_tests, lengths_known, regimes_for
 from analysis.schema import (
-    COMPARISON_KEYS, LOWER_IS_BETTER, TOP_LEVEL_KEYS, AnalysisError,
+    COMPARISON_KEYS, TOP_LEVEL_KEYS, AnalysisError,
 )
 
 PAIR_MODES = ("baseline", "all")
@@ -34,21 +54,35 @@ class Settings:
     baseline: str = "add"
     pairs: str = "baseline"
     alpha: float = 0.05
-    margin: float | None = None
+    # One TOST margin for every dataset, or one per dataset (absent dataset: no TOST).
+    margin: float | Mapping[str, float] | None = None
     n_boot: int = 10_000
     rng_seed: int = 0
     datasets: tuple[str, ...] = ()
     pes: tuple[str, ...] = ()
-    direction: str = "auto"
+    direction: str = "auto"  # auto | higher | lower (the flag overrides `directions`)
+    directions: Mapping[str, str] | None = None  # metric -> higher|lower (the sweep's param)
+    num_classes: Mapping[str, int] | None = None  # dataset -> K (--num-classes)
 
     def validate(self) -> "Settings":
         """Raise AnalysisError on any out-of-range value; return self."""
         if not (isinstance(self.alpha, (int, float)) and 0 < self.alpha < 1):
             raise AnalysisError(f"--alpha must be in the open interval (0, 1), got {self.alpha}")
-        if self.margin is not None and not (math.isfinite(self.margin) and self.margin > 0):
-            raise AnalysisError(
-                "--equivalence-margin must be a positive number in metric units "
-                f"(a negative or zero margin cannot define equivalence), got {self.margin}")
+        margins = self.margin.items() if isinstance(self.margin, Mapping) else [(None, self.margin)]
+        for dataset, m in margins:
+            if m is None and dataset is None:
+                continue
+            if not (isinstance(m, (int, float)) and not isinstance(m, bool)
+                    and math.isfinite(m) and m > 0):
+                where = f" for dataset {dataset!r}" if dataset is not None else ""
+                raise AnalysisError(
+                    f"--equivalence-margin must be a positive number in metric units "
+                    f"(a negative or zero margin cannot define equivalence){where}, got {m}")
+        for metric, value in (self.directions or {}).items():
+            check_direction_value(metric, value)
+        for dataset, k in (self.num_classes or {}).items():
+            if not isinstance(k, int) or isinstance(k, bool) or k < 2:
+                raise AnalysisError(f"--num-classes {dataset}=K needs an integer K >= 2, got {k!r}")
         if self.pairs not in PAIR_MODES:
             raise AnalysisError(f"--pairs must be one of {', '.join(PAIR_MODES)}, got {self.pairs!r}")
         if self.direction not in DIRECTIONS:
@@ -63,10 +97,25 @@ class Settings:
         return self
 
     def higher_is_better(self, metric: str) -> bool:
-        """Direction of improvement for the verdict (auto: lower for latency/params/...)."""
-        if self.direction != "auto":
-            return self.direction == "higher"
-        return metric not in LOWER_IS_BETTER and not metric.endswith("loss")
+        """Direction of improvement: --direction, the sweep's `directions`, the name rule;
+        AnalysisError when none of them knows the metric."""
+        return resolve_direction(metric, self.direction, self.directions) == "higher"
+
+    def margin_for(self, dataset: str) -> float | None:
+        """The TOST margin of `dataset` (None: no equivalence test there)."""
+        if isinstance(self.margin, Mapping):
+            m = self.margin.get(dataset)
+            return float(m) if m is not None else None
+        return None if self.margin is None else float(self.margin)
+
+    def margin_label(self) -> str:
+        """'none', '0.01', or 'arxiv: 0.005, imdb: 0.01 (others: none)'."""
+        if self.margin is None:
+            return "none"
+        if isinstance(self.margin, Mapping):
+            per = ", ".join(f"{d}: {m:g}" for d, m in sorted(self.margin.items()))
+            return f"{per} (others: none)" if per else "none"
+        return f"{self.margin:g}"
 
 
 @dataclass
@@ -81,6 +130,7 @@ class Report:
     warnings: list[dict]
     interaction: dict
     table: pd.DataFrame = field(repr=False)  # the filtered tidy table
+    chance: dict = field(default_factory=lambda: {"method": CHANCE_METHOD, "tests": []})
 
     def to_dict(self) -> dict:
         """The `--format json` object: exactly TOP_LEVEL_KEYS, NaN/inf -> null."""
@@ -94,6 +144,7 @@ class Report:
             "comparisons": [{k: c[k] for k in COMPARISON_KEYS} for c in self.comparisons],
             "dropped": self.dropped,
             "interaction": self.interaction,
+            "chance": self.chance,
         }
         assert tuple(out) == TOP_LEVEL_KEYS
         return _json_clean(out)
@@ -136,55 +187,112 @@ def analyze(
     extra_warnings (e.g. from the MLflow loader) are listed after the design warnings.
     """
     settings.validate()
+    source = source or {"kind": "table"}
     df = select(df, settings.metrics, settings.baseline, settings.datasets, settings.pes)
+    for metric in settings.metrics:  # an unknown direction fails before any statistics
+        settings.higher_is_better(metric)
+    df, superseded = supersede(df, source.get("code_fingerprint"))
     regimes, regime_warns = regimes_for(df)
     pairing = pair_trials(df, list(settings.metrics), settings.baseline, settings.pairs)
+    dropped = superseded + pairing.dropped
+    arms, by_arm, chance_warns = chance_tests(df, list(settings.metrics),
+                                              class_counts(df, settings.num_classes),
+                                              settings.alpha)
     by_dataset = {r.dataset: r for r in regimes}
     # Report order: metric as given, regime short -> long, pe, then pairing order.
     order = sorted(range(len(pairing.pairs)), key=lambda i: (
         settings.metrics.index(pairing.pairs[i].metric),
         by_dataset[pairing.pairs[i].dataset].rank, pairing.pairs[i].pe, i))
-    comps = [_compare(pairing.pairs[i], settings, by_dataset[pairing.pairs[i].dataset])
+    comps = [_compare(pairing.pairs[i], settings, by_dataset[pairing.pairs[i].dataset], by_arm)
              for i in order]
     _holm_and_verdicts(comps, settings)
     tests, inter_warns = interaction_tests(comps, regimes, settings.alpha)
-    warnings = (_design_warnings(comps, settings) + pairing.warnings + regime_warns
+    warnings = (_design_warnings(comps, settings) + _not_learned_warnings(comps)
+                + _code_mismatch_warning(pairing.dropped) + pairing.warnings + regime_warns
+                + chance_warns + _margin_warnings(comps, settings)
                 + list(extra_warnings or []) + _degenerate_warnings(comps)
-                + _dropped_warning(pairing.dropped) + inter_warns)
+                + _dropped_warning(dropped) + inter_warns)
+    contrast = ("longest minus shortest regime (by median_tokens)" if lengths_known(regimes)
+                else "last minus first dataset by name (lengths unknown)")
     interaction = {
         "method": "Welch one-way ANOVA of per-seed deltas across datasets "
-                  "(statsmodels anova_oneway, use_var='unequal'); difference in mean deltas "
-                  "longest minus shortest regime with a Welch t-interval; Holm across tests",
+                  "(statsmodels anova_oneway, use_var='unequal'), H0: the fusion effect is the "
+                  f"same on every dataset; difference in mean deltas, {contrast}, with a Welch "
+                  "t-interval; Holm across tests. One dataset per regime confounds length "
+                  "with domain and base accuracy: a difference is not evidence that length "
+                  "causes it",
         "tests": tests,
     }
-    return Report(source or {"kind": "table"}, settings, regimes, comps, pairing.dropped,
-                  warnings, interaction, df)
+    return Report(source, settings, regimes, comps, dropped, warnings, interaction, df,
+                  {"method": CHANCE_METHOD, "tests": arms})
 
 
-def _compare(p: Paired, s: Settings, regime: Regime) -> dict:
+def _compare(p: Paired, s: Settings, regime: Regime, by_arm: dict) -> dict:
     """Statistics of one comparison, with its identifying fields."""
     key = (p.dataset, p.pe, p.metric, p.fusion, p.baseline)
-    res = stats.compare_paired(p.x, p.y, alpha=s.alpha, margin=s.margin,
+    margin = s.margin_for(p.dataset)
+    res = stats.compare_paired(p.x, p.y, alpha=s.alpha, margin=margin,
                                n_resamples=int(s.n_boot), rng=comparison_rng(s.rng_seed, key))
+    chance = by_arm.get((p.dataset, p.pe, p.metric, p.fusion), {}).get("chance_level", stats.NAN)
     return {
         "dataset": p.dataset, "pe": p.pe, "metric": p.metric, "fusion": p.fusion,
         "baseline": p.baseline, **res, "seeds": [int(v) for v in p.seeds],
         "regime": regime.label, "median_tokens": regime.median_tokens,
-        "higher_is_better": s.higher_is_better(p.metric), "equivalence_margin": s.margin,
-        "p_holm": stats.NAN, "verdict": "inconclusive",
+        "higher_is_better": s.higher_is_better(p.metric), "equivalence_margin": margin,
+        "p_holm": stats.NAN, "verdict": "inconclusive", "tost_p_holm": stats.NAN,
+        "holm_first_step_alpha": s.alpha, "power_at_holm_alpha": stats.NAN,
+        "seeds_for_80_power_at_holm_alpha": None, "chance_level": chance,
+        "learned": arm_state(by_arm, p.dataset, p.pe, p.metric, p.fusion),
+        "baseline_learned": arm_state(by_arm, p.dataset, p.pe, p.metric, p.baseline),
     }
 
 
+# Notes that explain a verdict rather than a degenerate statistic (not turned into warnings).
+INFO_NOTES = ("also equivalent", "equivalent within", "neither arm beats chance")
+
+
 def _holm_and_verdicts(comps: list[dict], s: Settings) -> None:
-    """Holm over every comparison's paired-t p in the report, then each verdict."""
+    """Holm over the report's paired-t and TOST families, post hoc power at Holm's first
+    step, then each verdict and the notes that qualify it."""
     adjusted = stats.holm(np.array([c["t_p"] for c in comps], dtype=float))
-    for c, p in zip(comps, adjusted):
-        c["p_holm"] = float(p)
+    tost_adjusted = stats.holm(np.array([c["tost_p"] for c in comps], dtype=float))
+    m = max(1, int(np.isfinite(adjusted).sum()))
+    for c, p, tp in zip(comps, adjusted, tost_adjusted):
+        c["p_holm"], c["tost_p_holm"] = float(p), float(tp)
+        _power_at_holm_alpha(c, s.alpha / m)
+        not_learned = c["learned"] == "no" and c["baseline_learned"] == "no"
         c["verdict"] = stats.verdict(c["mean_delta"], c["t_ci_low"], c["t_ci_high"], c["p_holm"],
-                                     c["tost_p"], s.alpha, c["higher_is_better"])
-        if c["verdict"] in ("better", "worse") and np.isfinite(c["tost_p"]) and c["tost_p"] < s.alpha:
-            c["notes"] = c["notes"] + [f"also equivalent within ±{s.margin} (TOST p = "
-                                       f"{c['tost_p']:.3g}): the difference is real but small"]
+                                     c["tost_p_holm"], s.alpha, c["higher_is_better"],
+                                     not_learned=not_learned)
+        c["notes"] = c["notes"] + _verdict_notes(c, s.alpha)
+
+
+def _power_at_holm_alpha(c: dict, alpha_m: float) -> None:
+    """Post hoc power / seeds at alpha/m: the threshold the smallest Holm p must clear."""
+    c["holm_first_step_alpha"] = alpha_m
+    c["power_at_holm_alpha"] = stats.achieved_power(c["dz"], c["n"], alpha_m)
+    c["seeds_for_80_power_at_holm_alpha"] = stats.seeds_for_power(c["dz"], alpha_m)
+
+
+def _verdict_notes(c: dict, alpha: float) -> list[str]:
+    """What the verdict alone would hide: equivalence beside a real effect, chance level."""
+    tost = c["tost_p_holm"]
+    equivalent = np.isfinite(tost) and tost < alpha
+    excludes_zero = (np.isfinite(c["t_ci_low"]) and
+                     (c["t_ci_low"] > 0 or c["t_ci_high"] < 0))
+    margin = c["equivalence_margin"]
+    if c["verdict"] == "not learned":
+        return [f"neither arm beats chance (1/K = {c['chance_level']:.3g}): verdict 'not learned'; "
+                "these statistics compare two chance-level models"]
+    if c["verdict"] in ("better", "worse") and equivalent:
+        return [f"also equivalent within ±{margin:g} (Holm-adjusted TOST p = {tost:.3g}): the "
+                "difference is real but small"]
+    if c["verdict"] == "equivalent" and excludes_zero:
+        return [f"equivalent within ±{margin:g} (Holm-adjusted TOST p = {tost:.3g}), but the "
+                f"t-interval [{c['t_ci_low']:+.4g}, {c['t_ci_high']:+.4g}] excludes 0: a "
+                f"difference smaller than the margin, not significant after Holm "
+                f"(p_holm = {c['p_holm']:.3g})"]
+    return []
 
 
 def _design_warnings(comps: list[dict], s: Settings) -> list[dict]:
@@ -213,15 +321,55 @@ def _design_warnings(comps: list[dict], s: Settings) -> list[dict]:
     if m > 1:
         out.append({"code": "holm_family",
                     "message": f"Holm adjustment over m = {m} comparisons: the smallest "
-                               f"paired-t p must be below alpha/m = {s.alpha / m:.3g} to count"})
+                               f"paired-t p must be below alpha/m = {s.alpha / m:.3g} to count; "
+                               "'seeds for 80% power' is given at both alpha and alpha/m, post "
+                               "hoc (at the observed effect)"})
+    k = int(np.isfinite([c["tost_p"] for c in comps]).sum())
+    if k > 1:
+        out.append({"code": "holm_tost_family",
+                    "message": f"Holm adjustment over k = {k} equivalence (TOST) tests: "
+                               "'equivalent' needs the Holm-adjusted TOST p below alpha"})
     return out
+
+
+def _not_learned_warnings(comps: list[dict]) -> list[dict]:
+    return [{"code": "not_learned",
+             "message": f"neither arm beats chance on {c['dataset']}: this comparison says "
+                        f"nothing about fusion ({c['fusion']} vs {c['baseline']}, pe={c['pe']}, "
+                        f"{c['metric']}, chance = {c['chance_level']:.3g})"}
+            for c in comps if c["verdict"] == "not learned"]
+
+
+def _code_mismatch_warning(dropped: list[dict]) -> list[dict]:
+    """Pairs across code versions are dropped, not used: list them (design choice, see
+    analysis.pairing)."""
+    bad = [d for d in dropped if d["reason"] == "code_mismatch"]
+    if not bad:
+        return []
+    listing = "; ".join(f"{d['dataset']}/{d['pe']}/{d['metric']} {d['fusion']} vs "
+                        f"{d['baseline']} seed {d['seed']} ({d['detail']})" for d in bad[:10])
+    more = f"; and {len(bad) - 10} more" if len(bad) > 10 else ""
+    return [{"code": "code_mismatch",
+             "message": f"{_count(len(bad), 'pair')} compare runs of different code and were "
+                        f"dropped (re-run the stale arm under the current code): {listing}{more}"}]
+
+
+def _margin_warnings(comps: list[dict], s: Settings) -> list[dict]:
+    if not isinstance(s.margin, Mapping):
+        return []
+    missing = sorted({c["dataset"] for c in comps if c["equivalence_margin"] is None})
+    if not missing:
+        return []
+    return [{"code": "no_equivalence_margin",
+             "message": f"equivalence margins are given per dataset ({s.margin_label()}); none "
+                        f"for {', '.join(missing)}: no equivalence test there"}]
 
 
 def _degenerate_warnings(comps: list[dict]) -> list[dict]:
     return [{"code": "degenerate_comparison",
              "message": f"{c['dataset']}/{c['pe']}/{c['metric']} {c['fusion']} vs "
                         f"{c['baseline']}: {note}"}
-            for c in comps for note in c["notes"] if not note.startswith("also equivalent")]
+            for c in comps for note in c["notes"] if not note.startswith(INFO_NOTES)]
 
 
 def _dropped_warning(dropped: list[dict]) -> list[dict]:
@@ -229,8 +377,11 @@ def _dropped_warning(dropped: list[dict]) -> list[dict]:
         return []
     counts = pd.Series([d["reason"] for d in dropped]).value_counts()
     summary = ", ".join(f"{k}: {v}" for k, v in counts.items())
+    runs = sum(d["reason"] == "superseded_code" for d in dropped)
+    what = _count(len(dropped) - runs, "pair") + (f" and {_count(runs, 'superseded run')}"
+                                                   if runs else "")
     return [{"code": "dropped_pairs",
-             "message": f"{_count(len(dropped), 'pair')} dropped ({summary}); see the dropped list"}]
+             "message": f"{what} dropped ({summary}); see the dropped list"}]
 
 
 def _count(k: int, noun: str) -> str:

@@ -27,7 +27,7 @@ NAN = float("nan")
 # not break ties or fake a non-zero variance; far below any metric's resolution.
 DELTA_DECIMALS = 12
 # Exact enumeration of all 2**n sign flips up to this n (2**16 = 65,536 means); beyond,
-# a Monte-Carlo permutation test with the caller's generator.
+# a Monte-Carlo permutation test with the caller's generator, counting |T*| >= |t|.
 SIGNFLIP_EXACT_MAX_N = 16
 # Wilcoxon with ties/zeros: exact conditional permutation up to this many non-zero
 # deltas, else the tie-corrected normal approximation.
@@ -118,25 +118,33 @@ def _mean_stat(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.mean(x, axis=axis)
 
 
+def _abs_mean_stat(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.abs(np.mean(x, axis=axis))
+
+
 def signflip_test(
     d: np.ndarray, rng: np.random.Generator, n_resamples: int = 10_000
 ) -> tuple[float, str]:
     """Two-sided sign-flip permutation p of mean(d), d (n,), and the method used.
 
     Exact over all 2**n flips for n <= SIGNFLIP_EXACT_MAX_N (scipy enumerates them when
-    n_resamples=inf); Monte Carlo with `rng` otherwise.
+    n_resamples=inf; the flip distribution is symmetric, so its doubled tail is exact).
+    Beyond, Monte Carlo with `rng`: p = (1 + #{|T*| >= |t|}) / (B + 1), the statistic |mean|
+    under the symmetric null. Doubling the smaller Monte-Carlo tail (scipy's two-sided
+    default) would double the tail's sampling noise and is not a valid p itself.
     """
     if d.size < 2:
         return NAN, "undefined (n < 2)"
     if not np.any(d != 0):
         return NAN, "undefined (no non-zero deltas)"
-    exact = d.size <= SIGNFLIP_EXACT_MAX_N
-    res = sps.permutation_test(
-        (d,), _mean_stat, permutation_type="samples", vectorized=True,
-        n_resamples=np.inf if exact else n_resamples, rng=rng,
-    )
-    method = f"exact (2^{d.size} flips)" if exact else f"monte-carlo ({n_resamples} flips)"
-    return float(res.pvalue), method
+    if d.size <= SIGNFLIP_EXACT_MAX_N:
+        res = sps.permutation_test((d,), _mean_stat, permutation_type="samples",
+                                   vectorized=True, n_resamples=np.inf)
+        return float(res.pvalue), f"exact (2^{d.size} flips)"
+    res = sps.permutation_test((d,), _abs_mean_stat, permutation_type="samples",
+                               vectorized=True, n_resamples=n_resamples, rng=rng,
+                               alternative="greater")
+    return float(res.pvalue), f"monte-carlo ({n_resamples} flips, |T*| >= |t|)"
 
 
 def bca_interval(
@@ -261,11 +269,11 @@ def min_p_wilcoxon(n_nonzero: int, method: str) -> float:
 
 
 def min_p_signflip(n: int, method: str, n_resamples: int) -> float:
-    """Smallest reachable two-sided sign-flip p: exact 2/2**n, Monte Carlo 2/(B+1)."""
+    """Smallest reachable two-sided sign-flip p: exact 2/2**n, Monte Carlo 1/(B+1)."""
     if n == 0:
         return NAN
     if method.startswith("monte-carlo"):
-        return min(1.0, 2.0 / (n_resamples + 1))
+        return 1.0 / (n_resamples + 1)
     return min_p_signed(n)
 
 
@@ -284,12 +292,28 @@ def holm(pvals: np.ndarray) -> np.ndarray:
     return out
 
 
+def beats_chance(values: np.ndarray, chance: float) -> tuple[float, float]:
+    """One-sided one-sample t of values (n,) > chance: (t, p); nan when n < 2 or SD = 0.
+
+    scipy.stats.ttest_1samp(alternative='greater'). With SD 0 the t statistic is infinite
+    or undefined, and a p of exactly 0 or 1 would overstate what n identical runs show.
+    """
+    v = np.asarray(values, dtype=float)
+    if v.size < 2 or not np.isfinite(chance) or np.ptp(v) == 0:
+        return NAN, NAN
+    res = sps.ttest_1samp(v, chance, alternative="greater")
+    return float(res.statistic), float(res.pvalue)
+
+
 def verdict(
     mean: float, t_low: float, t_high: float, p_holm: float, tost: float, alpha: float,
-    higher_is_better: bool = True,
+    higher_is_better: bool = True, not_learned: bool = False,
 ) -> str:
-    """better/worse iff Holm p < alpha and the t-interval excludes 0; equivalent iff TOST
+    """not learned when neither arm beats chance (nothing to compare); else better/worse
+    iff Holm p < alpha and the t-interval excludes 0; equivalent iff (Holm-adjusted) TOST
     p < alpha; else inconclusive. "No effect" is never claimed without TOST."""
+    if not_learned:
+        return "not learned"
     excludes_zero = (t_low > 0) or (t_high < 0)
     if np.isfinite(p_holm) and p_holm < alpha and excludes_zero:
         return "better" if (mean > 0) == higher_is_better else "worse"

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from analysis.chance import METHOD as CHANCE_METHOD
+from analysis.regimes import lengths_known
 from analysis.report import Report, usable_values
 
 DASH = "—"
@@ -64,7 +66,7 @@ def comparison_table(report: Report, metric: str, regime: str, pe: str,
     direction = "higher is better" if comps and comps[0]["higher_is_better"] else "lower is better"
     headers = ["fusion", "vs", "n", "mean Δ", "sd Δ", f"{level} t-CI", "p_t", "p_holm",
                "p_wilcoxon", "p_signflip", f"BCa {level} CI", "d_z", "k+/n", "power",
-               "seeds@80%", "verdict"]
+               "seeds@80% (α/m)", "seeds@80% (α)", "p_tost_holm", "learned?", "verdict"]
     rows, notes = [], []
     for c in comps:
         wmark = "" if c["wilcoxon_method"] == "exact" else "†"
@@ -76,14 +78,31 @@ def comparison_table(report: Report, metric: str, regime: str, pe: str,
                      fp(c["p_holm"]), fp(c["wilcoxon_p"]) + wmark, fp(c["signflip_p"]),
                      boot + ("*" if c["boot_descriptive"] and boot != DASH else ""),
                      fnum(c["dz"], 2, signed=True), f"{c['n_positive']}/{c['n']}",
-                     fnum(c["power"], 2), _seeds(c["seeds_for_80_power"]), c["verdict"]])
+                     fnum(c["power"], 2), _seeds(c["seeds_for_80_power_at_holm_alpha"]),
+                     _seeds(c["seeds_for_80_power"]), fp(c["tost_p_holm"]), learned_cell(c),
+                     c["verdict"]])
     foot = [f"† Wilcoxon method: {m}" for m in notes]
     if any(c["boot_descriptive"] for c in comps):
         foot.append("* descriptive: fewer than 10 pairs")
-    if report.settings.margin is not None:
-        foot.append(f"equivalence margin ±{report.settings.margin} ({metric} units), TOST")
+    foot.append("seeds@80%: post hoc, at the observed d_z; α/m = "
+                f"{fnum(comps[0]['holm_first_step_alpha'], 4) if comps else DASH} is Holm's "
+                f"first step (what the verdict needs), α = {report.settings.alpha} unadjusted")
+    margin = comps[0]["equivalence_margin"] if comps else None
+    if margin is not None:
+        foot.append(f"equivalence margin ±{margin:g} ({metric} units), TOST, Holm across the "
+                    "report's TOST tests")
+    if any(c["learned"] != "n/a" for c in comps):
+        foot.append("learned?: does the fusion / the reference beat chance 1/K "
+                    f"({fnum(comps[0]['chance_level'], 3)} here; one-sided t, Holm)")
     title = f"{regime} · pe={pe} · {metric} ({direction})"
     return Table(title, headers, rows, foot)
+
+
+def learned_cell(c: dict) -> str:
+    """'yes/no': does the fusion / the reference beat chance ('n/a' without a chance level)."""
+    if c["learned"] == "n/a":
+        return "n/a"
+    return f"{c['learned']}/{c['baseline_learned']}"
 
 
 def _seeds(v: object) -> str:
@@ -93,37 +112,60 @@ def _seeds(v: object) -> str:
 def interaction_table(report: Report) -> Table:
     tests = report.interaction["tests"]
     level = f"{100 * (1 - report.settings.alpha):.0f}%"
-    headers = ["fusion", "vs", "pe", "metric", "datasets (short→long)", "n", "Welch F (df)",
-               "p", "p_holm", "Δlong − Δshort", f"{level} Welch CI", "p_diff"]
+    # Without median_tokens the order is by name: never claim short/long then.
+    by_length = lengths_known(report.regimes)
+    order = "datasets (short→long)" if by_length else "datasets (by name; lengths unknown)"
+    headers = ["fusion", "vs", "pe", "metric", order, "n", "Welch F (df)", "p", "p_holm",
+               "contrast", "Δ difference", f"{level} Welch CI", "p_diff"]
     rows = []
     for t in tests:
         df = (f"{fnum(t['welch_f'], 2)} ({fnum(t['df_num'], 0)}, {fnum(t['df_denom'], 1)})"
               if t["welch_f"] is not None and math.isfinite(t["welch_f"]) else DASH)
-        rows.append([t["fusion"], t["baseline"], t["pe"], t["metric"], " < ".join(t["datasets"]),
+        rows.append([t["fusion"], t["baseline"], t["pe"], t["metric"],
+                     (" < " if by_length else ", ").join(t["datasets"]),
                      "/".join(map(str, t["n_per_dataset"])), df, fp(t["welch_p"]),
-                     fp(t["p_holm"]), fnum(t["diff_in_deltas"], signed=True),
+                     fp(t["p_holm"]), f"Δ {t['long_dataset']} − Δ {t['short_dataset']}",
+                     fnum(t["diff_in_deltas"], signed=True),
                      fci(t["diff_ci_low"], t["diff_ci_high"]), fp(t["diff_p"])])
-    return Table("Does the fusion effect depend on the length regime?", headers, rows,
+    return Table("Does the fusion effect differ across these datasets?", headers, rows,
                  [report.interaction["method"]])
 
 
 def dropped_table(report: Report) -> Table:
     headers = ["dataset", "pe", "metric", "fusion", "vs", "seed", "reason", "detail"]
-    rows = [[d["dataset"], d["pe"], d["metric"], d["fusion"], d["baseline"], str(d["seed"]),
-             d["reason"], d["detail"]] for d in report.dropped]
+    rows = [[d["dataset"], d["pe"], d["metric"] or DASH, d["fusion"], d["baseline"] or DASH,
+             str(d["seed"]), d["reason"], d["detail"]] for d in report.dropped]
     return Table(f"Dropped pairs ({len(rows)})", headers, rows)
 
 
 def seeds_needed_table(report: Report) -> Table:
-    """Per comparison: observed d_z, achieved power, and seeds for 80% power."""
-    headers = ["dataset", "pe", "metric", "fusion", "vs", "n", "d_z", "achieved power",
-               "seeds for 80% power"]
+    """Per comparison: observed d_z, post hoc power and seeds for 80% power, at alpha/m
+    (Holm's first step: what the verdict applies) and at unadjusted alpha."""
+    a = report.settings.alpha
+    am = report.comparisons[0]["holm_first_step_alpha"] if report.comparisons else a
+    headers = ["dataset", "pe", "metric", "fusion", "vs", "n", "d_z", f"power (α/m = {am:.3g})",
+               f"seeds for 80% (α/m = {am:.3g})", f"power (α = {a})", f"seeds for 80% (α = {a})"]
     rows = [[c["dataset"], c["pe"], c["metric"], c["fusion"], c["baseline"], str(c["n"]),
-             fnum(c["dz"], 2, signed=True), fnum(c["power"], 2), _seeds(c["seeds_for_80_power"])]
+             fnum(c["dz"], 2, signed=True), fnum(c["power_at_holm_alpha"], 2),
+             _seeds(c["seeds_for_80_power_at_holm_alpha"]), fnum(c["power"], 2),
+             _seeds(c["seeds_for_80_power"])]
             for c in report.comparisons]
-    return Table("Seeds needed (two-sided paired t, alpha = "
-                 f"{report.settings.alpha}, at the observed d_z)", headers, rows,
-                 ["— : undefined (SD 0 or n < 2) or unbounded (d_z = 0)"])
+    return Table("Seeds needed (two-sided paired t; post hoc: computed at the observed d_z, "
+                 "which overstates power when the effect estimate is noisy)", headers, rows,
+                 ["α/m: Holm's first step over the report's m comparisons, the threshold the "
+                  "smallest p must clear; α: unadjusted",
+                  "— : undefined (SD 0 or n < 2) or unbounded (d_z = 0)"])
+
+
+def chance_table(report: Report) -> Table:
+    """Every arm tested against chance: mean accuracy, 1/K, Holm p, learned."""
+    headers = ["dataset", "pe", "metric", "fusion", "n", "K", "chance", "mean", "t", "p",
+               "p_holm", "learned"]
+    rows = [[t["dataset"], t["pe"], t["metric"], t["fusion"], str(t["n"]),
+             DASH if t["num_classes"] is None else str(t["num_classes"]),
+             fnum(t["chance_level"], 3), fnum(t["mean"]), fnum(t["t"], 2), fp(t["p"]),
+             fp(t["p_holm"]), t["learned"]] for t in report.chance["tests"]]
+    return Table("Does each arm beat chance?", headers, rows, [CHANCE_METHOD])
 
 
 def _mean_sd(values: np.ndarray) -> str:

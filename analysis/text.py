@@ -31,7 +31,7 @@ def format_text(report: Report) -> str:
     """The full terminal report."""
     s = report.settings
     parts = [f"fusion-sweep stats · source: {source_line(report.source)} · baseline={s.baseline} · "
-             f"alpha={s.alpha} · margin={s.margin if s.margin is not None else 'none'} · "
+             f"alpha={s.alpha} · margin={s.margin_label()} · "
              f"bootstrap={s.n_boot} · rng-seed={s.rng_seed}"]
     if report.warnings:
         parts.append("Warnings:\n" + "\n".join(f"  ! [{w['code']}] {w['message']}"
@@ -41,12 +41,18 @@ def format_text(report: Report) -> str:
     if report.interaction["tests"]:
         parts.append(layout(interaction_table(report)))
     else:
-        parts.append("Interaction across regimes: needs one comparison in >= 2 datasets "
+        parts.append("Across datasets: the test needs one comparison in >= 2 datasets "
                      "with >= 2 pairs each")
     parts.append(layout(dropped_table(report)))
-    parts.append("Verdict: better/worse = Holm-adjusted paired-t p < alpha and the t-interval "
-                 "excludes 0; equivalent = TOST p < alpha within ±margin; else inconclusive.")
+    parts.append(VERDICT_RULE)
     return "\n\n".join(parts) + "\n"
+
+
+VERDICT_RULE = (
+    "Verdict: not learned = neither arm beats chance (1/num_classes; accuracy-like metrics); "
+    "better/worse = Holm-adjusted paired-t p < alpha and the t-interval excludes 0; "
+    "equivalent = Holm-adjusted TOST p < alpha within ±margin (noted when the t-interval "
+    "excludes 0); else inconclusive. No effect is never claimed without TOST.")
 
 
 def source_line(src: dict) -> str:

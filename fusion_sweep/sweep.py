@@ -358,8 +358,6 @@ def launch(space_ref: str, *, name: str | None = None, address: str | None = Non
     includes the code fingerprint, so code that can change a trial's numbers never reuses
     runs of other code silently: launch refuses unless `allow_code_change`.
     """
-    from fusion_sweep import tracking
-
     t0 = time.time()
     space = load_space(space_ref)
     name = name or space.name
@@ -370,16 +368,46 @@ def launch(space_ref: str, *, name: str | None = None, address: str | None = Non
         raise ValueError(f"--max-concurrent must be >= 1, got {max_concurrent}")
     points = plan(space)
     if dry_run:
-        print(format_grid(space, points, name), file=out)
-        print(f"\n(dry run: nothing started; {len(points)} trials would run)", file=out)
+        dry_run_report(space, points, name, tracking_uri, experiment, out)
         return None
+    pf = _preflight(space, name, points, tracking_uri, address, storage, experiment,
+                    allow_code_change, out)
+    auth = configure_ray_env(pf.address)
+    with SweepLock(pf.exp_path), terminate_as_interrupt():
+        summary = _run_sweep(pf, auth, max_concurrent, verbose, out)
+    summary.seconds = time.time() - t0
+    print(format_summary(summary, space_ref), file=out)
+    return summary
 
-    # ---- preflight: everything that can fail does so before Ray starts
+
+@dataclass
+class Preflight:
+    """What `launch` checked before anything starts: nothing below fails on bad input."""
+
+    space: SearchSpace
+    name: str
+    points: list[GridPoint]
+    uri: str
+    address: str | None
+    exp_path: str
+    ghash: str
+    experiment: str
+    tracker: Any  # tracking.SweepTracker
+    code: str
+    history: str
+    commit: str
+
+
+def _preflight(space: SearchSpace, name: str, points: list[GridPoint], tracking_uri: str | None,
+               address: str | None, storage: str | None, experiment: str | None,
+               allow_code_change: bool, out: TextIO) -> Preflight:
+    """Everything that can fail does so here, before Ray starts."""
+    from fusion_sweep import tracking
+
     uri = tracking.resolve_tracking_uri(tracking_uri)
     tracking.check_tracking_uri(uri)
     address = check_ray_address(address)
-    storage_path = resolve_storage(storage)
-    exp_path = f"{storage_path.rstrip('/')}/{name}"
+    exp_path = f"{resolve_storage(storage).rstrip('/')}/{name}"
     ghash = grid_hash(points)
     experiment = experiment or space.experiment
     tracker = tracking.SweepTracker(uri, experiment)
@@ -390,72 +418,140 @@ def launch(space_ref: str, *, name: str | None = None, address: str | None = Non
                          f"space")
     code = tracking.code_fingerprint()
     history = _check_code(parent, tracker, name, code, allow_code_change, out)
-    commit = tracking.git_commit()
+    return Preflight(space, name, points, uri, address, exp_path, ghash, experiment, tracker,
+                     code, history, tracking.git_commit())
 
-    auth = configure_ray_env(address)
-    with SweepLock(exp_path), terminate_as_interrupt():
-        parent_id = tracker.start_parent(
-            name, grid_hash=ghash, n_trials=len(points), commit=commit, code=code,
-            code_history=history, description=space.description,
-            params={"space": space.source, "datasets": list(space.datasets),
-                    "pes": list(space.pes), "fusions": list(space.fusions),
-                    "seeds": list(space.seeds), "baseline": space.baseline,
-                    "metric": space.metric, "equivalence_margin": space.equivalence_margin,
-                    "directions": space.metric_directions(),
-                    "resources.cpu": space.cpu, "resources.gpu": space.gpu,
-                    "max_failures": space.max_failures})
-        orphans = tracker.reconcile_orphans(name)
-        if orphans:
-            print(f"marked {len(orphans)} MLflow run(s) left RUNNING by an earlier driver as KILLED",
-                  file=out)
-        ctx = tracking.TrackingContext(
-            tracking_uri=uri, experiment_id=tracker.experiment_id, parent_run_id=parent_id,
-            sweep=name, code_fingerprint=code, git_commit=commit,
-            launch_id=uuid.uuid4().hex[:12])
-        status = "FAILED"
-        started_ray = False
-        summary = LaunchSummary(name=name, total=len(points), orphans_reconciled=len(orphans),
-                                tracking_uri=uri, experiment=experiment, parent_run_id=parent_id,
-                                experiment_path=exp_path)
-        done = {r.data.tags.get(tracking.TRIAL_KEY) for r in tracker.trial_runs(name)
-                if r.info.status == "FINISHED"}
-        pending = [p for p in points if p.key not in done]
-        try:
-            if not pending:
-                print(f"all {len(points)} trials of sweep {name!r} already finished: nothing to run",
-                      file=out)
-            else:
-                if len(pending) < len(points):
-                    print(f"resuming sweep {name!r}: {len(points) - len(pending)} of {len(points)} "
-                          f"trials already finished (found by trial key in MLflow); "
-                          f"{len(pending)} to train", file=out)
-                started_ray = _init_ray(address, out)
-                _reclaim_sigterm()
-                _warn_resources(space, uri, out)
-                print(f"Ray auth mode: {auth}; Tune state: {exp_path}; MLflow: {uri} "
-                      f"(experiment {experiment!r}, parent run {parent_id})", file=out)
-                results = _run_tuner(space, pending, exp_path, ctx, max_concurrent, verbose, out)
-                summary.tune_errors = [str(e).strip().splitlines()[-1][:300] for e in results.errors]
-            status = "FINISHED"
-        except KeyboardInterrupt:
-            status = "KILLED"
-            print("\ninterrupted: run the same command again to resume", file=out)
-        finally:
-            if started_ray or address is not None:
-                import ray
 
-                ray.shutdown()  # a no-op when Ray never started
-            _summarize(summary, tracker, points, ctx, out)
-            if status == "FINISHED" and not summary.ok:
-                status = "FAILED" if summary.failed or summary.tune_errors else "KILLED"
-            summary.seconds = time.time() - t0
-            artifacts = [Path(summary.results_csv)] if summary.results_csv else []
-            tracker.finish_parent(parent_id, status, {
-                "trials_finished": summary.finished, "trials_failed": summary.failed,
-                "trials_trained_this_launch": summary.trained_now, "trials_retried": summary.retried,
-                "launch_seconds": summary.seconds}, artifacts)
-    print(format_summary(summary, space_ref), file=out)
+def _open_parent(pf: Preflight, out: TextIO):
+    """The sweep's parent run (created or re-attached), orphans reconciled -> (ctx, orphans)."""
+    from fusion_sweep import tracking
+
+    space = pf.space
+    parent_id = pf.tracker.start_parent(
+        pf.name, grid_hash=pf.ghash, n_trials=len(pf.points), commit=pf.commit, code=pf.code,
+        code_history=pf.history, description=space.description,
+        params={"space": space.source, "datasets": list(space.datasets),
+                "pes": list(space.pes), "fusions": list(space.fusions),
+                "seeds": list(space.seeds), "baseline": space.baseline,
+                "metric": space.metric, "equivalence_margin": space.equivalence_margin,
+                "directions": space.metric_directions(),
+                "resources.cpu": space.cpu, "resources.gpu": space.gpu,
+                "max_failures": space.max_failures})
+    orphans = pf.tracker.reconcile_orphans(pf.name)
+    if orphans:
+        print(f"marked {len(orphans)} MLflow run(s) left RUNNING by an earlier driver as KILLED",
+              file=out)
+    ctx = tracking.TrackingContext(
+        tracking_uri=pf.uri, experiment_id=pf.tracker.experiment_id, parent_run_id=parent_id,
+        sweep=pf.name, code_fingerprint=pf.code, git_commit=pf.commit,
+        launch_id=uuid.uuid4().hex[:12])
+    return ctx, orphans
+
+
+def _run_sweep(pf: Preflight, auth: str, max_concurrent: int | None, verbose: bool,
+               out: TextIO) -> LaunchSummary:
+    """Train every grid point not FINISHED in MLflow; always close the parent run."""
+    ctx, orphans = _open_parent(pf, out)
+    summary = LaunchSummary(name=pf.name, total=len(pf.points), orphans_reconciled=len(orphans),
+                            tracking_uri=pf.uri, experiment=pf.experiment,
+                            parent_run_id=ctx.parent_run_id, experiment_path=pf.exp_path)
+    pending = [p for p in pf.points if trial_status(pf.tracker, pf.name, p.key)[0] != "FINISHED"]
+    status, started_ray, t0 = "FAILED", False, time.time()
+    try:
+        if not pending:
+            print(f"all {len(pf.points)} trials of sweep {pf.name!r} already finished: nothing "
+                  f"to run", file=out)
+        else:
+            if len(pending) < len(pf.points):
+                print(f"resuming sweep {pf.name!r}: {len(pf.points) - len(pending)} of "
+                      f"{len(pf.points)} trials already finished (found by trial key in MLflow); "
+                      f"{len(pending)} to train", file=out)
+            started_ray = _init_ray(pf.address, out)
+            _reclaim_sigterm()
+            _warn_resources(pf.space, pf.uri, out)
+            print(f"Ray auth mode: {auth}; Tune state: {pf.exp_path}; MLflow: {pf.uri} "
+                  f"(experiment {pf.experiment!r}, parent run {ctx.parent_run_id})", file=out)
+            results = _run_tuner(pf.space, pending, pf.exp_path, ctx, max_concurrent, verbose, out)
+            summary.tune_errors = [str(e).strip().splitlines()[-1][:300] for e in results.errors]
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        print("\ninterrupted: run the same command again to resume", file=out)
+    finally:
+        if started_ray or pf.address is not None:
+            import ray
+
+            ray.shutdown()  # a no-op when Ray never started
+        _summarize(summary, pf.tracker, pf.points, ctx, out)
+        if status == "FINISHED" and not summary.ok:
+            status = "FAILED" if summary.failed or summary.tune_errors else "KILLED"
+        artifacts = [Path(summary.results_csv)] if summary.results_csv else []
+        pf.tracker.finish_parent(ctx.parent_run_id, status, {
+            "trials_finished": summary.finished, "trials_failed": summary.failed,
+            "trials_trained_this_launch": summary.trained_now, "trials_retried": summary.retried,
+            "launch_seconds": time.time() - t0}, artifacts)
     return summary
+
+
+def trial_status(tracker: Any, sweep: str, key: str) -> tuple[str, str]:
+    """(status, run id) of the trial's MLflow run, ("", "") when it has none: the resume rule's
+    one question. Cached per tracker and sweep for the length of one launch."""
+    cache = tracker.__dict__.setdefault("_status_cache", {})
+    if sweep not in cache:
+        from fusion_sweep import tracking
+
+        runs: dict[str, tuple[str, str]] = {}
+        for r in tracker.trial_runs(sweep):  # oldest first: a FINISHED run wins
+            k = r.data.tags.get(tracking.TRIAL_KEY)
+            if runs.get(k, ("",))[0] != "FINISHED":
+                runs[k] = (r.info.status, r.info.run_id)
+        cache[sweep] = runs
+    return cache[sweep].get(key, ("", ""))
+
+
+def dry_run_report(space: SearchSpace, points: list[GridPoint], name: str,
+                   tracking_uri: str | None, experiment: str | None, out: TextIO) -> None:
+    """`launch --dry-run`: the grid, and for an existing sweep what a launch would do with
+    each trial (train, skip: finished, or retry: its run is FAILED/KILLED/RUNNING)."""
+    print(format_grid(space, points, name), file=out)
+    actions = _planned_actions(space, points, name, tracking_uri, experiment)
+    if actions is None:
+        print(f"\n(dry run: nothing started; {len(points)} trials would run)", file=out)
+        return
+    print(f"\nsweep {name!r} exists; a launch now would:", file=out)
+    counts: dict[str, int] = {}
+    for p, (action, detail) in zip(points, actions):
+        c = p.config
+        counts[action] = counts.get(action, 0) + 1
+        print(f"  {action:<6} {c.dataset}/{c.pe}/{c.fusion}/seed {c.seed}  {detail}", file=out)
+    print("\n(dry run: nothing started; " + ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
+          + ")", file=out)
+
+
+def _planned_actions(space: SearchSpace, points: list[GridPoint], name: str,
+                     tracking_uri: str | None, experiment: str | None
+                     ) -> list[tuple[str, str]] | None:
+    """Per grid point (action, detail), or None when the sweep has no MLflow record yet."""
+    from fusion_sweep import tracking
+
+    uri = tracking.resolve_tracking_uri(tracking_uri)
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+        return None
+    tracking.check_tracking_uri(uri)
+    tracker = tracking.SweepTracker(uri, experiment or space.experiment)
+    if tracker.client.get_experiment_by_name(tracker.experiment) is None \
+            or tracker.find_parent(name) is None:
+        return None
+    out = []
+    for p in points:
+        status, run_id = trial_status(tracker, name, p.key)
+        if status == "FINISHED":
+            out.append(("skip", f"finished, run {run_id}"))
+        elif status:
+            out.append(("retry", f"{status} run {run_id} (trained again into the same run)"))
+        else:
+            out.append(("train", "no run yet"))
+    return out
 
 
 def _check_code(parent, tracker, name: str, code: str, allow: bool, out: TextIO) -> str:

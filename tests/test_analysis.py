@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -27,7 +28,9 @@ ISSUE_KEYS = [
 EXTRA_KEYS = [
     "regime", "median_tokens", "higher_is_better", "seeds", "deltas", "n_negative", "n_zero",
     "t_df", "signflip_method", "min_p_signflip", "boot_descriptive", "boot_method",
-    "equivalence_margin", "notes",
+    "equivalence_margin", "notes", "tost_p_holm", "holm_first_step_alpha",
+    "power_at_holm_alpha", "seeds_for_80_power_at_holm_alpha", "chance_level", "learned",
+    "baseline_learned",
 ]
 FAST = ["--bootstrap", "500"]
 
@@ -112,13 +115,14 @@ def test_json_schema_exact(csv: Path, capsys) -> None:
     assert code == 0
     rep = json.loads(out)
     assert list(rep) == ["source", "settings", "regimes", "warnings", "comparisons", "dropped",
-                         "interaction"]
+                         "interaction", "chance"]
     assert rep["comparisons"]
     for c in rep["comparisons"]:
         assert list(c) == ISSUE_KEYS + EXTRA_KEYS
         for k in ISSUE_KEYS:
             assert k in c, k
-        assert c["verdict"] in ("better", "worse", "equivalent", "inconclusive")
+        assert c["verdict"] in ("better", "worse", "equivalent", "inconclusive", "not learned")
+        assert c["learned"] == c["baseline_learned"] == "yes"  # demo: far above 1/K
         assert isinstance(c["tost_p"], float)
     assert isinstance(rep["dropped"], list) and isinstance(rep["warnings"], list)
     assert all(set(w) == {"code", "message"} for w in rep["warnings"])
@@ -126,7 +130,11 @@ def test_json_schema_exact(csv: Path, capsys) -> None:
     assert set(rep["interaction"]["tests"][0]) == {
         "pe", "metric", "fusion", "baseline", "datasets", "n_per_dataset", "welch_f", "df_num",
         "df_denom", "welch_p", "p_holm", "long_dataset", "short_dataset", "diff_in_deltas",
-        "diff_ci_low", "diff_ci_high", "diff_p", "notes"}
+        "diff_ci_low", "diff_ci_high", "diff_p", "notes", "ordered_by"}
+    assert set(rep["chance"]) == {"method", "tests"}
+    assert set(rep["chance"]["tests"][0]) == {
+        "dataset", "pe", "metric", "fusion", "n", "num_classes", "chance_level", "mean", "t",
+        "p", "p_holm", "learned"}
     # warnings also go to stderr so stdout stays pure JSON
     assert "cannot_reach_alpha" in err
 
@@ -312,3 +320,354 @@ def test_report_dir_files_and_relative_images(csv: Path, tmp_path: Path, capsys)
         assert heading in md and heading in html
     assert "mean ± sd over seeds" in md and "PE × fusion" in md
     assert json.loads((out_dir / "stats.json").read_text())["comparisons"]
+
+
+# ------------------------------------------------------------------ issue 8: analysis items
+def _analyze(df: pd.DataFrame, source: dict | None = None, **kw):
+    return analyze(tidy(df), Settings(n_boot=200, **kw), source)
+
+
+def test_import_analysis_pulls_in_only_fusion_sweep_schema() -> None:
+    """The schema is shared with fusion_sweep, but nothing that imports torch or ray."""
+    code = ("import analysis, analysis.cli, analysis.report, analysis.render, analysis.chance, "
+            "analysis.metrics, analysis.mlflow_io, sys; "
+            "bad = [m for m in sys.modules if m in ('torch', 'ray', 'mlflow') "
+            "or (m.startswith('fusion_sweep.') and m != 'fusion_sweep.schema')]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_schema_constants_come_from_fusion_sweep_schema() -> None:
+    from fusion_sweep import schema as fs
+    from analysis import mlflow_io
+    from analysis import schema as S
+    assert S.KEY_COLUMNS == fs.IDENTITY_FIELDS and S.FP_COLUMNS == fs.FINGERPRINT_COLUMNS
+    assert "fp_dropout" in S.FP_COLUMNS and "num_classes" in S.NON_METRIC_COLUMNS
+    assert mlflow_io.ROLE == fs.ROLE and mlflow_io.DEFAULT_EXPERIMENT == fs.DEFAULT_EXPERIMENT
+    assert {"superseded_code", "code_mismatch"} <= set(S.DROP_REASONS)
+    assert "not learned" in S.VERDICTS
+
+
+# 1. fingerprints: the dropout stream too
+def test_dropout_fingerprint_mismatch_is_dropped() -> None:
+    df = small_table()
+    m = (df.dataset == "synthetic-long") & (df.fusion == "concat") & (df.seed == 2)
+    df.loc[m, "fp_dropout"] = "d0d0d0d0d0d0"
+    rep = _analyze(df)
+    (d,) = rep.dropped
+    assert (d["fusion"], d["seed"], d["reason"]) == ("concat", 2, "fingerprint_mismatch")
+    assert d["detail"].startswith("dropout (d0d0d0d0d0 vs ")
+
+
+# 2. code fingerprints
+def _with_code(df: pd.DataFrame, code: str = "new0000000000000") -> pd.DataFrame:
+    return df.assign(code_fingerprint=code, run_id=[f"r{i}" for i in range(len(df))])
+
+
+def test_current_code_run_supersedes_an_old_one() -> None:
+    df = _with_code(small_table())
+    m = (df.dataset == "synthetic-short") & (df.fusion == "concat") & (df.seed == 1)
+    old = df[m].assign(code_fingerprint="old0000000000000", run_id="r-old", test_acc=0.1)
+    rep = _analyze(pd.concat([df, old]), {"kind": "mlflow", "code_fingerprint": "new0000000000000"})
+    (d,) = rep.dropped
+    assert (d["fusion"], d["seed"], d["reason"], d["metric"], d["baseline"]) == \
+        ("concat", 1, "superseded_code", None, None)
+    assert "run r-old ran code old0000000" in d["detail"]
+    comp = next(c for c in rep.comparisons if c["dataset"] == "synthetic-short"
+                and c["fusion"] == "concat")
+    assert comp["n"] == 5 and 0.1 - 0.8 not in comp["deltas"]
+    # Without the sweep's current code nothing can be preferred: a duplicate, as before.
+    rep = _analyze(pd.concat([df, old]))
+    assert [d["reason"] for d in rep.dropped] == ["duplicate_seed"]
+
+
+def test_pair_across_code_versions_is_dropped_with_a_warning() -> None:
+    df = _with_code(small_table())
+    m = (df.dataset == "synthetic-long") & (df.fusion == "add") & (df.seed == 4)
+    df.loc[m, "code_fingerprint"] = "old0000000000000"
+    rep = _analyze(df, {"kind": "mlflow", "code_fingerprint": "new0000000000000"})
+    assert {(d["fusion"], d["seed"], d["reason"]) for d in rep.dropped} == {
+        ("concat", 4, "code_mismatch"), ("gate-vector", 4, "code_mismatch")}
+    (w,) = [w for w in rep.warnings if w["code"] == "code_mismatch"]
+    assert w["message"].startswith("2 pairs compare runs of different code and were dropped")
+    assert "synthetic-long/sinusoidal/test_acc concat vs add seed 4" in w["message"]
+
+
+# 3. direction of improvement
+def test_rising_error_is_worse_not_better(tmp_path: Path, capsys) -> None:
+    df = small_table()
+    df["test_error"] = 0.2 + np.where(df.fusion == "gate-vector", 0.02, 0.0) \
+        + np.random.default_rng(0).normal(0, 1e-4, len(df))
+    path = _write(tmp_path, df)
+    _, out, _ = run_cli(["--results", path, "--format", "json", "--metric", "test_error", *FAST],
+                        capsys)
+    gv = [c for c in json.loads(out)["comparisons"] if c["fusion"] == "gate-vector"]
+    assert gv and all(c["verdict"] == "worse" and not c["higher_is_better"] for c in gv)
+    assert all(c["p_holm"] < 1e-6 for c in gv)
+    _, out, _ = run_cli(["--results", path, "--format", "json", "--metric", "test_error",
+                         "--direction", "higher", *FAST], capsys)
+    assert {c["verdict"] for c in json.loads(out)["comparisons"] if c["fusion"] == "gate-vector"} \
+        == {"better"}
+
+
+def test_unknown_direction_is_an_error(tmp_path: Path, capsys) -> None:
+    path = _write(tmp_path, small_table().assign(foo=1.0))
+    code, out, err = run_cli(["--results", path, "--metric", "foo", *FAST], capsys)
+    assert code == 2 and out == ""
+    assert err.strip() == ("fusion-sweep stats: error: direction of metric 'foo' is unknown; "
+                           "pass --direction higher or --direction lower")
+    with pytest.raises(AnalysisError, match=r"direction of metric 'foo' is unknown"):
+        _analyze(small_table().assign(foo=1.0), metrics=("foo",))
+    # The sweep's `directions` mapping knows it; a bad value there is an error too.
+    rep = _analyze(small_table().assign(foo=1.0), metrics=("foo",), directions={"foo": "lower"})
+    assert all(not c["higher_is_better"] for c in rep.comparisons)
+    with pytest.raises(AnalysisError, match=r"direction of metric 'foo' must be 'higher' or 'lower'"):
+        Settings(directions={"foo": "up"}).validate()
+
+
+@pytest.mark.parametrize("name,want", [
+    ("test_acc", "higher"), ("best_val_acc", "higher"), ("accuracy", "higher"),
+    ("test_macro_f1", "higher"), ("roc_auc", "higher"), ("tokens_per_second", "higher"),
+    ("test_error", "lower"), ("err_rate", "lower"), ("val_loss", "lower"),
+    ("perplexity", "lower"), ("latency_ms_per_sample", "lower"), ("params", "lower"),
+    ("train_seconds", "lower"), ("foo", None), ("acc_loss", None),
+])
+def test_direction_name_rule(name: str, want: str | None) -> None:
+    from analysis.metrics import name_direction
+    assert name_direction(name) == want
+
+
+# 4. TOST: Holm across the equivalence tests, and a note when the t-interval excludes 0
+def _tost_table() -> pd.DataFrame:
+    """imdb, 10 seeds: concat +0.002 (t-CI excludes 0, p ~ 0.036) and 4 noise fusions."""
+    rng = np.random.default_rng(1)
+    base = 0.8 + rng.normal(0, 0.01, 10)
+    deltas = {"concat": 0.002 + 0.0012 * np.array([2, -2, 1, -1, 3, -3, 2.5, -2.5, 0.5, -0.5]),
+              **{f"f{i}": rng.normal(0, 0.004, 10) for i in range(1, 5)}}
+    rows = [dict(dataset="imdb", pe="sin", fusion="add", seed=s, test_acc=base[s]) for s in range(10)]
+    rows += [dict(dataset="imdb", pe="sin", fusion=f, seed=s, test_acc=base[s] + d[s])
+             for f, d in deltas.items() for s in range(10)]
+    return pd.DataFrame(rows)
+
+
+def test_tost_is_holm_adjusted_and_verdict_uses_it() -> None:
+    from statsmodels.stats.multitest import multipletests
+    rep = _analyze(_tost_table(), margin=0.004)
+    comps = {c["fusion"]: c for c in rep.comparisons}
+    raw = [c["tost_p"] for c in rep.comparisons]
+    assert [c["tost_p_holm"] for c in rep.comparisons] == pytest.approx(
+        list(multipletests(raw, method="holm")[1]), abs=1e-12)
+    # Unadjusted TOST p < 0.05 but Holm-adjusted >= 0.05: no longer "equivalent".
+    for f in ("concat", "f2", "f3"):
+        assert comps[f]["tost_p"] < 0.05 <= comps[f]["tost_p_holm"]
+        assert comps[f]["verdict"] == "inconclusive"
+    assert comps["f1"]["verdict"] == "equivalent"
+    assert any(w["code"] == "holm_tost_family" for w in rep.warnings)
+
+
+def test_equivalent_with_interval_excluding_zero_says_so() -> None:
+    rep = _analyze(_tost_table(), margin=0.005)
+    c = next(c for c in rep.comparisons if c["fusion"] == "concat")
+    assert c["verdict"] == "equivalent" and c["t_ci_low"] > 0 and c["p_holm"] > 0.05
+    (note,) = c["notes"]
+    assert re.search(r"^equivalent within ±0.005 \(Holm-adjusted TOST p = .*\), but the "
+                     r"t-interval \[\+.*\] excludes 0", note)
+    for c in rep.comparisons:  # never "equivalent" with an interval excluding 0 and no note
+        if c["verdict"] == "equivalent" and (c["t_ci_low"] > 0 or c["t_ci_high"] < 0):
+            assert any("excludes 0" in n for n in c["notes"])
+    assert not any(w["code"] == "degenerate_comparison" for w in rep.warnings)
+
+
+# 5. power at the alpha the verdict uses
+def test_seeds_needed_at_holm_first_step_and_unadjusted(csv: Path, capsys) -> None:
+    from statsmodels.stats.power import TTestPower
+    _, out, _ = run_cli(["--results", str(csv), "--format", "json", *FAST], capsys)
+    comps = json.loads(out)["comparisons"]
+    m = len(comps)
+    c = next(c for c in comps if c["dataset"] == "synthetic-short" and c["fusion"] == "concat")
+    assert c["holm_first_step_alpha"] == pytest.approx(0.05 / m)
+    need = TTestPower().solve_power(effect_size=abs(c["dz"]), power=0.8, alpha=0.05 / m)
+    assert c["seeds_for_80_power_at_holm_alpha"] == math.ceil(need)
+    assert c["seeds_for_80_power_at_holm_alpha"] > c["seeds_for_80_power"]
+    assert c["power_at_holm_alpha"] == pytest.approx(
+        TTestPower().power(abs(c["dz"]), c["n"], 0.05 / m), abs=1e-9)
+    _, text, _ = run_cli(["--results", str(csv), *FAST], capsys)
+    assert "seeds@80% (α/m)" in text and "post hoc" in text
+
+
+# 6. across datasets
+def test_without_lengths_labels_use_dataset_names(tmp_path: Path, capsys) -> None:
+    path = _write(tmp_path, small_table().drop(columns=["median_tokens"]))
+    _, text, _ = run_cli(["--results", path, *FAST], capsys)
+    assert "short→long" not in text and "Δlong" not in text and "depend" not in text
+    assert "datasets (by name; lengths unknown)" in text
+    assert "Δ synthetic-short − Δ synthetic-long" in text
+    assert "Does the fusion effect differ across these datasets?" in text
+    _, out, _ = run_cli(["--results", path, "--format", "json", *FAST], capsys)
+    rep = json.loads(out)
+    assert {t["ordered_by"] for t in rep["interaction"]["tests"]} == {"name"}
+    assert "confounds length with domain" in rep["interaction"]["method"]
+
+
+def test_interaction_warns_about_left_out_and_small_datasets() -> None:
+    df = small_table()
+    df = df[~((df.dataset == "synthetic-long") & (df.fusion == "concat") & (df.seed > 0))]
+    df = df[~((df.dataset == "synthetic-short") & (df.seed == 4))]
+    rep = _analyze(df)
+    msgs = {w["code"]: w["message"] for w in rep.warnings}
+    assert msgs["interaction_dataset_left_out"] == (
+        "interaction concat vs add (sinusoidal/test_acc): left out synthetic-long (n = 1), "
+        "which have fewer than 2 pairs; the test was not run (fewer than 2 datasets left)")
+    assert "fewer than 5 pairs in synthetic-short (n = 4)" in msgs["interaction_small_n"]
+    (t,) = rep.interaction["tests"]
+    assert t["fusion"] == "gate-vector" and any("poorly calibrated" in n for n in t["notes"])
+
+
+# 7. chance level
+def _chance_table() -> pd.DataFrame:
+    """synthetic-long: every arm at 0.5 +- noise with 2 classes; short learns (0.86)."""
+    df = small_table().assign(num_classes=2)
+    m = df.dataset == "synthetic-long"
+    df.loc[m, "test_acc"] = 0.5 + np.random.default_rng(2).normal(0, 0.01, int(m.sum()))
+    return df
+
+
+def test_neither_arm_beats_chance_is_not_learned(tmp_path: Path, capsys) -> None:
+    from statsmodels.stats.multitest import multipletests
+    rep = _analyze(_chance_table())
+    long = [c for c in rep.comparisons if c["dataset"] == "synthetic-long"]
+    short = [c for c in rep.comparisons if c["dataset"] == "synthetic-short"]
+    assert {c["verdict"] for c in long} == {"not learned"}
+    assert all((c["learned"], c["baseline_learned"], c["chance_level"]) == ("no", "no", 0.5)
+               for c in long)
+    assert all(c["verdict"] != "not learned" and c["learned"] == "yes" for c in short)
+    msgs = [w["message"] for w in rep.warnings if w["code"] == "not_learned"]
+    assert len(msgs) == 2 and msgs[0].startswith(
+        "neither arm beats chance on synthetic-long: this comparison says nothing about fusion")
+    tests = rep.chance["tests"]
+    assert len(tests) == 6  # 2 datasets x 3 fusions
+    assert [t["p_holm"] for t in tests] == pytest.approx(
+        list(multipletests([t["p"] for t in tests], method="holm")[1]), abs=1e-12)
+    # Rendered: a "learned?" column and the verdict styled in the HTML.
+    from analysis.render import write_report
+    write_report(rep, tmp_path / "rep")
+    md, html = (tmp_path / "rep" / "report.md").read_text(), (tmp_path / "rep" / "report.html").read_text()
+    assert "| learned? |" in md and "no/no" in md and "Chance level" in md
+    assert '<td class="v-not-learned">not learned</td>' in html and ".v-not-learned{" in html
+
+
+def test_class_count_from_flag_else_unknown(tmp_path: Path, capsys) -> None:
+    path = _write(tmp_path, _chance_table().drop(columns=["num_classes"]))
+    _, out, _ = run_cli(["--results", path, "--format", "json", *FAST], capsys)
+    rep = json.loads(out)
+    assert {c["learned"] for c in rep["comparisons"]} == {"unknown"}
+    assert {c["verdict"] for c in rep["comparisons"]} != {"not learned"}
+    (w,) = [w for w in rep["warnings"] if w["code"] == "chance_unknown"]
+    assert "--num-classes synthetic-long=K" in w["message"]
+    _, out, _ = run_cli(["--results", path, "--format", "json", "--num-classes",
+                         "synthetic-long=2", *FAST], capsys)
+    rep = json.loads(out)
+    long = [c for c in rep["comparisons"] if c["dataset"] == "synthetic-long"]
+    assert {c["verdict"] for c in long} == {"not learned"}
+    assert {c["learned"] for c in rep["comparisons"] if c["dataset"] == "synthetic-short"} \
+        == {"unknown"}
+    with pytest.raises(SystemExit) as exc:  # argparse: usage + error, exit 2
+        run_cli(["--results", path, "--num-classes", "synthetic-long", *FAST], capsys)
+    assert exc.value.code == 2
+    assert "expected DATASET=K with an integer K >= 2" in capsys.readouterr().err
+
+
+def test_chance_level_only_for_accuracy_like_metrics() -> None:
+    rep = _analyze(_chance_table(), metrics=("latency_ms_per_sample",))
+    assert {(c["learned"], c["baseline_learned"]) for c in rep.comparisons} == {("n/a", "n/a")}
+    assert rep.chance["tests"] == [] and "not learned" not in {c["verdict"] for c in rep.comparisons}
+
+
+# 8. inputs
+@pytest.mark.parametrize("content,match", [
+    (b"", r"results file .*r\.csv is empty"),
+    (b"   \n\n", r"results file .*r\.csv is empty"),
+    (bytes(range(256)) * 4, r"results file .*r\.csv is binary, not a CSV text file"),
+    ("dataset,pe,fusion,seed,test_acc\ncaf\xe9,sin,add,0,0.5\n".encode("latin-1"),
+     r"results file .*r\.csv is not UTF-8 text \(byte 0xe9 at offset 35\); re-save it as UTF-8"),
+    (b'dataset,pe\n"unclosed,x\n', r"results file .*r\.csv is not a readable CSV"),
+])
+def test_unreadable_files_are_one_named_error(tmp_path: Path, capsys, content: bytes,
+                                              match: str) -> None:
+    path = tmp_path / "r.csv"
+    path.write_bytes(content)
+    code, _, err = run_cli(["--results", str(path), *FAST], capsys)
+    assert code == 2 and re.search(match, err), err
+    assert "Traceback" not in err
+    proc = subprocess.run([sys.executable, "-m", "analysis", "stats", "--results", str(path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert re.search("error: " + match, proc.stderr), proc.stderr
+
+
+def test_unreadable_parquet_is_a_named_error(tmp_path: Path) -> None:
+    from analysis.load import read_results_file
+    path = tmp_path / "r.parquet"
+    path.write_bytes(b"not parquet at all")
+    with pytest.raises(AnalysisError, match=r"results file .*r\.parquet is not a readable Parquet"):
+        read_results_file(path)
+
+
+def test_percentages_are_refused(tmp_path: Path, capsys) -> None:
+    path = _write(tmp_path, small_table().assign(test_acc=lambda d: d["test_acc"] * 100))
+    code, _, err = run_cli(["--results", path, *FAST], capsys)
+    assert code == 2
+    assert re.search(r"metric 'test_acc' is a proportion \(accuracy/F1/AUC\) but has 30 "
+                     r"value\(s\) outside \[0, 1\], e\.g\. 86\.07.* at row 0; percentages\? "
+                     r"divide the column by 100", err), err
+
+
+def test_duplicate_seed_with_a_nan_copy_is_flagged() -> None:
+    df = small_table()
+    m = (df.dataset == "synthetic-short") & (df.fusion == "concat") & (df.seed == 1)
+    rep = _analyze(pd.concat([df, df[m].assign(test_acc=np.nan)]))
+    (d,) = rep.dropped
+    assert (d["fusion"], d["seed"], d["reason"]) == ("concat", 1, "duplicate_seed")
+    assert d["detail"] == "concat: 2 finished runs for the same seed, 1 with a non-finite test_acc"
+
+
+# 10. per-dataset equivalence margins
+def test_per_dataset_margins() -> None:
+    rep = _analyze(small_table(), margin={"synthetic-short": 0.01})
+    for c in rep.comparisons:
+        if c["dataset"] == "synthetic-short":
+            assert c["equivalence_margin"] == 0.01 and c["tost_p"] is not None
+            assert np.isfinite(c["tost_p"])
+        else:
+            assert c["equivalence_margin"] is None and np.isnan(c["tost_p"])
+            assert c["verdict"] != "equivalent"
+    (w,) = [w for w in rep.warnings if w["code"] == "no_equivalence_margin"]
+    assert "none for synthetic-long: no equivalence test there" in w["message"]
+    assert rep.to_dict()["settings"]["margin"] == {"synthetic-short": 0.01}
+    with pytest.raises(AnalysisError, match=r"positive number .* for dataset 'x', got -1"):
+        Settings(margin={"x": -1}).validate()
+
+
+@pytest.mark.parametrize("params,want", [
+    ({"equivalence_margin": '{"arxiv": 0.005}'}, {"margin": {"arxiv": 0.005}}),
+    ({"equivalence_margin": "{'arxiv': 0.005}"}, {"margin": {"arxiv": 0.005}}),  # str(dict)
+    ({"equivalence_margin": "0.02"}, {"margin": 0.02}),
+    ({"equivalence_margin": "null"}, {}), ({"equivalence_margin": "None"}, {}),
+    ({"baseline": '"concat"', "metric": "test_acc"}, {"baseline": "concat", "metric": "test_acc"}),
+    ({"directions": '{"test_error": "lower"}'}, {"directions": {"test_error": "lower"}}),
+])
+def test_space_choices_decodes_json_and_old_params(params: dict, want: dict) -> None:
+    from analysis.mlflow_io import space_choices
+    assert space_choices(params) == want
+
+
+def test_bad_sweep_margin_is_overridden_by_the_flag() -> None:
+    import argparse
+    from analysis.mlflow_io import space_choices
+    space = space_choices({"equivalence_margin": "{'arxiv': 'wide'}"})
+    args = cli.build_parser().parse_args(["stats"])
+    with pytest.raises(AnalysisError, match=r"sweep param 'equivalence_margin' must be a number"):
+        cli.settings_from(args, space)
+    args = cli.build_parser().parse_args(["stats", "--equivalence-margin", "0.01"])
+    assert cli.settings_from(args, space).margin == 0.01
+    assert isinstance(args, argparse.Namespace)

@@ -1,65 +1,108 @@
-"""`fusion-sweep stats` on a real local MLflow store (sqlite) with the sweep tag schema."""
+"""`fusion-sweep stats` on a real local MLflow store (sqlite), written by the sweep layer.
+
+Trial runs are written through the real `fusion_sweep.tracking` API (`SweepTracker`,
+`TrackingContext`, `TrialRun.open` / `log_result` / `fail`), so a change to the tags,
+params or metrics the sweep writes is caught here. Only the training is skipped: each
+trial's `TrialResult` carries the planted numbers of `analysis.demo`.
+"""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 mlflow = pytest.importorskip("mlflow")
-from mlflow.entities import Metric, Param  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from analysis import cli  # noqa: E402
 from analysis.demo import synthetic_results  # noqa: E402
+from fusion_sweep import schema  # noqa: E402
+from fusion_sweep.config import TrialConfig  # noqa: E402
+from fusion_sweep.tracking import SweepTracker, TrackingContext, TrialRun  # noqa: E402
+from fusion_sweep.trainer import TrialResult  # noqa: E402
 
 EXP = "fusion-sweep"
 # mlflow 3.17 + SQLAlchemy 2 emit SADeprecationWarning on store start-up; not ours.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
+BROKEN = ("synthetic-long", "gate-vector", 4)  # batch-order fingerprint differs: refused
+FAILED = ("synthetic-short", "gate-vector", 2)  # the trial fails: failed_trial
 
-def _log_sweep(client: MlflowClient, exp_id: str, sweep: str,
-               datasets: tuple[str, ...] = ("synthetic-short", "synthetic-long")) -> str:
-    """A parent run + one child per trial (datasets x {add, gate-vector} x 5 seeds)."""
-    parent = client.create_run(exp_id, run_name=sweep, tags={
-        "fusion_sweep.role": "sweep", "fusion_sweep.sweep": sweep})
+
+def _result(config: TrialConfig, row: object, fingerprints: dict) -> TrialResult:
+    """The TrialResult a trained trial would return, with the demo's planted numbers."""
+    values = {"config": config.to_dict(), "test_acc": row.test_acc,
+              "test_macro_f1": row.test_macro_f1, "best_val_acc": row.best_val_acc,
+              "best_epoch": 3, "epochs_run": 4, "params": row.params, "fusion_params": 0,
+              "train_seconds": 12.0, "tokens_per_second": 1e4,
+              "latency_ms_per_sample": row.latency_ms_per_sample,
+              "median_tokens": row.median_tokens, "curve": [], "fingerprints": fingerprints,
+              "num_classes": row.num_classes}
+    names = {f.name for f in dataclasses.fields(TrialResult)}
+    return TrialResult(**{k: v for k, v in values.items() if k in names})
+
+
+def _log_sweep(uri: str, sweep: str,
+               datasets: tuple[str, ...] = ("synthetic-short", "synthetic-long"),
+               fusions: tuple[str, ...] = ("add", "gate-vector"), seeds: range = range(5),
+               code: str = "code0000000000aa", params: dict | None = None) -> str:
+    """One launch: the parent run + one trial run per (dataset, fusion, seed)."""
+    tracker = SweepTracker(uri, EXP)
+    parent = tracker.start_parent(sweep, grid_hash="grid", n_trials=0, commit="test",
+                                  params=params or {}, code=code)
+    ctx = TrackingContext(tracking_uri=uri, experiment_id=tracker.experiment_id,
+                          parent_run_id=parent, sweep=sweep, code_fingerprint=code,
+                          git_commit="test", launch_id=f"launch-{code}")
     df = synthetic_results(pes=("sinusoidal",))
-    df = df[df["dataset"].isin(datasets)
-            & df["fusion"].isin(["add", "gate-vector"])]
+    df = df[df["dataset"].isin(datasets) & df["fusion"].isin(fusions) & df["seed"].isin(seeds)]
     for row in df.itertuples(index=False):
-        fp_batch = row.fp_batch_order
-        if (row.dataset, row.fusion, row.seed) == ("synthetic-long", "gate-vector", 4):
-            fp_batch = "badbadbad0"  # a broken pairing the analysis must refuse
-        run = client.create_run(exp_id, run_name=f"{row.dataset}-{row.fusion}-{row.seed}", tags={
-            "fusion_sweep.role": "trial", "fusion_sweep.sweep": sweep,
-            "mlflow.parentRunId": parent.info.run_id,
-            "fusion_sweep.trial_key": f"{row.dataset}|{row.pe}|{row.fusion}|{row.seed}",
-            "fp.split": row.fp_split, "fp.batch_order": fp_batch,
-            "fp.shared_init": row.fp_shared_init})
-        rid = run.info.run_id
-        params = {"dataset": row.dataset, "pe": row.pe, "fusion": row.fusion,
-                  "seed": str(row.seed), "lr": "0.0003", "d_model": "256"}
-        metrics = {"test_acc": row.test_acc, "best_val_acc": row.best_val_acc,
-                   "test_macro_f1": row.test_macro_f1, "median_tokens": row.median_tokens,
-                   "latency_ms_per_sample": row.latency_ms_per_sample, "params": row.params,
-                   "train_seconds": 12.0, "tokens_per_second": 1e4}
-        client.log_batch(rid, metrics=[Metric(k, float(v), 0, 0) for k, v in metrics.items()],
-                         params=[Param(k, v) for k, v in params.items()], tags=[])
-        failed = (row.dataset, row.fusion, row.seed) == ("synthetic-short", "gate-vector", 2)
-        client.set_terminated(rid, status="FAILED" if failed else "FINISHED")
-    client.set_terminated(parent.info.run_id)
-    return parent.info.run_id
+        config = TrialConfig.build(row.dataset, pe=row.pe, fusion=row.fusion, seed=int(row.seed))
+        run = TrialRun.open(ctx, config, config.trial_key(code))
+        ident = (row.dataset, row.fusion, row.seed)
+        if ident == FAILED:
+            run.fail(RuntimeError("planted failure"))
+            continue
+        fps = {"split": row.fp_split, "batch_order": row.fp_batch_order,
+               "shared_init": row.fp_shared_init, "dropout": row.fp_dropout}
+        if ident == BROKEN:
+            fps["batch_order"] = "badbadbad0"  # a broken pairing the analysis must refuse
+        run.log_result(_result(config, row, fps))
+    tracker.finish_parent(parent, "FINISHED", {"trials_finished": len(df)})
+    return parent
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("mlflow")
     uri = f"sqlite:///{root / 'mlflow.db'}"
+    first = _log_sweep(uri, "smoke-a")
+    second = _log_sweep(uri, "smoke-b", datasets=("synthetic-short",))
     client = MlflowClient(tracking_uri=uri)
-    exp_id = client.create_experiment(EXP, artifact_location=(root / "artifacts").as_uri())
-    first = _log_sweep(client, exp_id, "smoke-a")
-    second = _log_sweep(client, exp_id, "smoke-b", datasets=("synthetic-short",))
+    exp_id = client.get_experiment_by_name(EXP).experiment_id
     return {"uri": uri, "client": client, "exp_id": exp_id, "a": first, "b": second, "root": root}
+
+
+@pytest.fixture(scope="module")
+def spaces(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One more store (a store's start-up is slow) with a sweep per space-param case."""
+    uri = f"sqlite:///{tmp_path_factory.mktemp('spaces') / 'mlflow.db'}"
+    _log_sweep(uri, "own-space", datasets=("synthetic-short",), params={
+        "baseline": "gate-vector", "metric": "best_val_acc", "equivalence_margin": 0.02})
+    _log_sweep(uri, "dict-space", params={
+        "baseline": "add", "metric": "test_acc",
+        "equivalence_margin": {"synthetic-short": 0.005},
+        "directions": {"test_acc": "lower"}})  # deliberately inverted, to see it applied
+    old = _log_sweep(uri, "old-space", datasets=("synthetic-short",))
+    # Launches before JSON params logged str(dict): read it instead of crashing in float().
+    MlflowClient(tracking_uri=uri).log_param(old, "equivalence_margin",
+                                             str({"synthetic-short": 0.005}))
+    # A second launch under new code re-runs some trials.
+    _log_sweep(uri, "recode", datasets=("synthetic-long",), code="old0000000000000")
+    _log_sweep(uri, "recode", datasets=("synthetic-long",), fusions=("add",), seeds=range(3),
+               code="new0000000000000")
+    return uri
 
 
 def _run(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -125,15 +168,14 @@ def test_missing_default_store_is_a_clear_error(tmp_path: Path, capsys, monkeypa
     assert not (tmp_path / "mlflow.db").exists()
 
 
-def test_sweep_space_choices_are_the_defaults(tmp_path: Path, capsys) -> None:
+def _space_argv(uri: str, sweep: str) -> list[str]:
+    return ["--tracking-uri", uri, "--sweep", sweep, "--format", "json", "--bootstrap", "200",
+            "--no-mlflow-log"]
+
+
+def test_sweep_space_choices_are_the_defaults(spaces: str, capsys) -> None:
     """baseline / metric / equivalence margin come from the sweep's space unless flags say otherwise."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client = MlflowClient(tracking_uri=uri)
-    exp_id = client.create_experiment(EXP, artifact_location=(tmp_path / "art").as_uri())
-    parent = _log_sweep(client, exp_id, "own-space", datasets=("synthetic-short",))
-    for k, v in {"baseline": "gate-vector", "metric": "best_val_acc", "equivalence_margin": "0.02"}.items():
-        client.log_param(parent, k, v)
-    base = ["--tracking-uri", uri, "--format", "json", "--bootstrap", "200", "--no-mlflow-log"]
+    base = _space_argv(spaces, "own-space")
     code, out, err = _run(base, capsys)
     assert code == 0, err
     (c,) = json.loads(out)["comparisons"]
@@ -142,3 +184,64 @@ def test_sweep_space_choices_are_the_defaults(tmp_path: Path, capsys) -> None:
     code, out, err = _run([*base, "--baseline", "add", "--metric", "test_acc"], capsys)
     (c,) = json.loads(out)["comparisons"]
     assert (c["baseline"], c["fusion"], c["metric"]) == ("add", "gate-vector", "test_acc")
+
+
+def test_per_dataset_margin_and_directions_params(spaces: str, capsys) -> None:
+    """Parent params are JSON: a per-dataset margin and metric directions are honoured."""
+    base = _space_argv(spaces, "dict-space")
+    code, out, err = _run(base, capsys)
+    assert code == 0, err
+    rep = json.loads(out)
+    margins = {c["dataset"]: c["equivalence_margin"] for c in rep["comparisons"]}
+    assert margins == {"synthetic-short": 0.005, "synthetic-long": None}
+    assert all(c["higher_is_better"] is False for c in rep["comparisons"])
+    assert any(w["code"] == "no_equivalence_margin" for w in rep["warnings"])
+    # --equivalence-margin overrides the dict with one number; --direction the mapping.
+    code, out, err = _run([*base, "--equivalence-margin", "0.01", "--direction", "higher"], capsys)
+    assert code == 0, err
+    rep = json.loads(out)
+    assert {c["equivalence_margin"] for c in rep["comparisons"]} == {0.01}
+    assert all(c["higher_is_better"] for c in rep["comparisons"])
+
+
+def test_old_str_dict_margin_param_is_read(spaces: str, capsys) -> None:
+    """Launches before JSON params logged str(dict): read it instead of crashing in float()."""
+    code, out, err = _run([*_space_argv(spaces, "old-space"), "--equivalence-margin", "0.01"],
+                          capsys)
+    assert code == 0, err
+    assert {c["equivalence_margin"] for c in json.loads(out)["comparisons"]} == {0.01}
+    code, out, err = _run(_space_argv(spaces, "old-space"), capsys)
+    assert code == 0, err
+    assert {c["equivalence_margin"] for c in json.loads(out)["comparisons"]} == {0.005}
+
+
+def test_trial_runs_carry_every_schema_field(store: dict) -> None:
+    """What the tracking layer writes is what `analysis.mlflow_io.trial_row` reads."""
+    from analysis.mlflow_io import trial_row
+    client: MlflowClient = store["client"]
+    runs = client.search_runs([store["exp_id"]],
+                              f"tags.`{schema.PARENT}` = '{store['a']}' and "
+                              f"tags.`{schema.ROLE}` = 'trial' and attributes.status = 'FINISHED'")
+    row = trial_row(runs[0])
+    for col in (*schema.FINGERPRINT_COLUMNS, "code_fingerprint", "num_classes", "trial_key",
+                *schema.IDENTITY_FIELDS):
+        assert row.get(col) is not None, col
+    assert row["code_fingerprint"] == "code0000000000aa"
+
+
+def test_rerun_under_new_code_supersedes_and_refuses_mixed_pairs(spaces: str, capsys) -> None:
+    """Second launch of a sweep under new code re-runs some trials: the old runs of those
+    identities are superseded; a pair mixing old and new code is dropped (code_mismatch)."""
+    code, out, err = _run(_space_argv(spaces, "recode"), capsys)
+    assert code == 0, err
+    rep = json.loads(out)
+    assert rep["source"]["code_fingerprint"] == "new0000000000000"
+    reasons = sorted((d["reason"], d["fusion"], d["seed"]) for d in rep["dropped"])
+    assert reasons == [("code_mismatch", "gate-vector", 0), ("code_mismatch", "gate-vector", 1),
+                       ("code_mismatch", "gate-vector", 2),
+                       ("fingerprint_mismatch", "gate-vector", 4),
+                       ("superseded_code", "add", 0), ("superseded_code", "add", 1),
+                       ("superseded_code", "add", 2)]
+    (c,) = rep["comparisons"]
+    assert c["seeds"] == [3]  # old code on both sides: still comparable
+    assert any(w["code"] == "code_mismatch" for w in rep["warnings"])

@@ -183,3 +183,53 @@ def test_interaction_helpers_match_statsmodels() -> None:
     assert dp == pytest.approx(cm.ttest_ind(usevar="unequal")[1], abs=TOL)
     assert low <= diff <= high
     assert all(math.isnan(v) for v in welch_anova([groups[0], np.full(5, 0.1)]))
+
+
+# ----------------------------------------------------------- sign-flip Monte Carlo (n > 16)
+def _abs_mean(v: np.ndarray, axis: int) -> np.ndarray:
+    return np.abs(v.mean(axis=axis))
+
+
+def test_signflip_monte_carlo_counts_abs_t_under_symmetric_null() -> None:
+    d = np.random.default_rng(5).normal(0.002, 0.01, 20)
+    p, method = S.signflip_test(d, np.random.default_rng(9), 4000)
+    assert method == "monte-carlo (4000 flips, |T*| >= |t|)"
+    # Same generator, same flips: (1 + #{|T*| >= |t|}) / (B + 1).
+    ref = sps.permutation_test((d,), _abs_mean, permutation_type="samples", vectorized=True,
+                               n_resamples=4000, rng=np.random.default_rng(9),
+                               alternative="greater")
+    assert p == pytest.approx(ref.pvalue, abs=TOL)
+    null = ref.null_distribution
+    assert p == pytest.approx((1 + np.sum(null >= abs(d.mean()) * (1 - 1e-12))) / 4001, abs=TOL)
+    assert S.min_p_signflip(20, method, 4000) == pytest.approx(1 / 4001)
+
+
+def test_signflip_monte_carlo_agrees_with_exact_enumeration() -> None:
+    d = np.random.default_rng(6).normal(0.003, 0.01, 17)
+    exact = sps.permutation_test((d,), lambda v, axis: v.mean(axis=axis), vectorized=True,
+                                 permutation_type="samples", n_resamples=np.inf).pvalue
+    p, _ = S.signflip_test(d, np.random.default_rng(0), 20_000)
+    assert abs(p - exact) < 0.01
+    # A mean of exactly 0: every flip is at least as extreme, p = 1 (no doubled tail > 1).
+    sym = np.array([0.01, -0.01] * 9)
+    assert S.signflip_test(sym, np.random.default_rng(0), 2000)[0] == pytest.approx(1.0)
+
+
+def test_signflip_exact_below_17() -> None:
+    d = np.random.default_rng(7).normal(0.003, 0.01, 16)
+    assert S.signflip_test(d, np.random.default_rng(0))[1] == "exact (2^16 flips)"
+
+
+# ------------------------------------------------------------------------------ chance
+def test_beats_chance_is_one_sided_ttest_1samp() -> None:
+    v = np.array([0.27, 0.31, 0.24, 0.29, 0.33])
+    t, p = S.beats_chance(v, 0.25)
+    ref = sps.ttest_1samp(v, 0.25, alternative="greater")
+    assert (t, p) == pytest.approx((ref.statistic, ref.pvalue), abs=TOL)
+    assert all(math.isnan(x) for x in S.beats_chance(np.full(4, 0.9), 0.5))  # SD 0
+    assert all(math.isnan(x) for x in S.beats_chance(np.array([0.9]), 0.5))  # n < 2
+
+
+def test_not_learned_overrides_every_verdict() -> None:
+    assert S.verdict(0.02, 0.01, 0.03, 0.01, np.nan, 0.05, True, not_learned=True) == "not learned"
+    assert S.verdict(0.0, -0.01, 0.01, 0.9, 0.001, 0.05, True, not_learned=True) == "not learned"

@@ -232,6 +232,15 @@ def test_sweep_on_two_nodes_tracked_by_server(ray_cluster, mlflow_server, tmp_pa
     assert len(trial_runs(mlflow_server, "e2e")) == 4
     assert len(tr.client.search_runs([tr.experiment_id], "tags.`fusion_sweep.role` = 'sweep'")) == 1
 
+    # --dry-run on the existing sweep says what a launch would do with each trial
+    import io
+    buf = io.StringIO()
+    assert launch("smoke", name="e2e", tracking_uri=mlflow_server, dry_run=True, out=buf) is None
+    skips = re.findall(r"^  skip   synthetic-short/sinusoidal/(add|concat)/seed \d  finished, run "
+                       r"([0-9a-f]{32})$", buf.getvalue(), re.M)
+    assert len(skips) == 4 and {r for _, r in skips} == {r.info.run_id for r in runs}, buf.getvalue()
+    assert "(dry run: nothing started; 4 skip)" in buf.getvalue()
+
     # code that can change a trial's numbers never reuses these runs silently
     from fusion_sweep import schema
     monkeypatch.setattr(schema, "code_fingerprint", lambda: "feedfacefeedface")
