@@ -10,7 +10,7 @@ from typing import Any
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "train", help="train and evaluate one (dataset, pe, fusion, seed) trial",
-        description="Train one trial with the dataset's fixed hyperparameters (DESIGN.md §3).")
+        description="Train one trial with the dataset's fixed hyperparameters (see `--show-config`).")
     p.add_argument("--dataset", required=True, help="dataset name (see `--dataset list`)")
     p.add_argument("--fusion", default="add")
     p.add_argument("--pe", default="sinusoidal")

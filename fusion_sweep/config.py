@@ -1,7 +1,7 @@
 """Trial configuration: one frozen dataclass, validated when built.
 
 A trial is `(dataset, pe, fusion, seed)` plus the dataset's fixed hyperparameters
-(DESIGN.md §3). Names are stored as strings and checked against the registries, so a
+(README "One trial"). Names are stored as strings and checked against the registries, so a
 config round-trips through YAML, JSON, Ray Tune and MLflow params unchanged.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from fusion_sweep.schema import IDENTITY_FIELDS, NON_SEMANTIC_FIELDS
 
-# Hyperparameter families from the paper's reference code (DESIGN.md §3).
+# Hyperparameter families from the paper's reference code (README "One trial").
 # "short" = AG News / IMDB, "long" = ArXiv. Each dataset names its family.
 HPARAM_FAMILIES: dict[str, dict[str, Any]] = {
     "short": dict(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -20,11 +21,16 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_wheel_install_finds_shipped_spaces(tmp_path: Path) -> None:
+    # Build from a copy: setuptools writes ./build, which must not go stale in the checkout.
+    src = tmp_path / "src"
+    shutil.copytree(REPO, src, symlinks=True, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
+        "mlruns", "mlartifacts", "mlflow.db", "ray_results", "reports"))
     dist = tmp_path / "dist"
     # Python 3.11 venvs ship setuptools; elsewhere pip fetches it into an isolated build env.
     isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation,
-                    "-w", str(dist), str(REPO)], check=True, cwd=tmp_path, timeout=300)
+                    "-w", str(dist), str(src)], check=True, cwd=tmp_path, timeout=300)
     wheel, = dist.glob("fusion_sweep-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "fusion_sweep/search_spaces/default.yaml" in names

@@ -1,4 +1,4 @@
-"""Content-hash cache of tokenized datasets (DESIGN.md §4): trials never re-tokenize.
+"""Content-hash cache of tokenized datasets (README "Data"): trials never re-tokenize.
 
 An entry is a directory `<cache_root>/<dataset>-<key>/` holding, per split, `<split>_ids.npy`
 (int32), `<split>_offsets.npy` and `<split>_labels.npy` (int64), plus `vocab.txt` (one token per

@@ -1,4 +1,4 @@
-"""Whitespace tokenizer and train-only vocabulary (DESIGN.md §3, reference code).
+"""Whitespace tokenizer and train-only vocabulary (the paper's reference code; README "Data").
 
 Tokenization is the reference code's `text.lower().strip().split()`: Python lowercasing,
 then splitting on runs of Unicode whitespace (`str.split()` semantics, so punctuation stays
