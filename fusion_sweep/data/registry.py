@@ -23,6 +23,26 @@ class DatasetSpec:
     # hub datasets: the config ("subset") name; "" = the hub's default config
     hf_config: str = ""
 
+    @property
+    def generated(self) -> bool:
+        """True for the built-in synthetic regimes (made from data_seed, never downloaded)."""
+        return self.kind == "synthetic"
+
+    def longest_document(self) -> int:
+        """Hard cap on a document's token count (generated datasets), else 0 (unknown)."""
+        return int(self.synthetic.get("max_len", 0)) if self.generated else 0
+
+    def config_errors(self, config: Any) -> list[str]:
+        """Problems of a trial config that only this dataset has (each naming the field)."""
+        cap = self.longest_document()
+        if isinstance(config.max_len, int) and 0 < config.max_len < cap:
+            # Truncation would cut the last marker, whose identity depends on the class: a
+            # position-free model could then beat chance and the benchmark would lie.
+            return [f"max_len ({config.max_len}) is below {self.name}'s longest document ({cap} "
+                    f"tokens); truncating a synthetic document drops a class-dependent marker, "
+                    f"so use max_len >= {cap}"]
+        return []
+
 
 # Small model shared by the synthetic regimes: a few CPU-seconds per epoch, and enough capacity
 # to learn marker order. lr is above the reference 3e-4 so learning shows within a few epochs;
