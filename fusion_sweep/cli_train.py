@@ -19,6 +19,9 @@ def add_parser(subparsers: Any) -> None:
                    help="any trial-config field, e.g. epochs=3 max_len=128 limit_train=500")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.add_argument("--predictions", action="store_true", help="include per-example predictions in --json")
+    p.add_argument("--show-config", action="store_true",
+                   help="print every resolved config value and the layer it came from (dataset "
+                        "defaults, command line, built-in), then exit without training")
     p.set_defaults(func=run)
 
 
@@ -34,11 +37,16 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fusion_sweep.config import TrialConfig
-    from fusion_sweep.trainer import EpochRecord, train_trial
+    from fusion_sweep.config import TrialConfig, resolve_hyperparameters
 
     overrides = parse_overrides(args.override)
-    config = TrialConfig.build(args.dataset, fusion=args.fusion, pe=args.pe, seed=args.seed, **overrides)
+    given = dict(fusion=args.fusion, pe=args.pe, seed=args.seed, **overrides)
+    config = TrialConfig.build(args.dataset, **given)
+    if args.show_config:
+        _, sources = resolve_hyperparameters(args.dataset, overrides=given)
+        print(format_config(config, sources))
+        return 0
+    from fusion_sweep.trainer import EpochRecord, train_trial
 
     def progress(r: EpochRecord) -> None:
         print(f"epoch {r.epoch:3d}  train_loss {r.train_loss:.4f}  train_acc {r.train_acc:.4f}  "
@@ -56,3 +64,12 @@ def run(args: argparse.Namespace) -> int:
           f"{result.tokens_per_second:,.0f} train tok/s   latency {m['latency_ms_per_sample']:.3f} ms/doc")
     print("  fingerprints " + "  ".join(f"{k}={v}" for k, v in result.fingerprints.items()))
     return 0
+
+
+def format_config(config, sources: dict[str, str]) -> str:
+    """One line per field: name, resolved value, the chain layer it came from."""
+    rows = [("dataset", repr(config.dataset), "command line")]
+    rows += [(k, repr(v), sources.get(k, "built-in")) for k, v in config.to_dict().items()
+             if k != "dataset"]
+    w0, w1 = max(len(r[0]) for r in rows), max(len(r[1]) for r in rows)
+    return "\n".join(f"{k:<{w0}}  {v:<{w1}}  {src}" for k, v, src in rows)

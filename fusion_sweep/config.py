@@ -1,8 +1,14 @@
 """Trial configuration: one frozen dataclass, validated when built.
 
-A trial is `(dataset, pe, fusion, seed)` plus the dataset's fixed hyperparameters
-(README "One trial"). Names are stored as strings and checked against the registries, so a
-config round-trips through YAML, JSON, Ray Tune and MLflow params unchanged.
+A trial is `(dataset, pe, fusion, seed)` plus its hyperparameters (README "One trial"). Names
+are stored as strings and checked against the registries, so a config round-trips through YAML,
+JSON, Ray Tune and MLflow params unchanged.
+
+Where a hyperparameter's value comes from is one explicit chain, `resolve_hyperparameters`:
+the dataset's defaults (its registry entry), then the search space's `all:` section, then the
+space's section for the dataset, then the command line. The model and optimisation fields
+have no dataclass default: a config built around the chain is an error, never a silent
+default from another dataset.
 """
 from __future__ import annotations
 
@@ -12,23 +18,16 @@ from typing import Any, Mapping
 
 from fusion_sweep.schema import IDENTITY_FIELDS, NON_SEMANTIC_FIELDS
 
-# Hyperparameter families from the paper's reference code (README "One trial").
-# "short" = AG News / IMDB, "long" = ArXiv. Each dataset names its family.
-HPARAM_FAMILIES: dict[str, dict[str, Any]] = {
-    "short": dict(
-        max_len=512, d_model=256, heads=8, layers=4, dim_ff=1024, dropout=0.1,
-        attn_dropout=0.1, activation="gelu", batch_size=64, epochs=20, optimizer="adamw",
-        lr=3e-4, weight_decay=0.0, grad_clip=1.0, patience=0, min_delta=1e-4,
-    ),
-    "long": dict(
-        max_len=4096, d_model=128, heads=8, layers=2, dim_ff=256, dropout=0.1,
-        attn_dropout=0.1, activation="relu", batch_size=64, epochs=20, optimizer="adam",
-        lr=3e-4, weight_decay=0.0, grad_clip=0.0, patience=4, min_delta=1e-4,
-    ),
-}
-
 DEVICES = ("auto", "cpu", "cuda")
 
+
+
+# Marks a model/optimisation field that no layer of the hyperparameter chain set.
+UNSET: Any = None
+CHAIN_FIELDS = ("max_len", "d_model", "heads", "layers", "dim_ff", "dropout", "attn_dropout",
+                "activation", "norm_first", "gate_cnn_kernel", "batch_size", "epochs",
+                "optimizer", "lr", "weight_decay", "grad_clip", "patience", "min_delta")
+LAYERS = ("dataset defaults", "space all:", "space <dataset>:", "command line")
 
 
 class ConfigError(ValueError):
@@ -47,28 +46,28 @@ class TrialConfig:
     fusion: str = "add"
     pe: str = "sinusoidal"
     seed: int = 0
-    # --- model ---
-    max_len: int = 512
-    d_model: int = 256
-    heads: int = 8
-    layers: int = 4
-    dim_ff: int = 1024
-    dropout: float = 0.1
+    # --- model (no defaults: every value comes through `resolve_hyperparameters`) ---
+    max_len: int = UNSET
+    d_model: int = UNSET
+    heads: int = UNSET
+    layers: int = UNSET
+    dim_ff: int = UNSET
+    dropout: float = UNSET
     # Attention-probability dropout. The reference (nn.TransformerEncoderLayer) ties it
     # to `dropout` (0.1). 0 lets CPU SDPA use its fused kernel instead of the math path.
-    attn_dropout: float = 0.1
-    activation: str = "gelu"
-    norm_first: bool = False  # reference: nn.TransformerEncoderLayer default (post-norm)
-    gate_cnn_kernel: int = 5
+    attn_dropout: float = UNSET
+    activation: str = UNSET
+    norm_first: bool = UNSET  # reference: nn.TransformerEncoderLayer default (post-norm)
+    gate_cnn_kernel: int = UNSET
     # --- optimisation ---
-    batch_size: int = 64
-    epochs: int = 20
-    optimizer: str = "adamw"
-    lr: float = 3e-4
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0  # 0 disables clipping
-    patience: int = 0  # 0 disables early stopping
-    min_delta: float = 1e-4
+    batch_size: int = UNSET
+    epochs: int = UNSET
+    optimizer: str = UNSET
+    lr: float = UNSET
+    weight_decay: float = UNSET
+    grad_clip: float = UNSET  # 0 disables clipping
+    patience: int = UNSET  # 0 disables early stopping
+    min_delta: float = UNSET
     # --- data ---
     data_seed: int = 0  # the split / synthetic generation; independent of `seed`
     data_dir: str = ""  # local copy of a real dataset ("" = Hugging Face hub)
@@ -90,20 +89,13 @@ class TrialConfig:
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def build(cls, dataset: str, **overrides: Any) -> "TrialConfig":
-        """Dataset defaults (its hyperparameter family), then `overrides`."""
-        from fusion_sweep.data.registry import DATASETS
-
-        unknown = sorted(set(overrides) - set(cls.field_names()))
-        if unknown:
-            raise ValueError(
-                f"unknown trial config field(s) {unknown}; choose from {sorted(cls.field_names())}"
-            )
-        if dataset not in DATASETS:
-            raise ValueError(f"unknown dataset {dataset!r}; choose from {sorted(DATASETS)}")
-        base = dict(dataset_defaults(dataset))
-        base.update(overrides)
-        return cls(dataset=dataset, **coerce_fields(base))
+    def build(cls, dataset: str, *, space_all: Mapping[str, Any] | None = None,
+              space_dataset: Mapping[str, Any] | None = None, **overrides: Any) -> "TrialConfig":
+        """The config at the end of the hyperparameter chain (`resolve_hyperparameters`);
+        `overrides` are the last layer (the command line, the grid's identity fields)."""
+        values, _ = resolve_hyperparameters(dataset, space_all=space_all,
+                                            space_dataset=space_dataset, overrides=overrides)
+        return cls(dataset=dataset, **coerce_fields(values))
 
     def replace(self, **changes: Any) -> "TrialConfig":
         unknown = sorted(set(changes) - set(self.field_names()))
@@ -149,7 +141,12 @@ class TrialConfig:
         from fusion_sweep.models.positional import POSITIONAL, check_compatible
         from fusion_sweep.trainer import OPTIMIZERS
 
-        errs: list[str] = []
+        errs: list[str] = [
+            f"{name} is not set: build trial configs with TrialConfig.build(dataset, ...), whose "
+            f"hyperparameter chain starts from the dataset's defaults"
+            for name in CHAIN_FIELDS if getattr(self, name) is UNSET]
+        if errs:
+            return errs
 
         def choice(name: str, value: Any, options: Any) -> None:
             if value not in options:
@@ -198,14 +195,38 @@ class TrialConfig:
         return errs
 
 
-def dataset_defaults(dataset: str) -> dict[str, Any]:
-    """The dataset's hyperparameter family merged with its own overrides."""
+def resolve_hyperparameters(dataset: str, *, space_all: Mapping[str, Any] | None = None,
+                            space_dataset: Mapping[str, Any] | None = None,
+                            overrides: Mapping[str, Any] | None = None,
+                            ) -> tuple[dict[str, Any], dict[str, str]]:
+    """The one hyperparameter chain -> (values, the layer each value came from).
+
+    Layers, later wins: the dataset's defaults (`DatasetSpec.defaults()`), the search space's
+    `all:` section, the space's section for this dataset, then `overrides` (the command line,
+    or the sweep's grid point). Fields no layer sets keep their built-in execution default
+    (device, threads, cache, ...), reported as "built-in".
+    """
     from fusion_sweep.data.registry import DATASETS
 
-    spec = DATASETS[dataset]
-    out = dict(HPARAM_FAMILIES[spec.hparams])
-    out.update(spec.hparam_overrides)
-    return out
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}; choose from {sorted(DATASETS)}")
+    names = TrialConfig.field_names()
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {f: "built-in" for f in names if f != "dataset"}
+    layers = (("dataset defaults", DATASETS[dataset].defaults()),
+              ("space all:", space_all or {}),
+              (f"space {dataset}:", space_dataset or {}),
+              ("command line", overrides or {}))
+    for layer, given in layers:
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            raise ValueError(f"unknown trial config field(s) {unknown} ({layer}); choose from "
+                             f"{sorted(names)}")
+        for k, v in given.items():
+            values[k] = v
+            sources[k] = layer
+    values.pop("dataset", None)
+    return values, sources
 
 
 _FIELD_TYPES: dict[str, type] = {}

@@ -177,8 +177,9 @@ class SearchSpace:
         from fusion_sweep.config import TrialConfig
 
         return [
-            TrialConfig.build(d, pe=p, fusion=f, seed=s, num_threads=self.num_threads,
-                              **self.overrides_for(d))
+            TrialConfig.build(d, space_all=self.hyperparameters.get("all"),
+                              space_dataset=self.hyperparameters.get(d),
+                              pe=p, fusion=f, seed=s, num_threads=self.num_threads)
             for d, p, f, s in itertools.product(self.datasets, self.pes, self.fusions, self.seeds)
         ]
 

@@ -42,3 +42,31 @@ def test_train_bad_input(argv: list[str], pattern: str, capsys: pytest.CaptureFi
 def test_unknown_dataset(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["train", "--dataset", "mnist"]) == 2
     assert "unknown dataset 'mnist'; choose from ['agnews', 'arxiv', 'imdb', 'synthetic-long'" in capsys.readouterr().err
+
+
+def test_show_config_prints_every_value_and_its_layer(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--dataset", "arxiv", "--fusion", "concat", "-o", "epochs=3",
+                 "--show-config"]) == 0
+    lines = {ln.split()[0]: ln.split() for ln in capsys.readouterr().out.splitlines()}
+    assert lines["d_model"][1:] == ["128", "dataset", "defaults"]  # ArXiv's, not AG News's
+    assert lines["optimizer"][1:] == ["'adam'", "dataset", "defaults"]
+    assert lines["epochs"][1:] == ["3", "command", "line"]
+    assert lines["fusion"][1:] == ["'concat'", "command", "line"]
+    assert lines["device"][1:] == ["'auto'", "built-in"]
+
+
+def test_config_built_around_the_chain_is_an_error() -> None:
+    from fusion_sweep.config import ConfigError, TrialConfig, resolve_hyperparameters
+
+    with pytest.raises(ConfigError, match=r"d_model is not set: build trial configs with "
+                                          r"TrialConfig.build\(dataset, \.\.\.\)"):
+        TrialConfig(dataset="arxiv")
+    assert TrialConfig.build("arxiv").d_model == 128 and TrialConfig.build("imdb").d_model == 256
+    values, sources = resolve_hyperparameters(
+        "synthetic-short", space_all={"epochs": 2, "lr": 0.01}, space_dataset={"epochs": 3},
+        overrides={"lr": 0.02})
+    assert (values["epochs"], sources["epochs"]) == (3, "space synthetic-short:")
+    assert (values["lr"], sources["lr"]) == (0.02, "command line")
+    with pytest.raises(ValueError, match=r"unknown trial config field\(s\) \['dmodel'\] "
+                                         r"\(space all:\)"):
+        resolve_hyperparameters("synthetic-short", space_all={"dmodel": 3})

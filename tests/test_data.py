@@ -11,7 +11,6 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from fusion_sweep.config import dataset_defaults
 from fusion_sweep.data import (
     DATASETS,
     DatasetUnavailableError,
@@ -318,7 +317,7 @@ def test_offline_hub_fails_fast_with_instructions(name: str, cache: str, tmp_pat
 def test_registry_entry_is_complete(name: str) -> None:
     spec = DATASETS[name]
     assert spec.name == name and spec.num_classes >= 2 and spec.kind in ("hub", "synthetic")
-    defaults = dataset_defaults(name)
+    defaults = spec.defaults()
     if spec.kind == "hub":
         assert spec.hf_path and spec.val_split in ("from-train", "split") and not spec.synthetic
     else:
