@@ -80,7 +80,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                          "'equivalent' verdict, Holm-adjusted over the TOST tests; default: the "
                          "sweep's `equivalence_margin`, one number or per dataset, if any)")
     st.add_argument("--bootstrap", type=_int, default=10_000, metavar="B",
-                    help="bootstrap resamples (default 10000)")
+                    help="bootstrap resamples, also the Monte Carlo sign-flip count above n = 16 "
+                         "(default 10000)")
     st.add_argument("--rng-seed", type=_int, default=0,
                     help="seed of every resampling generator (default 0)")
     st.add_argument("--direction", choices=("auto", "higher", "lower"), default="auto",
@@ -119,10 +120,12 @@ def settings_from(args: argparse.Namespace, space: dict | None = None) -> Settin
     if args.direction == "auto" and space.get("directions_error"):
         raise AnalysisError(space["directions_error"])
     metrics = args.metric or ([space["metric"]] if space.get("metric") else ["test_acc"])
-    margin = args.equivalence_margin if args.equivalence_margin is not None else space.get("margin")
+    from_flag = args.equivalence_margin is not None
+    margin = args.equivalence_margin if from_flag else space.get("margin")
     return Settings(
         metrics=tuple(metrics), baseline=args.baseline or space.get("baseline") or "add",
-        pairs=args.pairs, alpha=args.alpha, margin=margin, n_boot=args.bootstrap,
+        pairs=args.pairs, alpha=args.alpha, margin=margin,
+        margin_metric=None if from_flag else space.get("metric", "test_acc"), n_boot=args.bootstrap,
         rng_seed=args.rng_seed, datasets=tuple(args.dataset), pes=tuple(args.pe),
         direction=args.direction, directions=space.get("directions"),
         num_classes=dict(args.num_classes) or None,

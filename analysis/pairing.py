@@ -134,7 +134,8 @@ def fingerprint_mismatch(a: Cell, b: Cell) -> str:
     """'' when all fingerprints present on both sides agree, else which ones differ."""
     diffs = []
     for (name, va), (_, vb) in zip(a.fps, b.fps):
-        if va is not None and vb is not None and va != vb:
+        # a missing fingerprint is None, NaN or <NA> depending on the input: strings only
+        if isinstance(va, str) and isinstance(vb, str) and va and vb and va != vb:
             diffs.append(f"{name.removeprefix('fp_')} ({va[:10]} vs {vb[:10]})")
     return "; ".join(diffs)
 
@@ -224,4 +225,16 @@ def _fingerprint_warning(df: pd.DataFrame, out: PairingResult) -> None:
             "code": "no_fingerprints",
             "message": f"no fingerprint columns ({', '.join(FP_COLUMNS)}): "
                        "pairing by seed is unverified",
+        })
+        return
+    # A fingerprint some runs have and others lack (e.g. runs logged by an older version
+    # without fp_dropout) is checked only where both sides have it: say which are partial.
+    partial = [c for c in present if df[c].isna().any()]
+    if partial:
+        counts = ", ".join(f"{c.removeprefix('fp_')} missing on {int(df[c].isna().sum())} of "
+                           f"{len(df)} runs" for c in partial)
+        out.warnings.append({
+            "code": "partial_fingerprints",
+            "message": f"some runs lack fingerprints ({counts}): those are checked only "
+                       "where both trials of a pair have them",
         })

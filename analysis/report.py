@@ -56,6 +56,9 @@ class Settings:
     alpha: float = 0.05
     # One TOST margin for every dataset, or one per dataset (absent dataset: no TOST).
     margin: float | Mapping[str, float] | None = None
+    # The metric the margin is in units of (a sweep's margin belongs to the sweep's metric);
+    # None: every --metric (a margin given on the command line).
+    margin_metric: str | None = None
     n_boot: int = 10_000
     rng_seed: int = 0
     datasets: tuple[str, ...] = ()
@@ -101,21 +104,25 @@ class Settings:
         AnalysisError when none of them knows the metric."""
         return resolve_direction(metric, self.direction, self.directions) == "higher"
 
-    def margin_for(self, dataset: str) -> float | None:
-        """The TOST margin of `dataset` (None: no equivalence test there)."""
+    def margin_for(self, dataset: str, metric: str | None = None) -> float | None:
+        """The TOST margin of `dataset` for `metric` (None: no equivalence test there). A
+        margin is in one metric's units, so it never carries over to another metric."""
+        if metric is not None and self.margin_metric is not None and metric != self.margin_metric:
+            return None
         if isinstance(self.margin, Mapping):
             m = self.margin.get(dataset)
             return float(m) if m is not None else None
         return None if self.margin is None else float(self.margin)
 
     def margin_label(self) -> str:
-        """'none', '0.01', or 'arxiv: 0.005, imdb: 0.01 (others: none)'."""
+        """'none', '0.01', or 'arxiv: 0.005, imdb: 0.01 (others: none)', + ' on METRIC'."""
         if self.margin is None:
             return "none"
+        on = f" on {self.margin_metric}" if self.margin_metric else ""
         if isinstance(self.margin, Mapping):
             per = ", ".join(f"{d}: {m:g}" for d, m in sorted(self.margin.items()))
-            return f"{per} (others: none)" if per else "none"
-        return f"{self.margin:g}"
+            return f"{per} (others: none){on}" if per else "none"
+        return f"{self.margin:g}{on}"
 
 
 @dataclass
@@ -230,7 +237,7 @@ def analyze(
 def _compare(p: Paired, s: Settings, regime: Regime, by_arm: dict) -> dict:
     """Statistics of one comparison, with its identifying fields."""
     key = (p.dataset, p.pe, p.metric, p.fusion, p.baseline)
-    margin = s.margin_for(p.dataset)
+    margin = s.margin_for(p.dataset, p.metric)
     res = stats.compare_paired(p.x, p.y, alpha=s.alpha, margin=margin,
                                n_resamples=int(s.n_boot), rng=comparison_rng(s.rng_seed, key))
     chance = by_arm.get((p.dataset, p.pe, p.metric, p.fusion), {}).get("chance_level", stats.NAN)

@@ -269,7 +269,8 @@ def min_p_wilcoxon(n_nonzero: int, method: str) -> float:
 
 
 def min_p_signflip(n: int, method: str, n_resamples: int) -> float:
-    """Smallest reachable two-sided sign-flip p: exact 2/2**n, Monte Carlo 1/(B+1)."""
+    """Smallest reachable two-sided sign-flip p: exact 2/2**n over the n NON-ZERO deltas
+    (a zero delta flips to itself), Monte Carlo 1/(B+1)."""
     if n == 0:
         return NAN
     if method.startswith("monte-carlo"):
@@ -348,7 +349,7 @@ def compare_paired(
         "n_zero": n - nonzero, "tost_p": tost_p(x, y, margin),
         "power": achieved_power(dz, n, alpha), "seeds_for_80_power": seeds_for_power(dz, alpha),
         "min_p_t": min_p_t(n), "min_p_wilcoxon": min_p_wilcoxon(nonzero, w_method),
-        "min_p_signflip": min_p_signflip(n, s_method, n_resamples),
+        "min_p_signflip": min_p_signflip(nonzero, s_method, n_resamples),
         "deltas": d.tolist(), "notes": _notes(d, t, dz),
     }
 

@@ -233,3 +233,40 @@ def test_beats_chance_is_one_sided_ttest_1samp() -> None:
 def test_not_learned_overrides_every_verdict() -> None:
     assert S.verdict(0.02, 0.01, 0.03, 0.01, np.nan, 0.05, True, not_learned=True) == "not learned"
     assert S.verdict(0.0, -0.01, 0.01, 0.9, 0.001, 0.05, True, not_learned=True) == "not learned"
+
+
+def test_signflip_floor_counts_only_nonzero_deltas() -> None:
+    """A zero delta flips to itself: 4 non-zero deltas reach at best 2/2**4, not 2/2**5."""
+    y = np.full(5, 0.8)
+    x = y + np.array([0.0, 0.01, 0.02, 0.03, 0.04])
+    res = S.compare_paired(x, y, alpha=0.05, margin=None, n_resamples=1000,
+                           rng=np.random.default_rng(0))
+    assert res["min_p_signflip"] == pytest.approx(0.125)
+    assert res["signflip_p"] >= res["min_p_signflip"]
+
+
+def test_a_sweeps_margin_stays_with_its_metric() -> None:
+    from analysis.report import Settings
+
+    s = Settings(metrics=("test_acc", "latency_ms_per_sample"), margin={"arxiv": 0.005},
+                 margin_metric="test_acc").validate()
+    assert s.margin_for("arxiv", "test_acc") == 0.005
+    assert s.margin_for("arxiv", "latency_ms_per_sample") is None  # ms are not accuracy units
+    assert s.margin_for("imdb", "test_acc") is None
+    flag = Settings(metrics=("test_acc", "latency_ms_per_sample"), margin=0.01).validate()
+    assert flag.margin_for("arxiv", "latency_ms_per_sample") == 0.01  # --equivalence-margin: all
+
+
+def test_partially_missing_fingerprints_are_flagged() -> None:
+    from analysis.demo import synthetic_results
+    from analysis.load import rows_to_frame
+    from analysis.pairing import pair_trials
+
+    rows = synthetic_results(seeds=5, pes=("sinusoidal",)).to_dict("records")
+    for r in rows[:3]:
+        r["fp_dropout"] = None  # e.g. runs logged before fp.dropout existed
+    res = pair_trials(rows_to_frame(rows, "test rows"), ["test_acc"], "add", "baseline")
+    codes = [w["code"] for w in res.warnings]
+    assert "partial_fingerprints" in codes
+    msg = next(w["message"] for w in res.warnings if w["code"] == "partial_fingerprints")
+    assert "dropout missing on 3 of" in msg
