@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import time
 import zlib
 from contextlib import contextmanager
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -23,14 +25,81 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fusion_sweep.batching import (eval_batches, epoch_batches, pad_batch, schedule_hash,
-                                   truncated_lengths)
+from fusion_sweep.batching import (eval_batches, epoch_batches, pad_batch, pad_batches,
+                                   schedule_hash, truncated_lengths)
 from fusion_sweep.config import TrialConfig
 from fusion_sweep.data.types import EncodedData, EncodedSplit, validate_encoded
 from fusion_sweep.models.encoder import (FusionClassifier, count_parameters, initialize,
                                          shared_init_hash)
 
 STREAMS = ("data_order", "shared_init", "fusion_init", "pe_init", "dropout")
+# The optimizer registry: `TrialConfig.optimizer` names one of these.
+OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {"adam": torch.optim.Adam,
+                                                      "adamw": torch.optim.AdamW}
+
+
+@dataclass(frozen=True)
+class SpeedOptions:
+    """How a trial is executed, never what it computes: every switch keeps the batches, the
+    seeds, the fingerprints and the math, so results match the reference path up to float
+    reordering (tests/test_trainer_speed_paths.py). Not part of TrialConfig or the trial key.
+
+    The default is the fast path; `SpeedOptions.reference()` is the original loop (for A/B
+    benchmarks, benchmarks/sweep_throughput.py --trainer-ab). `train_trial(speed=None)` reads
+    the environment variable FUSION_SWEEP_SPEED: unset or "fast" = the default, "reference",
+    or comma-separated overrides such as "eval_batch_mult=1,latency_warmup=1".
+    """
+
+    # Pad and tensorize all of an epoch's training batches up front, each batch in one
+    # vectorised numpy gather (batching.pad_batches) instead of a per-row Python loop.
+    prepad: bool = True
+    # Keep each step's loss and (detached) logits; one host sync per epoch for the epoch's
+    # loss and accuracy instead of float()/int() and three accuracy ops every step.
+    epoch_sync: bool = True
+    # Pad the val/test evaluation batches once per trial and reuse them every epoch (they
+    # never change); one softmax/loss/host copy per split instead of one per batch.
+    eval_cache: bool = True
+    # Evaluation batch = eval_batch_mult × batch_size (with eval_cache). Default 1: on CPU
+    # larger evaluation batches only helped the shortest regime (~10% of its evaluation) and
+    # cost 1.5-3× more on medium/long, where padding to the longest document of a bigger
+    # batch adds more attention work (∝ L²) than the saved per-batch dispatch.
+    eval_batch_mult: int = 1
+    # measure_latency's separate untimed warm-up pass. The fast path skips it: the model has
+    # just run the same split in evaluation, and the reported figure is a median over
+    # latency_repeats timed passes (one cold pass cannot move it).
+    latency_warmup: bool = False
+
+    @classmethod
+    def reference(cls) -> "SpeedOptions":
+        return cls(prepad=False, epoch_sync=False, eval_cache=False, eval_batch_mult=1,
+                   latency_warmup=True)
+
+    @classmethod
+    def parse(cls, text: str) -> "SpeedOptions":
+        """"fast" | "reference" | "reference,eval_batch_mult=4" | "prepad=0,..."."""
+        out = cls()
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            if part in ("fast", "default"):
+                out = cls()
+            elif part == "reference":
+                out = cls.reference()
+            else:
+                key, sep, value = part.partition("=")
+                names = [f for f in cls.__dataclass_fields__]
+                if not sep or key not in names:
+                    raise ValueError(f"FUSION_SWEEP_SPEED: bad item {part!r}; use 'fast', "
+                                     f"'reference' or key=value with key in {names}")
+                v: Any = int(value) if key == "eval_batch_mult" else value.lower() in ("1", "true", "yes", "on")
+                out = dataclasses.replace(out, **{key: v})
+        return out
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.eval_batch_mult, int) or self.eval_batch_mult < 1:
+            raise ValueError(f"eval_batch_mult must be a positive integer, got {self.eval_batch_mult!r}")
+
+    @classmethod
+    def from_env(cls) -> "SpeedOptions":
+        return cls.parse(os.environ.get("FUSION_SWEEP_SPEED", "fast"))
 
 
 def derive_seed(seed: int, stream: str, dataset: str) -> int:
@@ -125,7 +194,7 @@ def build_optimizer(config: TrialConfig, model: nn.Module) -> torch.optim.Optimi
     Python loop of ~10 elementwise ops per tensor: identical up to float reordering (about
     1 ulp), ~5× less optimizer time on CPU, where the dense 50k×d embedding dominates it.
     """
-    cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[config.optimizer]
+    cls = OPTIMIZERS[config.optimizer]
     params = list(model.parameters())
     fused = bool(params) and all(p.device.type in ("cpu", "cuda") and p.is_floating_point()
                                  for p in params)
@@ -145,15 +214,6 @@ def training_schedule(train: EncodedSplit, config: TrialConfig) -> list[list[np.
     lengths = truncated_lengths(train, config.max_len)
     seed = derive_seed(config.seed, "data_order", config.dataset)
     return [epoch_batches(lengths, config.batch_size, seed, e) for e in range(config.epochs)]
-
-
-def split_fingerprint(data: EncodedData, max_len: int, include_test: bool) -> str:
-    import hashlib
-
-    h = hashlib.sha256(f"{data.name}|{data.vocab_size}|{data.num_classes}|{max_len}".encode())
-    for s in (data.train, data.val) + ((data.test,) if include_test else ()):
-        h.update(s.digest().encode())
-    return h.hexdigest()[:16]
 
 
 @contextmanager
@@ -195,8 +255,52 @@ def _to(ids: np.ndarray, labels: np.ndarray, device: torch.device) -> tuple[torc
 
 def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, split: EncodedSplit,
                 batches: list[np.ndarray], config: TrialConfig, device: torch.device,
-                pad_id: int = 0) -> tuple[float, float, int]:
-    """-> (mean loss, accuracy, real tokens seen)."""
+                pad_id: int = 0, speed: SpeedOptions | None = None) -> tuple[float, float, int]:
+    """-> (mean loss, accuracy, real tokens seen). `speed`: None = `SpeedOptions()`."""
+    speed = speed if speed is not None else SpeedOptions()
+    if not (speed.prepad or speed.epoch_sync):
+        return _train_epoch_reference(model, optimizer, split, batches, config, device, pad_id)
+    model.train()
+    if speed.prepad:
+        steps, tokens = tensorize_batches(split, batches, config.max_len, pad_id, device)
+    else:
+        steps, tokens = _lazy_batches(split, batches, config.max_len, pad_id, device), None
+    losses: list[torch.Tensor] = []
+    outputs: list[tuple[torch.Tensor, torch.Tensor]] = []
+    sizes: list[int] = []
+    loss_sum, correct, n, lazy_tokens = 0.0, 0, 0, 0
+    for ids, y, real in steps:
+        logits = model(ids)  # (B, C)
+        loss = F.cross_entropy(logits, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if config.grad_clip > 0:
+            nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        if speed.epoch_sync:
+            losses.append(loss.detach())
+            outputs.append((logits.detach(), y))
+            sizes.append(len(y))
+        else:
+            loss_sum += float(loss.detach()) * len(y)
+            correct += int((logits.argmax(-1) == y).sum())
+            n += len(y)
+        lazy_tokens += real
+    if speed.epoch_sync and sizes:
+        # One sync. Same values and summation order as the per-step float()/int() path.
+        for v, b in zip(torch.stack(losses).tolist(), sizes):
+            loss_sum += v * b
+        logits_all = torch.cat([o for o, _ in outputs])
+        y_all = torch.cat([t for _, t in outputs])
+        correct = int((logits_all.argmax(-1) == y_all).sum())
+        n = sum(sizes)
+    return loss_sum / max(n, 1), correct / max(n, 1), tokens if tokens is not None else lazy_tokens
+
+
+def _train_epoch_reference(model: nn.Module, optimizer: torch.optim.Optimizer, split: EncodedSplit,
+                           batches: list[np.ndarray], config: TrialConfig, device: torch.device,
+                           pad_id: int = 0) -> tuple[float, float, int]:
+    """The original loop (SpeedOptions.reference()): pad each batch, sync every step."""
     model.train()
     loss_sum, correct, n, tokens = 0.0, 0, 0, 0
     for index in batches:
@@ -216,10 +320,63 @@ def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, split: Encod
     return loss_sum / max(n, 1), correct / max(n, 1), tokens
 
 
+def tensorize_batches(split: EncodedSplit, batches: list[np.ndarray], max_len: int, pad_id: int,
+                      device: torch.device) -> tuple[list[tuple[torch.Tensor, torch.Tensor, int]], int]:
+    """All of an epoch's batches padded and on `device`: -> ([(ids, labels, real tokens)], tokens)."""
+    out = []
+    for ids, y in pad_batches(split, batches, max_len, pad_id):
+        real = int(np.count_nonzero(ids != pad_id))
+        out.append((*_to(ids, y, device), real))
+    return out, sum(r for *_, r in out)
+
+
+def _lazy_batches(split: EncodedSplit, batches: list[np.ndarray], max_len: int, pad_id: int,
+                  device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+    for index in batches:
+        ids, y = pad_batch(split, index, max_len, pad_id)
+        yield (*_to(ids, y, device), int((ids != pad_id).sum()))
+
+
+class EvalCache:
+    """A split's evaluation batches (length-sorted, `batch_size` each), padded and moved to the
+    device once per trial: they never change between epochs."""
+
+    def __init__(self, split: EncodedSplit, config: TrialConfig, device: torch.device,
+                 pad_id: int, batch_size: int) -> None:
+        batches = eval_batches(truncated_lengths(split, config.max_len), batch_size)
+        self.size = len(split)
+        self.order = np.concatenate(batches) if batches else np.zeros(0, dtype=np.int64)
+        self.batches = [_to(ids, y, device) for ids, y in pad_batches(split, batches, config.max_len, pad_id)]
+
+
 @torch.inference_mode()
 def predict(model: nn.Module, split: EncodedSplit, config: TrialConfig, device: torch.device,
-            pad_id: int = 0) -> tuple[float, np.ndarray, np.ndarray]:
-    """-> (mean loss, predictions (N,), probabilities (N, C)) in the split's document order."""
+            pad_id: int = 0, cache: EvalCache | None = None) -> tuple[float, np.ndarray, np.ndarray]:
+    """-> (mean loss, predictions (N,), probabilities (N, C)) in the split's document order.
+
+    With `cache` (the fast path) the cached batches are used: one softmax, one loss and one
+    host copy per split; the loss is summed over documents in float64 (the reference sums
+    per-batch float32 sums), so it matches up to float reordering.
+    """
+    if cache is None:
+        return _predict_reference(model, split, config, device, pad_id)
+    model.eval()
+    if not cache.batches:
+        return 0.0, np.zeros(0, dtype=np.int64), np.zeros((0, 0))
+    logits = torch.cat([model(ids).float() for ids, _ in cache.batches])
+    y = torch.cat([t for _, t in cache.batches])
+    loss_sum = float(F.cross_entropy(logits, y, reduction="none").double().sum())
+    p = logits.softmax(-1).cpu().numpy()
+    probs = np.zeros((cache.size, p.shape[1]), dtype=np.float32)
+    preds = np.zeros(cache.size, dtype=np.int64)
+    probs[cache.order] = p
+    preds[cache.order] = p.argmax(-1)
+    return loss_sum / max(cache.size, 1), preds, probs
+
+
+@torch.inference_mode()
+def _predict_reference(model: nn.Module, split: EncodedSplit, config: TrialConfig,
+                       device: torch.device, pad_id: int = 0) -> tuple[float, np.ndarray, np.ndarray]:
     model.eval()
     lengths = truncated_lengths(split, config.max_len)
     preds = np.zeros(len(split), dtype=np.int64)
@@ -249,8 +406,10 @@ def macro_f1(labels: np.ndarray, preds: np.ndarray) -> float:
 
 @torch.inference_mode()
 def measure_latency(model: nn.Module, split: EncodedSplit, config: TrialConfig, device: torch.device,
-                    pad_id: int = 0, max_batches: int = 4) -> float:
-    """Median ms per document over `latency_repeats` timed passes after one warm-up pass."""
+                    pad_id: int = 0, max_batches: int = 4, warmup: bool = True) -> float:
+    """Median ms per document over `latency_repeats` timed passes (after one untimed warm-up
+    pass when `warmup`) over the split's first `max_batches` evaluation batches at the
+    training batch size."""
     model.eval()
     lengths = truncated_lengths(split, config.max_len)
     batches = [_to(*pad_batch(split, b, config.max_len, pad_id), device)[0]
@@ -267,7 +426,8 @@ def measure_latency(model: nn.Module, split: EncodedSplit, config: TrialConfig, 
             torch.cuda.synchronize(device)
         return time.perf_counter() - t0
 
-    one_pass()  # warm-up: allocator, kernel selection
+    if warmup:
+        one_pass()  # warm-up: allocator, kernel selection
     times = [one_pass() for _ in range(config.latency_repeats)]
     return float(np.median(times)) * 1000.0 / max(n_docs, 1)
 
@@ -282,25 +442,27 @@ def load_data(config: TrialConfig) -> EncodedData:
 
 
 def train_trial(config: TrialConfig, callback: Callable[[EpochRecord], None] | None = None,
-                data: EncodedData | None = None) -> TrialResult:
+                data: EncodedData | None = None, speed: SpeedOptions | None = None) -> TrialResult:
     """Train, select the best-validation epoch, restore it, evaluate on test.
 
     `callback(record)` is called after every epoch (the sweep layer forwards it to Ray/MLflow).
     `data` overrides loading (tests, benchmarks). With `config.evaluate_test=False` the test
-    split is never read (hyperparameter tuning).
+    split is never read (hyperparameter tuning). `speed`: execution switches that never change
+    the result beyond float reordering (None = `SpeedOptions.from_env()`, the fast path).
     """
     data = data if data is not None else load_data(config)
     validate_encoded(data, include_test=config.evaluate_test)
     device = resolve_device(config.device)
+    speed = speed if speed is not None else SpeedOptions.from_env()
     with cpu_threads(config.num_threads):
-        return _run(config, data, device, callback)
+        return _run(config, data, device, callback, speed)
 
 
 def _run(config: TrialConfig, data: EncodedData, device: torch.device,
-         callback: Callable[[EpochRecord], None] | None) -> TrialResult:
+         callback: Callable[[EpochRecord], None] | None, speed: SpeedOptions) -> TrialResult:
     model = build_model(config, data.vocab_size, data.num_classes, data.pad_id)
     fingerprints = {
-        "split": split_fingerprint(data, config.max_len, config.evaluate_test),
+        "split": data.fingerprint(config.max_len, config.evaluate_test),
         "batch_order": "",
         "shared_init": shared_init_hash(model),
     }
@@ -311,23 +473,26 @@ def _run(config: TrialConfig, data: EncodedData, device: torch.device,
     with dropout_stream(derive_seed(config.seed, "dropout", config.dataset), device) as fp:
         fingerprints["dropout"] = fp
         return _train_and_test(config, data, device, callback, model, optimizer, schedule,
-                               fingerprints)
+                               fingerprints, speed)
 
 
 def _train_and_test(config: TrialConfig, data: EncodedData, device: torch.device,
                     callback: Callable[[EpochRecord], None] | None, model: FusionClassifier,
                     optimizer: torch.optim.Optimizer, schedule: list[list[np.ndarray]],
-                    fingerprints: dict[str, str]) -> TrialResult:
+                    fingerprints: dict[str, str], speed: SpeedOptions) -> TrialResult:
+    eval_bs = config.batch_size * speed.eval_batch_mult
+    val_cache = EvalCache(data.val, config, device, data.pad_id, eval_bs) if speed.eval_cache else None
     curve: list[EpochRecord] = []
     best_val, best_epoch, best_state, stale = -math.inf, 0, None, 0
     train_seconds, train_tokens = 0.0, 0
     for epoch, batches in enumerate(schedule, start=1):
         t0 = time.perf_counter()
-        loss, acc, tokens = train_epoch(model, optimizer, data.train, batches, config, device, data.pad_id)
+        loss, acc, tokens = train_epoch(model, optimizer, data.train, batches, config, device,
+                                        data.pad_id, speed)
         seconds = time.perf_counter() - t0
         train_seconds += seconds
         train_tokens += tokens
-        val_loss, val_pred, _ = predict(model, data.val, config, device, data.pad_id)
+        val_loss, val_pred, _ = predict(model, data.val, config, device, data.pad_id, val_cache)
         val_acc = float(np.mean(val_pred == data.val.labels))
         record = EpochRecord(epoch, loss, acc, val_loss, val_acc, seconds, tokens / max(seconds, 1e-9))
         curve.append(record)
@@ -344,7 +509,9 @@ def _train_and_test(config: TrialConfig, data: EncodedData, device: torch.device
     model.load_state_dict(best_state)
     eval_split = data.test if config.evaluate_test else data.val
     if config.evaluate_test:
-        _, test_pred, test_probs = predict(model, data.test, config, device, data.pad_id)
+        test_cache = (EvalCache(data.test, config, device, data.pad_id, eval_bs)
+                      if speed.eval_cache else None)
+        _, test_pred, test_probs = predict(model, data.test, config, device, data.pad_id, test_cache)
         test_acc = float(np.mean(test_pred == data.test.labels))
         test_f1 = macro_f1(data.test.labels, test_pred)
         predictions = {"index": list(range(len(data.test))), "label": data.test.labels.tolist(),
@@ -362,7 +529,8 @@ def _train_and_test(config: TrialConfig, data: EncodedData, device: torch.device
         fusion_params=count_parameters(model.fusion),
         train_seconds=train_seconds,
         tokens_per_second=train_tokens / max(train_seconds, 1e-9),
-        latency_ms_per_sample=measure_latency(model, eval_split, config, device, data.pad_id),
+        latency_ms_per_sample=measure_latency(model, eval_split, config, device, data.pad_id,
+                                              warmup=speed.latency_warmup),
         median_tokens=float(np.median(truncated_lengths(eval_split, config.max_len))),
         curve=curve,
         fingerprints=fingerprints,

@@ -14,20 +14,30 @@ import pytest
 from fusion_sweep.data import (
     DATASETS,
     DatasetUnavailableError,
-    cache_entry,
+    _plan,
     carve_validation,
-    length_stats,
     load_encoded,
-    load_vocab,
     median_length,
-    synthetic_stats,
 )
 from fusion_sweep.data import synthetic as syn
 from fusion_sweep.data import tokenize as tok
-from fusion_sweep.data.cache import write_entry, read_entry
+from fusion_sweep.data.cache import read_entry, read_vocab, write_entry
 from fusion_sweep.data.types import EncodedData
 
-HUB = sorted(n for n, s in DATASETS.items() if s.kind == "hub")
+HUB = sorted(n for n, s in DATASETS.items() if not s.generated)
+
+
+def cache_entry(name: str, *, data_dir: str = "", data_seed: int = 0, cache_dir: str = "",
+                synthetic_overrides: dict | None = None) -> Path:
+    """The cache directory behind `load_encoded` with these arguments (built if missing)."""
+    load_encoded(name, data_dir=data_dir, data_seed=data_seed, cache_dir=cache_dir,
+                 synthetic_overrides=synthetic_overrides)
+    return _plan(name, data_dir, data_seed, cache_dir, 0, 0, synthetic_overrides)[2]
+
+
+def load_vocab(name: str, **kw: Any) -> list[str]:
+    """The token list (index = id) behind `load_encoded` with these arguments."""
+    return read_vocab(cache_entry(name, **kw))
 SYNTHETIC = ["synthetic-short", "synthetic-medium", "synthetic-long"]  # in length order
 
 # A tiny 4-class corpus for "agnews" local copies. Every train doc holds "common" and "shared"
@@ -132,17 +142,14 @@ TRICKY = ["Hello, World!  hello\tworld\n", "ΟΔΟΣ οδος İstanbul", "a\x1c
           "", "   ", "don't stop don't", "<unk> <pad> tie1 tie2 tie2 tie1", "Ünïcödé ünïcödé UNÏCÖDÉ"]
 
 
-@pytest.mark.parametrize("backend", tok.BACKENDS)
-def test_backends_match_reference_split(backend: str) -> None:
-    vocab = tok.build_vocab(TRICKY, min_freq=1, backend=backend)
-    ids, offsets = tok.encode(TRICKY, vocab, backend=backend)
+def test_tokenizer_matches_reference_split() -> None:
+    vocab = tok.build_vocab(TRICKY, min_freq=1)
+    ids, offsets = tok.encode(TRICKY, vocab)
     for i, text in enumerate(TRICKY):
         words = tok.split_words(text)  # the reference: text.lower().strip().split()
         got = tok.decode(ids[offsets[i]:offsets[i + 1]], vocab)
         assert got == ([w if w in vocab[2:] else "<unk>" for w in words] or ["<unk>"])
-    ref_vocab = tok.build_vocab(TRICKY, min_freq=1, backend="python")
-    assert vocab == ref_vocab
-    assert np.array_equal(ids, tok.encode(TRICKY, ref_vocab, backend="python")[0])
+    assert "<pad>" not in vocab[2:] and tok.PAD_ID not in ids  # a literal "<pad>" is not padding
 
 
 # --------------------------------------------------------------------------- cache
@@ -163,7 +170,7 @@ def test_cache_is_reused_and_keyed_by_content(tmp_path: Path, cache: str,
         again = load_encoded("agnews", data_dir=str(d), cache_dir=cache, limit_train=5)
         same = load_encoded("agnews", data_dir=str(d), cache_dir=cache)
     assert tok.ENCODE_CALLS == calls
-    assert same.split_hash() == first.split_hash() and len(again.train) == 5
+    assert same.fingerprint(0, True) == first.fingerprint(0, True) and len(again.train) == 5
 
     # new content -> new key -> a second entry; the old one stays valid
     write_csv(d, "test", TEST[:2])
@@ -184,7 +191,7 @@ def test_cache_write_is_atomic_and_tolerates_a_lost_race(tmp_path: Path, cache: 
     write_entry(target, data, ["<pad>", "<unk>"], {})
     write_entry(target, data, ["<pad>", "<unk>"], {})  # the loser of a race keeps the winner's
     back = read_entry(target)
-    assert back is not None and back.split_hash() == data.split_hash()
+    assert back is not None and back.fingerprint(0, True) == data.fingerprint(0, True)
     assert [p.name for p in tmp_path.iterdir()] == ["cache", "entry"]  # no temp dirs left
     assert not back.train.ids.flags.writeable  # shared, memory-mapped, read-only
 
@@ -201,7 +208,7 @@ def test_synthetic_is_deterministic_in_data_seed(tmp_path: Path) -> None:
         x, y = getattr(a, split), getattr(b, split)
         assert np.array_equal(x.ids, y.ids) and np.array_equal(x.offsets, y.offsets)
         assert np.array_equal(x.labels, y.labels)
-    assert a.split_hash() == b.split_hash() != c.split_hash()
+    assert a.fingerprint(0, True) == b.fingerprint(0, True) != c.fingerprint(0, True)
 
 
 def test_carved_validation_depends_on_data_seed_only() -> None:
@@ -218,14 +225,14 @@ def test_limits_are_deterministic_subsets(cache: str) -> None:
     b = load_encoded("synthetic-short", cache_dir=cache, synthetic_overrides=SMALL,
                      limit_train=25, limit_eval=7)
     assert (len(a.train), len(a.val), len(a.test)) == (25, 7, 7)
-    assert a.split_hash() == b.split_hash() and a.vocab_size == full.vocab_size
+    assert a.fingerprint(0, True) == b.fingerprint(0, True) and a.vocab_size == full.vocab_size
     docs = {tuple(full.train.doc(i)) for i in range(len(full.train))}
     assert all(tuple(a.train.doc(i)) in docs for i in range(len(a.train)))
     big = load_encoded("synthetic-short", cache_dir=cache, synthetic_overrides=SMALL, limit_train=10**6)
-    assert big.split_hash() == full.split_hash()
+    assert big.fingerprint(0, True) == full.fingerprint(0, True)
     other = load_encoded("synthetic-short", data_seed=1, cache_dir=cache, synthetic_overrides=SMALL,
                          limit_train=25)
-    assert other.split_hash() != a.split_hash()
+    assert other.fingerprint(0, True) != a.fingerprint(0, True)
 
 
 # --------------------------------------------------------------------------- errors
@@ -391,11 +398,13 @@ def test_synthetic_filler_and_length_are_class_independent() -> None:
 
 
 def test_synthetic_regimes_grow_in_length(cache: str) -> None:
-    medians = [synthetic_stats(n, cache_dir=cache)["train"] for n in SYNTHETIC]
+    data = [load_encoded(n, cache_dir=cache) for n in SYNTHETIC]
+    medians = [median_length(d.train) for d in data]
     assert medians[0] < medians[1] < medians[2]
     assert 30 <= medians[0] <= 45  # about AG News
-    stats = length_stats(load_encoded(SYNTHETIC[0], cache_dir=cache))
-    assert stats["train"]["median"] == medians[0] and stats["test"]["max"] <= 80
+    for name, d in zip(SYNTHETIC, data):  # never longer than the regime's max_len
+        cap = DATASETS[name].longest_document()
+        assert max(s.lengths().max() for s in (d.train, d.val, d.test)) <= cap
 
 
 def test_synthetic_generation_ignores_other_splits_sizes() -> None:

@@ -36,6 +36,7 @@ from fusion_sweep.space import SPACE_DIR, load_space
 from fusion_sweep.sweep import plan
 
 REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # `pytest -m 'not slow'` skips these
 NODE_ARGS = dict(num_cpus=1, memory=1536 << 20, object_store_memory=96 << 20)
 
 

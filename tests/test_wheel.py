@@ -17,7 +17,10 @@ import sysconfig
 import zipfile
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # `pytest -m 'not slow'` skips these
 
 
 def test_wheel_install_finds_shipped_spaces(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fusion_sweep.data.cache import cache_root, content_key, entry_path, get_or_build, read_vocab
+from fusion_sweep.data.cache import cache_root, content_key, entry_path, get_or_build
 from fusion_sweep.data.hub import DatasetUnavailableError, RawSplits, Source, open_source
 from fusion_sweep.data.registry import DATASETS, DatasetSpec, get_spec
 from fusion_sweep.data.tokenize import PAD_ID, UNK_ID, TokenizerSettings, build_vocab, encode
@@ -66,21 +66,6 @@ def _plan(name: str, data_dir: str, data_seed: int, cache_dir: str, limit_train:
                        "tokenizer": TokenizerSettings().key(), "data_seed": data_seed,
                        "validation": [spec.val_split, VAL_FRACTION], "pipeline": PIPELINE_VERSION})
     return spec, source, entry_path(cache_root(cache_dir), name, key)
-
-
-def cache_entry(name: str, *, data_dir: str = "", data_seed: int = 0, cache_dir: str = "",
-                synthetic_overrides: Mapping[str, Any] | None = None) -> Path:
-    """The cache directory behind `load_encoded` with these arguments (built if missing)."""
-    spec, source, path = _plan(name, data_dir, data_seed, cache_dir, 0, 0, synthetic_overrides)
-    get_or_build(path, lambda: _build(spec, source, data_seed, TokenizerSettings()))
-    return path
-
-
-def load_vocab(name: str, *, data_dir: str = "", data_seed: int = 0, cache_dir: str = "",
-               synthetic_overrides: Mapping[str, Any] | None = None) -> list[str]:
-    """The token list (index = id) behind `load_encoded` with these arguments."""
-    return read_vocab(cache_entry(name, data_dir=data_dir, data_seed=data_seed,
-                                  cache_dir=cache_dir, synthetic_overrides=synthetic_overrides))
 
 
 # --------------------------------------------------------------------------- checks
@@ -198,29 +183,6 @@ def median_length(split: EncodedSplit) -> float:
     return float(np.median(lengths)) if len(lengths) else float("nan")
 
 
-def length_stats(data: EncodedData) -> dict[str, dict[str, float]]:
-    """Per split: n, median, mean, p90 and max document length in tokens."""
-    out = {}
-    for attr in ("train", "val", "test"):
-        lens = getattr(data, attr).lengths()
-        out[attr] = {"n": float(len(lens)), "median": median_length(getattr(data, attr)),
-                     "mean": float(lens.mean()) if len(lens) else float("nan"),
-                     "p90": float(np.percentile(lens, 90)) if len(lens) else float("nan"),
-                     "max": float(lens.max()) if len(lens) else float("nan")}
-    return out
-
-
-def synthetic_stats(name: str, *, data_seed: int = 0, cache_dir: str = "") -> dict[str, float]:
-    """Median token length per split ({"train", "val", "test"}) of a dataset, for reports.
-
-    Meant for the synthetic regimes (generated on demand, then cached); works for any dataset
-    whose data is reachable.
-    """
-    data = load_encoded(name, data_seed=data_seed, cache_dir=cache_dir)
-    return {attr: median_length(getattr(data, attr)) for attr in ("train", "val", "test")}
-
-
-__all__ = ["load_encoded", "median_length", "length_stats", "synthetic_stats", "load_vocab",
-           "cache_entry", "carve_validation", "subsample", "apply_limits", "check_split",
+__all__ = ["load_encoded", "median_length", "carve_validation", "subsample", "apply_limits", "check_split",
            "DatasetUnavailableError", "DATASETS", "DatasetSpec", "EncodedData", "EncodedSplit",
            "PIPELINE_VERSION"]

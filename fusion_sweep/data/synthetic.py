@@ -186,10 +186,5 @@ def generate(name: str, num_classes: int, params: Mapping[str, Any] | SyntheticP
             for split, n in p.sizes().items()}
 
 
-def chance_accuracy(num_classes: int) -> float:
-    """Expected accuracy of a position-free model (classes are balanced)."""
-    return 1.0 / num_classes
-
-
 __all__ = ["GENERATOR_VERSION", "SyntheticParams", "generate", "generate_split",
-           "markers_needed", "class_orders", "marker_words", "chance_accuracy", "zipf_cdf"]
+           "markers_needed", "class_orders", "marker_words", "zipf_cdf"]

@@ -8,21 +8,12 @@ attached to words). The vocabulary is built on the TRAIN split only:
     most frequent first, ties broken by the token string (code-point order),
     at most `max_size` entries in total (the two specials included).
 
-Two backends compute exactly the same thing (tests check they agree):
-  * "python": a `collections.Counter` + dict loop; the default, because it measured faster
-              here (2 shared cores, 20k docs: 0.67 s vs 0.86 s at ~40 words/doc, 2.3 s vs
-              3.2 s at ~230 words/doc, vocab + encode) - the Rust side is fast but building
-              one `Encoding` object per document costs more than it saves;
-  * "hf":     HF `tokenizers` WordLevel + WhitespaceSplit (Rust, multi-threaded); may win on
-              machines with many idle cores.
-Lowercasing is done in Python for both so Unicode special cases (final sigma, 'İ') match
-`str.lower()` exactly; HF's WhitespaceSplit uses Rust `char::is_whitespace`, which differs from
-`str.isspace()` only on the ASCII separators U+001C..U+001F, so those are mapped to spaces first.
-The backend is not part of the cache key because both produce identical arrays.
+Implemented with a `collections.Counter` and a dict loop: measured faster here than HF
+`tokenizers` (2 shared cores, 20k docs: 0.67 s vs 0.86 s at ~40 words/doc), whose per-document
+`Encoding` objects cost more than its Rust loop saves.
 """
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Iterator, Sequence
@@ -33,13 +24,6 @@ import numpy as np
 TOKENIZER_VERSION = "lower-wsplit-v1"
 PAD, UNK = "<pad>", "<unk>"
 PAD_ID, UNK_ID = 0, 1
-BACKENDS = ("python", "hf")
-DEFAULT_BACKEND = "python"
-
-# str.isspace() is true for these, Rust char::is_whitespace() is not.
-_ODD_SPACE = re.compile("[\x1c-\x1f]")
-# Documents per encode batch: bounds peak memory on long corpora (ArXiv ~10k words/doc).
-_CHUNK = 512
 
 # Incremented on every encode() call; tests use it to prove a cache hit skips tokenization.
 ENCODE_CALLS = 0
@@ -58,9 +42,8 @@ class TokenizerSettings:
 
 
 def normalize(text: str) -> str:
-    """Lowercase (Python semantics) and make whitespace splitting identical across backends."""
-    t = text.lower()
-    return _ODD_SPACE.sub(" ", t) if _ODD_SPACE.search(t) else t
+    """Lowercase with Python's semantics (Unicode special cases such as final sigma)."""
+    return text.lower()
 
 
 def split_words(text: str) -> list[str]:
@@ -68,27 +51,13 @@ def split_words(text: str) -> list[str]:
     return text.lower().strip().split()
 
 
-def _resolve(backend: str) -> str:
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown tokenizer backend {backend!r}; choose from {list(BACKENDS)}")
-    return backend
-
-
-def _chunks(texts: Sequence[str], size: int = _CHUNK) -> Iterator[list[str]]:
-    for start in range(0, len(texts), size):
-        yield [normalize(t) for t in texts[start:start + size]]
-
-
 # --------------------------------------------------------------------------- vocabulary
-def build_vocab(texts: Sequence[str], *, min_freq: int = 2, max_size: int = 50_000,
-                backend: str = DEFAULT_BACKEND) -> list[str]:
+def build_vocab(texts: Sequence[str], *, min_freq: int = 2, max_size: int = 50_000) -> list[str]:
     """Token list; a token's id is its index. Call on the TRAIN split only."""
     if max_size < 2:
         raise ValueError(f"max_size must be >= 2 (for {PAD} and {UNK}), got {max_size}")
     if min_freq < 1:
         raise ValueError(f"min_freq must be >= 1, got {min_freq}")
-    if _resolve(backend) == "hf":
-        return _build_vocab_hf(texts, min_freq, max_size)
     return _build_vocab_python(texts, min_freq, max_size)
 
 
@@ -104,34 +73,8 @@ def _build_vocab_python(texts: Sequence[str], min_freq: int, max_size: int) -> l
     return [PAD, UNK] + [tok for tok, _ in kept[: max_size - 2]]
 
 
-def _new_hf_tokenizer(vocab: dict[str, int] | None = None) -> Any:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK) if vocab is not None
-                    else models.WordLevel(unk_token=UNK))
-    # WhitespaceSplit == str.split(); `Whitespace` would also split off punctuation.
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return tok
-
-
-def _build_vocab_hf(texts: Sequence[str], min_freq: int, max_size: int) -> list[str]:
-    from tokenizers import trainers
-
-    tok = _new_hf_tokenizer()
-    # No special tokens in the trainer: it would misplace them when the text contains them
-    # literally. The trainer sorts by (count desc, token asc); `max_size` words leave room to
-    # drop literal "<pad>"/"<unk>" words (the python backend drops them before sorting).
-    trainer = trainers.WordLevelTrainer(vocab_size=max_size, min_frequency=min_freq,
-                                        special_tokens=[], show_progress=False)
-    tok.train_from_iterator(_chunks(texts), trainer=trainer, length=len(texts))
-    vocab = tok.get_vocab()
-    words = [w for w in sorted(vocab, key=vocab.__getitem__) if w not in (PAD, UNK)]
-    return [PAD, UNK] + words[: max_size - 2]
-
-
 # --------------------------------------------------------------------------- encoding
-def encode(texts: Sequence[str], vocab: Sequence[str], *,
-           backend: str = DEFAULT_BACKEND) -> tuple[np.ndarray, np.ndarray]:
+def encode(texts: Sequence[str], vocab: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """Encode documents to flat ids (T,) int32 and offsets (N+1,) int64.
 
     Unknown tokens map to UNK_ID. A document with no tokens becomes a single <unk> so
@@ -139,11 +82,7 @@ def encode(texts: Sequence[str], vocab: Sequence[str], *,
     """
     global ENCODE_CALLS
     ENCODE_CALLS += 1
-    if _resolve(backend) == "hf":
-        docs: Iterable[list[int]] = _encode_hf(texts, vocab)
-    else:
-        docs = _encode_python(texts, vocab)
-    return _pack(docs, len(texts))
+    return _pack(_encode_python(texts, vocab), len(texts))
 
 
 def _encode_python(texts: Sequence[str], vocab: Sequence[str]) -> Iterator[list[int]]:
@@ -154,13 +93,6 @@ def _encode_python(texts: Sequence[str], vocab: Sequence[str]) -> Iterator[list[
         yield [get(w, UNK_ID) for w in normalize(t).split()]
 
 
-def _encode_hf(texts: Sequence[str], vocab: Sequence[str]) -> Iterator[list[int]]:
-    tok = _new_hf_tokenizer({t: i for i, t in enumerate(vocab)})
-    for chunk in _chunks(texts):
-        for enc in tok.encode_batch_fast(chunk, add_special_tokens=False):
-            yield enc.ids
-
-
 def _pack(docs: Iterable[list[int]], n: int) -> tuple[np.ndarray, np.ndarray]:
     lengths = np.zeros(n, dtype=np.int64)
     parts: list[np.ndarray] = []
@@ -169,7 +101,6 @@ def _pack(docs: Iterable[list[int]], n: int) -> tuple[np.ndarray, np.ndarray]:
             ids = [UNK_ID]
         lengths[i] = len(ids)
         arr = np.fromiter(ids, dtype=np.int32, count=len(ids))
-        arr[arr == PAD_ID] = UNK_ID  # HF maps a literal "<pad>" word to the pad id
         parts.append(arr)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
@@ -183,4 +114,4 @@ def decode(ids: np.ndarray, vocab: Sequence[str]) -> list[str]:
 
 
 __all__ = ["TOKENIZER_VERSION", "TokenizerSettings", "build_vocab", "encode", "decode",
-           "split_words", "normalize", "PAD", "UNK", "PAD_ID", "UNK_ID", "BACKENDS"]
+           "split_words", "normalize", "PAD", "UNK", "PAD_ID", "UNK_ID"]

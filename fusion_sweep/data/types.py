@@ -59,10 +59,11 @@ class EncodedData:
     pad_id: int = 0
     unk_id: int = 1
 
-    def split_hash(self) -> str:
-        """Fingerprint of the exact documents and labels in every split."""
-        h = hashlib.sha256()
-        for s in (self.train, self.val, self.test):
+    def fingerprint(self, max_len: int, include_test: bool) -> str:
+        """The `split` fingerprint: sha256 (16 hex) of the exact documents and labels of every
+        split a trial reads, with the vocabulary size, class count and truncation length."""
+        h = hashlib.sha256(f"{self.name}|{self.vocab_size}|{self.num_classes}|{max_len}".encode())
+        for s in (self.train, self.val) + ((self.test,) if include_test else ()):
             h.update(s.digest().encode())
         return h.hexdigest()[:16]
 

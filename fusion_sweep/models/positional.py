@@ -209,15 +209,6 @@ POSITIONAL: dict[str, type[PositionalEncoding]] = {
     "none": NoPE,
 }
 
-# Paper Table-3 labels → registry names (for reproduction specs and reports).
-PAPER_PE_NAMES: dict[str, str] = {
-    "Sinusoidal": "sinusoidal",
-    "Learned Absolute": "learned",
-    "RoPE": "rope-features",
-    "Relative": "randn-table",
-}
-
-
 def check_compatible(pe: str, fusion: str) -> str | None:
     """None if `pe` and `fusion` can be combined, else an error message saying why."""
     from fusion_sweep.models.fusion import FUSIONS
