@@ -1,4 +1,7 @@
-"""Report figures (matplotlib, Agg backend: no display needed, e.g. on a cluster head).
+"""Report figures, drawn with matplotlib's object API on an Agg canvas.
+
+No pyplot and no `matplotlib.use`: importing this module changes no global backend of the
+caller's process, and no display is needed (e.g. on a cluster head).
 
 Each function takes comparison dicts (see :mod:`analysis.report`) and writes one PNG.
 """
@@ -7,11 +10,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # before pyplot: headless, deterministic rendering
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 _VERDICT_COLOR = {"better": "#1a7f37", "worse": "#cf222e", "equivalent": "#0969da",
                   "inconclusive": "#6e7781", "not learned": "#9a6700"}
@@ -30,9 +33,9 @@ def paired_delta_plot(comps: list[dict], title: str, margin: float | None, path:
     black bar is the mean delta with its t-interval.
     """
     seeds = sorted({s for c in comps for s in c["seeds"]})
-    cmap = plt.get_cmap("tab10")
+    cmap = colormaps["tab10"]
     color = {s: cmap(i % 10) for i, s in enumerate(seeds)}
-    fig, ax = plt.subplots(figsize=(1.6 + 1.5 * max(1, len(comps)), 3.6), dpi=110)
+    fig, ax = _subplots(figsize=(1.6 + 1.5 * max(1, len(comps)), 3.6))
     _zero_and_margin(ax, margin, horizontal=True)
     for s in seeds:
         xs = [i for i, c in enumerate(comps) if s in c["seeds"]]
@@ -67,7 +70,7 @@ def forest_plot(comps: list[dict], title: str, margin: float | None, path: Path)
     reads as a drift down each group.
     """
     rows = list(reversed(comps))  # first comparison at the top
-    fig, ax = plt.subplots(figsize=(8.5, 0.9 + 0.32 * max(1, len(rows))), dpi=110)
+    fig, ax = _subplots(figsize=(8.5, 0.9 + 0.32 * max(1, len(rows))))
     _zero_and_margin(ax, margin, horizontal=False)
     for y, c in enumerate(rows):
         col = _VERDICT_COLOR.get(c["verdict"], "black")
@@ -88,7 +91,13 @@ def forest_plot(comps: list[dict], title: str, margin: float | None, path: Path)
     return _save(fig, path)
 
 
-def _zero_and_margin(ax: plt.Axes, margin: float | None, horizontal: bool) -> None:
+def _subplots(figsize: tuple[float, float]) -> tuple[Figure, Axes]:
+    fig = Figure(figsize=figsize, dpi=110)
+    FigureCanvasAgg(fig)
+    return fig, fig.add_subplot()
+
+
+def _zero_and_margin(ax: Axes, margin: float | None, horizontal: bool) -> None:
     """The no-effect line, and the ±margin equivalence band when a margin is given."""
     line, band = (ax.axhline, ax.axhspan) if horizontal else (ax.axvline, ax.axvspan)
     line(0.0, color="#444", lw=0.8, ls="--")
@@ -96,9 +105,8 @@ def _zero_and_margin(ax: plt.Axes, margin: float | None, horizontal: bool) -> No
         band(-margin, margin, color="#0969da", alpha=0.08, lw=0)
 
 
-def _save(fig: plt.Figure, path: Path) -> Path:
+def _save(fig: Figure, path: Path) -> Path:
     path = Path(path)
     fig.tight_layout()
     fig.savefig(path, format="png")
-    plt.close(fig)
     return path

@@ -39,7 +39,7 @@ from analysis.metrics import check_direction_value, resolve_direction
 from analysis.pairing import Paired, cells_for, pair_trials, supersede
 from analysis.regimes import Regime, interaction_tests, lengths_known, regimes_for
 from analysis.schema import (
-    COMPARISON_KEYS, TOP_LEVEL_KEYS, AnalysisError,
+    COMPARISON_KEYS, KEY_COLUMNS, TOP_LEVEL_KEYS, AnalysisError,
 )
 
 PAIR_MODES = ("baseline", "all")
@@ -398,4 +398,4 @@ def _count(k: int, noun: str) -> str:
 def usable_values(df: pd.DataFrame, metric: str) -> pd.DataFrame:
     """One row per usable cell: dataset, pe, fusion, seed, value (for the paper tables)."""
     rows = [(*k, c.value) for k, c in cells_for(df, metric).items() if c.ok]
-    return pd.DataFrame(rows, columns=["dataset", "pe", "fusion", "seed", "value"])
+    return pd.DataFrame(rows, columns=[*KEY_COLUMNS, "value"])

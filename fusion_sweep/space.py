@@ -46,7 +46,8 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from fusion_sweep.schema import DEFAULT_EXPERIMENT, DIRECTIONS, METRIC_DIRECTIONS
+from fusion_sweep.schema import (DEFAULT_EXPERIMENT, DIRECTIONS, IDENTITY_FIELDS,
+                                 METRIC_DIRECTIONS)
 
 # Shipped spaces are package data (found the same way from a checkout, an editable install
 # or a wheel); the repository's top-level `search_spaces` is a link to this folder.
@@ -108,7 +109,7 @@ DISTRIBUTIONS: dict[str, Distribution] = {
 METRICS = ("test_acc", "test_macro_f1", "best_val_acc")
 # Fields a space may not set: the grid sets the identity fields, `resources.cpu` sets
 # the thread count, and `fusion-sweep tune` alone turns test evaluation off.
-RESERVED_FIELDS = ("dataset", "pe", "fusion", "seed", "num_threads", "evaluate_test")
+RESERVED_FIELDS = (*IDENTITY_FIELDS, "num_threads", "evaluate_test")
 
 
 class SpaceError(ValueError):
@@ -508,7 +509,7 @@ def _validate_hyperparameters(raw: Mapping, datasets: list[str],
         for k, v in values.items():
             if k in RESERVED_FIELDS:
                 why = ("set by the grid (datasets/pes/fusions/seeds)"
-                       if k in ("dataset", "pe", "fusion", "seed") else
+                       if k in IDENTITY_FIELDS else
                        "set from resources.cpu" if k == "num_threads" else
                        "managed by `fusion-sweep tune`")
                 errors.append(f"{where}.{k}: may not be set here ({why})")
