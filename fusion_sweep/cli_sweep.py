@@ -6,13 +6,7 @@ and argument errors stay instant.
 from __future__ import annotations
 
 import argparse
-import os
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
-from pathlib import Path
 from typing import Any
 
 
@@ -71,6 +65,13 @@ def add_parsers(subparsers: Any) -> None:
     _ray_args(p)
     p.add_argument("--dry-run", action="store_true",
                    help="print the grid (trial count, resources per trial) and exit; starts nothing")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="print Ray Tune's full status table every 15 s instead of the compact "
+                        "progress (a status line on a terminal, else one line per finished trial)")
+    p.add_argument("--allow-code-change", action="store_true",
+                   help="resume a sweep whose finished trials were trained by other code (another "
+                        "code fingerprint): train every trial again under this code; recorded on "
+                        "the sweep's parent run")
     p.set_defaults(func=run_launch)
 
     p = subparsers.add_parser(
@@ -91,14 +92,21 @@ def add_parsers(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "ui", help="start the MLflow UI on the local store, bound to 127.0.0.1",
         description="Serve the MLflow UI for the local store (sqlite:///<cwd>/mlflow.db) on "
-                    "127.0.0.1 and print its URL. On a cluster, the head node's server is reached "
-                    "with `ray attach cluster.yaml -p 5000` instead.")
+                    "127.0.0.1 and print the URL of the sweeps' trial runs: the Runs table in "
+                    "MLflow's model-training layout, grouped by sweep, with dataset, pe, fusion, "
+                    "seed and test_acc as columns. Ctrl-C (or SIGTERM) stops the server and every "
+                    "process it started. On a cluster, the head node's server is reached with "
+                    "`ray attach cluster.yaml -p 5000` instead.")
     p.add_argument("--port", type=_port, default=5000, help="port (default 5000)")
     p.add_argument("--host", default="127.0.0.1",
                    help="interface to bind (default 127.0.0.1: only this machine; anything else "
                         "exposes every run to the network)")
     p.add_argument("--backend-store-uri", metavar="URI",
-                   help="the store to serve (default sqlite:///<cwd>/mlflow.db)")
+                   help="the store to serve (default: $MLFLOW_TRACKING_URI when it is a sqlite "
+                        "store, else sqlite:///<cwd>/mlflow.db)")
+    p.add_argument("--experiment", metavar="NAME",
+                   help="the experiment whose trial runs the printed URL opens (default "
+                        "fusion-sweep)")
     p.set_defaults(func=run_ui)
 
 
@@ -108,78 +116,79 @@ def run_launch(args: argparse.Namespace) -> int:
     summary = launch(args.space, name=args.name, address=args.address,
                      tracking_uri=args.tracking_uri, storage=args.storage,
                      max_concurrent=args.max_concurrent, dry_run=args.dry_run,
-                     experiment=args.experiment)
+                     experiment=args.experiment,
+                     allow_code_change=getattr(args, "allow_code_change", False),
+                     verbose=getattr(args, "verbose", False))
     return 0 if summary is None or summary.ok else 1
 
 
 def run_tune(args: argparse.Namespace) -> int:
-    from fusion_sweep.sweep import tune_space
+    from fusion_sweep.hpsearch import search_hyperparameters
 
-    tune_space(args.space, budget=args.budget, output=args.output, address=args.address,
+    search_hyperparameters(args.space, budget=args.budget, output=args.output, address=args.address,
                storage=args.storage, max_concurrent=args.max_concurrent)
     return 0
 
 
-def _port_free(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def ui_command(store: str, host: str, port: int, artifacts: Path) -> list[str]:
-    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store,
-            "--host", host, "--port", str(port), "--workers", "1",
-            "--serve-artifacts", "--artifacts-destination", artifacts.as_uri()]
-
-
 def run_ui(args: argparse.Namespace) -> int:
-    from fusion_sweep.tracking import default_tracking_uri
+    """Serve the store's MLflow UI on 127.0.0.1 until Ctrl-C / SIGTERM / SIGHUP, then stop the
+    server with every process it started (its process group), leaving the port free."""
+    import signal
+    import threading
 
-    store = args.backend_store_uri or default_tracking_uri()
-    if store.startswith("sqlite:///"):
-        db = Path(store[len("sqlite:///"):])
+    from fusion_sweep import tracking
+
+    store = args.backend_store_uri or tracking.default_ui_store()
+    db = tracking.sqlite_path(store)
+    if db is not None:
         if not db.parent.is_dir():
             raise ValueError(f"--backend-store-uri {store}: directory {db.parent} does not exist")
         if not db.exists():
             print(f"note: {db} does not exist yet (no sweep launched here); the UI starts empty",
                   file=sys.stderr)
-        artifacts = db.parent / "mlartifacts"
-    else:
-        artifacts = Path.cwd() / "mlartifacts"
-    if not _port_free(args.host, args.port):
+    if not tracking.port_free(args.host, args.port):
         raise ValueError(f"--port {args.port}: {args.host}:{args.port} is already in use "
                          f"(another MLflow UI?); choose another with --port")
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: binding {args.host}: anyone who can reach this machine can read and "
               f"change these runs", file=sys.stderr)
-    # A default `mlflow server` forks ~15 processes (2.4 GB); these flags make it 2 (DESIGN.md §8).
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    proc = subprocess.Popen(ui_command(store, args.host, args.port, artifacts), env=env)
-    shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
-    url = f"http://{shown}:{args.port}"
+    experiment = args.experiment or tracking.DEFAULT_EXPERIMENT
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline and proc.poll() is None:
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2):
-                    break
-            except OSError:
-                time.sleep(0.5)
-        if proc.poll() is not None:
-            print(f"fusion-sweep ui: mlflow server exited with code {proc.returncode}", file=sys.stderr)
-            return proc.returncode or 1
-        print(f"MLflow UI: {url}   (store {store}; Ctrl-C to stop)", flush=True)
-        return proc.wait()
+        exp_id = tracking.prepare_ui_experiment(store, experiment)
+    except Exception as e:  # noqa: BLE001 - the UI still serves; only the landing view is lost
+        print(f"warning: could not prepare experiment {experiment!r} for the UI: {e}",
+              file=sys.stderr)
+        exp_id = None
+    if exp_id is None and db is not None and db.exists():
+        print(f"note: no experiment {experiment!r} in {store}; opening the experiment list",
+              file=sys.stderr)
+
+    def _stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    main = threading.current_thread() is threading.main_thread()
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} \
+        if main else {}
+    for s in old:  # SIGINT too: a `&`-started process inherits it ignored
+        signal.signal(s, _stop)
+    server = tracking.UIServer(store, args.host, args.port)
+    try:
+        server.start()
+        if not server.wait_ready():
+            code = server.proc.poll()
+            why = f"exited with code {code}" if code is not None else "did not answer in 120 s"
+            print(f"fusion-sweep ui: mlflow server {why}", file=sys.stderr)
+            return code or 1
+        print(f"MLflow UI: {tracking.ui_url(server.base_url, exp_id)}\n"
+              f"  (store {store}; experiment {experiment!r}; Ctrl-C to stop)", flush=True)
+        return server.proc.wait()
     except KeyboardInterrupt:
         return 0
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        for s in old:  # a second Ctrl-C must not cut the cleanup short
+            signal.signal(s, signal.SIG_IGN)
+        try:
+            server.stop()
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)

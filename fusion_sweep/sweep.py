@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, TextIO
 
+from fusion_sweep.schema import IDENTITY_FIELDS
 from fusion_sweep.space import SearchSpace, load_space
 
 DEFAULT_STORAGE_DIRNAME = "ray_results"
@@ -50,9 +51,9 @@ class GridPoint:
     key: str
 
     @property
-    def ident(self) -> tuple[str, str, str, int]:
-        c = self.config
-        return (c.dataset, c.pe, c.fusion, c.seed)
+    def ident(self) -> tuple:
+        """The trial's identity, in `schema.IDENTITY_FIELDS` order."""
+        return tuple(getattr(self.config, f) for f in IDENTITY_FIELDS)
 
 
 def plan(space: SearchSpace, code: str | None = None) -> list[GridPoint]:
@@ -202,29 +203,48 @@ def _reclaim_sigterm() -> None:
 
 
 class SweepLock:
-    """One driver per sweep: a PID file in the sweep's local Tune directory."""
+    """One driver per sweep: an exclusive `flock` on a file in the sweep's local Tune directory.
+
+    Atomic (two launches starting within the same millisecond: exactly one gets it) and never
+    stale (the kernel releases it when the driver dies, even by SIGKILL). The file keeps the
+    holder's pid and host for the refusal message; it is not deleted on exit (deleting it
+    would let a waiter lock the unlinked inode while a newcomer locks a new file).
+    """
 
     def __init__(self, exp_dir: str):
         self.path = Path(exp_dir) / ".driver.lock" if "://" not in exp_dir else None
+        self._fd: int | None = None
 
     def __enter__(self) -> "SweepLock":
         if self.path is None:
             return self
+        import fcntl
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.exists():
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
             try:
-                info = json.loads(self.path.read_text())
-                if info.get("host") == socket.gethostname() and _pid_alive(int(info["pid"])):
-                    raise ValueError(f"sweep already running: driver pid {info['pid']} holds "
-                                     f"{self.path}; wait for it, or kill it to resume here")
-            except (json.JSONDecodeError, KeyError, TypeError):
-                pass
-        self.path.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+                info = json.loads(self.path.read_text() or "{}")
+            except (OSError, json.JSONDecodeError):
+                info = {}
+            holder = f"driver pid {info.get('pid', '?')} on {info.get('host', '?')}"
+            raise ValueError(f"sweep already running: {holder} holds {self.path}; wait for it, "
+                             f"or stop it to resume here") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode())
+        self._fd = fd
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.path is not None:
-            self.path.unlink(missing_ok=True)
+        if self._fd is not None:
+            try:
+                os.ftruncate(self._fd, 0)
+            finally:
+                os.close(self._fd)  # releases the flock
+                self._fd = None
 
 
 def _pid_alive(pid: int) -> bool:
@@ -251,10 +271,10 @@ def _node_tags() -> dict[str, str]:
     return tags
 
 
-def _ident(config: Mapping[str, Any]) -> tuple[str, str, str, int]:
-    """The grid point of a Tune trial config: `{"trial": {dataset, pe, fusion, seed}}`."""
+def _ident(config: Mapping[str, Any]) -> tuple:
+    """The grid point of a Tune trial config: `{"trial": {identity field: value}}`."""
     t = config.get("trial", config)
-    return (t["dataset"], t["pe"], t["fusion"], int(t["seed"]))
+    return tuple(int(t[f]) if f == "seed" else t[f] for f in IDENTITY_FIELDS)
 
 
 def run_trial(config: dict, *, ctx, configs: dict) -> None:
@@ -469,8 +489,7 @@ def _run_sweep(pf: Preflight, auth: str, max_concurrent: int | None, verbose: bo
             started_ray = _init_ray(pf.address, out)
             _reclaim_sigterm()
             _warn_resources(pf.space, pf.uri, out)
-            print(f"Ray auth mode: {auth}; Tune state: {pf.exp_path}; MLflow: {pf.uri} "
-                  f"(experiment {pf.experiment!r}, parent run {ctx.parent_run_id})", file=out)
+            print(f"MLflow: {pf.uri} (experiment {pf.experiment!r}); Ray auth: {auth}", file=out)
             results = _run_tuner(pf.space, pending, pf.exp_path, ctx, max_concurrent, verbose, out)
             summary.tune_errors = [str(e).strip().splitlines()[-1][:300] for e in results.errors]
         status = "FINISHED"
@@ -616,7 +635,7 @@ def _run_tuner(space: SearchSpace, points: list[GridPoint], exp_path: str, ctx,
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, ctx=ctx, configs=configs),
         {"cpu": space.cpu, "gpu": space.gpu})
-    idents = [dict(zip(("dataset", "pe", "fusion", "seed"), p.ident)) for p in points]
+    idents = [dict(zip(IDENTITY_FIELDS, p.ident)) for p in points]
     tuner = tune.Tuner(
         trainable,
         param_space={"trial": tune.grid_search(idents)},
@@ -625,13 +644,22 @@ def _run_tuner(space: SearchSpace, points: list[GridPoint], exp_path: str, ctx,
         run_config=tune.RunConfig(
             name=f"launch-{ctx.launch_id}", storage_path=exp_path,
             failure_config=tune.FailureConfig(max_failures=space.max_failures),
-            progress_reporter=_reporter(), verbose=1),
+            progress_reporter=_reporter(verbose, out), verbose=1),
     )
     return tuner.fit()
 
 
-def _reporter():
-    """A compact table: the grid point, its epoch and validation/test accuracy."""
+def _reporter(verbose: bool = False, out: TextIO | None = None):
+    """What a launch prints while trials run (Ray's legacy output engine, verbose=1).
+
+    Default: `progress.SweepProgress`, one updating status line on a terminal, else one line
+    per finished or failed trial. `--verbose`: Ray Tune's full CLIReporter table (the grid
+    point, its epoch and validation/test accuracy) every 15 s.
+    """
+    if not verbose:
+        from fusion_sweep.progress import SweepProgress
+
+        return SweepProgress(out if out is not sys.stdout else None)
     from ray.tune import CLIReporter
 
     return CLIReporter(parameter_columns=["dataset", "pe", "fusion", "seed"],
@@ -693,7 +721,13 @@ def _summarize(s: LaunchSummary, tracker, points: list[GridPoint], ctx, out: Tex
 
 
 def format_summary(s: LaunchSummary, space_ref: str) -> str:
-    from fusion_sweep.tracking import DEFAULT_EXPERIMENT, default_tracking_uri, is_local_store
+    """The launch's last words: outcome, failures, where the results are, what to run next.
+
+    Follow-up commands carry `--tracking-uri`/`--experiment` only where they would not
+    resolve to the same store and experiment by default from this directory and environment.
+    """
+    from fusion_sweep.tracking import (DEFAULT_EXPERIMENT, default_ui_store, is_local_store,
+                                       resolve_tracking_uri)
 
     lines = ["", f"== sweep {s.name!r}: {s.finished}/{s.total} trials finished "
                  f"({s.kept} kept from earlier launches); {s.trained_now} trained in this launch; "
@@ -701,23 +735,32 @@ def format_summary(s: LaunchSummary, space_ref: str) -> str:
                  f"(ran more than once); {s.seconds:.0f} s =="]
     for f in s.failed_trials[:10]:
         lines.append(f"  failed: {f}")
+    if len(s.failed_trials) > 10:
+        lines.append(f"  ... and {len(s.failed_trials) - 10} more failed (see the results table)")
     if s.tune_errors and not s.failed_trials:
         lines.append(f"  Ray Tune errors ({len(s.tune_errors)}), first: {s.tune_errors[0]}")
     if s.orphans_reconciled:
         lines.append(f"  reconciled {s.orphans_reconciled} orphaned RUNNING run(s) to KILLED")
-    lines += [f"  MLflow: {s.tracking_uri}  experiment {s.experiment!r}, parent run {s.parent_run_id}",
-              f"  Ray Tune state: {s.experiment_path}"]
     if s.results_csv:
-        lines.append(f"  results table: {s.results_csv}")
-    uri_arg = "" if s.tracking_uri == default_tracking_uri() else f" --tracking-uri {s.tracking_uri}"
+        lines.append(f"  results:    {s.results_csv}")
+    else:
+        lines.append(f"  Ray Tune:   {s.experiment_path}")
+    lines.append(f"  MLflow:     {s.tracking_uri}  experiment {s.experiment!r}, parent run "
+                 f"{s.parent_run_id}")
+    uri_arg = "" if s.tracking_uri == resolve_tracking_uri() else f" --tracking-uri {s.tracking_uri}"
     exp_arg = "" if s.experiment == DEFAULT_EXPERIMENT else f" --experiment {s.experiment}"
     lines.append(f"  statistics: fusion-sweep stats --sweep {s.name}{uri_arg}{exp_arg}")
     if is_local_store(s.tracking_uri):
-        lines.append("  browse:     fusion-sweep ui   (MLflow UI on http://127.0.0.1:5000)")
+        store_arg = "" if s.tracking_uri == default_ui_store() else \
+            f" --backend-store-uri {s.tracking_uri}"
+        lines.append(f"  browse:     fusion-sweep ui{store_arg}{exp_arg}   (MLflow UI on "
+                     f"127.0.0.1, opened on the trial runs)")
     else:
         lines.append(f"  browse:     {s.tracking_uri} (through `ray attach cluster.yaml -p 5000` or an "
                      f"SSH tunnel when it runs on a cluster head)")
     if not s.ok:
-        lines.append(f"  resume:     fusion-sweep launch {space_ref} --name {s.name}  "
-                     f"(finished trials are kept)")
+        storage = s.experiment_path.rstrip("/").rsplit("/", 1)[0] if s.experiment_path else ""
+        st_arg = "" if not storage or storage == resolve_storage(None) else f" --storage {storage}"
+        lines.append(f"  resume:     fusion-sweep launch {space_ref} --name {s.name}{uri_arg}"
+                     f"{exp_arg}{st_arg}  (finished trials are kept)")
     return "\n".join(lines)

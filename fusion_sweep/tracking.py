@@ -141,15 +141,62 @@ def _params(config: "TrialConfig") -> dict[str, str]:
     return {k: str(v) for k, v in out.items()}
 
 
-def _retry(fn, *args, tries: int = 5, **kwargs):
-    """SQLite can report 'database is locked' under parallel writers: back off and retry."""
-    for i in range(tries):
+# How long a trial keeps retrying an unreachable tracking server (a restart, a network blip)
+# before its MLflow call fails (and the trial with it: Tune then retries the trial).
+RETRY_SECONDS_ENV = "FUSION_SWEEP_MLFLOW_RETRY_SECONDS"
+DEFAULT_RETRY_SECONDS = 90.0
+# Substrings of errors worth retrying: SQLite's lock, and a server that is down, restarting or
+# overloaded (requests/urllib3 connection errors as MLflow wraps them, 5xx gateway answers).
+_TRANSIENT_MARKERS = ("database is locked", "locked", "connection refused", "connectionerror",
+                      "max retries exceeded", "failed to establish a new connection",
+                      "connection reset", "connection aborted", "remotedisconnected",
+                      "read timed out", "timed out", "bad gateway", "service unavailable",
+                      "gateway timeout", "response code 502", "response code 503",
+                      "response code 504", "temporarily unavailable")
+
+
+def _transient(exc: BaseException) -> bool:
+    """True for errors a retry can cure: a locked SQLite store or an unreachable server."""
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return True
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return any(m in text for m in _TRANSIENT_MARKERS)
+
+
+def _retry_budget() -> float:
+    try:
+        return max(0.0, float(os.environ.get(RETRY_SECONDS_ENV, DEFAULT_RETRY_SECONDS)))
+    except ValueError:
+        return DEFAULT_RETRY_SECONDS
+
+
+def _retry(fn, *args, tries: int | None = None, budget: float | None = None,
+           sleep=time.sleep, **kwargs):
+    """Call fn; on a transient error (SQLite 'database is locked', the tracking server down or
+    restarting) back off exponentially (0.2 s doubling, at most 8 s a wait) and try again,
+    until `budget` seconds of waiting are spent ($FUSION_SWEEP_MLFLOW_RETRY_SECONDS, default
+    90 s; MLflow's own HTTP retries run inside each call too) or `tries` calls were made.
+    Other errors, and the last transient one, are raised: the trial then fails and Tune
+    retries it, re-attaching to its run by key.
+
+    Not idempotent calls (create_run) are retried too: a server killed after committing but
+    before answering could leave a second run; TrialRun.find then prefers the FINISHED one.
+    """
+    budget = _retry_budget() if budget is None else budget
+    waited, i = 0.0, 0
+    while True:
+        i += 1
         try:
             return fn(*args, **kwargs)
-        except Exception as e:  # noqa: BLE001 - mlflow wraps sqlalchemy errors variously
-            if i == tries - 1 or "locked" not in str(e).lower():
+        except Exception as e:  # noqa: BLE001 - mlflow wraps sqlalchemy/requests errors variously
+            delay = min(8.0, 0.2 * 2 ** (i - 1))
+            if not _transient(e) or (tries is not None and i >= tries) or waited + delay > budget:
                 raise
-            time.sleep(0.2 * 2 ** i)
+            log.warning("MLflow call %s failed (%s); retrying in %.1f s",
+                        getattr(fn, "__name__", fn), str(e).splitlines()[0][:200] if str(e) else
+                        type(e).__name__, delay)
+            sleep(delay)
+            waited += delay
 
 
 # ------------------------------------------------------------------- the driver side
@@ -169,6 +216,15 @@ class SweepTracker:
         return self._experiment_id
 
     def ensure_experiment(self) -> str:
+        """The experiment's id (created or restored), marked for the model-training UI."""
+        exp_id = self._find_or_create_experiment()
+        try:
+            mark_training_experiment(self.client, exp_id)
+        except Exception as e:  # noqa: BLE001 - a UI nicety must never stop a sweep
+            log.warning("could not set the MLflow UI view of experiment %s: %s", exp_id, e)
+        return exp_id
+
+    def _find_or_create_experiment(self) -> str:
         exp = self.client.get_experiment_by_name(self.experiment)
         if exp is not None:
             if exp.lifecycle_stage == "deleted":
@@ -399,3 +455,246 @@ def write_predictions_csv(pred: Mapping[str, list], path: Path) -> Path:
             w.writerow(list(row) + (list(probs[i]) if probs else []))
     return path
 
+
+
+# ------------------------------------------------------------------ the MLflow UI
+# What `fusion-sweep ui` serves and where it lands. Measured on MLflow 3.17 (its JS bundle,
+# mlflow/server/js/build): the experiment page picks its GenAI ("Overview": traces, latency,
+# tokens) or model-training ("Runs") layout from the *workflow type* — the `workflowType` URL
+# query parameter (`genai` | `machine_learning`), else the browser's localStorage, default
+# `genai` — not from the experiment tag `mlflow.experimentKind` (the tag is read only when
+# that switch is off, which 3.17 hard-codes on). So the printed URL carries
+# `workflowType=machine_learning`; the tag is still set for MLflow versions that read it.
+# Columns, filter, sort and grouping are UI state, not URL parameters: MLflow keeps shareable
+# views as experiment tags `mlflow.sharedViewState.<id>` and opens one with
+# `?viewStateShareKey=<id>`; `mark_training_experiment` writes such a view of the trials.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+TRAINING_KIND = "custom_model_development"  # the other value: genai_development
+SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
+TRIALS_VIEW_ID = "fusion-sweep-trials"
+TRIALS_VIEW_NAME = "fusion-sweep: trials by sweep"
+UI_COLUMNS_METRICS = ("test_acc", "best_val_acc", "test_macro_f1", "train_seconds")
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a `sqlite:///PATH` URI (absolute: `sqlite:////abs/path.db`), else
+    None. Relative paths are taken from the current directory, as SQLAlchemy does."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(uri[len("sqlite:///"):].split("?", 1)[0])
+
+
+def default_ui_store() -> str:
+    """What `fusion-sweep ui` serves without --backend-store-uri: $MLFLOW_TRACKING_URI when it
+    names a sqlite store (a tracking *server* is browsed directly), else ./mlflow.db."""
+    env = os.environ.get("MLFLOW_TRACKING_URI", "")
+    return env if env.startswith("sqlite:") else default_tracking_uri()
+
+
+def trials_view_state() -> dict[str, Any]:
+    """The runs-table view `fusion-sweep ui` opens: trial runs only (no parent to expand),
+    grouped by sweep, sorted by run name (= dataset.pe.fusion.seed), identity params and the
+    final metrics as columns. Keys are MLflow 3.17's runs-page UI state and search facets."""
+    cols = [f"params.`{k}`" for k in IDENTITY_FIELDS] + [f"metrics.`{m}`" for m in UI_COLUMNS_METRICS]
+    widths = dict(zip(cols, (140, 100, 100, 56, 90, 105, 115, 115)))
+    return {
+        "searchFilter": f"tags.`{ROLE}` = 'trial'",
+        "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
+        "startTime": "ALL", "lifecycleFilter": "Active", "modelVersionFilter": "All Runs",
+        "datasetsFilter": [],
+        "selectedColumns": cols,
+        # The grid puts metric columns before params unless told; Created/Duration go last.
+        "columnOrder": ["tags.`mlflow.runName`", *cols, "attributes.start_time", "duration"],
+        "columnWidths": widths,
+        "groupBy": {"aggregateFunction": "average",
+                    "groupByKeys": [{"mode": "tag", "groupByData": SWEEP}]},
+    }
+
+
+def mark_training_experiment(client, experiment_id: str) -> bool:
+    """Mark an experiment as model training for the MLflow UI and (re)write the trials view.
+
+    Sets `mlflow.experimentKind=custom_model_development` and the experiment tag
+    `mlflow.sharedViewState.fusion-sweep-trials` (a saved view, listed under "Views" on the
+    Runs page). Idempotent: writes only what differs. Returns True when something was written.
+    Call where the experiment is created (SweepTracker.ensure_experiment) and before serving.
+    """
+    exp = client.get_experiment(experiment_id)
+    tags = dict(exp.tags or {})
+    wrote = False
+    if tags.get(EXPERIMENT_KIND_TAG) != TRAINING_KIND:
+        client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
+        wrote = True
+    state = json.dumps(trials_view_state(), sort_keys=True)
+    key = SHARED_VIEW_PREFIX + TRIALS_VIEW_ID
+    try:
+        old = json.loads(tags.get(key) or "{}")
+    except json.JSONDecodeError:
+        old = {}
+    if not isinstance(old, dict) or old.get("state") != state or old.get("name") != TRIALS_VIEW_NAME:
+        now = int(time.time() * 1000)
+        created = old.get("createdAt") if isinstance(old, dict) else None
+        client.set_experiment_tag(experiment_id, key, json.dumps({
+            "name": TRIALS_VIEW_NAME, "createdAt": created if isinstance(created, int) else now,
+            "updatedAt": now, "state": state}))
+        wrote = True
+    return wrote
+
+
+def ui_url(base: str, experiment_id: str | None = None) -> str:
+    """The page `fusion-sweep ui` prints: the experiment's Runs tab in the model-training
+    layout with the trials view, e.g.
+    http://127.0.0.1:5000/#/experiments/1/runs?workflowType=machine_learning&viewStateShareKey=fusion-sweep-trials;
+    without an experiment, the experiment list in that layout."""
+    base = base.rstrip("/")
+    if experiment_id is None:
+        return f"{base}/#/experiments?workflowType=machine_learning"
+    return (f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+            f"&viewStateShareKey={TRIALS_VIEW_ID}")
+
+
+def prepare_ui_experiment(store: str, experiment: str = DEFAULT_EXPERIMENT) -> str | None:
+    """The id of `experiment` in `store`, marked for the UI (`mark_training_experiment`);
+    None when the store or the experiment does not exist yet (never creates either)."""
+    db = sqlite_path(store)
+    if db is not None and not db.is_file():
+        return None
+    client = _client(store)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None or exp.lifecycle_stage == "deleted":
+        return None
+    _retry(mark_training_experiment, client, exp.experiment_id)
+    return exp.experiment_id
+
+
+def port_free(host: str, port: int) -> bool:
+    """True when nothing listens on host:port (binding it would succeed)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class UIServer:
+    """`mlflow server` for one store, in its own process group, stopped with all its processes.
+
+    `mlflow server` runs uvicorn as a child process; stopping only the parent would orphan it
+    (still bound to the port). The server is started in a new session, so Ctrl-C in the
+    terminal reaches only `fusion-sweep ui`, which then signals the whole group: SIGTERM, and
+    SIGKILL for what is left after `grace` seconds.
+
+        with UIServer(store, "127.0.0.1", 5000) as srv:
+            srv.wait_ready()
+            ...
+    """
+
+    def __init__(self, store: str, host: str = "127.0.0.1", port: int = 5000,
+                 artifacts: Path | None = None, quiet: bool = True):
+        self.store, self.host, self.port, self.quiet = store, host, port, quiet
+        if artifacts is None:
+            db = sqlite_path(store)
+            artifacts = (db.resolve().parent if db is not None else Path.cwd()) / "mlartifacts"
+        self.artifacts = artifacts
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def base_url(self) -> str:
+        shown = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"http://[{shown}]:{self.port}" if ":" in shown else f"http://{shown}:{self.port}"
+
+    def command(self) -> list[str]:
+        import sys
+
+        cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.store,
+               "--host", self.host, "--port", str(self.port), "--workers", "1",
+               "--serve-artifacts", "--artifacts-destination", self.artifacts.as_uri()]
+        if self.quiet:  # no line per HTTP request (a page load makes ~40)
+            cmd += ["--uvicorn-opts", "--no-access-log"]
+        return cmd
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        # A default `mlflow server` forks a job executor too (~15 processes, 2.4 GB); off.
+        env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
+        if self.quiet:
+            env.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning,"
+                           "ignore:starlette.middleware.wsgi is deprecated")
+        return env
+
+    def start(self) -> "UIServer":
+        self.proc = subprocess.Popen(self.command(), env=self.env(), start_new_session=True,
+                                     stdin=subprocess.DEVNULL)
+        return self
+
+    def wait_ready(self, timeout: float = 120.0) -> bool:
+        """True once /health answers; False when the server exited or `timeout` passed."""
+        assert self.proc is not None, "start() first"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                with urllib.request.urlopen(self.base_url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return True
+            except OSError:
+                time.sleep(0.3)
+        return False
+
+    def group_alive(self) -> list[int]:
+        """Pids (not zombies) still in the server's process group."""
+        if self.proc is None:
+            return []
+        pgid, alive = self.proc.pid, []
+        proc_dir = Path("/proc")
+        if not proc_dir.is_dir():  # not Linux: ask the kernel about the group as a whole
+            try:
+                os.killpg(pgid, 0)
+                return [pgid]
+            except (ProcessLookupError, PermissionError):
+                return []
+        for d in proc_dir.iterdir():
+            if not d.name.isdigit():
+                continue
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                alive.append(int(d.name))
+        return alive
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM to the whole group, SIGKILL after `grace` s; returns once none is left."""
+        import signal
+
+        if self.proc is None:
+            return
+        pgid = self.proc.pid
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+            if not self.group_alive() and self.proc.poll() is not None:
+                break
+            try:
+                os.killpg(pgid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None and not self.group_alive():
+                    break
+                time.sleep(0.1)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def __enter__(self) -> "UIServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

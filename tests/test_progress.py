@@ -1,0 +1,229 @@
+"""The compact launch progress (fusion_sweep.progress.SweepProgress) with fake Tune trials.
+
+No Ray here: the reporter is driven the way Tune's legacy loop drives it
+(`should_report(trials, done)` after each step, `report(...)` when that says so).
+"""
+from __future__ import annotations
+
+import io
+import pickle
+from dataclasses import dataclass, field
+
+import pytest
+
+from fusion_sweep.progress import SweepProgress, fmt_duration, trial_label
+
+
+@dataclass
+class FakeTrial:
+    trial_id: str
+    config: dict
+    status: str = "PENDING"
+    last_result: dict = field(default_factory=dict)
+    num_failures: int = 0
+    error_file: str | None = None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _trials(n: int = 4) -> list[FakeTrial]:
+    return [FakeTrial(f"t{i}", {"trial": {"dataset": "synthetic-short", "pe": "sinusoidal",
+                                          "fusion": ("add", "concat")[i % 2], "seed": i // 2}})
+            for i in range(n)]
+
+
+def _step(rep: SweepProgress, trials, done: bool = False) -> None:
+    if rep.should_report(trials, done=done):
+        rep.report(trials, done, "sched", "resources")
+
+
+def _finish(t: FakeTrial, acc: float, secs: float, trained: int = 1) -> None:
+    t.status = "TERMINATED"
+    t.last_result = {"test_acc": acc, "time_total_s": secs, "trained": trained, "epoch": 1}
+
+
+def test_fmt_duration_and_label():
+    assert fmt_duration(0) == "0:00"
+    assert fmt_duration(151) == "2:31"
+    assert fmt_duration(3725) == "1:02:05"
+    assert fmt_duration(None) == "--"
+    assert trial_label({"dataset": "d", "pe": "p", "fusion": "f", "seed": 3}) == "d/p/f/seed 3"
+    assert trial_label({"trial": {"dataset": "d", "pe": "p", "fusion": "f", "seed": 3}}) == "d/p/f/seed 3"
+
+
+def test_pipe_prints_one_line_per_finished_trial():
+    out, clock = io.StringIO(), Clock()
+    rep = SweepProgress(out, tty=False, clock=clock)
+    trials = _trials(4)
+    rep.setup(start_time=0, total_samples=4)
+    _step(rep, trials)  # header
+    trials[0].status = trials[1].status = "RUNNING"
+    for _ in range(50):  # many steps without a state change print nothing
+        clock.t += 0.5
+        _step(rep, trials)
+    clock.t += 1
+    _finish(trials[0], 0.15625, 21.4)
+    trials[2].status = "RUNNING"
+    _step(rep, trials)
+    clock.t += 10
+    trials[1].status = "ERROR"
+    _step(rep, trials)
+    clock.t += 20
+    _finish(trials[2], 0.5, 20)
+    _finish(trials[3], 0.25, 19)
+    _step(rep, trials)
+    _step(rep, trials, done=True)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("4 trials; one line per finished trial")
+    assert len(lines) == 5, lines
+    assert lines[1] == ("[1/4] synthetic-short/sinusoidal/add/seed 0  test_acc 0.156  (21 s)  "
+                        "elapsed 0:26  ETA 0:22")
+    assert lines[2].startswith("[2/4] synthetic-short/sinusoidal/concat/seed 0  FAILED")
+    assert lines[3].startswith("[3/4] synthetic-short/sinusoidal/add/seed 1  test_acc 0.500  (20 s)")
+    assert lines[4].startswith("[4/4] synthetic-short/sinusoidal/concat/seed 1  test_acc 0.250")
+    assert lines[4].endswith("ETA 0:00")
+    assert "\r" not in out.getvalue() and "\x1b" not in out.getvalue()
+
+
+def test_failed_trial_shows_its_error(tmp_path):
+    err = tmp_path / "error.txt"
+    err.write_text("Traceback (most recent call last):\n  ...\nValueError: boom\n")
+    out = io.StringIO()
+    rep = SweepProgress(out, tty=False, clock=Clock())
+    trials = _trials(2)
+    rep.setup(total_samples=2)
+    _step(rep, trials)
+    trials[0].status, trials[0].num_failures = "RUNNING", 1  # failed once, retried
+    trials[0].error_file = str(err)
+    _step(rep, trials)
+    trials[0].status, trials[0].num_failures = "ERROR", 3
+    _step(rep, trials)
+    text = out.getvalue()
+    assert "attempt 1 failed, retrying: ValueError: boom" in text
+    assert f"FAILED: ValueError: boom  (traceback: {err})" in text
+
+
+def test_terminal_redraws_one_line():
+    out, clock = io.StringIO(), Clock()
+    rep = SweepProgress(out, tty=True, clock=clock, width=200)
+    trials = _trials(4)
+    rep.setup(total_samples=4)
+    _step(rep, trials)
+    trials[0].status = trials[1].status = "RUNNING"
+    for _ in range(10):
+        clock.t += 0.25  # redrawn about once a second, not on every step
+        _step(rep, trials)
+    assert out.getvalue().count("\r") == 2
+    clock.t += 5
+    _finish(trials[0], 0.75, 8)
+    _step(rep, trials)
+    for t in trials:
+        _finish(t, 0.5, 8) if t.status != "TERMINATED" else None
+    _step(rep, trials, done=True)
+    text = out.getvalue()
+    assert text.endswith("\n") and text.count("\n") == 2  # header + the final status line
+    last = text.split("\r\x1b[2K")[-1]
+    assert last.startswith("[4/4] 0 running, 0 pending, 0 failed | 0:08, ETA 0:00 | last: ")
+    assert "test_acc 0.750 (8.0 s)" in text
+
+
+def test_terminal_line_fits_the_width():
+    out = io.StringIO()
+    rep = SweepProgress(out, tty=True, clock=Clock(), width=60)
+    trials = _trials(2)
+    rep.setup(total_samples=2)
+    _finish(trials[0], 0.5, 3)
+    trials[0].status = "RUNNING"
+    _step(rep, trials)
+    _finish(trials[0], 0.5, 3)
+    _step(rep, trials)
+    assert all(len(seg) <= 59 for seg in out.getvalue().split("\r\x1b[2K")[1:])
+
+
+def test_resumed_trials_count_as_done_but_not_for_eta():
+    out, clock = io.StringIO(), Clock()
+    rep = SweepProgress(out, tty=False, clock=clock)
+    trials = _trials(3)
+    _finish(trials[0], 0.9, 30)  # finished before this launch (restored)
+    rep.setup(total_samples=3)
+    _step(rep, trials)
+    trials[1].status = "RUNNING"
+    _step(rep, trials)
+    clock.t += 5
+    _finish(trials[1], 0.8, 0.2, trained=0)  # its MLflow run was FINISHED: reported, not trained
+    _step(rep, trials)
+    assert rep.eta() is None
+    lines = out.getvalue().splitlines()
+    assert "1 already finished" in lines[0]
+    assert lines[1].startswith("[2/3] synthetic-short/sinusoidal/concat/seed 0  already finished")
+
+
+def test_pickles_without_its_stream():
+    rep = SweepProgress(io.StringIO(), tty=False)
+    rep.setup(total_samples=2)
+    clone = pickle.loads(pickle.dumps(rep))
+    assert clone._out is None and clone.total == 2
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_a_closed_stream_never_breaks_the_sweep(tty):
+    out = io.StringIO()
+    rep = SweepProgress(out, tty=tty, clock=Clock())
+    out.close()
+    trials = _trials(1)
+    rep.setup(total_samples=1)
+    _finish(trials[0], 0.1, 1)
+    _step(rep, trials, done=True)
+
+
+def test_ray_per_attempt_tracebacks_are_dropped_only_during_the_run():
+    import logging
+
+    ctl = logging.getLogger("ray.tune.execution.tune_controller")
+
+    def rec(msg: str) -> logging.LogRecord:
+        return logging.LogRecord(ctl.name, logging.ERROR, __file__, 1, msg, None, None)
+
+    rep = SweepProgress(io.StringIO(), tty=False, clock=Clock())
+    rep.setup(total_samples=1)
+    try:
+        assert not ctl.filter(rec("Trial task failed for trial run_trial_00000"))
+        assert ctl.filter(rec("Experiment state snapshotting failed"))  # other errors pass
+    finally:
+        rep.report([], True)
+    assert ctl.filter(rec("Trial task failed for trial run_trial_00000"))
+
+
+def test_summary_names_the_next_commands(tmp_path, monkeypatch):
+    """format_summary: follow-up commands carry only the options that differ from what they
+    would resolve by default here (store, experiment, Tune storage)."""
+    from fusion_sweep.sweep import LaunchSummary, format_summary
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    here = f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+    ok = LaunchSummary(name="smoke", total=4, finished=4, trained_now=4, tracking_uri=here,
+                       experiment="fusion-sweep", parent_run_id="p1",
+                       experiment_path=str(tmp_path / "ray_results" / "smoke"),
+                       results_csv=str(tmp_path / "ray_results" / "smoke" / "results.csv"))
+    text = format_summary(ok, "smoke")
+    assert "statistics: fusion-sweep stats --sweep smoke\n" in text
+    assert "browse:     fusion-sweep ui   (" in text and "resume:" not in text
+    assert len(text.strip().splitlines()) == 5
+    bad = LaunchSummary(name="s2", total=4, finished=3, failed=1, trained_now=4,
+                        tracking_uri="sqlite:////elsewhere/mlflow.db", experiment="e2",
+                        parent_run_id="p2", experiment_path="/elsewhere/rr/s2",
+                        failed_trials=["d/p/f/seed 0: ValueError: boom"])
+    text = format_summary(bad, "space.yaml")
+    assert "  failed: d/p/f/seed 0: ValueError: boom" in text
+    assert "fusion-sweep stats --sweep s2 --tracking-uri sqlite:////elsewhere/mlflow.db " \
+           "--experiment e2" in text
+    assert "fusion-sweep ui --backend-store-uri sqlite:////elsewhere/mlflow.db --experiment e2" in text
+    assert "fusion-sweep launch space.yaml --name s2 --tracking-uri sqlite:////elsewhere/mlflow.db " \
+           "--experiment e2 --storage /elsewhere/rr" in text

@@ -1,0 +1,241 @@
+"""`fusion-sweep ui`: the URL it prints opens the sweep's trial runs, and it stops cleanly.
+
+A tiny sqlite store (one sweep, three trial runs, made through MlflowClient without training)
+is served by the real command on a free port. Checked: the printed URL (model-training
+layout + the trials view), the page and the REST API behind it, what headless Chromium shows
+there (when chromium is installed), and that SIGTERM and SIGINT stop the server with every
+process it started, leaving the port free.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from fusion_sweep import tracking
+from fusion_sweep.schema import PARENT, ROLE, SWEEP
+
+_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "check_report_html.py"
+_spec = importlib.util.spec_from_file_location("check_report_html", _SCRIPT)
+check = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(check)
+CHROMIUM = check.find_chromium()
+
+SWEEP_NAME = "tiny"
+TRIALS = [("synthetic-short", "sinusoidal", "add", 0, 0.625),
+          ("synthetic-short", "sinusoidal", "concat", 0, 0.75),
+          ("synthetic-short", "sinusoidal", "gate-scalar", 1, 0.5)]
+
+
+# --------------------------------------------------------------------------- helpers
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stat(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after `pid (comm)`: [state, ppid, pgid, ...]."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2:].split()
+
+
+def descendants(pid: int) -> set[int]:
+    parent = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and (st := _stat(int(d.name))):
+            parent[int(d.name)] = int(st[1])
+    out, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, pp in parent.items() if pp in frontier} - out
+        out |= frontier
+    return out
+
+
+def alive(pid: int) -> bool:
+    st = _stat(pid)
+    return st is not None and st[0] != "Z"
+
+
+def make_store(tmp_path: Path) -> tuple[str, str]:
+    """(store URI, experiment id): a sweep parent run and its trial runs, as launch writes."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = tracking.SweepTracker(uri)
+    exp_id = tracker.experiment_id
+    client = tracker.client
+    parent = client.create_run(exp_id, run_name=SWEEP_NAME,
+                               tags={ROLE: "sweep", SWEEP: SWEEP_NAME}).info.run_id
+    now = int(time.time() * 1000)
+    for d, pe, fusion, seed, acc in TRIALS:
+        run = client.create_run(exp_id, run_name=f"{d}.{pe}.{fusion}.s{seed}",
+                                tags={ROLE: "trial", SWEEP: SWEEP_NAME, PARENT: parent})
+        client.log_batch(run.info.run_id,
+                         params=[Param(k, str(v)) for k, v in
+                                 dict(dataset=d, pe=pe, fusion=fusion, seed=seed).items()],
+                         metrics=[Metric("test_acc", acc, now, 0),
+                                  Metric("best_val_acc", acc - 0.05, now, 0)],
+                         tags=[RunTag("fusion_sweep.trial_key", f"k{seed}{fusion}")])
+        client.set_terminated(run.info.run_id, "FINISHED")
+    client.set_terminated(parent, "FINISHED")
+    return uri, exp_id
+
+
+def start_ui(store: str, port: int, cwd: Path) -> tuple[subprocess.Popen, str, set[int]]:
+    """Run `fusion-sweep ui`; returns (process, the URL it printed, its descendants)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    proc = subprocess.Popen([sys.executable, "-m", "fusion_sweep.cli", "ui", "--port", str(port),
+                             "--backend-store-uri", store], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    seen: set[int] = set()
+    lines = []
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        seen |= descendants(proc.pid)
+        line = proc.stdout.readline()
+        lines.append(line)
+        if line.startswith("MLflow UI:") or not line:
+            break
+    seen |= descendants(proc.pid)
+    m = re.match(r"MLflow UI: (\S+)", lines[-1])
+    if not m:
+        proc.kill()
+        pytest.fail("no URL printed:\n" + "".join(lines))
+    return proc, m.group(1), seen
+
+
+def assert_stops_cleanly(proc: subprocess.Popen, sig: int, port: int, seen: set[int]) -> None:
+    """After `sig`: exit 0 within 20 s, nothing it started alive, the port free."""
+    assert len(seen) >= 2, f"expected mlflow server + uvicorn under the ui process, saw {seen}"
+    groups = {int(_stat(p)[2]) for p in seen if _stat(p)}
+    proc.send_signal(sig)
+    try:
+        rc = proc.wait(timeout=20)
+    finally:
+        for p in seen | {proc.pid}:  # clean up what this test started, whatever happened
+            if alive(p):
+                os.kill(p, signal.SIGKILL)
+    assert rc == 0, proc.stdout.read()
+    left = [p for p in seen if alive(p)]
+    assert not left, f"orphans after {signal.Signals(sig).name}: {left}"
+    in_groups = [p for p in map(int, filter(str.isdigit, os.listdir("/proc")))
+                 if (st := _stat(p)) and st[0] != "Z" and int(st[2]) in groups - {os.getpgid(0)}]
+    assert not in_groups, f"processes left in the server's process group: {in_groups}"
+    assert tracking.port_free("127.0.0.1", port), f"port {port} still in use"
+
+
+def chromium(*args: str, profile: Path, timeout: float = 60) -> subprocess.CompletedProcess:
+    # A fresh profile each time: a first visit, nothing remembered in localStorage.
+    shutil.rmtree(profile, ignore_errors=True)
+    return subprocess.run([CHROMIUM, *check.BASE_FLAGS, f"--user-data-dir={profile}",
+                           "--window-size=1600,1000", "--virtual-time-budget=15000", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+# ----------------------------------------------------------------------------- tests
+def test_view_state_and_url():
+    url = tracking.ui_url("http://127.0.0.1:5000", "7")
+    assert url == ("http://127.0.0.1:5000/#/experiments/7/runs?workflowType=machine_learning"
+                   "&viewStateShareKey=fusion-sweep-trials")
+    assert tracking.ui_url("http://127.0.0.1:5000/") == \
+        "http://127.0.0.1:5000/#/experiments?workflowType=machine_learning"
+    st = tracking.trials_view_state()
+    assert st["selectedColumns"][:5] == ["params.`dataset`", "params.`pe`", "params.`fusion`",
+                                         "params.`seed`", "metrics.`test_acc`"]
+    assert st["columnOrder"][1:6] == st["selectedColumns"][:5]
+    assert st["searchFilter"] == "tags.`fusion_sweep.role` = 'trial'"
+    assert st["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "fusion_sweep.sweep"}]
+    assert tracking.sqlite_path("sqlite:////a/b.db") == Path("/a/b.db")
+    assert tracking.sqlite_path("http://h:5000") is None
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> tuple[str, str]:
+    """One store for the module: a fresh MLflow sqlite DB takes ~10 s of migrations."""
+    return make_store(tmp_path_factory.mktemp("store"))
+
+
+def test_mark_training_experiment_is_idempotent(store):
+    uri, exp_id = store
+    client = tracking.SweepTracker(uri).client
+    if tracking.EXPERIMENT_KIND_TAG in client.get_experiment(exp_id).tags:
+        client.delete_experiment_tag(exp_id, tracking.EXPERIMENT_KIND_TAG)
+    assert tracking.mark_training_experiment(client, exp_id)
+    assert not tracking.mark_training_experiment(client, exp_id)  # nothing left to write
+    tags = client.get_experiment(exp_id).tags
+    assert tags["mlflow.experimentKind"] == "custom_model_development"
+    view = json.loads(tags["mlflow.sharedViewState.fusion-sweep-trials"])
+    assert view["name"] == tracking.TRIALS_VIEW_NAME and isinstance(view["createdAt"], int)
+    assert json.loads(view["state"]) == tracking.trials_view_state()
+    # the view's filter is valid MLflow search syntax and selects exactly the trials
+    runs = client.search_runs([exp_id], filter_string=json.loads(view["state"])["searchFilter"])
+    assert len(runs) == len(TRIALS)
+
+
+def test_ui_opens_the_trials_and_stops_on_sigterm(store, tmp_path):
+    uri, exp_id = store
+    port = free_port()
+    t0 = time.time()
+    proc, url, seen = start_ui(uri, port, tmp_path)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        assert url == tracking.ui_url(base, exp_id)
+        with urllib.request.urlopen(base + "/", timeout=10) as r:
+            assert r.status == 200 and b'id="root"' in r.read()
+        req = urllib.request.Request(
+            base + "/api/2.0/mlflow/experiments/get?experiment_id=" + exp_id)
+        with urllib.request.urlopen(req, timeout=10) as r:
+            tags = {t["key"]: t["value"] for t in json.load(r)["experiment"]["tags"]}
+        assert tags[tracking.EXPERIMENT_KIND_TAG] == tracking.TRAINING_KIND
+        state = json.loads(json.loads(tags["mlflow.sharedViewState.fusion-sweep-trials"])["state"])
+        body = json.dumps({"experiment_ids": [exp_id], "filter": state["searchFilter"]}).encode()
+        req = urllib.request.Request(base + "/api/2.0/mlflow/runs/search", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            runs = json.load(r)["runs"]
+        assert sorted(r["info"]["run_name"] for r in runs) == sorted(
+            f"{d}.{pe}.{f}.s{s}" for d, pe, f, s, _ in TRIALS)
+
+        if CHROMIUM is not None:  # what a person sees at that URL
+            dom = chromium("--dump-dom", url, profile=tmp_path / "prof").stdout
+            for text in ("dataset", "fusion", "seed", "test_acc", f"Group: {SWEEP_NAME}",
+                         "gate-scalar", "0.75"):
+                assert text in dom, f"{text!r} not on the page"
+            assert "Token Usage" not in dom and "Traces</h" not in dom  # not the GenAI overview
+            png = Path(os.environ.get("FUSION_UI_SCREENSHOT") or tmp_path / "ui.png")
+            chromium(f"--screenshot={png}", url, profile=tmp_path / "prof")
+            assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    finally:
+        assert_stops_cleanly(proc, signal.SIGTERM, port, seen)
+    print(f"\n[ui] served, checked and stopped in {time.time() - t0:.1f} s")
+
+
+def test_ui_stops_on_sigint_and_refuses_a_busy_port(store, tmp_path):
+    uri, _ = store
+    port = free_port()
+    proc, url, seen = start_ui(uri, port, tmp_path)
+    try:
+        assert url.startswith(f"http://127.0.0.1:{port}/#/experiments/")
+        r = subprocess.run([sys.executable, "-m", "fusion_sweep.cli", "ui", "--port", str(port),
+                            "--backend-store-uri", uri], capture_output=True, text=True,
+                           timeout=60, cwd=tmp_path)
+        assert r.returncode == 2 and "already in use" in r.stderr
+    finally:
+        assert_stops_cleanly(proc, signal.SIGINT, port, seen)
