@@ -37,12 +37,25 @@ _PAGE = 1000
 
 def _client(tracking_uri: str | None) -> tuple[Any, str]:
     uri = resolve_tracking_uri(tracking_uri)
+    if not uri.startswith(("sqlite:///", "http://", "https://")):  # mlflow: a traceback
+        raise AnalysisError(f"tracking URI {uri!r}: unsupported; use an http(s):// MLflow "
+                            f"server or a sqlite:/// store, or give a results file with --results")
     if uri.startswith("sqlite:///"):
         db = Path(uri.removeprefix("sqlite:///"))
         if not db.exists():  # mlflow would silently create an empty store
             raise AnalysisError(
                 f"no MLflow store at {db}; pass --tracking-uri, set MLFLOW_TRACKING_URI, "
                 "or give a results file with --results")
+    else:  # mlflow would retry a dead server for minutes
+        import urllib.request
+        try:
+            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5):
+                pass
+        except OSError as exc:
+            raise AnalysisError(
+                f"MLflow tracking server {uri} is not reachable ({getattr(exc, 'reason', exc)}); "
+                "start it, fix --tracking-uri / MLFLOW_TRACKING_URI, or give a results file "
+                "with --results") from None
     from mlflow.tracking import MlflowClient  # lazy: see module docstring
     return MlflowClient(tracking_uri=uri), uri
 

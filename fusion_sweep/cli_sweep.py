@@ -140,6 +140,10 @@ def run_ui(args: argparse.Namespace) -> int:
 
     store = args.backend_store_uri or tracking.default_ui_store()
     db = tracking.sqlite_path(store)
+    if db is None:  # mlflow server would die with a traceback
+        raise ValueError(f"--backend-store-uri {store}: not a sqlite:/// store; `fusion-sweep ui` "
+                         f"serves a local sqlite:///PATH store (open an http(s):// tracking "
+                         f"server's own UI directly)")
     if db is not None:
         if not db.parent.is_dir():
             raise ValueError(f"--backend-store-uri {store}: directory {db.parent} does not exist")
@@ -150,8 +154,10 @@ def run_ui(args: argparse.Namespace) -> int:
         raise ValueError(f"--port {args.port}: {args.host}:{args.port} is already in use "
                          f"(another MLflow UI?); choose another with --port")
     if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"warning: binding {args.host}: anyone who can reach this machine can read and "
-              f"change these runs", file=sys.stderr)
+        print(f"warning: --host {args.host} exposes the MLflow UI and its REST API on port "
+              f"{args.port} to the network, without authentication: anyone who can reach this "
+              f"machine can read, change and delete every run, metric and artifact in {store}",
+              file=sys.stderr)
     experiment = args.experiment or tracking.DEFAULT_EXPERIMENT
     try:
         exp_id = tracking.prepare_ui_experiment(store, experiment)

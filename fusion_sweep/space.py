@@ -258,8 +258,14 @@ def load_space(name_or_path: str | Path) -> SearchSpace:
         raise SpaceError(str(path), [f"cannot read: {e}"]) from None
     try:
         raw = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise SpaceError(str(path), [f"not valid YAML: {e}"]) from None
+    except yaml.YAMLError as e:  # one line: where, what (yaml's own text spans several)
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        what = getattr(e, "problem", None) or str(e).replace("\n", " ")
+        if isinstance(e, yaml.constructor.ConstructorError):
+            what += ("; only plain YAML data is read (yaml.safe_load): tags that build Python "
+                     "objects or run code are refused")
+        raise SpaceError(str(path), [f"not valid YAML: {where}{what}"]) from None
     return parse_space(raw, source=str(path))
 
 
