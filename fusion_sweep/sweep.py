@@ -247,19 +247,6 @@ class SweepLock:
                 self._fd = None
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is not alive
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return True
-
-
 # -------------------------------------------------------------------------- the trial
 def _node_tags() -> dict[str, str]:
     import ray
@@ -427,6 +414,8 @@ def _preflight(space: SearchSpace, name: str, points: list[GridPoint], tracking_
     uri = tracking.resolve_tracking_uri(tracking_uri)
     tracking.check_tracking_uri(uri)
     address = check_ray_address(address)
+    if address is None:  # a local instance: this machine is the whole cluster
+        _check_local_resources(space)
     exp_path = f"{resolve_storage(storage).rstrip('/')}/{name}"
     ghash = grid_hash(points)
     experiment = experiment or space.experiment
@@ -600,6 +589,28 @@ def _check_code(parent, tracker, name: str, code: str, allow: bool, out: TextIO)
               f"trial again under {code}", file=out)
     seen = [h for h in history.split(",") if h]
     return ",".join(seen + [code] if code not in seen else seen)
+
+
+def _local_gpus() -> int:
+    """GPUs a local Ray instance would see (torch honours CUDA_VISIBLE_DEVICES, as Ray does)."""
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:  # noqa: BLE001 - no usable CUDA: no GPU
+        return 0
+
+
+def _check_local_resources(space: SearchSpace) -> None:
+    """Refuse, before Ray starts, a space whose trial needs more than this machine has: the
+    local instance is sized to it (`_init_ray`), so such a trial could never start."""
+    ncpu = os.cpu_count() or 1
+    ngpu = _local_gpus() if space.gpu > 0 else 0
+    if space.cpu > ncpu or space.gpu > ngpu:
+        raise ValueError(f"resources: one trial needs cpu={space.cpu:g}, gpu={space.gpu:g}, but "
+                         f"the local Ray instance has this machine's CPU={ncpu}, GPU={ngpu}, so "
+                         f"no trial could ever start; lower `resources` in {space.source}, or "
+                         f"pass --address for a cluster with such nodes")
 
 
 def _warn_resources(space: SearchSpace, uri: str, out: TextIO) -> None:

@@ -76,6 +76,10 @@ def check_tracking_uri(uri: str, timeout: float = 5.0) -> None:
     elif uri.startswith("file:") or "://" not in uri:
         raise ValueError(f"tracking URI {uri!r}: MLflow 3 refuses file stores; use "
                          f"{default_tracking_uri()} or an http(s):// server")
+    else:  # ftp://, mysql://, ...: not a store this tool checks and writes to
+        raise ValueError(f"tracking URI {uri!r}: unsupported scheme {uri.split('://', 1)[0]!r}; "
+                         f"use an http(s):// MLflow server or a sqlite:/// store (default "
+                         f"{default_tracking_uri()})")
 
 
 def git_commit(path: str | Path | None = None) -> str:
@@ -163,6 +167,12 @@ def _transient(exc: BaseException) -> bool:
     return any(m in text for m in _TRANSIENT_MARKERS)
 
 
+def _brief(exc: BaseException, width: int = 110) -> str:
+    """An error in one line: its start and its end (where requests puts the cause)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 2 * width else f"{text[:width]} … {text[-width:]}"
+
+
 def _retry_budget() -> float:
     try:
         return max(0.0, float(os.environ.get(RETRY_SECONDS_ENV, DEFAULT_RETRY_SECONDS)))
@@ -192,9 +202,8 @@ def _retry(fn, *args, tries: int | None = None, budget: float | None = None,
             delay = min(8.0, 0.2 * 2 ** (i - 1))
             if not _transient(e) or (tries is not None and i >= tries) or waited + delay > budget:
                 raise
-            log.warning("MLflow call %s failed (%s); retrying in %.1f s",
-                        getattr(fn, "__name__", fn), str(e).splitlines()[0][:200] if str(e) else
-                        type(e).__name__, delay)
+            log.warning("MLflow call %s failed (%s); retrying in %.1f s (%.0f of %.0f s spent)",
+                        getattr(fn, "__name__", fn), _brief(e), delay, waited, budget)
             sleep(delay)
             waited += delay
 

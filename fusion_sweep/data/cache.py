@@ -6,6 +6,11 @@ line; tokens never contain whitespace) and `meta.json`. The key is a SHA-256 ove
 that determines the arrays (dataset name, raw-data identity, tokenizer settings, data_seed,
 generator parameters, code versions), so a stale entry is never read.
 
+Integrity: `meta.json` records the SHA-256 of every other file of the entry (`files`). The first
+read of an entry in a process verifies them; a truncated or corrupted file (a full disk, a
+killed copy, bit rot) is never loaded: the entry is removed and rebuilt, with a warning. Later
+reads in the same process trust the verified entry (keyed by its meta.json's inode and mtime).
+
 Concurrency: Ray trials on one node may miss at the same moment. An entry is written into a
 private temporary directory and renamed into place (atomic on POSIX); a loser of the race
 discards its copy. An advisory file lock makes later arrivals wait for the first writer
@@ -17,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -28,8 +34,11 @@ import numpy as np
 from fusion_sweep.data.types import EncodedData, EncodedSplit
 
 ENV_CACHE = "FUSION_SWEEP_CACHE"
-CACHE_FORMAT = "npy-dir-v1"
+CACHE_FORMAT = "npy-dir-v2"  # v2: meta.json holds a SHA-256 per file
 SPLIT_NAMES = ("train", "val", "test")  # EncodedData attribute names
+
+log = logging.getLogger(__name__)
+_VERIFIED: set[tuple[str, int, int]] = set()  # (entry, meta inode, meta mtime_ns) checked here
 
 
 def cache_root(cache_dir: str = "") -> Path:
@@ -69,8 +78,10 @@ def write_entry(path: Path, data: EncodedData, vocab: list[str], meta: Mapping[s
             np.save(tmp / f"{attr}_offsets.npy", np.ascontiguousarray(split.offsets, dtype=np.int64))
             np.save(tmp / f"{attr}_labels.npy", np.ascontiguousarray(split.labels, dtype=np.int64))
         (tmp / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+        files = {f.name: file_digest(f) for f in sorted(tmp.iterdir())}
         full_meta = {**meta, "name": data.name, "vocab_size": data.vocab_size,
-                     "num_classes": data.num_classes, "pad_id": data.pad_id, "unk_id": data.unk_id}
+                     "num_classes": data.num_classes, "pad_id": data.pad_id, "unk_id": data.unk_id,
+                     "files": files}
         # meta.json last: its presence marks a complete entry.
         (tmp / "meta.json").write_text(json.dumps(full_meta, sort_keys=True, default=str))
         try:
@@ -84,22 +95,62 @@ def write_entry(path: Path, data: EncodedData, vocab: list[str], meta: Mapping[s
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+class CorruptEntry(Exception):
+    """A cache entry whose files do not match the digests in its meta.json."""
+
+
+def verify_entry(path: Path, meta: Mapping[str, Any]) -> None:
+    """Raise CorruptEntry unless every file listed in meta['files'] has its recorded SHA-256
+    (an entry without digests is corrupt too: it cannot be checked). Once per process."""
+    st = (path / "meta.json").stat()
+    token = (str(path), st.st_ino, st.st_mtime_ns)
+    if token in _VERIFIED:
+        return
+    files = meta.get("files")
+    if not isinstance(files, dict) or not files:
+        raise CorruptEntry("meta.json records no file digests")
+    for name, digest in files.items():
+        try:
+            got = file_digest(path / name)
+        except OSError as e:
+            raise CorruptEntry(f"{name}: {e}") from None
+        if got != digest:
+            raise CorruptEntry(f"{name}: SHA-256 {got[:12]}… != recorded {str(digest)[:12]}…")
+    _VERIFIED.add(token)
+
+
 def read_entry(path: Path) -> EncodedData | None:
-    """The cached dataset (arrays memory-mapped read-only), or None if absent/incomplete."""
+    """The cached dataset (arrays memory-mapped read-only), or None if absent, incomplete or
+    corrupt (a file whose content hash differs from meta.json's: logged as a warning)."""
     meta_file = path / "meta.json"
     if not meta_file.exists():
         return None
     try:
         meta = json.loads(meta_file.read_text())
+        verify_entry(path, meta)
         splits = {attr: EncodedSplit(ids=_mmap(path / f"{attr}_ids.npy"),
                                      offsets=_mmap(path / f"{attr}_offsets.npy"),
                                      labels=_mmap(path / f"{attr}_labels.npy"))
                   for attr in SPLIT_NAMES}
-    except (OSError, ValueError, KeyError):
+        return EncodedData(name=meta["name"], vocab_size=int(meta["vocab_size"]),
+                           num_classes=int(meta["num_classes"]), pad_id=int(meta["pad_id"]),
+                           unk_id=int(meta["unk_id"]), **splits)
+    except CorruptEntry as e:
+        log.warning("tokenized-data cache entry %s is corrupt (%s): rebuilding it", path, e)
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        log.warning("tokenized-data cache entry %s is unreadable (%s): rebuilding it", path, e)
         return None  # corrupt or partial: the caller rebuilds it
-    return EncodedData(name=meta["name"], vocab_size=int(meta["vocab_size"]),
-                       num_classes=int(meta["num_classes"]), pad_id=int(meta["pad_id"]),
-                       unk_id=int(meta["unk_id"]), **splits)
+
+
+def _discard(path: Path) -> None:
+    """Move a bad entry out of the way (atomic rename), then delete it; readers that mapped
+    its files keep their pages (POSIX)."""
+    if not path.exists():
+        return
+    trash = Path(tempfile.mkdtemp(prefix=f".{path.name}.bad.", dir=path.parent))
+    os.replace(path, trash / "entry")
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def _mmap(file: Path) -> np.ndarray:
@@ -139,6 +190,7 @@ def get_or_build(path: Path, build: Callable[[], tuple[EncodedData, list[str], d
         data = read_entry(path)  # a concurrent builder may have finished meanwhile
         if data is not None:
             return data, True
+        _discard(path)  # a corrupt entry would block the rename of the rebuilt one
         built, vocab, meta = build()
         write_entry(path, built, vocab, meta)
     data = read_entry(path)

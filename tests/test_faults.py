@@ -1,0 +1,185 @@
+"""Fast fault-injection checks (issue 11 §2); the full suite is `benchmarks/faults.py`.
+
+* a truncated or corrupted file in the tokenized-data cache is caught by its content hash
+  (meta.json), never loaded, and the entry is rebuilt with a warning;
+* two drivers entering `SweepLock` in the same millisecond: exactly one gets the sweep; a
+  lock left by a killed driver does not block;
+* `tracking._retry` rides out an unreachable tracking server (>= 30 s of back-off) and a
+  locked SQLite store, and gives up at once on other errors.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fusion_sweep import tracking
+from fusion_sweep.data import cache as cache_mod
+from fusion_sweep.data import load_encoded
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = dict(n_train=60, n_val=20, n_test=20)
+
+
+# ------------------------------------------------------------------ (e) the data cache
+def _entry(root: Path) -> Path:
+    (entry,) = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    return entry
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "delete_digests"])
+def test_corrupt_cache_file_is_detected_and_rebuilt(tmp_path: Path, damage: str,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    root = tmp_path / "cache"
+    first = load_encoded("synthetic-short", cache_dir=str(root), synthetic_overrides=SMALL)
+    entry = _entry(root)
+    meta = json.loads((entry / "meta.json").read_text())
+    assert set(meta["files"]) >= {f"{s}_{a}.npy" for s in ("train", "val", "test")
+                                  for a in ("ids", "offsets", "labels")} | {"vocab.txt"}
+    want = first.fingerprint(0, True)
+    cache_mod._VERIFIED.clear()  # a new process: nothing verified yet
+    if damage == "truncate":
+        f = entry / "train_ids.npy"
+        f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    elif damage == "flip":  # same size, a valid .npy header: only the hash can tell
+        f = entry / "test_labels.npy"
+        b = bytearray(f.read_bytes())
+        b[-1] ^= 0x01
+        f.write_bytes(bytes(b))
+    else:  # an entry whose digests are gone cannot be trusted
+        del meta["files"]
+        (entry / "meta.json").write_text(json.dumps(meta))
+
+    with caplog.at_level(logging.WARNING, logger="fusion_sweep.data.cache"):
+        again = load_encoded("synthetic-short", cache_dir=str(root), synthetic_overrides=SMALL)
+    assert again.fingerprint(0, True) == want  # the rebuilt data, not the damaged file
+    assert any("rebuilding it" in r.getMessage() and str(entry) in r.getMessage()
+               for r in caplog.records), caplog.text
+    assert _entry(root) == entry  # rebuilt in place, nothing left beside it
+    assert [p.name for p in root.iterdir() if p.name.startswith(".") and p.is_dir()] == []
+    meta = json.loads((entry / "meta.json").read_text())
+    assert all(cache_mod.file_digest(entry / n) == d for n, d in meta["files"].items())
+
+
+def test_cache_hashes_once_per_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "cache"
+    load_encoded("synthetic-short", cache_dir=str(root), synthetic_overrides=SMALL)
+    cache_mod._VERIFIED.clear()
+    calls = []
+    real = cache_mod.file_digest
+    monkeypatch.setattr(cache_mod, "file_digest", lambda p, *a: calls.append(p) or real(p, *a))
+    load_encoded("synthetic-short", cache_dir=str(root), synthetic_overrides=SMALL)
+    n = len(calls)
+    assert n == 10  # 9 arrays + vocab.txt
+    load_encoded("synthetic-short", cache_dir=str(root), synthetic_overrides=SMALL)
+    assert len(calls) == n  # verified once, trusted after
+
+
+# ------------------------------------------------------------------------- (f) the lock
+_HOLDER = r"""
+import sys, time
+from fusion_sweep.sweep import SweepLock
+start, out = float(sys.argv[2]), sys.argv[3]
+while time.time() < start:
+    pass
+try:
+    with SweepLock(sys.argv[1]):
+        open(out, "w").write("got")
+        time.sleep(1.5)
+except ValueError as e:
+    open(out, "w").write("refused: " + str(e))
+"""
+
+
+def test_two_drivers_at_the_same_moment_one_refused(tmp_path: Path) -> None:
+    exp = tmp_path / "ray_results" / "sweep"
+    for rnd in range(2):
+        start = time.time() + 3.0  # both interpreters are up well before: they race on the lock
+        outs = [tmp_path / f"r{rnd}-{i}.txt" for i in range(2)]
+        procs = [subprocess.Popen([sys.executable, "-c", _HOLDER, str(exp), str(start), str(o)],
+                                  cwd=REPO) for o in outs]
+        for p in procs:
+            assert p.wait(timeout=60) == 0
+        texts = sorted(o.read_text() for o in outs)
+        assert texts[0] == "got" and texts[1].startswith("refused: sweep already running: driver "
+                                                         "pid "), texts
+        assert str(exp / ".driver.lock") in texts[1]
+
+
+def test_lock_of_a_killed_driver_does_not_block(tmp_path: Path) -> None:
+    from fusion_sweep.sweep import SweepLock
+
+    exp = tmp_path / "sweep"
+    p = subprocess.Popen([sys.executable, "-c", _HOLDER, str(exp), "0", str(tmp_path / "o")],
+                         cwd=REPO)
+    deadline = time.time() + 30
+    while not (tmp_path / "o").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    with pytest.raises(ValueError, match="sweep already running"):
+        SweepLock(str(exp)).__enter__()
+    p.kill()  # SIGKILL: no __exit__ runs, the kernel drops the flock
+    p.wait()
+    with SweepLock(str(exp)) as lock:
+        assert json.loads(lock.path.read_text())["pid"] == os.getpid()
+    with SweepLock(str(exp)):  # released on exit
+        pass
+
+
+# -------------------------------------------------------------------- (c) the retries
+class Flaky:
+    def __init__(self, failures: int, exc: Exception):
+        self.failures, self.exc, self.calls = failures, exc, 0
+
+    def __call__(self, x):
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise self.exc
+        return x * 2
+
+
+REFUSED = Exception("API request to endpoint /api/2.0/mlflow/runs/log-batch failed with exception "
+                    "HTTPConnectionPool(host='127.0.0.1', port=5000): Max retries exceeded with "
+                    "url: ... (Caused by NewConnectionError('Failed to establish a new connection: "
+                    "[Errno 111] Connection refused'))")
+
+
+@pytest.mark.parametrize("exc", [REFUSED, ConnectionError("reset"),
+                                 Exception("(sqlite3.OperationalError) database is locked"),
+                                 Exception("API request failed with error code 503 != 200. "
+                                           "Response body: 'Service Unavailable'")])
+def test_retry_rides_out_transient_errors(exc: Exception) -> None:
+    waits: list[float] = []
+    f = Flaky(6, exc)
+    assert tracking._retry(f, 21, sleep=waits.append) == 42
+    assert f.calls == 7 and waits == pytest.approx([0.2, 0.4, 0.8, 1.6, 3.2, 6.4])
+
+
+def test_retry_backs_off_at_least_30_s_then_raises() -> None:
+    assert tracking.DEFAULT_RETRY_SECONDS >= 30
+    waits: list[float] = []
+    f = Flaky(10 ** 6, REFUSED)
+    with pytest.raises(Exception, match="Connection refused"):
+        tracking._retry(f, 1, sleep=waits.append)
+    assert 30 <= sum(waits) <= tracking.DEFAULT_RETRY_SECONDS and max(waits) <= 8.0
+
+
+def test_retry_budget_from_env_and_no_retry_of_real_errors(monkeypatch) -> None:
+    monkeypatch.setenv(tracking.RETRY_SECONDS_ENV, "2")
+    waits: list[float] = []
+    with pytest.raises(Exception, match="Connection refused"):
+        tracking._retry(Flaky(10 ** 6, REFUSED), 1, sleep=waits.append)
+    assert sum(waits) <= 2
+    f = Flaky(1, ValueError("INVALID_PARAMETER_VALUE: bad metric"))
+    with pytest.raises(ValueError):
+        tracking._retry(f, 1, sleep=waits.append)
+    assert f.calls == 1
+    f = Flaky(3, REFUSED)
+    with pytest.raises(Exception):
+        tracking._retry(f, 1, tries=2, sleep=lambda s: None)
+    assert f.calls == 2
