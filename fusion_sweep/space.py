@@ -20,7 +20,8 @@ Schema (all keys except `name`, `datasets`, `fusions`, `pes`, `seeds` are option
     hyperparameters:                 # TrialConfig fields; dataset defaults apply first
       all: {epochs: 3}               # every dataset
       synthetic-short: {d_model: 64} # this dataset (wins over `all`)
-    resources: {cpu: 1, gpu: 0}      # per trial; gpu may be fractional (0.25 = 4 per GPU)
+    resources: {cpu: 1, gpu: 0}      # per trial; gpu may be fractional (0.25 = 4 per GPU);
+                                     # memory_gb: RAM per trial (default: estimated)
     max_failures: 2                  # Ray Tune retries per trial
     baseline: add                    # the fusion every other fusion is compared with
     metric: test_acc
@@ -59,7 +60,7 @@ TOP_LEVEL_KEYS = (
     "equivalence_margin", "directions", "tune", "tuned",
 )
 REQUIRED_KEYS = ("name", "datasets", "pes", "fusions", "seeds")
-RESOURCE_KEYS = ("cpu", "gpu")
+RESOURCE_KEYS = ("cpu", "gpu", "memory_gb")
 TUNE_KEYS = ("seeds", "budget", "search", "pe")
 
 
@@ -162,6 +163,12 @@ class SearchSpace:
     @property
     def gpu(self) -> float:
         return float(self.resources.get("gpu", 0))
+
+    @property
+    def memory_gb(self) -> float | None:
+        """Declared GiB per trial, or None (then `sweep.trial_memory_bytes` estimates it)."""
+        m = self.resources.get("memory_gb")
+        return None if m is None else float(m)
 
     @property
     def num_threads(self) -> int:
@@ -444,6 +451,13 @@ def _validate_resources(raw: Mapping, errors: list[str]) -> tuple[dict[str, Any]
         elif gpu > 1 and not float(gpu).is_integer():
             errors.append(f"resources.gpu: above 1 it must be a whole number (Ray's rule), got {gpu!r}")
         resources = {"cpu": cpu, "gpu": gpu}
+        mem = res.get("memory_gb")
+        if mem is not None:
+            if not _is_num(mem) or mem <= 0:
+                errors.append(f"resources.memory_gb: must be a positive number (GiB per trial; "
+                              f"omit it to estimate from the trial's config), got {mem!r}")
+            else:
+                resources["memory_gb"] = mem
     max_failures = raw.get("max_failures", 2)
     if not _is_int(max_failures) or max_failures < -1:
         errors.append(f"max_failures: must be an integer >= 0 (-1 = retry forever), got {max_failures!r}")

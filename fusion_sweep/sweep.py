@@ -258,6 +258,15 @@ def _node_tags() -> dict[str, str]:
     return tags
 
 
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MiB (Linux reports KiB). A Ray actor
+    runs several trials in turn (reuse_actors), so this is the peak up to and including this
+    trial: an upper bound of the trial's own."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
 def _ident(config: Mapping[str, Any]) -> tuple:
     """The grid point of a Tune trial config: `{"trial": {identity field: value}}`."""
     t = config.get("trial", config)
@@ -298,7 +307,7 @@ def run_trial(config: dict, *, ctx, configs: dict) -> None:
 
     try:
         result = train_trial(tc, callback=on_epoch)
-        run.log_result(result)
+        run.log_result(result, {"peak_rss_mb": peak_rss_mb()})
     except BaseException as e:
         run.fail(e)
         raise
@@ -415,7 +424,7 @@ def _preflight(space: SearchSpace, name: str, points: list[GridPoint], tracking_
     tracking.check_tracking_uri(uri)
     address = check_ray_address(address)
     if address is None:  # a local instance: this machine is the whole cluster
-        _check_local_resources(space)
+        _check_local_resources(space, points)
     exp_path = f"{resolve_storage(storage).rstrip('/')}/{name}"
     ghash = grid_hash(points)
     experiment = experiment or space.experiment
@@ -601,7 +610,7 @@ def _local_gpus() -> int:
         return 0
 
 
-def _check_local_resources(space: SearchSpace) -> None:
+def _check_local_resources(space: SearchSpace, points: list[GridPoint]) -> None:
     """Refuse, before Ray starts, a space whose trial needs more than this machine has: the
     local instance is sized to it (`_init_ray`), so such a trial could never start."""
     ncpu = os.cpu_count() or 1
@@ -611,6 +620,50 @@ def _check_local_resources(space: SearchSpace) -> None:
                          f"the local Ray instance has this machine's CPU={ncpu}, GPU={ngpu}, so "
                          f"no trial could ever start; lower `resources` in {space.source}, or "
                          f"pass --address for a cluster with such nodes")
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    need = max(trial_memory_bytes(space, p.config) for p in points)
+    if need > RAY_MEMORY_SHARE * total:
+        raise ValueError(f"resources: one trial needs about {need / 2**30:.1f} GiB of memory but "
+                         f"the local Ray instance schedules at most {RAY_MEMORY_SHARE * total / 2**30:.1f} "
+                         f"GiB of this machine's {total / 2**30:.1f} GiB, so no trial could ever "
+                         f"start; set `resources: {{memory_gb: ...}}` in {space.source} if the "
+                         f"estimate is too high, or lower batch_size / max_len")
+
+
+# Ray's local node offers roughly this share of physical memory as its `memory` resource.
+RAY_MEMORY_SHARE = 0.6
+# What a trial actor holds before training: Python, torch, Ray worker, MLflow client (an idle
+# ray::ImplicitFunc actor measured ~0.55 GB RSS here).
+ACTOR_BASE_BYTES = 768 << 20
+
+
+def trial_memory_bytes(space: SearchSpace, config: Any) -> int:
+    """Ray `memory` resource of one trial: the space's `resources.memory_gb`, else an estimate
+    from the config, so Ray never packs more trials onto a node than fit in its memory.
+
+    Estimate (fp32, bytes): the actor's base + 4 copies of the parameters (weights, grads, two
+    Adam moments) + on CPU one training step's activations at the longest padded batch: per
+    layer ~16 (B, L, d)-sized tensors and (B, H, L, L) attention tensors — 4 of them (scores,
+    probabilities, dropout mask, gradient) when attention dropout forces the materialising
+    path, else 1 — × 1.5 for the allocator's slack. A GPU trial keeps its activations in GPU
+    memory, which Ray's `memory` resource does not count. Embedding rows are bounded by the
+    50k-token vocabulary cap (synthetic regimes: their filler vocabulary).
+    """
+    if space.memory_gb is not None:
+        return int(space.memory_gb * 2**30)
+    from fusion_sweep.data.registry import DATASETS
+
+    c = config
+    spec = DATASETS[c.dataset]
+    vocab = int(spec.synthetic.get("filler_vocab", 500)) + 64 if spec.generated else 50_000
+    params = vocab * c.d_model + c.layers * (4 * c.d_model ** 2 + 2 * c.d_model * c.dim_ff) \
+        + 3 * c.d_model ** 2 + c.max_len * c.d_model
+    if space.gpu > 0:
+        return int(ACTOR_BASE_BYTES + 2 * 4 * params)  # a host copy of weights and checkpoint
+    B, L, H = c.batch_size, c.max_len, c.heads
+    attn = 4 if c.attn_dropout > 0 else 1
+    acts = c.layers * (16 * B * L * max(c.d_model, c.dim_ff // 2) + attn * B * H * L * L)
+    return int(ACTOR_BASE_BYTES + 4 * 4 * params + 1.5 * 4 * acts)
 
 
 def _warn_resources(space: SearchSpace, uri: str, out: TextIO) -> None:
@@ -643,9 +696,12 @@ def _run_tuner(space: SearchSpace, points: list[GridPoint], exp_path: str, ctx,
     from ray import tune
 
     configs = {p.ident: p.config.to_dict() for p in points}
+    # One resource request for the sweep: its largest trial's memory (Tune's with_resources
+    # takes one dict for every trial of a Tuner).
+    memory = max(trial_memory_bytes(space, p.config) for p in points)
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, ctx=ctx, configs=configs),
-        {"cpu": space.cpu, "gpu": space.gpu})
+        {"cpu": space.cpu, "gpu": space.gpu, "memory": memory})
     idents = [dict(zip(IDENTITY_FIELDS, p.ident)) for p in points]
     tuner = tune.Tuner(
         trainable,

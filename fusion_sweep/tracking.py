@@ -404,12 +404,14 @@ class TrialRun:
         _retry(self.client.log_batch, self.run_id, metrics=[
             Metric(k, float(v), now, int(record.epoch)) for k, v in values.items()])
 
-    def log_result(self, result: "TrialResult") -> None:
-        """Final metrics, fingerprints, artifacts; then FINISHED (last, so FINISHED ⇒ complete)."""
+    def log_result(self, result: "TrialResult", extra_metrics: Mapping[str, float] | None = None
+                   ) -> None:
+        """Final metrics, fingerprints, artifacts; then FINISHED (last, so FINISHED ⇒ complete).
+        `extra_metrics`: what the sweep layer measured around the trial (e.g. peak RSS)."""
         from mlflow.entities import Metric, RunTag
 
         now = int(time.time() * 1000)
-        metrics = result.metrics()
+        metrics = {**result.metrics(), **(extra_metrics or {})}
         missing = [k for k in FINAL_METRICS if k not in metrics]
         if missing:
             raise ValueError(f"TrialResult.metrics() lacks {missing}")

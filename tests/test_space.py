@@ -246,3 +246,25 @@ def test_dry_run_prints_grid_without_starting_ray(tmp_path):
     assert "4 trials = 1 datasets × 1 PEs × 2 fusions × 2 seeds; per trial: cpu=1, gpu=0" in r.stdout
     assert "dry run: nothing started" in r.stdout
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "ray_results").exists()
+
+
+def test_trial_memory_is_declared_or_estimated(tmp_path):
+    from fusion_sweep.sweep import _check_local_resources, plan, trial_memory_bytes
+
+    d = yaml.safe_load((SPACE_DIR / "smoke.yaml").read_text())
+    s = parse_space(d, "smoke.yaml")
+    c = s.grid()[0]
+    est = trial_memory_bytes(s, c)
+    assert 0.5 * 2**30 < est < 2 * 2**30  # actor base + a tiny model
+    bigger = trial_memory_bytes(s, c.replace(batch_size=64, max_len=160))
+    assert bigger > est  # grows with the step's activations
+    d["resources"] = {"cpu": 1, "gpu": 0, "memory_gb": 3}
+    assert trial_memory_bytes(parse_space(d, "smoke.yaml"), c) == 3 * 2**30
+    d["resources"]["memory_gb"] = 10_000
+    huge = parse_space(d, "smoke.yaml")
+    with pytest.raises(ValueError, match=r"resources: one trial needs about 10000\.0 GiB of memory "
+                                         r"but the local Ray instance schedules at most"):
+        _check_local_resources(huge, plan(huge))
+    d["resources"]["memory_gb"] = -1
+    with pytest.raises(SpaceError, match=r"resources\.memory_gb: must be a positive number"):
+        parse_space(d, "smoke.yaml")
