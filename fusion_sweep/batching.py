@@ -63,3 +63,24 @@ def pad_batch(split: EncodedSplit, index: np.ndarray, max_len: int, pad_id: int 
     for row, (s, n) in enumerate(zip(starts, lens)):
         ids[row, :n] = split.ids[s: s + n]
     return ids, split.labels[index]
+
+
+def pad_batches(split: EncodedSplit, batches: list[np.ndarray], max_len: int,
+                pad_id: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`[pad_batch(split, b, max_len, pad_id) for b in batches]`, the same arrays, but each
+    batch is gathered in one vectorised numpy pass instead of a Python loop over its rows."""
+    lengths = np.minimum(split.lengths(), max_len)
+    out = []
+    for index in batches:
+        index = np.asarray(index, dtype=np.int64)
+        lens = lengths[index]
+        L = max(int(lens.max()), 1) if len(index) else 1
+        cols = np.arange(L)
+        keep = cols < lens[:, None]  # (B, L)
+        if split.ids.size:
+            tokens = split.ids[np.where(keep, split.offsets[index][:, None] + cols, 0)]
+            ids = np.where(keep, tokens, pad_id).astype(np.int64)
+        else:
+            ids = np.full((len(index), L), pad_id, dtype=np.int64)
+        out.append((ids, split.labels[index]))
+    return out

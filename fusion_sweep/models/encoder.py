@@ -1,4 +1,4 @@
-"""Encoder-only Transformer classifier (the paper's reference architecture, DESIGN.md §3).
+"""Encoder-only Transformer classifier (the paper's reference architecture; README "One trial").
 
     E = Embedding(ids) * sqrt(d);  P = pe(L);  H = fusion(E, P)
     -> `layers` × encoder layer (SDPA self-attention with a key-padding mask)
