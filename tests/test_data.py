@@ -335,8 +335,19 @@ def test_registry_entry_is_complete(name: str) -> None:
 
 
 # --------------------------------------------------------------------------- synthetic
-def _marker_order(words: list[str]) -> tuple[int, ...]:
-    return tuple(ord(w[-1]) - ord("a") for w in words if w.startswith(syn.MARKER_PREFIX))
+def _marker_order(words: list[str], run: int = 1) -> tuple[int, ...]:
+    """Marker indices in document order; a run of `run` identical marker tokens is one marker
+    (and must be exactly `run` long)."""
+    out: list[int] = []
+    i = 0
+    while i < len(words):
+        if words[i].startswith(syn.MARKER_PREFIX):
+            assert words[i:i + run] == [words[i]] * run, words[i:i + run]
+            out.append(ord(words[i][-1]) - ord("a"))
+            i += run
+        else:
+            i += 1
+    return tuple(out)
 
 
 @pytest.mark.parametrize("name", SYNTHETIC)
@@ -352,9 +363,10 @@ def test_synthetic_label_is_marker_order_with_identical_multisets(name: str) -> 
     assert counts.max() - counts.min() <= 1  # balanced
     for text, y in zip(texts, labels):
         words = text.split()
-        # every marker exactly once in every class; the label is their order
-        assert sorted(_marker_order(words)) == list(range(m))
-        assert _marker_order(words) == tuple(orders[y])
+        # every marker exactly once (as a run of marker_run tokens); the label is their order
+        run = params.get("marker_run", 1)
+        assert sorted(_marker_order(words, run)) == list(range(m))
+        assert _marker_order(words, run) == tuple(orders[y])
         assert params["min_len"] <= len(words) <= params["max_len"]
 
 
@@ -380,7 +392,8 @@ def test_synthetic_bag_of_words_is_at_chance() -> None:
     assert abs(acc - 1 / k) < 4 * math.sqrt(0.25 * 0.75 / 800), acc
     # ... while the class is fully determined by marker order
     orders = {tuple(o): c for c, o in enumerate(syn.class_orders(k, 3))}
-    assert all(orders[_marker_order(t.split())] == y for t, y in zip(*data["test"]))
+    run = params.get("marker_run", 1)
+    assert all(orders[_marker_order(t.split(), run)] == y for t, y in zip(*data["test"]))
 
 
 def test_synthetic_filler_and_length_are_class_independent() -> None:
@@ -415,11 +428,14 @@ def test_synthetic_generation_ignores_other_splits_sizes() -> None:
     assert a["train"][0] != syn.generate("synthetic-long", 4, {**base, **SMALL}, data_seed=0)["train"][0]
 
 
-def test_marker_window_keeps_markers_close() -> None:
-    params = {**DATASETS["synthetic-medium"].synthetic, **SMALL, "marker_window": 6}
+@pytest.mark.parametrize("run", [1, 4])
+def test_marker_window_keeps_markers_close(run: int) -> None:
+    """All marker tokens (2 markers x run) fall inside one window of 12 tokens."""
+    params = {**DATASETS["synthetic-medium"].synthetic, **SMALL, "marker_window": 12,
+              "marker_run": run}
     for text in syn.generate("synthetic-medium", 2, params, data_seed=0)["train"][0]:
         pos = [i for i, w in enumerate(text.split()) if w.startswith(syn.MARKER_PREFIX)]
-        assert len(pos) == 2 and pos[-1] - pos[0] < 6
+        assert len(pos) == 2 * run and pos[-1] - pos[0] < 12
 
 
 def test_median_length() -> None:

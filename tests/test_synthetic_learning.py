@@ -10,7 +10,7 @@ from fusion_sweep.data import load_encoded
 from fusion_sweep.data.registry import DATASETS
 from fusion_sweep.trainer import train_trial
 
-SYNTHETIC = sorted(n for n, s in DATASETS.items() if s.kind == "synthetic")
+SYNTHETIC = sorted(n for n, s in DATASETS.items() if s.generated)
 
 
 @pytest.fixture(scope="module")
@@ -32,9 +32,14 @@ def test_position_free_model_is_at_chance(name: str, cache_dir: str) -> None:
     assert abs(r.test_acc - chance) < 4 * sd, (r.test_acc, chance, sd)
 
 
-def test_positions_beat_chance_on_short(cache_dir: str) -> None:
-    """Sinusoidal PE through a learnable fusion learns marker order within ~20 CPU-seconds."""
-    cfg = TrialConfig.build("synthetic-short", pe="sinusoidal", fusion="concat", num_threads=2,
+@pytest.mark.parametrize("name", SYNTHETIC)
+def test_every_regime_is_learnable(name: str, cache_dir: str) -> None:
+    """With positions, one default trial of a learnable fusion clears halfway between chance
+    and 1 on every regime (the default sweep's target is the same for the 5-seed mean).
+    Seed 0 of concat/sinusoidal; about 10 / 15 / 40 CPU-seconds on the reference machine."""
+    spec = DATASETS[name]
+    cfg = TrialConfig.build(name, pe="sinusoidal", fusion="concat", num_threads=2,
                             latency_repeats=1, cache_dir=cache_dir)
     r = train_trial(cfg)
-    assert r.test_acc > 0.5, r.test_acc  # chance is 0.25
+    chance = 1.0 / spec.num_classes
+    assert r.test_acc >= chance + 0.5 * (1 - chance), (name, r.test_acc, chance)

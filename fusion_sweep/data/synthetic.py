@@ -61,6 +61,11 @@ class SyntheticParams:
     # Markers fall inside one window of this many tokens at a uniform offset; 0 = the whole
     # document. A difficulty knob: small windows make the order a local pattern.
     marker_window: int = 0
+    # Each marker is a run of this many consecutive copies ("marker_a marker_a ..."), so a
+    # marker is a short phrase rather than one token. A difficulty knob: the informative share
+    # of a document (and of its mean-pooled representation) is m * marker_run / length.
+    # 1 = one token per marker (the original benchmark, byte-identical text).
+    marker_run: int = 1
 
     @classmethod
     def from_mapping(cls, d: Mapping[str, Any]) -> "SyntheticParams":
@@ -99,7 +104,7 @@ def marker_words(num_markers: int) -> list[str]:
 def validate_params(p: SyntheticParams, num_classes: int) -> list[str]:
     """All problems at once, each naming the field."""
     errs: list[str] = []
-    for name in ("n_train", "n_val", "n_test", "min_len", "max_len", "filler_vocab"):
+    for name in ("n_train", "n_val", "n_test", "min_len", "max_len", "filler_vocab", "marker_run"):
         v = getattr(p, name)
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
             errs.append(f"synthetic {name} must be a positive integer, got {v!r}")
@@ -113,13 +118,14 @@ def validate_params(p: SyntheticParams, num_classes: int) -> list[str]:
     if m > 26 or math.factorial(m) < num_classes:
         errs.append(f"synthetic num_markers={m} cannot encode {num_classes} classes "
                     f"(need m! >= num_classes and m <= 26)")
-    if p.min_len < m:
-        errs.append(f"synthetic min_len ({p.min_len}) must be >= the number of markers ({m})")
+    if p.min_len < m * p.marker_run:
+        errs.append(f"synthetic min_len ({p.min_len}) must be >= the number of marker tokens "
+                    f"({m} markers x marker_run {p.marker_run} = {m * p.marker_run})")
     if p.max_len < p.min_len:
         errs.append(f"synthetic max_len ({p.max_len}) must be >= min_len ({p.min_len})")
-    if 0 < p.marker_window < m:
+    if 0 < p.marker_window < m * p.marker_run:
         errs.append(f"synthetic marker_window ({p.marker_window}) must be 0 (whole document) or "
-                    f">= the number of markers ({m})")
+                    f">= the number of marker tokens ({m} markers x marker_run {p.marker_run})")
     if not (p.len_median > 0 and p.len_sigma >= 0 and p.zipf_s > 0):
         errs.append(f"synthetic len_median ({p.len_median}) and zipf_s ({p.zipf_s}) must be > 0 "
                     f"and len_sigma ({p.len_sigma}) >= 0")
@@ -165,12 +171,21 @@ def generate_split(name: str, split: str, n: int, num_classes: int, p: Synthetic
     labels = rng.permutation(np.arange(n, dtype=np.int64) % num_classes)  # (n,) balanced
     lengths = draw_lengths(rng, n, p)  # (n,) independent of labels
     cdf = zipf_cdf(p.filler_vocab, p.zipf_s)
+    # Runs are placed as single tokens in a document shortened by m * (run - 1) tokens, then
+    # expanded in place: the same uniform placement, and run == 1 draws exactly as before.
+    extra = m * (p.marker_run - 1)
+    window = p.marker_window - extra if p.marker_window > 0 else 0
     texts: list[str] = []
     for label, length in zip(labels, lengths):
-        words = fillers[np.searchsorted(cdf, rng.random(int(length)), side="right")]
-        pos = _marker_positions(rng, int(length), m, p.marker_window)  # (m,) ascending
+        short = int(length) - extra
+        words = fillers[np.searchsorted(cdf, rng.random(short), side="right")]
+        pos = _marker_positions(rng, short, m, window)  # (m,) ascending
         for j, marker in enumerate(orders[label]):
             words[pos[j]] = markers[marker]
+        if p.marker_run > 1:
+            is_marker = np.zeros(short, dtype=bool)
+            is_marker[pos] = True
+            words = np.repeat(words, np.where(is_marker, p.marker_run, 1))  # (length,)
         texts.append(" ".join(words))
     return texts, labels
 
