@@ -16,8 +16,9 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-_VERDICT_COLOR = {"better": "#1a7f37", "worse": "#cf222e", "equivalent": "#0969da",
-                  "inconclusive": "#6e7781", "not learned": "#9a6700"}
+from analysis.schema import VERDICT_COLORS
+
+_VERDICT_COLOR = VERDICT_COLORS
 
 
 def slug(*parts: str) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 from analysis import plots
 from analysis.regimes import lengths_known
 from analysis.report import Report
+from analysis.schema import INCONCLUSIVE, NOT_LEARNED, VERDICT_COLORS
 from analysis.tables import (
     Table, blocks_by_regime, chance_table, comparison_table, dropped_table,
     fusion_by_dataset_tables, interaction_table, pe_by_fusion_tables, seeds_needed_table,
@@ -143,9 +144,6 @@ th,td{border:1px solid #d0d7de;padding:2px 5px;text-align:left;white-space:nowra
 th{background:#f6f8fa}td.n{text-align:right;font-variant-numeric:tabular-nums}
 caption{caption-side:top;text-align:left;font-weight:600;font-size:13px;padding:4px 0}
 .foot{font-size:11px;color:#57606a;margin:0 0 8px}img{max-width:100%;border:1px solid #eaeef2;margin:8px 0}
-.v-better{color:#1a7f37;font-weight:600}.v-worse{color:#cf222e;font-weight:600}
-.v-equivalent{color:#0969da;font-weight:600}.v-inconclusive{color:#6e7781}
-.v-not-learned{color:#9a6700;font-weight:600;font-style:italic}
 #img-status{font-size:11px;color:#57606a}#img-status.bad{color:#cf222e;font-weight:600}
 """
 # Marks the page with how many figures loaded (data-images-loaded="k/n"): a reader sees a
@@ -175,7 +173,7 @@ def render_html(blocks: list[Block], title: str) -> str:
         elif kind == "img":
             body.append(f'<img src="{html.escape(blk[1])}" alt="{html.escape(blk[2])}">')
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{html.escape(title)}</title><style>{_CSS}</style>"
+            f"<title>{html.escape(title)}</title><style>{_CSS}{_verdict_css()}</style>"
             f"<script>{_JS}</script></head>\n<body>\n<div id=\"img-status\"></div>\n"
             + "\n".join(body) + "\n</body></html>\n")
 
@@ -184,6 +182,13 @@ def _inline(s: str) -> str:
     """Escape, then render `code` spans."""
     parts = html.escape(s).split("`")
     return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def _verdict_css() -> str:
+    """One colour rule per verdict, from the schema's VERDICT_COLORS (plots use the same)."""
+    weight = {INCONCLUSIVE: "normal", NOT_LEARNED: "600;font-style:italic"}
+    return "".join(f".{verdict_class(v)}{{color:{c};font-weight:{weight.get(v, '600')}}}"
+                   for v, c in VERDICT_COLORS.items())
 
 
 def verdict_class(verdict: str) -> str:

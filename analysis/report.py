@@ -39,7 +39,8 @@ from analysis.metrics import check_direction_value, resolve_direction
 from analysis.pairing import Paired, cells_for, pair_trials, supersede
 from analysis.regimes import Regime, interaction_tests, lengths_known, regimes_for
 from analysis.schema import (
-    COMPARISON_KEYS, KEY_COLUMNS, TOP_LEVEL_KEYS, AnalysisError,
+    BETTER, COMPARISON_KEYS, EQUIVALENT, INCONCLUSIVE, KEY_COLUMNS, NOT_LEARNED, TOP_LEVEL_KEYS,
+    WORSE, AnalysisError,
 )
 
 PAIR_MODES = ("baseline", "all")
@@ -246,7 +247,7 @@ def _compare(p: Paired, s: Settings, regime: Regime, by_arm: dict) -> dict:
         "baseline": p.baseline, **res, "seeds": [int(v) for v in p.seeds],
         "regime": regime.label, "median_tokens": regime.median_tokens,
         "higher_is_better": s.higher_is_better(p.metric), "equivalence_margin": margin,
-        "p_holm": stats.NAN, "verdict": "inconclusive", "tost_p_holm": stats.NAN,
+        "p_holm": stats.NAN, "verdict": INCONCLUSIVE, "tost_p_holm": stats.NAN,
         "holm_first_step_alpha": s.alpha, "power_at_holm_alpha": stats.NAN,
         "seeds_for_80_power_at_holm_alpha": None, "chance_level": chance,
         "learned": arm_state(by_arm, p.dataset, p.pe, p.metric, p.fusion),
@@ -288,13 +289,13 @@ def _verdict_notes(c: dict, alpha: float) -> list[str]:
     excludes_zero = (np.isfinite(c["t_ci_low"]) and
                      (c["t_ci_low"] > 0 or c["t_ci_high"] < 0))
     margin = c["equivalence_margin"]
-    if c["verdict"] == "not learned":
+    if c["verdict"] == NOT_LEARNED:
         return [f"neither arm beats chance (1/K = {c['chance_level']:.3g}): verdict 'not learned'; "
                 "these statistics compare two chance-level models"]
-    if c["verdict"] in ("better", "worse") and equivalent:
+    if c["verdict"] in (BETTER, WORSE) and equivalent:
         return [f"also equivalent within ±{margin:g} (Holm-adjusted TOST p = {tost:.3g}): the "
                 "difference is real but small"]
-    if c["verdict"] == "equivalent" and excludes_zero:
+    if c["verdict"] == EQUIVALENT and excludes_zero:
         return [f"equivalent within ±{margin:g} (Holm-adjusted TOST p = {tost:.3g}), but the "
                 f"t-interval [{c['t_ci_low']:+.4g}, {c['t_ci_high']:+.4g}] excludes 0: a "
                 f"difference smaller than the margin, not significant after Holm "
@@ -344,7 +345,7 @@ def _not_learned_warnings(comps: list[dict]) -> list[dict]:
              "message": f"neither arm beats chance on {c['dataset']}: this comparison says "
                         f"nothing about fusion ({c['fusion']} vs {c['baseline']}, pe={c['pe']}, "
                         f"{c['metric']}, chance = {c['chance_level']:.3g})"}
-            for c in comps if c["verdict"] == "not learned"]
+            for c in comps if c["verdict"] == NOT_LEARNED]
 
 
 def _code_mismatch_warning(dropped: list[dict]) -> list[dict]:

@@ -93,7 +93,12 @@ CHANCE_TEST_KEYS: tuple[str, ...] = (
 )
 LEARNED_STATES: tuple[str, ...] = ("yes", "no", "unknown", "n/a")
 
-VERDICTS: tuple[str, ...] = ("better", "worse", "equivalent", "inconclusive", "not learned")
+# The verdicts: the one place their names are spelled (colours: plots and the HTML report).
+BETTER, WORSE, EQUIVALENT, INCONCLUSIVE, NOT_LEARNED = (
+    "better", "worse", "equivalent", "inconclusive", "not learned")
+VERDICTS: tuple[str, ...] = (BETTER, WORSE, EQUIVALENT, INCONCLUSIVE, NOT_LEARNED)
+VERDICT_COLORS: dict[str, str] = {BETTER: "#1a7f37", WORSE: "#cf222e", EQUIVALENT: "#0969da",
+                                  INCONCLUSIVE: "#6e7781", NOT_LEARNED: "#9a6700"}
 DROP_REASONS: tuple[str, ...] = (
     "missing_trial", "failed_trial", "non_finite_metric", "duplicate_seed",
     "fingerprint_mismatch", "superseded_code", "code_mismatch",

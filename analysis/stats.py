@@ -22,6 +22,8 @@ from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import ttost_paired
 
+from analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, NOT_LEARNED, WORSE
+
 NAN = float("nan")
 # Deltas are rounded to this many decimals so float noise (0.81-0.80 vs 0.71-0.70) does
 # not break ties or fake a non-zero variance; far below any metric's resolution.
@@ -314,13 +316,13 @@ def verdict(
     iff Holm p < alpha and the t-interval excludes 0; equivalent iff (Holm-adjusted) TOST
     p < alpha; else inconclusive. "No effect" is never claimed without TOST."""
     if not_learned:
-        return "not learned"
+        return NOT_LEARNED
     excludes_zero = (t_low > 0) or (t_high < 0)
     if np.isfinite(p_holm) and p_holm < alpha and excludes_zero:
-        return "better" if (mean > 0) == higher_is_better else "worse"
+        return BETTER if (mean > 0) == higher_is_better else WORSE
     if np.isfinite(tost) and tost < alpha:
-        return "equivalent"
-    return "inconclusive"
+        return EQUIVALENT
+    return INCONCLUSIVE
 
 
 def compare_paired(
