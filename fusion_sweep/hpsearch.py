@@ -70,8 +70,9 @@ def _in_range(value: Any, spec: Mapping[str, list]) -> bool:
 
 def search_hyperparameters(space_ref: str, *, budget: int | None = None, output: str | None = None,
                address: str | None = None, storage: str | None = None,
-               max_concurrent: int | None = None, out: TextIO = sys.stdout) -> Path:
+               max_concurrent: int | None = None, out: TextIO | None = None) -> Path:
     """`fusion-sweep tune`: Optuna on validation accuracy of the baseline, then a frozen space."""
+    out = out if out is not None else sys.stdout  # late: a captured stdout may be replaced
     space = load_space(space_ref)
     if space.tune is None:
         raise ValueError(f"{space.source}: no `tune:` section; add e.g. tune: {{seeds: [100, 101], "

@@ -365,7 +365,7 @@ def launch(space_ref: str, *, name: str | None = None, address: str | None = Non
            tracking_uri: str | None = None, storage: str | None = None,
            max_concurrent: int | None = None, dry_run: bool = False, experiment: str | None = None,
            allow_code_change: bool = False, verbose: bool = False,
-           out: TextIO = sys.stdout) -> LaunchSummary | None:
+           out: TextIO | None = None) -> LaunchSummary | None:
     """`fusion-sweep launch`. Returns None for --dry-run, else the summary.
 
     The resume rule (docs/architecture.md): a trial whose MLflow run, found by its trial key,
@@ -374,6 +374,7 @@ def launch(space_ref: str, *, name: str | None = None, address: str | None = Non
     includes the code fingerprint, so code that can change a trial's numbers never reuses
     runs of other code silently: launch refuses unless `allow_code_change`.
     """
+    out = out if out is not None else sys.stdout  # late: a captured stdout may be replaced
     t0 = time.time()
     space = load_space(space_ref)
     name = name or space.name
