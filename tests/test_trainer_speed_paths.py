@@ -1,0 +1,81 @@
+"""The trainer's fast path (`SpeedOptions()`) computes what the reference path computes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fusion_sweep.batching import eval_batches, pad_batch, pad_batches, truncated_lengths
+from fusion_sweep.config import TrialConfig
+from fusion_sweep.data.types import EncodedData, EncodedSplit
+from fusion_sweep.trainer import SpeedOptions, train_trial
+
+TINY = dict(d_model=16, heads=2, layers=1, dim_ff=32, epochs=3, batch_size=8, max_len=80,
+            num_threads=1, latency_repeats=1, dropout=0.1)
+
+
+def random_split(rng: np.random.Generator, n: int, classes: int = 4, vocab: int = 60) -> EncodedSplit:
+    lens = rng.integers(0, 40, n)  # includes empty documents and some above max_len
+    lens[:3] = (0, 1, 85)
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    return EncodedSplit(rng.integers(2, vocab, offsets[-1]).astype(np.int32), offsets,
+                        rng.integers(0, classes, n).astype(np.int64))
+
+
+@pytest.fixture(scope="module")
+def data() -> EncodedData:
+    rng = np.random.default_rng(1)
+    return EncodedData("synthetic-short", random_split(rng, 70), random_split(rng, 27),
+                       random_split(rng, 29), vocab_size=60, num_classes=4)
+
+
+def test_pad_batches_equals_pad_batch(data: EncodedData) -> None:
+    for split in (data.train, data.val):
+        batches = eval_batches(truncated_lengths(split, 20), 8)
+        padded = list(pad_batches(split, batches, 20, 0))
+        assert len(padded) == len(batches)
+        for (ids, y), index in zip(padded, batches):
+            ref_ids, ref_y = pad_batch(split, index, 20, 0)
+            assert ids.dtype == ref_ids.dtype and np.array_equal(ids, ref_ids)
+            assert np.array_equal(y, ref_y)
+    empty = EncodedSplit(np.zeros(0, np.int32), np.zeros(3, np.int64), np.zeros(2, np.int64))
+    assert np.array_equal(next(pad_batches(empty, [np.array([1, 0])], 8, 0))[0],
+                          pad_batch(empty, np.array([1, 0]), 8, 0)[0])
+
+
+@pytest.mark.parametrize("fusion,clip,fast", [
+    ("add", 1.0, SpeedOptions()),
+    ("gate-scalar", 0.0, SpeedOptions(eval_batch_mult=4)),
+    ("concat", 1.0, SpeedOptions(vector_pad=False, eval_cache=False)),  # epoch_sync alone
+    ("add", 0.0, SpeedOptions(epoch_sync=False, latency_warmup=True)),
+])
+def test_fast_path_matches_reference(data: EncodedData, fusion: str, clip: float,
+                                     fast: SpeedOptions) -> None:
+    config = TrialConfig.build("synthetic-short", **{**TINY, "fusion": fusion, "grad_clip": clip})
+    ref = train_trial(config, data=data, speed=SpeedOptions.reference())
+    new = train_trial(config, data=data, speed=fast)
+    assert new.fingerprints == ref.fingerprints
+    assert new.test_acc == ref.test_acc and new.best_epoch == ref.best_epoch
+    assert new.test_macro_f1 == ref.test_macro_f1
+    assert new.predictions["pred"] == ref.predictions["pred"]
+    np.testing.assert_allclose(new.predictions["probs"], ref.predictions["probs"], rtol=0, atol=1e-5)
+    assert len(new.curve) == len(ref.curve)
+    for a, b in zip(new.curve, ref.curve):
+        assert a.train_acc == b.train_acc and a.val_acc == b.val_acc
+        np.testing.assert_allclose([a.train_loss, a.val_loss], [b.train_loss, b.val_loss], rtol=1e-5)
+    assert new.curve[-1].tokens_per_second > 0
+    assert sum(r.tokens_per_second * r.seconds for r in new.curve) == pytest.approx(
+        sum(r.tokens_per_second * r.seconds for r in ref.curve), rel=1e-9)  # same real tokens
+
+
+def test_speed_options_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert SpeedOptions.parse("fast") == SpeedOptions()
+    assert SpeedOptions.parse("reference") == SpeedOptions.reference()
+    assert SpeedOptions.parse("reference,eval_cache=1,eval_batch_mult=2") == SpeedOptions(
+        vector_pad=False, epoch_sync=False, eval_cache=True, eval_batch_mult=2, latency_warmup=True)
+    with pytest.raises(ValueError, match="vector_pad"):
+        SpeedOptions.parse("nope=1")
+    monkeypatch.setenv("FUSION_SWEEP_SPEED", "reference")
+    assert SpeedOptions.from_env() == SpeedOptions.reference()
+    monkeypatch.delenv("FUSION_SWEEP_SPEED")
+    assert SpeedOptions.from_env() == SpeedOptions()
