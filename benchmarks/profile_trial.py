@@ -10,7 +10,7 @@ blocks, and prints a tree of inclusive/exclusive seconds:
   trial
     setup               build_model, fingerprints, schedule, optimizer
     train_epoch         per epoch (the training loop)
-      batching          pad_batch / pre-tensorizing an epoch (numpy padding + torch.from_numpy)
+      batching          padding a batch (pad_batch or pad_batches) + torch.from_numpy
       forward           model(ids)
       loss              cross_entropy
       backward          loss.backward()

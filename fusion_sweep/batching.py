@@ -6,6 +6,7 @@ never of the fusion or PE — so every variant of a paired comparison sees the s
 from __future__ import annotations
 
 import hashlib
+from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -65,12 +66,11 @@ def pad_batch(split: EncodedSplit, index: np.ndarray, max_len: int, pad_id: int 
     return ids, split.labels[index]
 
 
-def pad_batches(split: EncodedSplit, batches: list[np.ndarray], max_len: int,
-                pad_id: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
-    """`[pad_batch(split, b, max_len, pad_id) for b in batches]`, the same arrays, but each
+def pad_batches(split: EncodedSplit, batches: Iterable[np.ndarray], max_len: int,
+                pad_id: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """`pad_batch(split, b, max_len, pad_id)` for each batch, lazily, the same arrays, but each
     batch is gathered in one vectorised numpy pass instead of a Python loop over its rows."""
     lengths = np.minimum(split.lengths(), max_len)
-    out = []
     for index in batches:
         index = np.asarray(index, dtype=np.int64)
         lens = lengths[index]
@@ -82,5 +82,4 @@ def pad_batches(split: EncodedSplit, batches: list[np.ndarray], max_len: int,
             ids = np.where(keep, tokens, pad_id).astype(np.int64)
         else:
             ids = np.full((len(index), L), pad_id, dtype=np.int64)
-        out.append((ids, split.labels[index]))
-    return out
+        yield ids, split.labels[index]

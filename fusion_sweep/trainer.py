@@ -50,9 +50,11 @@ class SpeedOptions:
     or comma-separated overrides such as "eval_batch_mult=1,latency_warmup=1".
     """
 
-    # Pad and tensorize all of an epoch's training batches up front, each batch in one
-    # vectorised numpy gather (batching.pad_batches) instead of a per-row Python loop.
-    prepad: bool = True
+    # Pad each training batch with one vectorised numpy gather (batching.pad_batches)
+    # instead of a Python loop over its rows. Batches are still padded one at a time, just
+    # before their step: padding a whole epoch up front bought nothing measurable on CPU
+    # (padding is < 1% of a step) and would hold ~1 GB per epoch for ArXiv-sized data.
+    vector_pad: bool = True
     # Keep each step's loss and (detached) logits; one host sync per epoch for the epoch's
     # loss and accuracy instead of float()/int() and three accuracy ops every step.
     epoch_sync: bool = True
@@ -60,23 +62,23 @@ class SpeedOptions:
     # never change); one softmax/loss/host copy per split instead of one per batch.
     eval_cache: bool = True
     # Evaluation batch = eval_batch_mult × batch_size (with eval_cache). Default 1: on CPU
-    # larger evaluation batches only helped the shortest regime (~10% of its evaluation) and
-    # cost 1.5-3× more on medium/long, where padding to the longest document of a bigger
-    # batch adds more attention work (∝ L²) than the saved per-batch dispatch.
+    # 2-8× larger evaluation batches made every synthetic regime's evaluation slower (up to
+    # 3×): a bigger length-sorted batch pads more documents to a longer maximum, and the
+    # extra attention work (∝ L²) outweighs the saved per-batch dispatch (benchmarks/README.md).
     eval_batch_mult: int = 1
-    # measure_latency's separate untimed warm-up pass. The fast path skips it: the model has
-    # just run the same split in evaluation, and the reported figure is a median over
-    # latency_repeats timed passes (one cold pass cannot move it).
+    # measure_latency's separate untimed warm-up pass. The fast path skips it when
+    # latency_repeats >= 3: the model has just run the same split in evaluation, and the
+    # reported figure is a median over the timed passes, which one cold pass cannot move.
     latency_warmup: bool = False
 
     @classmethod
     def reference(cls) -> "SpeedOptions":
-        return cls(prepad=False, epoch_sync=False, eval_cache=False, eval_batch_mult=1,
+        return cls(vector_pad=False, epoch_sync=False, eval_cache=False, eval_batch_mult=1,
                    latency_warmup=True)
 
     @classmethod
     def parse(cls, text: str) -> "SpeedOptions":
-        """"fast" | "reference" | "reference,eval_batch_mult=4" | "prepad=0,..."."""
+        """"fast" | "reference" | "reference,eval_batch_mult=4" | "vector_pad=0,..."."""
         out = cls()
         for part in filter(None, (p.strip() for p in text.split(","))):
             if part in ("fast", "default"):
@@ -258,18 +260,14 @@ def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, split: Encod
                 pad_id: int = 0, speed: SpeedOptions | None = None) -> tuple[float, float, int]:
     """-> (mean loss, accuracy, real tokens seen). `speed`: None = `SpeedOptions()`."""
     speed = speed if speed is not None else SpeedOptions()
-    if not (speed.prepad or speed.epoch_sync):
+    if not (speed.vector_pad or speed.epoch_sync):
         return _train_epoch_reference(model, optimizer, split, batches, config, device, pad_id)
     model.train()
-    if speed.prepad:
-        steps, tokens = tensorize_batches(split, batches, config.max_len, pad_id, device)
-    else:
-        steps, tokens = _lazy_batches(split, batches, config.max_len, pad_id, device), None
     losses: list[torch.Tensor] = []
     outputs: list[tuple[torch.Tensor, torch.Tensor]] = []
     sizes: list[int] = []
-    loss_sum, correct, n, lazy_tokens = 0.0, 0, 0, 0
-    for ids, y, real in steps:
+    loss_sum, correct, n, tokens = 0.0, 0, 0, 0
+    for ids, y, real in batch_stream(split, batches, config.max_len, pad_id, device, speed.vector_pad):
         logits = model(ids)  # (B, C)
         loss = F.cross_entropy(logits, y)
         optimizer.zero_grad(set_to_none=True)
@@ -285,7 +283,7 @@ def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, split: Encod
             loss_sum += float(loss.detach()) * len(y)
             correct += int((logits.argmax(-1) == y).sum())
             n += len(y)
-        lazy_tokens += real
+        tokens += real
     if speed.epoch_sync and sizes:
         # One sync. Same values and summation order as the per-step float()/int() path.
         for v, b in zip(torch.stack(losses).tolist(), sizes):
@@ -294,7 +292,7 @@ def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, split: Encod
         y_all = torch.cat([t for _, t in outputs])
         correct = int((logits_all.argmax(-1) == y_all).sum())
         n = sum(sizes)
-    return loss_sum / max(n, 1), correct / max(n, 1), tokens if tokens is not None else lazy_tokens
+    return loss_sum / max(n, 1), correct / max(n, 1), tokens
 
 
 def _train_epoch_reference(model: nn.Module, optimizer: torch.optim.Optimizer, split: EncodedSplit,
@@ -320,21 +318,15 @@ def _train_epoch_reference(model: nn.Module, optimizer: torch.optim.Optimizer, s
     return loss_sum / max(n, 1), correct / max(n, 1), tokens
 
 
-def tensorize_batches(split: EncodedSplit, batches: list[np.ndarray], max_len: int, pad_id: int,
-                      device: torch.device) -> tuple[list[tuple[torch.Tensor, torch.Tensor, int]], int]:
-    """All of an epoch's batches padded and on `device`: -> ([(ids, labels, real tokens)], tokens)."""
-    out = []
-    for ids, y in pad_batches(split, batches, max_len, pad_id):
-        real = int(np.count_nonzero(ids != pad_id))
-        out.append((*_to(ids, y, device), real))
-    return out, sum(r for *_, r in out)
-
-
-def _lazy_batches(split: EncodedSplit, batches: list[np.ndarray], max_len: int, pad_id: int,
-                  device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
-    for index in batches:
-        ids, y = pad_batch(split, index, max_len, pad_id)
-        yield (*_to(ids, y, device), int((ids != pad_id).sum()))
+def batch_stream(split: EncodedSplit, batches: list[np.ndarray], max_len: int, pad_id: int,
+                 device: torch.device, vectorised: bool = True
+                 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+    """(ids, labels, real tokens) per batch, padded just before use (`vectorised`: one numpy
+    gather per batch, else `pad_batch`'s per-row loop; the same arrays either way)."""
+    arrays = (pad_batches(split, batches, max_len, pad_id) if vectorised
+              else (pad_batch(split, index, max_len, pad_id) for index in batches))
+    for ids, y in arrays:
+        yield (*_to(ids, y, device), int(np.count_nonzero(ids != pad_id)))
 
 
 class EvalCache:
@@ -346,7 +338,8 @@ class EvalCache:
         batches = eval_batches(truncated_lengths(split, config.max_len), batch_size)
         self.size = len(split)
         self.order = np.concatenate(batches) if batches else np.zeros(0, dtype=np.int64)
-        self.batches = [_to(ids, y, device) for ids, y in pad_batches(split, batches, config.max_len, pad_id)]
+        self.batches = [_to(ids, y, device)
+                        for ids, y in pad_batches(split, batches, config.max_len, pad_id)]
 
 
 @torch.inference_mode()
@@ -529,8 +522,9 @@ def _train_and_test(config: TrialConfig, data: EncodedData, device: torch.device
         fusion_params=count_parameters(model.fusion),
         train_seconds=train_seconds,
         tokens_per_second=train_tokens / max(train_seconds, 1e-9),
-        latency_ms_per_sample=measure_latency(model, eval_split, config, device, data.pad_id,
-                                              warmup=speed.latency_warmup),
+        latency_ms_per_sample=measure_latency(
+            model, eval_split, config, device, data.pad_id,
+            warmup=speed.latency_warmup or config.latency_repeats < 3),
         median_tokens=float(np.median(truncated_lengths(eval_split, config.max_len))),
         curve=curve,
         fingerprints=fingerprints,
