@@ -372,8 +372,12 @@ def test_synthetic_label_is_marker_order_with_identical_multisets(name: str) -> 
 
 def test_synthetic_bag_of_words_is_at_chance() -> None:
     """Class-conditional token multisets are identical: naive Bayes on counts learns nothing."""
+    # 4 classes (3 markers, every order equally likely), more than the regime's own 2: a stronger
+    # test of identical multisets; min_len must hold the 3 marker runs
     name, k = "synthetic-short", 4
-    params = {**DATASETS[name].synthetic, "n_train": 2000, "n_test": 800}
+    base = DATASETS[name].synthetic
+    params = {**base, "n_train": 2000, "n_test": 800,
+              "min_len": max(base["min_len"], 3 * base.get("marker_run", 1))}
     data = syn.generate(name, k, params, data_seed=0)
     vocab = tok.build_vocab(data["train"][0])
 
@@ -421,11 +425,11 @@ def test_synthetic_regimes_grow_in_length(cache: str) -> None:
 
 
 def test_synthetic_generation_ignores_other_splits_sizes() -> None:
-    base = DATASETS["synthetic-short"].synthetic
-    a = syn.generate("synthetic-short", 4, {**base, **SMALL}, data_seed=0)
-    b = syn.generate("synthetic-short", 4, {**base, **SMALL, "n_test": 99}, data_seed=0)
+    base, k = DATASETS["synthetic-short"].synthetic, DATASETS["synthetic-short"].num_classes
+    a = syn.generate("synthetic-short", k, {**base, **SMALL}, data_seed=0)
+    b = syn.generate("synthetic-short", k, {**base, **SMALL, "n_test": 99}, data_seed=0)
     assert a["train"][0] == b["train"][0] and a["validation"][0] == b["validation"][0]
-    assert a["train"][0] != syn.generate("synthetic-long", 4, {**base, **SMALL}, data_seed=0)["train"][0]
+    assert a["train"][0] != syn.generate("synthetic-long", k, {**base, **SMALL}, data_seed=0)["train"][0]
 
 
 @pytest.mark.parametrize("run", [1, 4])
