@@ -14,7 +14,7 @@ from analysis.regimes import lengths_known
 from analysis.report import Report
 from analysis.schema import INCONCLUSIVE, NOT_LEARNED, VERDICT_COLORS
 from analysis.tables import (
-    Table, blocks_by_regime, chance_table, comparison_table, dropped_table,
+    Table, arms_table, blocks_by_regime, chance_table, comparison_table, dropped_table,
     fusion_by_dataset_tables, interaction_table, pe_by_fusion_tables, seeds_needed_table,
 )
 from analysis.text import VERDICT_RULE, is_numeric_cell, source_line
@@ -52,6 +52,9 @@ def build_blocks(report: Report, out: Path) -> list[Block]:
     b.append(("p", VERDICT_RULE))
     b.append(("h2", "Design warnings"))
     b.append(("ul", [f"[{w['code']}] {w['message']}" for w in report.warnings] or ["none"]))
+    if report.arms:
+        b.append(("h2", "Each arm over its seeds"))
+        b.append(("table", arms_table(report)))
     b += _comparison_blocks(report, out)
     b += _interaction_blocks(report, out)
     b.append(("h2", "Seeds needed"))

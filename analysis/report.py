@@ -39,8 +39,8 @@ from analysis.metrics import check_direction_value, resolve_direction
 from analysis.pairing import Paired, cells_for, pair_trials, supersede
 from analysis.regimes import Regime, interaction_tests, lengths_known, regimes_for
 from analysis.schema import (
-    BETTER, COMPARISON_KEYS, EQUIVALENT, INCONCLUSIVE, KEY_COLUMNS, NOT_LEARNED, TOP_LEVEL_KEYS,
-    WORSE, AnalysisError,
+    ARM_KEYS, BETTER, COMPARISON_KEYS, EQUIVALENT, INCONCLUSIVE, KEY_COLUMNS, NOT_LEARNED,
+    TOP_LEVEL_KEYS, WORSE, AnalysisError,
 )
 
 PAIR_MODES = ("baseline", "all")
@@ -139,6 +139,7 @@ class Report:
     interaction: dict
     table: pd.DataFrame = field(repr=False)  # the filtered tidy table
     chance: dict = field(default_factory=lambda: {"method": CHANCE_METHOD, "tests": []})
+    arms: list[dict] = field(default_factory=list)  # ARM_KEYS dicts, regime short -> long
 
     def to_dict(self) -> dict:
         """The `--format json` object: exactly TOP_LEVEL_KEYS, NaN/inf -> null."""
@@ -149,6 +150,7 @@ class Report:
                          "confidence_level": 1 - self.settings.alpha},
             "regimes": [asdict(r) for r in self.regimes],
             "warnings": self.warnings,
+            "arms": self.arms,
             "comparisons": [{k: c[k] for k in COMPARISON_KEYS} for c in self.comparisons],
             "dropped": self.dropped,
             "interaction": self.interaction,
@@ -232,7 +234,34 @@ def analyze(
         "tests": tests,
     }
     return Report(source, settings, regimes, comps, dropped, warnings, interaction, df,
-                  {"method": CHANCE_METHOD, "tests": arms})
+                  {"method": CHANCE_METHOD, "tests": arms},
+                  arm_summaries(df, settings, regimes, by_arm))
+
+
+def arm_summaries(df: pd.DataFrame, s: Settings, regimes: list[Regime],
+                  by_arm: dict) -> list[dict]:
+    """Mean, per-seed SD and range of every arm (ARM_KEYS), regime short -> long.
+
+    Every usable seed of the arm counts, paired or not: this is the seed noise a reader
+    compares the paired deltas with.
+    """
+    rank = {r.dataset: r.rank for r in regimes}
+    out = []
+    for metric in s.metrics:
+        vals = usable_values(df, metric)
+        for (dataset, pe, fusion), g in vals.groupby(["dataset", "pe", "fusion"], sort=False):
+            v = g["value"].to_numpy(dtype=float)  # (seeds,)
+            chance = by_arm.get((dataset, pe, metric, fusion), {}).get("chance_level", stats.NAN)
+            out.append({"dataset": dataset, "pe": pe, "metric": metric, "fusion": fusion,
+                        "n": int(v.size), "mean": float(v.mean()),
+                        "sd": float(v.std(ddof=1)) if v.size > 1 else stats.NAN,
+                        "min": float(v.min()), "max": float(v.max()), "chance_level": chance,
+                        "learned": arm_state(by_arm, dataset, pe, metric, fusion)})
+    base = s.baseline
+    out.sort(key=lambda a: (s.metrics.index(a["metric"]), rank.get(a["dataset"], 0),
+                            a["dataset"], a["pe"], a["fusion"] != base, a["fusion"]))
+    assert all(tuple(a) == ARM_KEYS for a in out)
+    return out
 
 
 def _compare(p: Paired, s: Settings, regime: Regime, by_arm: dict) -> dict:

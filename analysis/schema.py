@@ -71,8 +71,14 @@ EXTRA_COMPARISON_KEYS: tuple[str, ...] = (
 COMPARISON_KEYS: tuple[str, ...] = REQUIRED_COMPARISON_KEYS + EXTRA_COMPARISON_KEYS
 
 TOP_LEVEL_KEYS: tuple[str, ...] = (
-    "source", "settings", "regimes", "warnings", "comparisons", "dropped", "interaction",
-    "chance",
+    "source", "settings", "regimes", "warnings", "arms", "comparisons", "dropped",
+    "interaction", "chance",
+)
+# One entry per arm (dataset, pe, metric, fusion): the per-seed spread that every paired
+# comparison is judged against. sd is the sample SD over seeds (ddof 1; null for n < 2).
+ARM_KEYS: tuple[str, ...] = (
+    "dataset", "pe", "metric", "fusion", "n", "mean", "sd", "min", "max", "chance_level",
+    "learned",
 )
 DROPPED_KEYS: tuple[str, ...] = (
     "dataset", "pe", "metric", "fusion", "baseline", "seed", "reason", "detail",

@@ -168,6 +168,21 @@ def chance_table(report: Report) -> Table:
     return Table("Does each arm beat chance?", headers, rows, [CHANCE_METHOD])
 
 
+def arms_table(report: Report) -> Table:
+    """Every arm over its seeds: mean, per-seed SD, range (the seed noise), chance, learned."""
+    label = {r.dataset: r.label for r in report.regimes}
+    headers = ["dataset", "pe", "metric", "fusion", "n", "mean", "per-seed SD", "min–max",
+               "chance", "learned?"]
+    rows = [[label.get(a["dataset"], a["dataset"]), a["pe"], a["metric"], a["fusion"],
+             str(a["n"]), fnum(a["mean"]), fnum(a["sd"]),
+             f"{fnum(a['min'], 3)}–{fnum(a['max'], 3)}", fnum(a["chance_level"], 3),
+             a["learned"]] for a in report.arms]
+    return Table("Each arm over its seeds", headers, rows,
+                 ["per-seed SD: sample SD over seeds (ddof 1), the noise each paired Δ is "
+                  "judged against; chance: 1/K for accuracy-like metrics; learned?: beats "
+                  "chance (one-sided t, Holm)"])
+
+
 def _mean_sd(values: np.ndarray) -> str:
     if values.size == 0:
         return DASH

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from analysis.report import Report
 from analysis.tables import (
-    Table, blocks_by_regime, comparison_table, dropped_table, interaction_table,
+    Table, arms_table, blocks_by_regime, comparison_table, dropped_table, interaction_table,
 )
 
 
@@ -36,6 +36,8 @@ def format_text(report: Report) -> str:
     if report.warnings:
         parts.append("Warnings:\n" + "\n".join(f"  ! [{w['code']}] {w['message']}"
                                                for w in report.warnings))
+    if report.arms:
+        parts.append(layout(arms_table(report)))
     for metric, regime, pe, comps in blocks_by_regime(report):
         parts.append(layout(comparison_table(report, metric, regime, pe, comps)))
     if report.interaction["tests"]:

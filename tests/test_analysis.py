@@ -14,6 +14,7 @@ import pytest
 
 from analysis import cli
 from analysis.demo import synthetic_results
+from analysis.schema import ARM_KEYS
 from analysis.load import tidy
 from analysis.report import Settings, analyze
 from analysis.schema import AnalysisError
@@ -109,13 +110,30 @@ def test_failed_retry_beside_finished_run_is_not_a_drop() -> None:
     assert rep.dropped == []
 
 
+def test_arm_summary_is_mean_sd_range_of_every_seed() -> None:
+    """The arms table holds each arm's own seeds: mean, sample SD (ddof 1), min, max."""
+    df = small_table()
+    rep = analyze(tidy(df), Settings(n_boot=200))
+    assert len(rep.arms) == len(df.groupby(["dataset", "pe", "fusion"]))
+    for a in rep.arms:
+        v = df[(df.dataset == a["dataset"]) & (df.pe == a["pe"]) & (df.fusion == a["fusion"])
+               ][a["metric"]].to_numpy(dtype=float)
+        assert a["n"] == v.size
+        assert a["mean"] == pytest.approx(v.mean()) and a["sd"] == pytest.approx(v.std(ddof=1))
+        assert (a["min"], a["max"]) == (pytest.approx(v.min()), pytest.approx(v.max()))
+    # baseline first within each regime, regimes short -> long
+    first = [a["fusion"] for a in rep.arms if a["dataset"] == rep.arms[0]["dataset"]][0]
+    assert first == rep.settings.baseline
+
+
 def test_json_schema_exact(csv: Path, capsys) -> None:
     code, out, err = run_cli(["--results", str(csv), "--format", "json",
                               "--equivalence-margin", "0.01", *FAST], capsys)
     assert code == 0
     rep = json.loads(out)
-    assert list(rep) == ["source", "settings", "regimes", "warnings", "comparisons", "dropped",
-                         "interaction", "chance"]
+    assert list(rep) == ["source", "settings", "regimes", "warnings", "arms", "comparisons",
+                         "dropped", "interaction", "chance"]
+    assert rep["arms"] and all(list(a) == list(ARM_KEYS) for a in rep["arms"])
     assert rep["comparisons"]
     for c in rep["comparisons"]:
         assert list(c) == ISSUE_KEYS + EXTRA_KEYS
