@@ -77,12 +77,18 @@ def trial_label(config: dict) -> str:
 
 
 def _error_line(trial: Any) -> str:
-    """The last line of a failed trial's error file (`ValueError: ...`), else ''."""
+    """The last line of a failed trial's error file (`ValueError: ...`), the memory monitor's
+    kill line for an OOM kill, else ''."""
     try:
         path = trial.error_file
         if path and os.path.isfile(path):
             with open(path, errors="replace") as f:
                 lines = [ln.strip() for ln in f.read().splitlines() if ln.strip()]
+            # A memory-monitor kill has no traceback: its error file is Ray's long OOM report
+            # (per-process tables, advice), whose first line says what happened.
+            oom = [ln for ln in lines if "killed due to the node running low on memory" in ln]
+            if oom:
+                return f"OutOfMemoryError (Ray's memory monitor): {oom[0][:160]}"
             return lines[-1][:200] if lines else ""
     except Exception:  # noqa: BLE001 - a progress line must never break the sweep
         pass

@@ -489,8 +489,11 @@ def _run_sweep(pf: Preflight, auth: str, max_concurrent: int | None, verbose: bo
             _reclaim_sigterm()
             _warn_resources(pf.space, pf.uri, out)
             print(f"MLflow: {pf.uri} (experiment {pf.experiment!r}); Ray auth: {auth}", file=out)
-            results = _run_tuner(pf.space, pending, pf.exp_path, ctx, max_concurrent, verbose, out)
-            summary.tune_errors = [str(e).strip().splitlines()[-1][:300] for e in results.errors]
+            with _disk_watch(pf, out):
+                results = _run_tuner(pf.space, pending, pf.exp_path, ctx, max_concurrent,
+                                     verbose, out)
+            summary.tune_errors = [error_reason(e) for e in results.errors]
+            _fail_dead_trials(results, pf)
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
@@ -509,6 +512,68 @@ def _run_sweep(pf: Preflight, auth: str, max_concurrent: int | None, verbose: bo
             "trials_trained_this_launch": summary.trained_now, "trials_retried": summary.retried,
             "launch_seconds": time.time() - t0}, artifacts)
     return summary
+
+
+def _disk_watch(pf: "Preflight", out: TextIO):
+    """A DiskWatch over the launch's local write paths: Tune's storage, a sqlite MLflow store."""
+    from fusion_sweep.diskwatch import DiskWatch
+    from fusion_sweep.tracking import sqlite_path
+
+    paths = [] if "://" in pf.exp_path else [("Ray Tune storage", Path(pf.exp_path))]
+    db = sqlite_path(pf.uri)
+    if db is not None:
+        paths.append(("MLflow store", db.resolve().parent))
+    return DiskWatch(paths, out)
+
+
+# What a trial error's type means for the user, when the error itself does not say it.
+_OOM_HINT = ("Ray's memory monitor killed the trial's worker: the node's memory use passed "
+             "RAY_memory_usage_threshold. Declare more memory per trial (`resources: "
+             "{memory_gb: ...}` in the space) so that Ray packs fewer trials per node, or lower "
+             "--max-concurrent")
+_ERROR_HINTS = {
+    "OutOfMemoryError": _OOM_HINT,
+    "TrialKilledForMemory": _OOM_HINT,  # ray_compat's name for the same kill
+    "ActorDiedError": "the trial's worker process died (killed, or its node was lost)",
+    "ActorUnavailableError": "the trial's worker process became unreachable",
+    "NodeDiedError": "the node running the trial was lost",
+}
+
+
+def error_reason(exc: BaseException) -> str:
+    """One line for a trial error that Tune hands back: the exception's type, its first
+    meaningful line, and a hint for the errors that mean a worker was killed from outside."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    # Ray wraps a trainable's own exception: its last line is the original error
+    wrapped = type(exc).__name__.startswith(("RayTaskError", "TuneError"))
+    first = (lines[-1] if wrapped else lines[0]) if lines else ""
+    names = [type(exc).__name__, *(type(c).__name__ for c in _causes(exc))]
+    hint = next((_ERROR_HINTS[n] for n in names if n in _ERROR_HINTS), "")
+    shown = "OutOfMemoryError" if hint == _OOM_HINT else type(exc).__name__
+    text = f"{shown}: {first[:300]}"
+    return f"{text} ({hint})" if hint else text
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    seen = {id(exc)}
+    c = exc.__cause__ or exc.__context__
+    while c is not None and id(c) not in seen:
+        seen.add(id(c))
+        yield c
+        c = c.__cause__ or c.__context__
+
+
+def _fail_dead_trials(results: Any, pf: "Preflight") -> None:
+    """Close, as FAILED with the reason, the MLflow run of every trial whose worker died on
+    Tune's last attempt (left RUNNING: no trial code survived to close it). Without this the
+    summary could only say RUNNING, and the next launch would call it an orphan."""
+    by_ident = {p.ident: p for p in pf.points}
+    for r in results:
+        if r.error is None:
+            continue
+        point = by_ident.get(_ident(r.config or {}))
+        if point is not None:
+            pf.tracker.fail_dead_trial(pf.name, point.key, error_reason(r.error))
 
 
 def trial_status(tracker: Any, sweep: str, key: str) -> tuple[str, str]:
@@ -696,6 +761,9 @@ def _run_tuner(space: SearchSpace, points: list[GridPoint], exp_path: str, ctx,
     which), in its own directory under the sweep's: Tune's saved state is never restored."""
     from ray import tune
 
+    from fusion_sweep.ray_compat import tolerate_memory_kills
+
+    tolerate_memory_kills()  # a memory-monitor kill must not end the sweep (ray_compat.py)
     configs = {p.ident: p.config.to_dict() for p in points}
     # One resource request for the sweep: its largest trial's memory (Tune's with_resources
     # takes one dict for every trial of a Tuner).

@@ -183,3 +183,66 @@ def test_retry_budget_from_env_and_no_retry_of_real_errors(monkeypatch) -> None:
     with pytest.raises(Exception):
         tracking._retry(f, 1, tries=2, sleep=lambda s: None)
     assert f.calls == 2
+
+
+# ------------------------------------------------------- (g) a full or read-only filesystem
+@pytest.fixture
+def tmpfs(tmp_path: Path):
+    """A real 8 MiB tmpfs (needs root; skipped where mount is not allowed)."""
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()[:100]}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_disk_watch_reports_full_read_only_and_recovered(tmpfs: Path) -> None:
+    import io
+
+    from fusion_sweep.diskwatch import DiskWatch
+
+    out = io.StringIO()
+    storage = tmpfs / "ray_results" / "sweep"  # not created yet: its filesystem is watched
+    with DiskWatch([("Ray Tune storage", storage), ("MLflow store", tmpfs)], out,
+                   poll_s=3600) as w:
+        assert len(w.paths) == 1 and w.events == []  # one filesystem, fine at the start
+        filler = tmpfs / "filler.bin"
+        with pytest.raises(OSError, match="No space left"):
+            with open(filler, "wb") as f:
+                while True:
+                    f.write(b"\0" * (1 << 20))
+                    f.flush()
+        w.check()
+        w.check()  # a state is reported once, not at every poll
+        filler.unlink()
+        w.check()
+        subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
+        w.check()
+        subprocess.run(["mount", "-o", "remount,rw", str(tmpfs)], check=True)
+        w.check()
+    assert len(w.events) == 4, w.events
+    assert w.events[0].startswith("error: No space left on the filesystem (0.0 MiB free of 8 MiB)"
+                                  f": {storage} (Ray Tune storage)")
+    assert "run the same command again" in w.events[0]
+    assert w.events[1] == f"Ray Tune storage at {storage} is writable again"
+    assert w.events[2].startswith(f"error: the filesystem is read-only: {storage}")
+    assert out.getvalue().count("error:") == 2
+
+
+def test_error_reason_names_the_memory_monitor() -> None:
+    from ray.exceptions import OutOfMemoryError
+
+    from fusion_sweep.sweep import error_reason
+
+    e = OutOfMemoryError("Task was killed due to the node running low on memory.\n"
+                         "Memory on the node was 20 GB / 24 GB (0.83), which exceeds the "
+                         "memory usage threshold 0.8.")
+    r = error_reason(e)
+    assert r.startswith("OutOfMemoryError: Task was killed due to the node running low on memory.")
+    assert "memory monitor" in r and "memory_gb" in r and "\n" not in r
+    assert error_reason(ValueError("bad\nthing")) == "ValueError: bad"

@@ -109,6 +109,26 @@ def test_failed_trial_shows_its_error(tmp_path):
     assert f"FAILED: ValueError: boom  (traceback: {err})" in text
 
 
+def test_memory_monitor_kill_shows_what_happened(tmp_path):
+    """Ray's OOM report ends in advice; the line shown is the kill itself (format of Ray 2.60's
+    error file, shortened)."""
+    err = tmp_path / "error.txt"
+    err.write_text("Failure # 1 (occurred at 2026-11-22_13-56-35)\n"
+                   "1 worker(s) were killed due to the node running low on memory. Memory on "
+                   "the node was 3.18GB used / 23.54GB limit (0.135105)\n"
+                   "OOM kill reason: Memory usage 3249844224B exceeded threshold\n"
+                   "Refer to the documentation on how to address the out of memory issue\n")
+    out = io.StringIO()
+    rep = SweepProgress(out, tty=False, clock=Clock())
+    trials = _trials(1)
+    rep.setup(total_samples=1)
+    _step(rep, trials)
+    trials[0].status, trials[0].num_failures, trials[0].error_file = "ERROR", 2, str(err)
+    _step(rep, trials)
+    assert ("FAILED: OutOfMemoryError (Ray's memory monitor): 1 worker(s) were killed due to "
+            "the node running low on memory.") in out.getvalue()
+
+
 def test_terminal_redraws_one_line():
     out, clock = io.StringIO(), Clock()
     rep = SweepProgress(out, tty=True, clock=clock, width=200)
