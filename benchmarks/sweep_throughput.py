@@ -5,7 +5,8 @@
     python benchmarks/sweep_throughput.py --placement-ab [--trials 4] [--epochs 3]
 
 Default mode (launch vs plain). A search space is generated in a temporary directory: one
-regime of the default space (`--dataset`, default synthetic-short) × the default space's
+regime of the default space (`--dataset`, default synthetic-short; `--dataset default`: the
+whole default space, every regime, fusion and seed) × the default space's
 fusions × enough seeds for `--trials` grid points, the default space's PE and resources (1 CPU
 = 1 torch thread per trial) and the dataset's own hyperparameters. The same trials then run
 
@@ -69,6 +70,13 @@ def write_space(path: Path, trials: int, dataset: str, epochs: int | None) -> tu
     from fusion_sweep.space import load_space
 
     default = load_space("default")
+    if dataset == "default":  # the default space itself: every regime, fusion and seed
+        from fusion_sweep.space import SPACE_DIR
+
+        raw = yaml.safe_load((SPACE_DIR / "default.yaml").read_text())
+        raw.update(name="throughput", max_failures=0)
+        path.write_text(f"# fusion-sweep launch {path}\n" + yaml.safe_dump(raw, sort_keys=False))
+        return list(default.fusions), len(default.seeds)
     fusions = list(default.fusions)
     seeds = max(1, -(-trials // len(fusions)))
     fusions = fusions[: -(-trials // seeds)]
@@ -425,7 +433,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trainer-ab", action="store_true", help="reference vs fast trainer path")
     ap.add_argument("--placement-ab", action="store_true", help="Pool workers pinned vs not")
     ap.add_argument("--trials", type=int, default=6, help="grid points (default 6)")
-    ap.add_argument("--dataset", default="synthetic-short", help="regime for the sweep modes")
+    ap.add_argument("--dataset", default="synthetic-short",
+                    help="regime for the sweep modes; 'default' = the whole default space "
+                         "(--trials is then ignored)")
     ap.add_argument("--epochs", type=int, default=None, help="override the regime's epochs")
     ap.add_argument("--parallel", type=int, default=None, help="default CPUs // resources.cpu")
     ap.add_argument("--repeats", type=int, default=2, help="A/B pairs, alternating (default 2)")

@@ -10,7 +10,6 @@ retry and the sweep's bookkeeping are all the product's own.
 """
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
