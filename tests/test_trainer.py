@@ -136,7 +136,10 @@ def first_step_dropout_masks(fusion: str, data: EncodedData, seed: int = 0) -> l
 
     FusionClassifier.forward = forward
     try:
-        r = train_trial(cfg(fusion=fusion, seed=seed, epochs=1, dropout=0.3), data=data)
+        # gelu, not the synthetic regimes' relu: a mask is read where the dropout's input is
+        # nonzero, and relu's exact zeros (which differ between fusions) would hide mask bits
+        r = train_trial(cfg(fusion=fusion, seed=seed, epochs=1, dropout=0.3, activation="gelu"),
+                        data=data)
     finally:
         FusionClassifier.forward = original
     assert len(masks) == 3 and all(bool(m.any()) for m in masks)
