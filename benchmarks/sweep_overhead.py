@@ -32,13 +32,15 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+# one timer for both sweep benchmarks (this script's directory is on sys.path when run)
+from sweep_throughput import timed  # noqa: E402
 
 FUSIONS = ["add", "concat", "gate-scalar", "gate-vector", "gate-mlp", "mlp", "gate-cnn", "mul"]
 
@@ -86,16 +88,6 @@ def plain_main(space_path: str, parallel: int) -> int:
 
 
 # -------------------------------------------------------------------------------- driver
-def timed(cmd: list[str], cwd: Path, env: dict, log: Path) -> tuple[float, float, float]:
-    """-> (wall seconds, start and end as epoch seconds)."""
-    start, t0 = time.time(), time.perf_counter()
-    with open(log, "w") as f:
-        rc = subprocess.run(cmd, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
-    seconds = time.perf_counter() - t0
-    if rc != 0:
-        tail = "".join(log.read_text().splitlines(keepends=True)[-30:])
-        raise SystemExit(f"command failed (rc={rc}): {' '.join(cmd)}\n{tail}")
-    return seconds, start, start + seconds
 
 
 def phases(spans: list[tuple[float, float]], start: float, end: float) -> dict:

@@ -330,16 +330,19 @@ class SweepTracker:
                 killed.append(run.info.run_id)
         return killed
 
-    def fail_dead_trial(self, sweep: str, key: str, reason: str) -> str | None:
-        """End the trial's run FAILED with `reason` if it is still RUNNING: its worker died
-        (killed by Ray's memory monitor, a signal, a lost node) on Tune's last attempt, so no
-        trial code was left to close it. Returns the run id it failed, else None."""
+    def fail_dead_trials(self, sweep: str, reasons: Mapping[str, str]) -> list[str]:
+        """End FAILED, with its reason, the run of every trial key in `reasons` that is still
+        RUNNING: its worker died (killed by Ray's memory monitor, a signal, a lost node) on
+        Tune's last attempt, so no trial code was left to close it. One search for the sweep.
+        Returns the run ids it failed."""
+        failed = []
         for run in self.trial_runs(sweep):
-            if run.data.tags.get(TRIAL_KEY) == key and run.info.status == "RUNNING":
+            reason = reasons.get(run.data.tags.get(TRIAL_KEY, ""))
+            if reason is not None and run.info.status == "RUNNING":
                 _retry(self.client.set_tag, run.info.run_id, ERROR, reason[:4000])
                 _retry(self.client.set_terminated, run.info.run_id, "FAILED")
-                return run.info.run_id
-        return None
+                failed.append(run.info.run_id)
+        return failed
 
 
 # -------------------------------------------------------------------- the trial side

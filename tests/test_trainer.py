@@ -16,8 +16,12 @@ TINY = dict(d_model=16, heads=2, layers=1, dim_ff=32, epochs=2, batch_size=8, ma
             num_threads=1, latency_repeats=1)
 
 
-def random_split(rng: np.random.Generator, n: int, classes: int = 3, vocab: int = 60) -> EncodedSplit:
-    lens = rng.integers(3, 30, n)
+def random_split(rng: np.random.Generator, n: int, classes: int = 3, vocab: int = 60,
+                 lengths: tuple[int, int] = (3, 30), first: tuple[int, ...] = ()) -> EncodedSplit:
+    """n random documents, lengths in [lengths[0], lengths[1]); `first` overrides the first
+    lengths (edge cases such as empty or over-long documents)."""
+    lens = rng.integers(*lengths, n)
+    lens[:len(first)] = first
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(lens, out=offsets[1:])
     return EncodedSplit(rng.integers(2, vocab, offsets[-1]).astype(np.int32), offsets,

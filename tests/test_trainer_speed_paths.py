@@ -8,18 +8,15 @@ from fusion_sweep.batching import eval_batches, pad_batch, pad_batches, truncate
 from fusion_sweep.config import TrialConfig
 from fusion_sweep.data.types import EncodedData, EncodedSplit
 from fusion_sweep.trainer import SpeedOptions, train_trial
+from tests.test_trainer import random_split as trainer_split
 
 TINY = dict(d_model=16, heads=2, layers=1, dim_ff=32, epochs=3, batch_size=8, max_len=80,
             num_threads=1, latency_repeats=1, dropout=0.1)
 
 
-def random_split(rng: np.random.Generator, n: int, classes: int = 4, vocab: int = 60) -> EncodedSplit:
-    lens = rng.integers(0, 40, n)  # includes empty documents and some above max_len
-    lens[:3] = (0, 1, 85)
-    offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    return EncodedSplit(rng.integers(2, vocab, offsets[-1]).astype(np.int32), offsets,
-                        rng.integers(0, classes, n).astype(np.int64))
+def random_split(rng: np.random.Generator, n: int) -> EncodedSplit:
+    # includes empty documents and some above max_len
+    return trainer_split(rng, n, classes=4, lengths=(0, 40), first=(0, 1, 85))
 
 
 @pytest.fixture(scope="module")
