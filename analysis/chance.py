@@ -1,8 +1,8 @@
-"""Chance level: does an arm (dataset, pe, fusion) learn anything at all?
+"""Chance level: does an arm (a variant on a dataset) learn anything at all?
 
-A comparison of two models that both sit at chance says nothing about fusion: their delta
-is noise around 0, and an "inconclusive" (or "equivalent") verdict would read as evidence
-about the operator. So, for accuracy-like metrics ('acc' in the name) only:
+A comparison of two models that both sit at chance says nothing about the variants: their
+delta is noise around 0, and an "inconclusive" (or "equivalent") verdict would read as
+evidence about them. So, for accuracy-like metrics ('acc' in the name) only:
 
 - chance level = 1 / num_classes, with the class count from the ``num_classes`` column
   (the trial runs' MLflow metric, or a CSV column), overridden by ``--num-classes D=K``;
@@ -15,7 +15,8 @@ about the operator. So, for accuracy-like metrics ('acc' in the name) only:
 
 The report turns a comparison where *both* arms are ``no`` into the verdict
 ``not learned``. "No" means "not shown to beat chance": with very few seeds a weak model
-can land there too, which is the same conclusion - this comparison cannot speak to fusion.
+can land there too, which is the same conclusion - this comparison cannot speak to the
+variants.
 """
 from __future__ import annotations
 
@@ -28,10 +29,11 @@ from analysis.metrics import is_accuracy_like
 from analysis.pairing import cells_for
 from analysis.schema import AnalysisError
 from analysis.stats import NAN, beats_chance, holm
+from analysis.variants import Variant
 
 METHOD = ("one-sided one-sample t-test of each arm's per-seed accuracy > 1/num_classes "
           "(scipy ttest_1samp, alternative='greater'); Holm across the arms")
-ArmKey = tuple  # (dataset, pe, metric, fusion)
+ArmKey = tuple  # (dataset, Variant, metric)
 
 
 def class_counts(df: pd.DataFrame, overrides: Mapping[str, int] | None = None
@@ -68,28 +70,28 @@ def chance_tests(
     tests: list[dict] = []
     for metric in (m for m in metrics if is_accuracy_like(m)):
         values: dict[tuple, list[float]] = {}
-        for (dataset, pe, fusion, _seed), cell in cells_for(df, metric).items():
+        for (dataset, encoder, pe, fusion, _seed), cell in cells_for(df, metric).items():
             if cell.ok:
-                values.setdefault((dataset, pe, fusion), []).append(cell.value)
-        for (dataset, pe, fusion), vals in sorted(values.items()):
-            tests.append(_arm_test(dataset, pe, metric, fusion, np.array(vals), counts.get(dataset)))
+                values.setdefault((dataset, Variant(encoder, pe, fusion)), []).append(cell.value)
+        for (dataset, v), vals in sorted(values.items()):
+            tests.append(_arm_test(dataset, v, metric, np.array(vals), counts.get(dataset)))
     adjusted = holm(np.array([t["p"] for t in tests], dtype=float))
     for t, p in zip(tests, adjusted):
         t["p_holm"] = float(p)
         if np.isfinite(p):
             t["learned"] = "yes" if p < alpha else "no"
-    by_arm = {(t["dataset"], t["pe"], t["metric"], t["fusion"]): t for t in tests}
+    by_arm = {(t["dataset"], Variant(t["encoder"], t["pe"], t["fusion"]), t["metric"]): t
+              for t in tests}
     return tests, by_arm, _unknown_warning(tests)
 
 
-def _arm_test(dataset: str, pe: str, metric: str, fusion: str, vals: np.ndarray,
-              k: int | None) -> dict:
+def _arm_test(dataset: str, v: Variant, metric: str, vals: np.ndarray, k: int | None) -> dict:
     chance = 1.0 / k if k else NAN
     t, p = beats_chance(vals, chance) if k else (NAN, NAN)
-    return {"dataset": dataset, "pe": pe, "metric": metric, "fusion": fusion, "n": int(vals.size),
-            "num_classes": k, "chance_level": chance,
-            "mean": float(vals.mean()) if vals.size else NAN, "t": t, "p": p, "p_holm": NAN,
-            "learned": "unknown"}
+    return {"dataset": dataset, "encoder": v.encoder, "pe": v.pe, "metric": metric,
+            "fusion": v.fusion, "variant": v.label, "n": int(vals.size), "num_classes": k,
+            "chance_level": chance, "mean": float(vals.mean()) if vals.size else NAN, "t": t,
+            "p": p, "p_holm": NAN, "learned": "unknown"}
 
 
 def _unknown_warning(tests: list[dict]) -> list[dict]:
@@ -103,10 +105,14 @@ def _unknown_warning(tests: list[dict]) -> list[dict]:
                         f"pass {flags}"}]
 
 
-def arm_state(by_arm: Mapping[ArmKey, dict], dataset: str, pe: str, metric: str,
-              fusion: str) -> str:
+def arm_state(by_arm: Mapping[ArmKey, dict], dataset: str, v: Variant, metric: str) -> str:
     """LEARNED_STATES value of one arm: n/a for metrics without a chance level."""
     if not is_accuracy_like(metric):
         return "n/a"
-    test = by_arm.get((dataset, pe, metric, fusion))
+    test = by_arm.get((dataset, v, metric))
     return test["learned"] if test else "unknown"
+
+
+def chance_level(by_arm: Mapping[ArmKey, dict], dataset: str, v: Variant, metric: str) -> float:
+    """1/K of an arm's dataset (nan when unknown or not accuracy-like)."""
+    return by_arm.get((dataset, v, metric), {}).get("chance_level", NAN)

@@ -17,11 +17,11 @@ if TYPE_CHECKING:  # the statistics stack is imported only when the command runs
     from analysis.report import Report, Settings
 
 DESCRIPTION = (
-    "Pair trials by seed and test each fusion against the baseline, per length regime: "
-    "paired t (primary, Holm-adjusted across the report), Wilcoxon, sign-flip, BCa "
-    "bootstrap, TOST (Holm-adjusted), post hoc power and seeds needed, a chance-level check "
-    "per arm (verdict 'not learned'), and a test of whether the fusion effect differs "
-    "across datasets."
+    "Pair trials by seed and test each variant (encoder/pe/fusion) against the baseline, per "
+    "length regime: paired t (primary, Holm-adjusted across the report), Wilcoxon, sign-flip, "
+    "BCa bootstrap, TOST (Holm-adjusted), post hoc power and seeds needed, a chance-level "
+    "check per arm (verdict 'not learned'), paired cost ratios, a test of whether the effect "
+    "differs across datasets, and (--claims) a paper's claims against the sweep."
 )
 
 
@@ -56,8 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_argument_group("input (a results file, or MLflow: default the latest sweep)")
     src.add_argument("--results", metavar="FILE",
                      help="CSV/Parquet (UTF-8) with dataset, pe, fusion, seed + metric columns "
-                          "(optional status, fp_split, fp_batch_order, fp_shared_init, "
-                          "fp_dropout, code_fingerprint, median_tokens, num_classes)")
+                          "(optional encoder [default standard], status, fp_split, "
+                          "fp_batch_order, fp_shared_init, fp_dropout, fp_encoder_init, "
+                          "code_fingerprint, median_tokens, num_classes)")
     src.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI "
                                             "or sqlite:///./mlflow.db)")
     src.add_argument("--experiment", help="MLflow experiment name (default fusion-sweep)")
@@ -67,12 +68,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="dataset to analyse (repeatable; default all)")
     sel.add_argument("--pe", action="append", default=[], metavar="P",
                      help="positional encoding (repeatable; default all)")
+    sel.add_argument("--encoder", action="append", default=[], metavar="E",
+                     help="encoder variant label, e.g. standard, ressformer-no-asam "
+                          "(repeatable; default all)")
     sel.add_argument("--metric", action="append", default=None, metavar="M",
                      help="metric column (repeatable; default: the sweep's `metric`, else test_acc)")
     sel.add_argument("--baseline", default=None,
-                     help="reference fusion (default: the sweep's `baseline`, else add)")
+                     help="the reference: a fusion name (compare fusions within each dataset, "
+                          "encoder and pe) or a full variant label encoder/pe/fusion, e.g. "
+                          "standard/sinusoidal/add (compare every variant of a dataset with "
+                          "it); default: the sweep's `baseline`, else add")
     sel.add_argument("--pairs", choices=("baseline", "all"), default="baseline",
-                     help="compare each fusion with the baseline, or all pairs of fusions")
+                     help="compare each arm of a group with the baseline, or all pairs of arms")
+    sel.add_argument("--claims", default=None, metavar="NAME",
+                     help="also test a paper's claims against the sweep (claim sets: "
+                          "ressformer); text/JSON gain a claims section, --report DIR gains "
+                          "claims.md and claims.html")
     st = p.add_argument_group("statistics")
     st.add_argument("--alpha", type=float, default=0.05, help="family-wise alpha (default 0.05)")
     st.add_argument("--equivalence-margin", type=float, default=None, metavar="M",
@@ -127,8 +138,9 @@ def settings_from(args: argparse.Namespace, space: dict | None = None) -> Settin
         pairs=args.pairs, alpha=args.alpha, margin=margin,
         margin_metric=None if from_flag else space.get("metric", "test_acc"), n_boot=args.bootstrap,
         rng_seed=args.rng_seed, datasets=tuple(args.dataset), pes=tuple(args.pe),
-        direction=args.direction, directions=space.get("directions"),
-        num_classes=dict(args.num_classes) or None,
+        encoders=tuple(args.encoder), direction=args.direction,
+        directions=space.get("directions"), num_classes=dict(args.num_classes) or None,
+        claims=args.claims,
     ).validate()
 
 
@@ -166,6 +178,9 @@ def _write_outputs(args: argparse.Namespace, report: Report, source: dict) -> No
     if args.report:
         write_report(report, args.report)
         print(f"report written to {Path(args.report).resolve() / 'report.html'}", file=sys.stderr)
+        if report.claims is not None:
+            print(f"claims written to {Path(args.report).resolve() / 'claims.html'}",
+                  file=sys.stderr)
     if not log:
         return
     from analysis.mlflow_io import log_stats_run

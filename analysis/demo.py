@@ -50,3 +50,63 @@ def synthetic_results(
                         "fp_dropout": _fp("dropout", ds, seed),
                     })
     return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------- encoder variants
+# ReSSFormer's sweep (search_spaces/ressformer.yaml) in miniature: 7 variants on the three
+# regimes and their shuffled probes. Planted per variant: the accuracy effect over
+# standard/sinusoidal/add on a clean regime, and the drop a shuffled probe causes; None:
+# at chance (a content-only model cannot see order). Costs per variant: a latency factor
+# (measured: seed noise) and an analytic FLOPs factor (deterministic: no noise).
+RESS_DATASETS = {**{d: m for d, m in DATASETS.items()},
+                 **{f"{d}-shuffled": m for d, m in DATASETS.items()}}
+RESS_EFFECTS: dict[str, tuple[float, float] | None] = {
+    "standard/sinusoidal/add": (0.0, -0.06),
+    "standard/rotary/add": (0.01, -0.05),
+    "standard/none/add": None,
+    "ressformer/none/add": (0.03, -0.02),
+    "ressformer-no-soes/sinusoidal/add": (-0.02, -0.06),
+    "ressformer-no-asam/none/add": (0.0, -0.02),
+    "ressformer-no-r2mu/none/add": (0.015, -0.02),
+}
+RESS_COSTS: dict[str, tuple[float, float, int]] = {  # latency factor, FLOPs factor, params
+    "standard": (1.0, 1.0, 40_000), "ressformer": (1.1, 0.7, 30_000),
+    "ressformer-no-soes": (1.1, 0.7, 30_000), "ressformer-no-asam": (1.4, 1.0, 30_000),
+    "ressformer-no-r2mu": (0.5, 0.35, 30_000),
+}
+
+
+def synthetic_ressformer_results(
+    seeds: int = 5, effects: dict[str, tuple[float, float] | None] | None = None,
+    noise: float = 0.002, rng_seed: int = 0,
+) -> pd.DataFrame:
+    """Tidy-schema rows with an `encoder` column: every variant of `effects` (default
+    RESS_EFFECTS) on every RESS_DATASETS regime, seeds 0..seeds-1. A seed's level is shared
+    by every variant of a dataset (what pairing removes); fingerprints as the sweep logs
+    them: split per dataset, batch order, shared init and dropout per (dataset, seed), the
+    encoder body's init per (dataset, encoder, seed)."""
+    rng = np.random.default_rng(rng_seed)
+    effects = RESS_EFFECTS if effects is None else effects
+    rows = []
+    for ds, med in RESS_DATASETS.items():
+        clean = ds.removesuffix("-shuffled")
+        for seed in range(seeds):
+            level = BASE_ACC[clean] + rng.normal(0, noise)
+            for label, eff in effects.items():
+                encoder, pe, fusion = label.split("/")
+                acc = (0.5 if eff is None else level + eff[0] + (eff[1] if ds != clean else 0.0))
+                lat, flops, params = RESS_COSTS[encoder]
+                scale = med / 48.0
+                rows.append({
+                    "dataset": ds, "encoder": encoder, "pe": pe, "fusion": fusion, "seed": seed,
+                    "test_acc": round(float(np.clip(acc + rng.normal(0, noise), 0, 1)), 6),
+                    "latency_ms_per_sample": round(0.2 * scale ** 0.5 * lat
+                                                   * (1 + rng.normal(0, 0.02)), 6),
+                    "flops_per_token": 1e5 * scale ** 0.25 * flops, "params": params,
+                    "status": "FINISHED", "median_tokens": med, "num_classes": 2,
+                    "fp_split": _fp("split", ds), "fp_batch_order": _fp("batches", ds, seed),
+                    "fp_shared_init": _fp("init", ds, seed),
+                    "fp_dropout": _fp("dropout", ds, seed),
+                    "fp_encoder_init": _fp("encoder", ds, encoder, seed),
+                })
+    return pd.DataFrame(rows)

@@ -16,8 +16,10 @@ from fusion_sweep.schema import CODE_FINGERPRINT, FINGERPRINT_TAGS
 
 from analysis.metrics import is_proportion
 from analysis.schema import (
-    FINISHED, FP_COLUMNS, KEY_COLUMNS, NON_METRIC_COLUMNS, AnalysisError,
+    DEFAULT_ENCODER, ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS, KEY_COLUMNS, NON_METRIC_COLUMNS,
+    AnalysisError,
 )
+from analysis.variants import Axis, Variant, check_present, parse_baseline
 
 # MLflow tags use dots (fp.split); files may use either spelling.
 _ALIASES = {**{tag: f"fp_{name}" for name, tag in FINGERPRINT_TAGS.items()},
@@ -85,18 +87,21 @@ def _read_parquet(p: Path) -> pd.DataFrame:
 def tidy(raw: pd.DataFrame, source: str = "results") -> pd.DataFrame:
     """Normalise a raw table (one row per trial) to the tidy schema.
 
-    Raises AnalysisError when there are no rows or a key column is missing.
+    A table without an `encoder` column (written before the encoder axis), or a row with
+    an empty one, holds the standard encoder's trials. Raises AnalysisError when there are
+    no rows or another key column is missing.
     """
     df = raw.rename(columns=_ALIASES).copy()
     if len(df) == 0:
         raise AnalysisError(f"no rows in {source}")
+    df["encoder"] = _encoder(df)
     missing = [c for c in KEY_COLUMNS if c not in df.columns]
     if missing:
         raise AnalysisError(
             f"{source} lacks required column(s) {', '.join(missing)}; "
             f"available columns: {', '.join(map(str, df.columns))}"
         )
-    for col in ("dataset", "pe", "fusion"):
+    for col in ("dataset", "encoder", "pe", "fusion"):
         empty = df[col].isna() | (df[col].astype(str).str.strip() == "")
         if empty.any():
             raise AnalysisError(
@@ -106,11 +111,20 @@ def tidy(raw: pd.DataFrame, source: str = "results") -> pd.DataFrame:
         df[col] = df[col].astype(str).str.strip()
     df["seed"] = _integer_seeds(df["seed"], source)
     df["status"] = _status(df)
-    for col in (*FP_COLUMNS, "code_fingerprint"):
+    for col in (*FP_COLUMNS, *ENCODER_FP_COLUMNS, "code_fingerprint"):
         df[col] = _optional_str(df[col]) if col in df.columns else None
     for col in ("median_tokens", "num_classes"):
         df[col] = pd.to_numeric(df[col], errors="coerce") if col in df.columns else np.nan
     return df.reset_index(drop=True)
+
+
+def _encoder(df: pd.DataFrame) -> pd.Series:
+    """The encoder label per row; DEFAULT_ENCODER where the input has none."""
+    if "encoder" not in df.columns:
+        return pd.Series([DEFAULT_ENCODER] * len(df), index=df.index, dtype=object)
+    col = df["encoder"].astype(object)
+    empty = col.isna() | (col.astype(str).str.strip() == "")
+    return col.where(~empty, DEFAULT_ENCODER)
 
 
 def _integer_seeds(col: pd.Series, source: str) -> pd.Series:
@@ -150,17 +164,21 @@ def metric_columns(df: pd.DataFrame) -> list[str]:
 def select(
     df: pd.DataFrame,
     metrics: Sequence[str],
-    baseline: str,
+    baseline: str | Axis,
     datasets: Iterable[str] | None = None,
     pes: Iterable[str] | None = None,
+    encoders: Iterable[str] | None = None,
 ) -> pd.DataFrame:
-    """Validate the requested metrics/baseline and filter to the requested datasets/PEs.
+    """Validate the requested metrics/baseline and filter to the requested datasets, PEs
+    and encoders. baseline: a fusion name, a full variant label, or its Axis.
 
     Returns a copy whose metric columns are float64 (non-finite kept, as NaN/inf).
     """
     if len(df) == 0:
         raise AnalysisError("no rows in the results table")
+    axis = baseline if isinstance(baseline, Axis) else parse_baseline(baseline)
     df = _filter(df, "dataset", datasets)
+    df = _filter(df, "encoder", encoders)
     df = _filter(df, "pe", pes)
     available = metric_columns(df)
     for m in metrics:
@@ -168,15 +186,22 @@ def select(
             raise AnalysisError(
                 f"unknown metric {m!r}; available metrics: {', '.join(available) or '(none)'}"
             )
-        df[m] = _numeric_metric(df[m], m)
-        _check_proportion(df, m)
-    fusions = sorted(df["fusion"].unique())
-    if baseline not in fusions:
-        raise AnalysisError(
-            f"baseline fusion {baseline!r} is absent from the data; "
-            f"fusions present: {', '.join(fusions)}"
-        )
+        df[m] = to_metric(df, m)
+    check_present(axis, variants_of(df))
     return df
+
+
+def to_metric(df: pd.DataFrame, metric: str) -> pd.Series:
+    """A metric column as float64, checked (numeric; proportions within [0, 1])."""
+    col = _numeric_metric(df[metric], metric)
+    _check_proportion(df.assign(**{metric: col}), metric)
+    return col
+
+
+def variants_of(df: pd.DataFrame) -> list[Variant]:
+    """Every distinct variant in the table, sorted."""
+    rows = df[["encoder", "pe", "fusion"]].drop_duplicates()
+    return sorted(Variant(*map(str, r)) for r in rows.itertuples(index=False))
 
 
 def _filter(df: pd.DataFrame, column: str, wanted: Iterable[str] | None) -> pd.DataFrame:

@@ -11,26 +11,35 @@ Tag schema written by the sweep layer; every name comes from :mod:`fusion_sweep.
   plain strings or ``str(dict)``, both still read);
 - child run per trial: ``fusion_sweep.role=trial``, ``fusion_sweep.sweep=<name>``,
   ``mlflow.parentRunId``, ``fusion_sweep.trial_key``, ``fusion_sweep.code_fingerprint``,
-  ``fp.split``, ``fp.batch_order``, ``fp.shared_init``, ``fp.dropout``; params ``dataset, pe,
-  fusion, seed`` (+ hyperparameters); final metrics ``test_acc, best_val_acc, ...,
-  median_tokens, num_classes``.
+  ``fusion_sweep.identity`` (JSON of dataset, encoder, pe, fusion, seed; `encoder` is the
+  encoder VARIANT label such as ``ressformer-no-asam``), ``fp.split``, ``fp.batch_order``,
+  ``fp.shared_init``, ``fp.dropout``, ``fp.encoder_init``; params ``dataset, pe, fusion,
+  seed, encoder`` (+ hyperparameters; the ``encoder`` param is the registry name); final
+  metrics ``test_acc, best_val_acc, ..., flops_per_token, median_tokens, num_classes``.
+
+The identity comes from the tag when a run has it, else from the params; runs logged before
+the encoder axis have neither the tag nor an ``encoder`` param and read as ``standard``.
 """
 from __future__ import annotations
 
 import ast
+import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from fusion_sweep.schema import (
-    CODE_FINGERPRINT, DEFAULT_EXPERIMENT, FINGERPRINT_TAGS, IDENTITY_FIELDS, PARENT, ROLE,
-    SWEEP, TRIAL_KEY, decode_param, encode_param, resolve_tracking_uri,
+    CODE_FINGERPRINT, DEFAULT_EXPERIMENT, FINGERPRINT_TAGS, IDENTITY_FIELDS, IDENTITY_TAG,
+    PARENT, ROLE, SWEEP, TRIAL_KEY, decode_param, encode_param, resolve_tracking_uri,
 )
 
 from analysis.load import rows_to_frame
 from analysis.metrics import check_direction_value
-from analysis.schema import VERDICTS, AnalysisError
+from analysis.schema import DEFAULT_ENCODER, SUPPORT_STATES, VERDICTS, AnalysisError
+
+# Identity fields every trial run must carry (the encoder defaults to the standard one).
+REQUIRED_IDENTITY = tuple(k for k in IDENTITY_FIELDS if k != "encoder")
 
 _PAGE = 1000
 
@@ -96,10 +105,24 @@ def find_sweep(client: Any, experiment: str, sweep: str | None) -> tuple[Any, An
     return exp, parents[0]  # newest first
 
 
+def identity(params: dict, tags: dict) -> dict:
+    """The trial's identity: the JSON tag when present (and readable), else the params;
+    no encoder anywhere -> the standard encoder (runs logged before the encoder axis)."""
+    try:
+        tagged = json.loads(tags[IDENTITY_TAG]) if IDENTITY_TAG in tags else None
+    except (json.JSONDecodeError, TypeError):
+        tagged = None
+    source = tagged if isinstance(tagged, dict) else params
+    out = {k: source.get(k) for k in IDENTITY_FIELDS}
+    if out["encoder"] in (None, ""):
+        out["encoder"] = DEFAULT_ENCODER
+    return {k: (str(v) if v is not None and k != "seed" else v) for k, v in out.items()}
+
+
 def trial_row(run: Any) -> dict:
-    """One tidy row from a trial run: key params, all final metrics, fingerprints."""
+    """One tidy row from a trial run: identity, all final metrics, fingerprints."""
     p, tags = run.data.params, run.data.tags
-    row: dict = {k: p.get(k) for k in IDENTITY_FIELDS}
+    row: dict = identity(p, tags)
     row.update(run.data.metrics)  # includes num_classes and median_tokens
     row.update({"status": run.info.status, "run_id": run.info.run_id,
                 "trial_key": tags.get(TRIAL_KEY),
@@ -119,12 +142,12 @@ def load_sweep(
                            f"tags.`{PARENT}` = '{parent.info.run_id}'")
     trials = [r for r in children if r.data.tags.get(ROLE) == "trial"]
     rows = [trial_row(r) for r in trials]
-    complete = [r for r in rows if all(r[k] is not None for k in IDENTITY_FIELDS)]
+    complete = [r for r in rows if all(r[k] is not None for k in REQUIRED_IDENTITY)]
     warnings = []
     if len(complete) < len(rows):
         warnings.append({"code": "runs_without_keys",
-                         "message": f"{len(rows) - len(complete)} trial runs lack a dataset/pe/"
-                                    "fusion/seed param and were skipped"})
+                         "message": f"{len(rows) - len(complete)} trial runs lack a "
+                                    f"{'/'.join(REQUIRED_IDENTITY)} param and were skipped"})
     name = parent.data.tags.get(SWEEP, "")
     source = {"kind": "mlflow", "tracking_uri": uri, "experiment": experiment, "sweep": name,
               "parent_run_id": parent.info.run_id, "experiment_id": exp.experiment_id,
@@ -213,6 +236,11 @@ def log_stats_run(source: dict, report_dir: str | Path, report: Any) -> str:
         client.log_metric(rid, "n_dropped_pairs", len(report.dropped))
         for v in VERDICTS:
             client.log_metric(rid, f"n_{v.replace(' ', '_')}", int((verdicts == v).sum()))
+        if report.claims is not None:  # per claim test: how many support the paper, ...
+            support = pd.Series([t["support"] for t in report.claims["tests"]], dtype=object)
+            for v in SUPPORT_STATES:
+                client.log_metric(rid, f"n_claims_{v.lower().replace(' ', '_')}",
+                                  int((support == v).sum()))
         client.log_artifacts(rid, str(report_dir))
     except Exception:
         client.set_terminated(rid, status=RunStatus.to_string(RunStatus.FAILED))

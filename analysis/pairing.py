@@ -1,24 +1,32 @@
-"""Pair trials by seed within (dataset, pe), and account for every pair that is dropped.
+"""Pair trials by seed within a group, and account for every pair that is dropped.
 
-A *cell* is one (dataset, pe, fusion, seed) slot for one metric. It is usable when it has
-exactly one FINISHED run, and its metric is finite (two FINISHED runs are a
+What is compared with what is the comparison axis (:mod:`analysis.variants`): within a
+group (the dataset plus the variant fields the baseline leaves open) each arm is paired
+with the group's reference. With a fusion-name baseline a group is (dataset, encoder, pe)
+and arms differ by fusion (the fusion study); with a full variant label a group is the
+dataset and arms are any variants.
+
+A *cell* is one (dataset, encoder, pe, fusion, seed) slot for one metric. It is usable when
+it has exactly one FINISHED run, and its metric is finite (two FINISHED runs are a
 `duplicate_seed` even when one of them has a NaN metric: which one is right is not ours to
-guess). A pair (fusion vs reference, seed) is used when both cells are usable, both ran
+guess). A pair (arm vs reference, seed) is used when both cells are usable, both ran
 the same code, and every fingerprint present on both sides agrees (split, batch order,
-shared init, dropout: `fusion_sweep.schema.FINGERPRINTS`); otherwise it is dropped with one
+shared init, dropout: `fusion_sweep.schema.FINGERPRINTS`; and the encoder body's initial
+weights, `ENCODER_FINGERPRINTS`, only when both arms have the same encoder label: two
+different encoders' bodies differ by construction); otherwise it is dropped with one
 of :data:`analysis.schema.DROP_REASONS` and a human detail. Mismatched fingerprints are
 never paired silently.
 
 Code fingerprints (tag ``fusion_sweep.code_fingerprint``, column ``code_fingerprint``):
 
-- **superseded runs** (:func:`supersede`): when one identity (dataset, pe, fusion, seed) has
-  several FINISHED runs and some ran the sweep's current code (the parent run's tag), those
-  are kept and the others are set aside as ``superseded_code`` (one dropped record per run,
-  with metric and baseline ``None``: it is a run, not a pair).
+- **superseded runs** (:func:`supersede`): when one identity (dataset, encoder, pe, fusion,
+  seed) has several FINISHED runs and some ran the sweep's current code (the parent run's
+  tag), those are kept and the others are set aside as ``superseded_code`` (one dropped
+  record per run, with metric and baseline ``None``: it is a run, not a pair).
 - **mixed-code pairs**: a pair whose two runs ran different code is *dropped* as
   ``code_mismatch`` (and the report lists them in a design warning) rather than used with a
   warning. A code change can move every number of a run, so a delta across code versions
-  mixes the fusion effect with the code change; re-run the stale arm instead.
+  mixes the variant effect with the code change; re-run the stale arm instead.
 """
 from __future__ import annotations
 
@@ -27,15 +35,18 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis.schema import FINISHED, FP_COLUMNS, KEY_COLUMNS
+from analysis.schema import ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS, KEY_COLUMNS
+from analysis.variants import Axis, Variant, parse_baseline
+
+CellKey = tuple  # (dataset, encoder, pe, fusion, seed): KEY_COLUMNS order
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One (dataset, pe, fusion, seed) slot: its value when usable, else why not."""
+    """One (dataset, encoder, pe, fusion, seed) slot: its value when usable, else why not."""
 
     value: float = float("nan")
-    fps: tuple[tuple[str, str | None], ...] = ()
+    fps: tuple[tuple[str, str | None], ...] = ()  # FP_COLUMNS, then ENCODER_FP_COLUMNS
     code: str | None = None  # code fingerprint of the run, when known
     reason: str | None = None  # a DROP_REASONS code when unusable
     detail: str = ""
@@ -45,18 +56,37 @@ class Cell:
         return self.reason is None
 
 
+MISSING = Cell(reason="missing_trial", detail="no trial")
+
+
+def cell_key(dataset: str, v: Variant, seed: int) -> CellKey:
+    return (dataset, v.encoder, v.pe, v.fusion, seed)
+
+
 @dataclass(frozen=True)
 class Paired:
-    """The paired data of one comparison. seeds, x, y: shape (n,), aligned by seed."""
+    """The paired data of one comparison. seeds, x, y: shape (n,), aligned by seed.
+
+    baseline: the reference as the user's --baseline names it (fusion name or full label).
+    """
 
     dataset: str
-    pe: str
     metric: str
-    fusion: str
+    arm: Variant
+    ref: Variant
     baseline: str
+    group: tuple[str, ...]
     seeds: np.ndarray
-    x: np.ndarray  # fusion's metric per seed
-    y: np.ndarray  # baseline's (reference's) metric per seed
+    x: np.ndarray  # the arm's metric per seed
+    y: np.ndarray  # the reference's metric per seed
+
+    @property
+    def pe(self) -> str:
+        return self.arm.pe
+
+    @property
+    def fusion(self) -> str:
+        return self.arm.fusion
 
 
 @dataclass
@@ -70,30 +100,55 @@ class PairingResult:
 
 def make_cell(rows: pd.DataFrame, metric: str) -> Cell:
     """Classify the runs of one slot (rows: 0..k trials of the same key)."""
-    if len(rows) == 0:
-        return Cell(reason="missing_trial", detail="no trial")
-    finished = rows[rows["status"] == FINISHED]
+    return _cell(_Columns(rows, metric), np.arange(len(rows)), metric)
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """The columns a cell needs, as arrays (per-group pandas indexing is slow)."""
+
+    status: np.ndarray
+    value: np.ndarray
+    fps: tuple[tuple[str, np.ndarray | None], ...]
+    code: np.ndarray | None
+
+    def __init__(self, df: pd.DataFrame, metric: str) -> None:
+        col = lambda c: df[c].to_numpy(dtype=object) if c in df.columns else None  # noqa: E731
+        object.__setattr__(self, "status", df["status"].to_numpy(dtype=object))
+        object.__setattr__(self, "value", df[metric].to_numpy(dtype=object))
+        fps = tuple((c, col(c)) for c in (*FP_COLUMNS, *ENCODER_FP_COLUMNS))
+        object.__setattr__(self, "fps", fps)
+        object.__setattr__(self, "code", col("code_fingerprint"))
+
+
+def _cell(cols: _Columns, idx: np.ndarray, metric: str) -> Cell:
+    """One slot's cell from the rows at positions idx."""
+    if len(idx) == 0:
+        return MISSING
+    finished = idx[cols.status[idx] == FINISHED]
     if len(finished) > 1:
         # Counted before the finiteness filter: a NaN copy must not make the other win.
-        n_bad = int((~np.isfinite(finished[metric].to_numpy(dtype=float))).sum())
+        n_bad = int((~np.isfinite(cols.value[finished].astype(float))).sum())
         extra = f", {n_bad} with a non-finite {metric}" if n_bad else ""
         return Cell(reason="duplicate_seed",
                     detail=f"{len(finished)} finished runs for the same seed{extra}")
     if len(finished) == 0:
-        statuses = sorted(set(rows["status"]))
+        statuses = sorted(set(cols.status[idx]))
         return Cell(reason="failed_trial", detail=f"status {'/'.join(statuses)}")
-    row = finished.iloc[0]
-    if not np.isfinite(float(row[metric])):
-        return Cell(reason="non_finite_metric", detail=f"{metric} = {row[metric]}")
-    fps = tuple((c, row[c]) for c in FP_COLUMNS)
-    code = row["code_fingerprint"] if "code_fingerprint" in row.index else None
-    return Cell(value=float(row[metric]), fps=fps, code=code if isinstance(code, str) else None)
+    i = finished[0]
+    value = cols.value[i]
+    if not np.isfinite(float(value)):
+        return Cell(reason="non_finite_metric", detail=f"{metric} = {value}")
+    fps = tuple((c, a[i] if a is not None else None) for c, a in cols.fps)
+    code = cols.code[i] if cols.code is not None else None
+    return Cell(value=float(value), fps=fps, code=code if isinstance(code, str) else None)
 
 
-def cells_for(df: pd.DataFrame, metric: str) -> dict[tuple, Cell]:
-    """Map (dataset, pe, fusion, seed) -> Cell for every slot that has at least one row."""
-    return {key: make_cell(rows, metric)
-            for key, rows in df.groupby(list(KEY_COLUMNS), sort=True)}
+def cells_for(df: pd.DataFrame, metric: str) -> dict[CellKey, Cell]:
+    """Map (dataset, encoder, pe, fusion, seed) -> Cell for every slot with a row."""
+    cols = _Columns(df, metric)
+    groups = df.groupby(list(KEY_COLUMNS), sort=True).indices
+    return {key: _cell(cols, np.asarray(idx), metric) for key, idx in sorted(groups.items())}
 
 
 def supersede(df: pd.DataFrame, current_code: str | None) -> tuple[pd.DataFrame, list[dict]]:
@@ -110,12 +165,15 @@ def supersede(df: pd.DataFrame, current_code: str | None) -> tuple[pd.DataFrame,
         current = rows["code_fingerprint"] == current_code
         if len(rows) < 2 or not current.any() or current.all():
             continue
+        dataset, encoder, pe, fusion, seed = key
         kept = ", ".join(_run_name(i, r) for i, r in rows[current].iterrows())
         for idx, r in rows[~current].iterrows():
             drop.append(idx)
             records.append({
-                "dataset": key[0], "pe": key[1], "metric": None, "fusion": key[2],
-                "baseline": None, "seed": int(key[3]), "reason": "superseded_code",
+                "dataset": dataset, "encoder": encoder, "pe": pe, "metric": None,
+                "fusion": fusion, "baseline": None,
+                "variant": Variant(encoder, pe, fusion).label, "baseline_variant": None,
+                "seed": int(seed), "reason": "superseded_code",
                 "detail": f"{_run_name(idx, r)} ran code {_short(r['code_fingerprint'])}; "
                           f"kept {kept} with the sweep's current code {_short(current_code)}"})
     return df.drop(index=drop), records
@@ -130,89 +188,109 @@ def _short(code: object) -> str:
     return str(code)[:10] if isinstance(code, str) else "unknown"
 
 
-def fingerprint_mismatch(a: Cell, b: Cell) -> str:
-    """'' when all fingerprints present on both sides agree, else which ones differ."""
+def fingerprint_mismatch(a: Cell, b: Cell, same_encoder: bool = True) -> str:
+    """'' when all fingerprints present on both sides agree, else which ones differ.
+
+    The encoder fingerprints (ENCODER_FP_COLUMNS) are compared only when same_encoder.
+    """
     diffs = []
     for (name, va), (_, vb) in zip(a.fps, b.fps):
+        if name in ENCODER_FP_COLUMNS and not same_encoder:
+            continue
         # a missing fingerprint is None, NaN or <NA> depending on the input: strings only
         if isinstance(va, str) and isinstance(vb, str) and va and vb and va != vb:
             diffs.append(f"{name.removeprefix('fp_')} ({va[:10]} vs {vb[:10]})")
     return "; ".join(diffs)
 
 
-def comparison_order(fusions: list[str], baseline: str, mode: str) -> list[tuple[str, str]]:
-    """(fusion, reference) pairs: vs the baseline, or all pairs (reference listed first).
-
-    fusions: those present; the baseline is listed first, the rest alphabetically.
-    """
-    order = [baseline] + sorted(f for f in fusions if f != baseline)
-    if mode == "baseline":
-        return [(f, baseline) for f in order[1:]]
-    return [(order[j], order[i]) for i in range(len(order)) for j in range(i + 1, len(order))]
-
-
-def pair_one(
-    cells: dict[tuple, Cell], dataset: str, pe: str, metric: str, fusion: str, ref: str,
-    seeds: list[int],
-) -> tuple[Paired, list[dict]]:
-    """Pair fusion vs ref over `seeds`; return the Paired data and the dropped records."""
-    kept, dropped = [], []
-    for seed in seeds:
-        a = cells.get((dataset, pe, fusion, seed), Cell(reason="missing_trial", detail="no trial"))
-        b = cells.get((dataset, pe, ref, seed), Cell(reason="missing_trial", detail="no trial"))
-        reason, detail = _pair_problem(a, b, fusion, ref)
-        if reason is None:
-            kept.append((seed, a.value, b.value))
-            continue
-        dropped.append({"dataset": dataset, "pe": pe, "metric": metric, "fusion": fusion,
-                        "baseline": ref, "seed": int(seed), "reason": reason,
-                        "detail": detail})
-    arr = np.array(kept, dtype=float).reshape(-1, 3)
-    paired = Paired(dataset, pe, metric, fusion, ref, arr[:, 0].astype(int), arr[:, 1], arr[:, 2])
-    return paired, dropped
-
-
-def _pair_problem(a: Cell, b: Cell, fusion: str, ref: str) -> tuple[str | None, str]:
-    """The first reason the pair (a: fusion, b: reference) cannot be used, if any."""
-    for side, cell in ((fusion, a), (ref, b)):
+def pair_problem(a: Cell, b: Cell, a_name: str, b_name: str,
+                 same_encoder: bool = True) -> tuple[str | None, str]:
+    """The first reason two cells of one seed cannot be paired, if any: a's side, b's
+    side, code, fingerprints. a_name/b_name name the sides in the detail."""
+    for side, cell in ((a_name, a), (b_name, b)):
         if not cell.ok:
             return cell.reason, f"{side}: {cell.detail}"
     if a.code is not None and b.code is not None and a.code != b.code:
-        return "code_mismatch", f"{fusion} ran code {_short(a.code)}, {ref} ran {_short(b.code)}"
-    mismatch = fingerprint_mismatch(a, b)
+        return "code_mismatch", f"{a_name} ran code {_short(a.code)}, {b_name} ran {_short(b.code)}"
+    mismatch = fingerprint_mismatch(a, b, same_encoder)
     if mismatch:
         return "fingerprint_mismatch", mismatch
     return None, ""
 
 
-def pair_trials(df: pd.DataFrame, metrics: list[str], baseline: str, mode: str) -> PairingResult:
+def dropped_record(dataset: str, metric: str | None, arm: Variant, ref: Variant | None,
+                   baseline: str | None, seed: int, reason: str, detail: str) -> dict:
+    """One DROPPED_KEYS dict (see analysis.schema)."""
+    return {"dataset": dataset, "encoder": arm.encoder, "pe": arm.pe, "metric": metric,
+            "fusion": arm.fusion, "baseline": baseline, "variant": arm.label,
+            "baseline_variant": ref.label if ref is not None else None, "seed": int(seed),
+            "reason": reason, "detail": detail}
+
+
+def pair_one(
+    cells: dict[CellKey, Cell], dataset: str, metric: str, arm: Variant, ref: Variant,
+    seeds: list[int], axis: Axis, group: tuple[str, ...] = (),
+) -> tuple[Paired, list[dict]]:
+    """Pair arm vs ref over `seeds`; return the Paired data and the dropped records."""
+    kept, dropped = [], []
+    a_name, b_name = axis.short(arm), axis.short(ref)
+    for seed in seeds:
+        a = cells.get(cell_key(dataset, arm, seed), MISSING)
+        b = cells.get(cell_key(dataset, ref, seed), MISSING)
+        reason, detail = pair_problem(a, b, a_name, b_name, arm.encoder == ref.encoder)
+        if reason is None:
+            kept.append((seed, a.value, b.value))
+            continue
+        dropped.append(dropped_record(dataset, metric, arm, ref, b_name, seed, reason, detail))
+    arr = np.array(kept, dtype=float).reshape(-1, 3)
+    paired = Paired(dataset, metric, arm, ref, b_name, group, arr[:, 0].astype(int),
+                    arr[:, 1], arr[:, 2])
+    return paired, dropped
+
+
+def pair_trials(df: pd.DataFrame, metrics: list[str], baseline: str | Axis,
+                mode: str) -> PairingResult:
     """Pair every comparison in the (already filtered) tidy table, per metric."""
+    axis = baseline if isinstance(baseline, Axis) else parse_baseline(baseline)
     out = PairingResult()
     _fingerprint_warning(df, out)
+    variant = variant_series(df)
     for metric in metrics:
         cells = cells_for(df, metric)
-        for (dataset, pe), group in df.groupby(["dataset", "pe"], sort=True):
-            fusions = sorted(group["fusion"].unique())
-            _seed_set_warning(cells, dataset, pe, metric, fusions, out)
-            for fusion, ref in comparison_order(fusions, baseline, mode):
-                seeds = sorted(group.loc[group["fusion"].isin([fusion, ref]), "seed"].unique())
-                paired, dropped = pair_one(cells, dataset, pe, metric, fusion, ref,
-                                           [int(s) for s in seeds])
+        for key, rows in df.groupby(["dataset", *axis.free], sort=True):
+            dataset, *group = key if isinstance(key, tuple) else (key,)
+            group = tuple(group)
+            arms = variant[rows.index]
+            variants = set(arms)
+            _seed_set_warning(cells, dataset, metric, sorted(variants), axis, group, out)
+            for arm, ref in axis.pairs(variants, group, mode):
+                mine = np.array([v in (arm, ref) for v in arms], dtype=bool)
+                seeds = sorted(rows.loc[mine, "seed"].unique())
+                paired, dropped = pair_one(cells, dataset, metric, arm, ref,
+                                           [int(s) for s in seeds], axis, group)
                 out.pairs.append(paired)
                 out.dropped.extend(dropped)
     return out
 
 
-def _seed_set_warning(cells: dict, dataset: str, pe: str, metric: str,
-                      fusions: list[str], out: PairingResult) -> None:
-    """Warn when fusions in one (dataset, pe) have different sets of usable seeds."""
-    sets = {f: sorted(int(k[3]) for k, c in cells.items()
-                      if k[:3] == (dataset, pe, f) and c.ok) for f in fusions}
+def variant_series(df: pd.DataFrame) -> pd.Series:
+    """The Variant of every row of the tidy table (same index)."""
+    return pd.Series([Variant(*map(str, t)) for t in zip(df["encoder"], df["pe"], df["fusion"])],
+                     index=df.index, dtype=object)
+
+
+def _seed_set_warning(cells: dict, dataset: str, metric: str, variants: list[Variant],
+                      axis: Axis, group: tuple[str, ...], out: PairingResult) -> None:
+    """Warn when the arms of one group have different sets of usable seeds."""
+    sets = {axis.short(v): sorted(int(k[4]) for k, c in cells.items()
+                                  if k[:4] == cell_key(dataset, v, 0)[:4] and c.ok)
+            for v in variants}
     if len({tuple(s) for s in sets.values()}) > 1:
         listing = "; ".join(f"{f}: {s}" for f, s in sets.items())
+        where = "/".join(p for p in (dataset, axis.path(group), metric) if p)
         out.warnings.append({
             "code": "unequal_seed_sets",
-            "message": f"unequal seed sets across fusions for {dataset}/{pe}/{metric} "
+            "message": f"unequal seed sets across {axis.noun}s for {where} "
                        f"(usable seeds - {listing})",
         })
 
@@ -229,6 +307,8 @@ def _fingerprint_warning(df: pd.DataFrame, out: PairingResult) -> None:
         return
     # A fingerprint some runs have and others lack (e.g. runs logged by an older version
     # without fp_dropout) is checked only where both sides have it: say which are partial.
+    # (fp_encoder_init absent from every run is not partial: old runs never had it.)
+    present += [c for c in ENCODER_FP_COLUMNS if c in df.columns and df[c].notna().any()]
     partial = [c for c in present if df[c].isna().any()]
     if partial:
         counts = ", ".join(f"{c.removeprefix('fp_')} missing on {int(df[c].isna().sum())} of "

@@ -15,10 +15,17 @@ from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
-from analysis.schema import VERDICT_COLORS
+from analysis.schema import SUPPORT_COLORS, VERDICT_COLORS
+from analysis.variants import Axis, Variant
 
 _VERDICT_COLOR = VERDICT_COLORS
+
+
+def _arm(c: dict, axis: Axis | None) -> str:
+    """A comparison's arm in the axis's short label (the fusion by default)."""
+    return axis.short(Variant(c["encoder"], c["pe"], c["fusion"])) if axis else c["fusion"]
 
 
 def slug(*parts: str) -> str:
@@ -26,8 +33,9 @@ def slug(*parts: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", "_".join(parts)).strip("-")
 
 
-def paired_delta_plot(comps: list[dict], title: str, margin: float | None, path: Path) -> Path:
-    """Per-seed deltas (fusion - reference) for one (dataset, pe, metric).
+def paired_delta_plot(comps: list[dict], title: str, margin: float | None, path: Path,
+                      axis: Axis | None = None) -> Path:
+    """Per-seed deltas (arm - reference) for one (dataset, group, metric).
 
     One column per comparison; each seed keeps its colour across columns and is joined
     by a faint line, so a seed that helps every fusion is visible as a high track. The
@@ -51,8 +59,8 @@ def paired_delta_plot(comps: list[dict], title: str, margin: float | None, path:
         elif c["n"]:
             ax.plot(i + 0.12, c["mean_delta"], "s", color="black", ms=5)
     ax.set_xticks(range(len(comps)))
-    ax.set_xticklabels([f"{c['fusion']}\nvs {c['baseline']}\n{c['verdict']}" for c in comps],
-                       fontsize=8)
+    ax.set_xticklabels([f"{_arm(c, axis)}\nvs {c['baseline']}\n{c['verdict']}" for c in comps],
+                       fontsize=8 if axis is None or axis.is_fusion else 6)
     for tick, c in zip(ax.get_xticklabels(), comps):
         tick.set_color(_VERDICT_COLOR.get(c["verdict"], "black"))
     ax.set_xlim(-0.6, len(comps) - 0.4)
@@ -63,7 +71,8 @@ def paired_delta_plot(comps: list[dict], title: str, margin: float | None, path:
     return _save(fig, path)
 
 
-def forest_plot(comps: list[dict], title: str, margin: float | None, path: Path) -> Path:
+def forest_plot(comps: list[dict], title: str, margin: float | None, path: Path,
+                axis: Axis | None = None) -> Path:
     """Mean Δ with t-interval (thick) and BCa interval (thin) per (comparison, regime).
 
     Rows are grouped by fusion, datasets in regime order within a group (short -> long
@@ -83,13 +92,53 @@ def forest_plot(comps: list[dict], title: str, margin: float | None, path: Path)
         if c["mean_delta"] is not None and np.isfinite(c["mean_delta"]):
             ax.plot(c["mean_delta"], y, "o", color=col, ms=5)
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([f"{c['fusion']} vs {c['baseline']} · {c['regime']}" for c in rows],
+    ax.set_yticklabels([f"{_arm(c, axis)} vs {c['baseline']} · {c['regime']}" for c in rows],
                        fontsize=7)
     ax.set_xlabel(f"Δ {comps[0]['metric'] if comps else ''}   (thick: t-interval, "
                   "thin: BCa bootstrap; colour = verdict)", fontsize=8)
     ax.set_title(title, fontsize=9)
     ax.set_ylim(-0.7, len(rows) - 0.3)
     return _save(fig, path)
+
+
+def claims_plot(tests: list[dict], kind: str, path: Path) -> bool:
+    """Claim tests' estimates with their intervals, colour = what they say about the paper.
+
+    kind "difference": every test in metric units (mean Δ, Δ of Δ; one-sided intervals run
+    to the edge); "ratio": the cost ratios on a log axis, 1 = no effect. Returns False
+    (nothing drawn) when no test of that kind has an estimate.
+    """
+    ratio = kind == "ratio"
+    rows = [t for t in tests if (t["estimate_kind"] == "geometric-mean ratio") == ratio
+            and t["estimate"] is not None and np.isfinite(t["estimate"])]
+    if not rows:
+        return False
+    rows = list(reversed(rows))
+    fig, ax = _subplots(figsize=(8.5, 0.9 + 0.3 * len(rows)))
+    ax.axvline(1.0 if ratio else 0.0, color="#444", lw=0.8, ls="--")
+    finite = [v for t in rows for v in (t["ci_low"], t["ci_high"], t["estimate"])
+              if v is not None and np.isfinite(v)]
+    edge = max(finite) + 0.1 * (max(finite) - min(finite) + 1e-9)
+    for y, t in enumerate(rows):
+        col = SUPPORT_COLORS.get(t["support"], "black")
+        low, high = t["ci_low"], t["ci_high"]
+        if low is not None and np.isfinite(low):
+            hi = high if high is not None and np.isfinite(high) else edge  # one-sided: to edge
+            ax.plot([low, hi], [y, y], color=col, lw=2.5)
+        ax.plot(t["estimate"], y, "o", color=col, ms=5)
+    if ratio:
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+        ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([t["test"] for t in rows], fontsize=7)
+    ax.set_xlabel("ratio arm / reference (log scale; < 1 is cheaper)" if ratio else
+                  "Δ (metric units; one-sided intervals run to the edge)", fontsize=8)
+    ax.set_title("Claim tests · green supports the paper, red contradicts, grey does not "
+                 "decide", fontsize=8)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    _save(fig, path)
+    return True
 
 
 def _subplots(figsize: tuple[float, float]) -> tuple[Figure, Axes]:

@@ -1,4 +1,4 @@
-"""Length regimes and the regime x fusion interaction.
+"""Length regimes and the regime x variant interaction.
 
 A dataset is one length regime, named and ordered by the median token length of its test
 documents (`median_tokens`); without it, datasets are ordered by name and every label says
@@ -9,7 +9,8 @@ a difference here is consistent with a length effect but does not isolate it.
 
 - a Welch one-way ANOVA (statsmodels ``anova_oneway(use_var='unequal')``) of the deltas
   across datasets, per (pe, metric, fusion, baseline): H0 "equal mean delta in every
-  regime", robust to the unequal delta variances one expects across lengths;
+  regime", robust to the unequal delta variances one expects across lengths (one test per
+  metric and variant pair: arm vs reference, whatever the comparison axis);
 - the difference in mean deltas, last minus first dataset in the regime order (longest
   minus shortest when lengths are known), with a Welch t-interval (statsmodels
   ``CompareMeans.tconfint_diff(usevar='unequal')``). Datasets have separate test sets, so
@@ -29,6 +30,7 @@ from statsmodels.stats.oneway import anova_oneway
 from statsmodels.stats.weightstats import CompareMeans, DescrStatsW
 
 from analysis.stats import NAN, holm
+from analysis.variants import Axis, Variant, parse_baseline
 
 # Below this many pairs in a dataset, Welch's df approximation (and so its p) is poorly
 # calibrated: the test still runs, with a warning.
@@ -101,48 +103,58 @@ def lengths_known(regimes: list[Regime]) -> bool:
 
 
 def interaction_tests(
-    comparisons: list[dict], regimes: list[Regime], alpha: float
+    comparisons: list[dict], regimes: list[Regime], alpha: float, axis: Axis | None = None,
 ) -> tuple[list[dict], list[dict]]:
-    """One interaction test per (pe, metric, fusion, baseline) seen in >= 2 datasets.
+    """One interaction test per (metric, arm variant, reference variant) seen in >= 2
+    datasets.
 
-    comparisons: dicts with dataset, pe, metric, fusion, baseline, deltas (list, (n,)).
+    comparisons: dicts with dataset, encoder, pe, fusion, metric, baseline, variant,
+    baseline_variant, deltas (list, (n,)). axis: labels for messages (default: fusions).
     Returns (tests with INTERACTION_TEST_KEYS, warnings). Holm across these tests.
     """
+    axis = axis or parse_baseline("add")
     rank = {r.dataset: r.rank for r in regimes}
     ordered_by = "median_tokens" if lengths_known(regimes) else "name"
     groups: dict[tuple, list[dict]] = {}
     for c in comparisons:
-        groups.setdefault((c["pe"], c["metric"], c["fusion"], c["baseline"]), []).append(c)
+        groups.setdefault((c["metric"], c["variant"], c["baseline_variant"]), []).append(c)
     tests, warns = [], []
-    for key, comps in groups.items():
+    for comps in groups.values():
         comps = sorted(comps, key=lambda c: rank[c["dataset"]])
         usable = [c for c in comps if len(c["deltas"]) >= 2]
+        name = _name(comps[0], axis)
         if len(comps) >= 2 and len(usable) < len(comps):
-            warns.append(_left_out_warning(key, comps, len(usable)))
+            warns.append(_left_out_warning(name, comps, len(usable)))
         if len(usable) < 2:
             continue
-        tests.append(_one_test(key, usable, alpha, warns, ordered_by))
+        tests.append(_one_test(name, usable, alpha, warns, ordered_by))
     adjusted = holm(np.array([t["welch_p"] for t in tests], dtype=float))
     for t, p in zip(tests, adjusted):
         t["p_holm"] = float(p)
     return tests, warns
 
 
-def _left_out_warning(key: tuple, comps: list[dict], n_usable: int) -> dict:
+def _name(c: dict, axis: Axis) -> str:
+    """'concat vs add (sinusoidal/test_acc)': a comparison across datasets, for messages."""
+    arm = Variant(c["encoder"], c["pe"], c["fusion"])
+    path = "/".join(p for p in (axis.path(axis.group(arm)), c["metric"]) if p)
+    return f"{axis.short(arm)} vs {c['baseline']} ({path})"
+
+
+def _left_out_warning(name: str, comps: list[dict], n_usable: int) -> dict:
     """A dataset with < 2 pairs has no variance: it cannot enter the test. Say which."""
-    pe, metric, fusion, ref = key
     out = ", ".join(f"{c['dataset']} (n = {len(c['deltas'])})" for c in comps
                     if len(c["deltas"]) < 2)
     tail = "" if n_usable >= 2 else "; the test was not run (fewer than 2 datasets left)"
     return {"code": "interaction_dataset_left_out",
-            "message": f"interaction {fusion} vs {ref} ({pe}/{metric}): left out {out}, "
+            "message": f"interaction {name}: left out {out}, "
                        f"which have fewer than 2 pairs{tail}"}
 
 
-def _one_test(key: tuple, usable: list[dict], alpha: float, warns: list[dict],
+def _one_test(name: str, usable: list[dict], alpha: float, warns: list[dict],
               ordered_by: str = "median_tokens") -> dict:
     """Welch ANOVA + last-vs-first (longest-vs-shortest) difference for one comparison."""
-    pe, metric, fusion, ref = key
+    first = usable[0]
     arrays = [np.asarray(c["deltas"], float) for c in usable]
     f, df1, df2, p = welch_anova(arrays)
     diff, low, high, dp = diff_in_deltas(arrays[-1], arrays[0], alpha)
@@ -150,7 +162,7 @@ def _one_test(key: tuple, usable: list[dict], alpha: float, warns: list[dict],
     if not np.isfinite(p):
         notes.append("Welch ANOVA undefined: a dataset's deltas have zero variance")
         warns.append({"code": "degenerate_interaction",
-                      "message": f"interaction {fusion} vs {ref} ({pe}/{metric}): "
+                      "message": f"interaction {name}: "
                                  "Welch ANOVA undefined (zero-variance deltas)"})
     small = [f"{c['dataset']} (n = {len(c['deltas'])})" for c in usable
              if len(c["deltas"]) < WELCH_MIN_N]
@@ -158,16 +170,17 @@ def _one_test(key: tuple, usable: list[dict], alpha: float, warns: list[dict],
         notes.append(f"fewer than {WELCH_MIN_N} pairs in {', '.join(small)}: Welch's p is "
                      "poorly calibrated")
         warns.append({"code": "interaction_small_n",
-                      "message": f"interaction {fusion} vs {ref} ({pe}/{metric}): fewer than "
+                      "message": f"interaction {name}: fewer than "
                                  f"{WELCH_MIN_N} pairs in {', '.join(small)}; the Welch ANOVA "
                                  "and Welch interval are poorly calibrated at this n, read "
                                  "them as descriptive"})
     return {
-        "pe": pe, "metric": metric, "fusion": fusion, "baseline": ref,
-        "datasets": [c["dataset"] for c in usable],
+        "pe": first["pe"], "metric": first["metric"], "fusion": first["fusion"],
+        "baseline": first["baseline"], "datasets": [c["dataset"] for c in usable],
         "n_per_dataset": [len(c["deltas"]) for c in usable],
         "welch_f": f, "df_num": df1, "df_denom": df2, "welch_p": p, "p_holm": NAN,
         "long_dataset": usable[-1]["dataset"], "short_dataset": usable[0]["dataset"],
         "diff_in_deltas": diff, "diff_ci_low": low, "diff_ci_high": high, "diff_p": dp,
-        "notes": notes, "ordered_by": ordered_by,
+        "notes": notes, "ordered_by": ordered_by, "encoder": first["encoder"],
+        "variant": first["variant"], "baseline_variant": first["baseline_variant"],
     }

@@ -1,6 +1,7 @@
-"""`--report DIR`: report.md + report.html + PNG figures + stats.json, from one block list.
+"""`--report DIR`: report.md + report.html + PNG figures + stats.json, from one block list;
+with `--claims`, also claims.md + claims.html (and their figures) in the same directory.
 
-The document is built once as a list of blocks and rendered twice, so the Markdown and
+Each document is built once as a list of blocks and rendered twice, so the Markdown and
 the HTML always say the same thing. Images are referenced by bare relative file names,
 so the directory can be moved, zipped or logged to MLflow as-is.
 """
@@ -12,10 +13,11 @@ from pathlib import Path
 from analysis import plots
 from analysis.regimes import lengths_known
 from analysis.report import Report
-from analysis.schema import INCONCLUSIVE, NOT_LEARNED, VERDICT_COLORS
+from analysis.schema import INCONCLUSIVE, NOT_LEARNED, SUPPORT_COLORS, VERDICT_COLORS
 from analysis.tables import (
-    Table, arms_table, blocks_by_regime, chance_table, comparison_table, dropped_table,
-    fusion_by_dataset_tables, interaction_table, pe_by_fusion_tables, seeds_needed_table,
+    Table, arms_table, blocks_by_regime, chance_table, claim_tests_table, claims_table,
+    comparison_table, dropped_table, fusion_by_dataset_tables, interaction_table,
+    pe_by_fusion_tables, seeds_needed_table, variant_by_dataset_tables,
 )
 from analysis.text import VERDICT_RULE, is_numeric_cell, source_line
 
@@ -33,6 +35,11 @@ def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
         "html": _write(out / "report.html", render_html(blocks, "fusion-sweep stats")),
         "json": _write(out / "stats.json", report.to_json() + "\n"),
     }
+    if report.claims is not None:
+        claims = build_claims_blocks(report, out)
+        files["claims_markdown"] = _write(out / "claims.md", render_markdown(claims))
+        files["claims_html"] = _write(out / "claims.html",
+                                      render_html(claims, "fusion-sweep claims"))
     files.update({p.name: p for p in sorted(out.glob("*.png"))})
     return files
 
@@ -50,6 +57,9 @@ def build_blocks(report: Report, out: Path) -> list[Block]:
                    f"{s.pairs}, alpha = {s.alpha}, equivalence margin = {s.margin_label()}, "
                    f"BCa bootstrap {s.n_boot} resamples, rng seed {s.rng_seed}."))
     b.append(("p", VERDICT_RULE))
+    if report.claims is not None:
+        b.append(("p", f"The paper's claims ({report.claims['name']}) are tested in "
+                       "`claims.html` / `claims.md` beside this report."))
     b.append(("h2", "Design warnings"))
     b.append(("ul", [f"[{w['code']}] {w['message']}" for w in report.warnings] or ["none"]))
     if report.arms:
@@ -63,7 +73,8 @@ def build_blocks(report: Report, out: Path) -> list[Block]:
         b.append(("h2", "Chance level"))
         b.append(("table", chance_table(report)))
     b.append(("h2", "Paper tables"))
-    b += [("table", t) for t in fusion_by_dataset_tables(report) + pe_by_fusion_tables(report)]
+    b += [("table", t) for t in variant_by_dataset_tables(report) + fusion_by_dataset_tables(report)
+          + pe_by_fusion_tables(report)]
     b.append(("h2", "Dropped pairs"))
     b.append(("table", dropped_table(report)))
     return b
@@ -72,13 +83,15 @@ def build_blocks(report: Report, out: Path) -> list[Block]:
 def _comparison_blocks(report: Report, out: Path) -> list[Block]:
     """Per regime: the comparison table and the paired per-seed delta plot."""
     b: list[Block] = [("h2", "Comparisons per length regime")]
-    for metric, regime, pe, comps in blocks_by_regime(report):
-        table = comparison_table(report, metric, regime, pe, comps)
+    axis = report.settings.axis
+    for metric, regime, group, comps in blocks_by_regime(report):
+        table = comparison_table(report, metric, regime, group, comps)
         b.append(("table", table))
         if comps:
-            name = plots.slug("deltas", comps[0]["dataset"], pe, metric) + ".png"
+            parts = [p for p in axis.path(group).split("/") if p]
+            name = plots.slug("deltas", comps[0]["dataset"], *parts, metric) + ".png"
             plots.paired_delta_plot(comps, f"Per-seed Δ · {table.title}",
-                                    comps[0]["equivalence_margin"], out / name)
+                                    comps[0]["equivalence_margin"], out / name, axis)
             b.append(("img", name, f"paired per-seed deltas, {table.title}"))
     return b
 
@@ -88,20 +101,44 @@ def _interaction_blocks(report: Report, out: Path) -> list[Block]:
     heading = "Across length regimes" if lengths_known(report.regimes) else "Across datasets"
     b: list[Block] = [("h2", heading)]
     rank = {r.dataset: r.rank for r in report.regimes}
-    keys = sorted({(c["pe"], c["metric"]) for c in report.comparisons})
-    for pe, metric in keys:
-        comps = [c for c in report.comparisons if c["pe"] == pe and c["metric"] == metric]
-        comps.sort(key=lambda c: (c["baseline"], c["fusion"], rank[c["dataset"]]))
-        name = plots.slug("forest", pe, metric) + ".png"
+    axis = report.settings.axis
+    keys = sorted({(c["group"], c["metric"]) for c in report.comparisons})
+    for group, metric in keys:
+        comps = [c for c in report.comparisons if c["group"] == group and c["metric"] == metric]
+        comps.sort(key=lambda c: (c["baseline"], c["variant"], rank[c["dataset"]]))
+        parts = [p for p in axis.path(group).split("/") if p]
+        name = plots.slug("forest", *parts, metric) + ".png"
+        where = " · ".join(p for p in (axis.title(group), metric) if p)
         margins = {c["equivalence_margin"] for c in comps}  # one band only if one margin
-        plots.forest_plot(comps, f"Δ vs reference across datasets · pe={pe} · {metric}",
-                          margins.pop() if len(margins) == 1 else None, out / name)
-        b.append(("img", name, f"forest plot of mean delta with CIs, pe={pe}, {metric}"))
+        plots.forest_plot(comps, f"Δ vs reference across datasets · {where}",
+                          margins.pop() if len(margins) == 1 else None, out / name, axis)
+        alt = where.replace(" · ", ", ")
+        b.append(("img", name, f"forest plot of mean delta with CIs, {alt}"))
     if report.interaction["tests"]:
         b.append(("table", interaction_table(report)))
     else:
         b.append(("p", "Interaction test not run: it needs a comparison present in at least "
                        "two datasets with at least two pairs each."))
+    return b
+
+
+def build_claims_blocks(report: Report, out: Path) -> list[Block]:
+    """The claims document: the claims beside their results, a figure, every claim test."""
+    claims = report.claims
+    b: list[Block] = [("h1", f"fusion-sweep claims: {claims['title']}")]
+    b.append(("p", f"Paper: {claims['paper']}. Source: {source_line(report.source)}. "
+                   f"alpha = {claims['alpha']}; Holm over the family of "
+                   f"m = {claims['family_size']} claim tests; TOST (equivalence margin "
+                   f"{report.settings.margin_label()}) over {claims['tost_family_size']}. "
+                   "The comparison report is `report.html` beside this file."))
+    b.append(("p", VERDICT_RULE))
+    b.append(("h2", "Claims"))
+    b.append(("table", claims_table(claims)))
+    b.append(("h2", "Claim tests"))
+    for kind, name in (("difference", "claims_differences.png"), ("ratio", "claims_ratios.png")):
+        if plots.claims_plot(claims["tests"], kind, out / name):
+            b.append(("img", name, f"claim tests: {kind}s with their intervals"))
+    b.append(("table", claim_tests_table(claims)))
     return b
 
 
@@ -145,6 +182,7 @@ h3{font-size:14px;margin:18px 0 6px}p,li{font-size:13px;line-height:1.45}
 .tw{overflow-x:auto;margin:14px 0 4px}table{border-collapse:collapse;font-size:11.5px}
 th,td{border:1px solid #d0d7de;padding:2px 5px;text-align:left;white-space:nowrap}
 th{background:#f6f8fa}td.n{text-align:right;font-variant-numeric:tabular-nums}
+td.w{white-space:normal;min-width:220px;max-width:460px}
 caption{caption-side:top;text-align:left;font-weight:600;font-size:13px;padding:4px 0}
 .foot{font-size:11px;color:#57606a;margin:0 0 8px}img{max-width:100%;border:1px solid #eaeef2;margin:8px 0}
 #img-status{font-size:11px;color:#57606a}#img-status.bad{color:#cf222e;font-weight:600}
@@ -188,15 +226,42 @@ def _inline(s: str) -> str:
 
 
 def _verdict_css() -> str:
-    """One colour rule per verdict, from the schema's VERDICT_COLORS (plots use the same)."""
+    """One colour rule per verdict, from the schema's VERDICT_COLORS (plots use the same),
+    and per claim support state (SUPPORT_COLORS)."""
     weight = {INCONCLUSIVE: "normal", NOT_LEARNED: "600;font-style:italic"}
-    return "".join(f".{verdict_class(v)}{{color:{c};font-weight:{weight.get(v, '600')}}}"
-                   for v, c in VERDICT_COLORS.items())
+    verdicts = "".join(f".{verdict_class(v)}{{color:{c};font-weight:{weight.get(v, '600')}}}"
+                       for v, c in VERDICT_COLORS.items())
+    return verdicts + "".join(f".{support_class(v)}{{color:{c};font-weight:600}}"
+                              for v, c in SUPPORT_COLORS.items())
 
 
 def verdict_class(verdict: str) -> str:
     """CSS class of a verdict cell: 'not learned' -> 'v-not-learned' (one class, not two)."""
     return "v-" + verdict.replace(" ", "-")
+
+
+def support_class(state: str) -> str:
+    """CSS class of a claim-support cell: 'does not decide' -> 's-does-not-decide'."""
+    return "s-" + state.lower().replace(" ", "-")
+
+
+def _cell_class(header: str, value: str) -> str:
+    if header in VERDICT_HEADERS and value in VERDICT_COLORS:
+        return verdict_class(value)
+    if header in SUPPORT_HEADERS and value in SUPPORT_COLORS:
+        return support_class(value)
+    if is_numeric_cell(value):
+        return "n"
+    return "w" if len(value) > WRAP_OVER else ""
+
+
+# Text cells longer than this wrap (quotes, contrasts, drop details) instead of widening
+# the table past the page.
+WRAP_OVER = 60
+
+
+VERDICT_HEADERS = ("verdict", "ratio verdict")
+SUPPORT_HEADERS = ("paper's claim",)
 
 
 def _html_table(t: Table) -> str:
@@ -205,7 +270,7 @@ def _html_table(t: Table) -> str:
     for r in t.rows:
         cells = []
         for h, v in zip(t.headers, r):
-            cls = verdict_class(v) if h == "verdict" else ("n" if is_numeric_cell(v) else "")
+            cls = _cell_class(h, v)
             cells.append(f'<td class="{cls}">{html.escape(v)}</td>' if cls
                          else f"<td>{html.escape(v)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")

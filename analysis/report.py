@@ -14,7 +14,14 @@ Families and verdicts:
   comparison where neither arm beats chance gets the verdict `not learned`, whatever its
   deltas say, and a design warning;
 - post hoc power at the observed d_z, both at alpha and at alpha/m (Holm's first step, the
-  hardest threshold the verdict applies).
+  hardest threshold the verdict applies);
+- cost metrics (schema.COST_METRICS): the paired ratio arm/reference on the log scale
+  (stats.ratio_test), Holm over every ratio test in the report (`ratio_p_holm`), and its own
+  verdict (`ratio_verdict`) beside the verdict on the difference;
+- `--claims NAME`: the paper's claims (analysis.claims), their own Holm family.
+
+What is compared with what (the comparison axis) comes from the baseline: a fusion name or
+a full variant label, see :mod:`analysis.variants`.
 
 Equivalence margins may be one number or per dataset ({"arxiv": 0.005}); a dataset absent
 from the mapping gets no margin and no equivalence test. The direction of improvement
@@ -33,15 +40,16 @@ import pandas as pd
 
 from analysis import stats
 from analysis.chance import METHOD as CHANCE_METHOD
-from analysis.chance import arm_state, chance_tests, class_counts
+from analysis.chance import arm_state, chance_level, chance_tests, class_counts
 from analysis.load import select
 from analysis.metrics import check_direction_value, resolve_direction
 from analysis.pairing import Paired, cells_for, pair_trials, supersede
 from analysis.regimes import Regime, interaction_tests, lengths_known, regimes_for
 from analysis.schema import (
-    ARM_KEYS, BETTER, COMPARISON_KEYS, EQUIVALENT, INCONCLUSIVE, KEY_COLUMNS, NOT_LEARNED,
-    TOP_LEVEL_KEYS, WORSE, AnalysisError,
+    ARM_KEYS, BETTER, COMPARISON_KEYS, COST_METRICS, DEFAULT_ENCODER, EQUIVALENT, INCONCLUSIVE,
+    KEY_COLUMNS, NOT_LEARNED, TOP_LEVEL_KEYS, WORSE, AnalysisError,
 )
+from analysis.variants import Axis, Variant, parse_baseline
 
 PAIR_MODES = ("baseline", "all")
 DIRECTIONS = ("auto", "higher", "lower")
@@ -52,6 +60,8 @@ class Settings:
     """Everything that changes the numbers. Validated by :meth:`validate`."""
 
     metrics: tuple[str, ...] = ("test_acc",)
+    # A fusion name (compare fusions within each dataset/encoder/pe) or a full variant label
+    # "encoder/pe/fusion" (compare every variant of a dataset with it): analysis.variants.
     baseline: str = "add"
     pairs: str = "baseline"
     alpha: float = 0.05
@@ -64,9 +74,11 @@ class Settings:
     rng_seed: int = 0
     datasets: tuple[str, ...] = ()
     pes: tuple[str, ...] = ()
+    encoders: tuple[str, ...] = ()
     direction: str = "auto"  # auto | higher | lower (the flag overrides `directions`)
     directions: Mapping[str, str] | None = None  # metric -> higher|lower (the sweep's param)
     num_classes: Mapping[str, int] | None = None  # dataset -> K (--num-classes)
+    claims: str | None = None  # a claim set of analysis.claims.CLAIMS (--claims)
 
     def validate(self) -> "Settings":
         """Raise AnalysisError on any out-of-range value; return self."""
@@ -98,7 +110,16 @@ class Settings:
             raise AnalysisError(f"--bootstrap must be at least 100 resamples, got {self.n_boot}")
         if not self.metrics:
             raise AnalysisError("at least one --metric is required")
+        parse_baseline(self.baseline)
+        if self.claims is not None:
+            from analysis.claims import get_claim_set
+            get_claim_set(self.claims)
         return self
+
+    @property
+    def axis(self) -> Axis:
+        """The comparison axis the baseline defines (analysis.variants)."""
+        return parse_baseline(self.baseline)
 
     def higher_is_better(self, metric: str) -> bool:
         """Direction of improvement: --direction, the sweep's `directions`, the name rule;
@@ -140,6 +161,7 @@ class Report:
     table: pd.DataFrame = field(repr=False)  # the filtered tidy table
     chance: dict = field(default_factory=lambda: {"method": CHANCE_METHOD, "tests": []})
     arms: list[dict] = field(default_factory=list)  # ARM_KEYS dicts, regime short -> long
+    claims: dict | None = None  # --claims: analysis.claims.evaluate's CLAIM_SET_KEYS dict
 
     def to_dict(self) -> dict:
         """The `--format json` object: exactly TOP_LEVEL_KEYS, NaN/inf -> null."""
@@ -147,6 +169,7 @@ class Report:
             "source": self.source,
             "settings": {**asdict(self.settings), "metrics": list(self.settings.metrics),
                          "datasets": list(self.settings.datasets), "pes": list(self.settings.pes),
+                         "encoders": list(self.settings.encoders),
                          "confidence_level": 1 - self.settings.alpha},
             "regimes": [asdict(r) for r in self.regimes],
             "warnings": self.warnings,
@@ -155,6 +178,7 @@ class Report:
             "dropped": self.dropped,
             "interaction": self.interaction,
             "chance": self.chance,
+            "claims": self.claims,
         }
         assert tuple(out) == TOP_LEVEL_KEYS
         return _json_clean(out)
@@ -182,10 +206,19 @@ def comparison_rng(seed: int, key: tuple[str, ...]) -> np.random.Generator:
     """A generator per comparison, from (--rng-seed, comparison key).
 
     Keyed by a stable hash, not by position, so filtering datasets or adding fusions does
-    not change any other comparison's bootstrap/Monte-Carlo numbers.
+    not change any other comparison's bootstrap/Monte-Carlo numbers. See rng_key.
     """
     h = zlib.crc32("|".join(key).encode())
     return np.random.default_rng(np.random.SeedSequence(entropy=seed, spawn_key=(h,)))
+
+
+def rng_key(p: Paired) -> tuple[str, ...]:
+    """The comparison's resampling key: (dataset, pe, metric, fusion, baseline) as before
+    the encoder axis whenever arm and reference are standard-encoder variants with the
+    same pe (so old results give exactly the old numbers), plus the two labels otherwise."""
+    key = (p.dataset, p.pe, p.metric, p.fusion, p.baseline)
+    legacy = (p.arm.encoder == p.ref.encoder == DEFAULT_ENCODER and p.arm.pe == p.ref.pe)
+    return key if legacy else key + (p.arm.label, p.ref.label)
 
 
 def analyze(
@@ -198,44 +231,48 @@ def analyze(
     """
     settings.validate()
     source = source or {"kind": "table"}
-    df = select(df, settings.metrics, settings.baseline, settings.datasets, settings.pes)
+    axis = settings.axis
+    df = select(df, settings.metrics, axis, settings.datasets, settings.pes, settings.encoders)
     for metric in settings.metrics:  # an unknown direction fails before any statistics
         settings.higher_is_better(metric)
     df, superseded = supersede(df, source.get("code_fingerprint"))
     regimes, regime_warns = regimes_for(df)
-    pairing = pair_trials(df, list(settings.metrics), settings.baseline, settings.pairs)
+    pairing = pair_trials(df, list(settings.metrics), axis, settings.pairs)
     dropped = superseded + pairing.dropped
-    arms, by_arm, chance_warns = chance_tests(df, list(settings.metrics),
-                                              class_counts(df, settings.num_classes),
-                                              settings.alpha)
+    counts = class_counts(df, settings.num_classes)
+    arms, by_arm, chance_warns = chance_tests(df, list(settings.metrics), counts, settings.alpha)
     by_dataset = {r.dataset: r for r in regimes}
-    # Report order: metric as given, regime short -> long, pe, then pairing order.
+    # Report order: metric as given, regime short -> long, group (encoder, pe), pairing order.
     order = sorted(range(len(pairing.pairs)), key=lambda i: (
         settings.metrics.index(pairing.pairs[i].metric),
-        by_dataset[pairing.pairs[i].dataset].rank, pairing.pairs[i].pe, i))
+        by_dataset[pairing.pairs[i].dataset].rank, pairing.pairs[i].group, i))
     comps = [_compare(pairing.pairs[i], settings, by_dataset[pairing.pairs[i].dataset], by_arm)
              for i in order]
     _holm_and_verdicts(comps, settings)
-    tests, inter_warns = interaction_tests(comps, regimes, settings.alpha)
-    warnings = (_design_warnings(comps, settings) + _not_learned_warnings(comps)
-                + _code_mismatch_warning(pairing.dropped) + pairing.warnings + regime_warns
-                + chance_warns + _margin_warnings(comps, settings)
-                + list(extra_warnings or []) + _degenerate_warnings(comps)
+    tests, inter_warns = interaction_tests(comps, regimes, settings.alpha, axis)
+    warnings = (_design_warnings(comps, settings) + _not_learned_warnings(comps, axis)
+                + _code_mismatch_warning(pairing.dropped, axis) + pairing.warnings
+                + regime_warns + chance_warns + _margin_warnings(comps, settings)
+                + list(extra_warnings or []) + _degenerate_warnings(comps, axis)
                 + _dropped_warning(dropped) + inter_warns)
     contrast = ("longest minus shortest regime (by median_tokens)" if lengths_known(regimes)
                 else "last minus first dataset by name (lengths unknown)")
     interaction = {
         "method": "Welch one-way ANOVA of per-seed deltas across datasets "
-                  "(statsmodels anova_oneway, use_var='unequal'), H0: the fusion effect is the "
-                  f"same on every dataset; difference in mean deltas, {contrast}, with a Welch "
+                  "(statsmodels anova_oneway, use_var='unequal'), "
+                  f"H0: the {axis.noun} effect is the same on every dataset; difference in mean deltas, {contrast}, with a Welch "
                   "t-interval; Holm across tests. One dataset per regime confounds length "
                   "with domain and base accuracy: a difference is not evidence that length "
                   "causes it",
         "tests": tests,
     }
+    claims = None
+    if settings.claims is not None:
+        from analysis.claims import evaluate, get_claim_set
+        claims = evaluate(get_claim_set(settings.claims), df, settings, counts, regimes)
     return Report(source, settings, regimes, comps, dropped, warnings, interaction, df,
                   {"method": CHANCE_METHOD, "tests": arms},
-                  arm_summaries(df, settings, regimes, by_arm))
+                  arm_summaries(df, settings, regimes, by_arm), claims)
 
 
 def arm_summaries(df: pd.DataFrame, s: Settings, regimes: list[Regime],
@@ -246,31 +283,38 @@ def arm_summaries(df: pd.DataFrame, s: Settings, regimes: list[Regime],
     compares the paired deltas with.
     """
     rank = {r.dataset: r.rank for r in regimes}
+    axis = s.axis
     out = []
     for metric in s.metrics:
         vals = usable_values(df, metric)
-        for (dataset, pe, fusion), g in vals.groupby(["dataset", "pe", "fusion"], sort=False):
+        for (dataset, *fields), g in vals.groupby(["dataset", "encoder", "pe", "fusion"],
+                                                   sort=False):
             v = g["value"].to_numpy(dtype=float)  # (seeds,)
-            chance = by_arm.get((dataset, pe, metric, fusion), {}).get("chance_level", stats.NAN)
-            out.append({"dataset": dataset, "pe": pe, "metric": metric, "fusion": fusion,
+            var = Variant(*fields)
+            out.append({"dataset": dataset, "encoder": var.encoder, "pe": var.pe,
+                        "metric": metric, "fusion": var.fusion, "variant": var.label,
                         "n": int(v.size), "mean": float(v.mean()),
                         "sd": float(v.std(ddof=1)) if v.size > 1 else stats.NAN,
-                        "min": float(v.min()), "max": float(v.max()), "chance_level": chance,
-                        "learned": arm_state(by_arm, dataset, pe, metric, fusion)})
-    base = s.baseline
-    out.sort(key=lambda a: (s.metrics.index(a["metric"]), rank.get(a["dataset"], 0),
-                            a["dataset"], a["pe"], a["fusion"] != base, a["fusion"]))
+                        "min": float(v.min()), "max": float(v.max()),
+                        "chance_level": chance_level(by_arm, dataset, var, metric),
+                        "learned": arm_state(by_arm, dataset, var, metric)})
+
+    def order(a: dict) -> tuple:
+        # Within a group (the fields the baseline leaves open) the baseline's arm first.
+        var = Variant(a["encoder"], a["pe"], a["fusion"])
+        return (s.metrics.index(a["metric"]), rank.get(a["dataset"], 0), a["dataset"],
+                axis.group(var), not axis.matches(var), var.label)
+    out.sort(key=order)
     assert all(tuple(a) == ARM_KEYS for a in out)
     return out
 
 
 def _compare(p: Paired, s: Settings, regime: Regime, by_arm: dict) -> dict:
     """Statistics of one comparison, with its identifying fields."""
-    key = (p.dataset, p.pe, p.metric, p.fusion, p.baseline)
     margin = s.margin_for(p.dataset, p.metric)
+    rng = comparison_rng(s.rng_seed, rng_key(p))
     res = stats.compare_paired(p.x, p.y, alpha=s.alpha, margin=margin,
-                               n_resamples=int(s.n_boot), rng=comparison_rng(s.rng_seed, key))
-    chance = by_arm.get((p.dataset, p.pe, p.metric, p.fusion), {}).get("chance_level", stats.NAN)
+                               n_resamples=int(s.n_boot), rng=rng)
     return {
         "dataset": p.dataset, "pe": p.pe, "metric": p.metric, "fusion": p.fusion,
         "baseline": p.baseline, **res, "seeds": [int(v) for v in p.seeds],
@@ -278,14 +322,29 @@ def _compare(p: Paired, s: Settings, regime: Regime, by_arm: dict) -> dict:
         "higher_is_better": s.higher_is_better(p.metric), "equivalence_margin": margin,
         "p_holm": stats.NAN, "verdict": INCONCLUSIVE, "tost_p_holm": stats.NAN,
         "holm_first_step_alpha": s.alpha, "power_at_holm_alpha": stats.NAN,
-        "seeds_for_80_power_at_holm_alpha": None, "chance_level": chance,
-        "learned": arm_state(by_arm, p.dataset, p.pe, p.metric, p.fusion),
-        "baseline_learned": arm_state(by_arm, p.dataset, p.pe, p.metric, p.baseline),
+        "seeds_for_80_power_at_holm_alpha": None,
+        "chance_level": chance_level(by_arm, p.dataset, p.arm, p.metric),
+        "learned": arm_state(by_arm, p.dataset, p.arm, p.metric),
+        "baseline_learned": arm_state(by_arm, p.dataset, p.ref, p.metric),
+        "encoder": p.arm.encoder, "variant": p.arm.label, "baseline_variant": p.ref.label,
+        "group": p.group, **_ratio(p, s),
     }
 
 
+def _ratio(p: Paired, s: Settings) -> dict:
+    """Cost metrics: the paired ratio arm/reference (geometric mean, log-scale t-interval);
+    the verdict on it needs the report's Holm p (set in _holm_and_verdicts)."""
+    keys = ("ratio", "ratio_ci_low", "ratio_ci_high", "ratio_p", "ratio_p_holm")
+    if p.metric not in COST_METRICS:
+        return {**dict.fromkeys(keys, None), "ratio_verdict": None, "_ratio": None}
+    r = stats.ratio_test(p.x, p.y, s.alpha)
+    return {"ratio": r.ratio, "ratio_ci_low": r.low, "ratio_ci_high": r.high, "ratio_p": r.p,
+            "ratio_p_holm": stats.NAN, "ratio_verdict": INCONCLUSIVE, "_ratio": r}
+
+
 # Notes that explain a verdict rather than a degenerate statistic (not turned into warnings).
-INFO_NOTES = ("also equivalent", "equivalent within", "neither arm beats chance")
+INFO_NOTES = ("also equivalent", "equivalent within", "neither arm beats chance",
+              "ratio: the same ratio")
 
 
 def _holm_and_verdicts(comps: list[dict], s: Settings) -> None:
@@ -293,8 +352,9 @@ def _holm_and_verdicts(comps: list[dict], s: Settings) -> None:
     step, then each verdict and the notes that qualify it."""
     adjusted = stats.holm(np.array([c["t_p"] for c in comps], dtype=float))
     tost_adjusted = stats.holm(np.array([c["tost_p"] for c in comps], dtype=float))
+    ratio_adjusted = stats.holm(np.array([_nan(c["ratio_p"]) for c in comps], dtype=float))
     m = max(1, int(np.isfinite(adjusted).sum()))
-    for c, p, tp in zip(comps, adjusted, tost_adjusted):
+    for c, p, tp, rp in zip(comps, adjusted, tost_adjusted, ratio_adjusted):
         c["p_holm"], c["tost_p_holm"] = float(p), float(tp)
         _power_at_holm_alpha(c, s.alpha / m)
         not_learned = c["learned"] == "no" and c["baseline_learned"] == "no"
@@ -302,6 +362,16 @@ def _holm_and_verdicts(comps: list[dict], s: Settings) -> None:
                                      c["tost_p_holm"], s.alpha, c["higher_is_better"],
                                      not_learned=not_learned)
         c["notes"] = c["notes"] + _verdict_notes(c, s.alpha)
+        ratio = c.pop("_ratio")
+        if ratio is not None:
+            c["ratio_p_holm"] = float(rp)
+            c["ratio_verdict"] = stats.ratio_verdict(ratio, float(rp), s.alpha,
+                                                     c["higher_is_better"])
+            c["notes"] = c["notes"] + ([f"ratio: {ratio.note}"] if ratio.note else [])
+
+
+def _nan(v: object) -> float:
+    return stats.NAN if v is None else float(v)
 
 
 def _power_at_holm_alpha(c: dict, alpha_m: float) -> None:
@@ -355,6 +425,11 @@ def _design_warnings(comps: list[dict], s: Settings) -> list[dict]:
                                "CIs undercover at this n and are descriptive only; the "
                                "t-interval is the primary interval"})
     m = int(np.isfinite([c["t_p"] for c in comps]).sum())
+    r = int(np.isfinite([_nan(c["ratio_p"]) for c in comps]).sum())
+    if r > 1:
+        out.append({"code": "holm_ratio_family",
+                    "message": f"Holm adjustment over r = {r} paired cost-ratio tests (log "
+                               "scale): a ratio verdict needs its Holm-adjusted p below alpha"})
     if m > 1:
         out.append({"code": "holm_family",
                     "message": f"Holm adjustment over m = {m} comparisons: the smallest "
@@ -369,22 +444,37 @@ def _design_warnings(comps: list[dict], s: Settings) -> list[dict]:
     return out
 
 
-def _not_learned_warnings(comps: list[dict]) -> list[dict]:
+def describe(c: dict, axis: Axis) -> str:
+    """'concat vs add, pe=sinusoidal' / 'ressformer/none/add vs standard/sinusoidal/add':
+    a comparison (or dropped record) in the axis's short labels, with its group."""
+    arm = Variant(c["encoder"], c["pe"], c["fusion"])
+    group = axis.title(axis.group(arm)).replace(" · ", ", ")
+    return f"{axis.short(arm)} vs {c['baseline']}" + (f", {group}" if group else "")
+
+
+def where(c: dict, axis: Axis) -> str:
+    """'dataset/group/metric ARM vs REF' for messages ('synthetic-long/sinusoidal/test_acc
+    concat vs add')."""
+    arm = Variant(c["encoder"], c["pe"], c["fusion"])
+    path = "/".join(p for p in (c["dataset"], axis.path(axis.group(arm)), c["metric"]) if p)
+    return f"{path} {axis.short(arm)} vs {c['baseline']}"
+
+
+def _not_learned_warnings(comps: list[dict], axis: Axis) -> list[dict]:
     return [{"code": "not_learned",
              "message": f"neither arm beats chance on {c['dataset']}: this comparison says "
-                        f"nothing about fusion ({c['fusion']} vs {c['baseline']}, pe={c['pe']}, "
+                        f"nothing about {axis.noun} ({describe(c, axis)}, "
                         f"{c['metric']}, chance = {c['chance_level']:.3g})"}
             for c in comps if c["verdict"] == NOT_LEARNED]
 
 
-def _code_mismatch_warning(dropped: list[dict]) -> list[dict]:
+def _code_mismatch_warning(dropped: list[dict], axis: Axis) -> list[dict]:
     """Pairs across code versions are dropped, not used: list them (design choice, see
     analysis.pairing)."""
     bad = [d for d in dropped if d["reason"] == "code_mismatch"]
     if not bad:
         return []
-    listing = "; ".join(f"{d['dataset']}/{d['pe']}/{d['metric']} {d['fusion']} vs "
-                        f"{d['baseline']} seed {d['seed']} ({d['detail']})" for d in bad[:10])
+    listing = "; ".join(f"{where(d, axis)} seed {d['seed']} ({d['detail']})" for d in bad[:10])
     more = f"; and {len(bad) - 10} more" if len(bad) > 10 else ""
     return [{"code": "code_mismatch",
              "message": f"{_count(len(bad), 'pair')} compare runs of different code and were "
@@ -402,10 +492,8 @@ def _margin_warnings(comps: list[dict], s: Settings) -> list[dict]:
                         f"for {', '.join(missing)}: no equivalence test there"}]
 
 
-def _degenerate_warnings(comps: list[dict]) -> list[dict]:
-    return [{"code": "degenerate_comparison",
-             "message": f"{c['dataset']}/{c['pe']}/{c['metric']} {c['fusion']} vs "
-                        f"{c['baseline']}: {note}"}
+def _degenerate_warnings(comps: list[dict], axis: Axis) -> list[dict]:
+    return [{"code": "degenerate_comparison", "message": f"{where(c, axis)}: {note}"}
             for c in comps for note in c["notes"] if not note.startswith(INFO_NOTES)]
 
 
@@ -426,6 +514,6 @@ def _count(k: int, noun: str) -> str:
 
 
 def usable_values(df: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """One row per usable cell: dataset, pe, fusion, seed, value (for the paper tables)."""
+    """One row per usable cell: dataset, encoder, pe, fusion, seed, value (paper tables)."""
     rows = [(*k, c.value) for k, c in cells_for(df, metric).items() if c.ok]
     return pd.DataFrame(rows, columns=[*KEY_COLUMNS, "value"])

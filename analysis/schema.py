@@ -6,6 +6,7 @@ Tidy table: one row per trial.
 column             dtype     meaning
 =================  ========  ==============================================================
 dataset            str       dataset name (one length regime per dataset)
+encoder            str       encoder variant label ("standard" when the input lacks it)
 pe                 str       positional-encoding name
 fusion             str       fusion-operator name
 seed               int64     trial seed (the pairing key)
@@ -14,22 +15,37 @@ fp_split           str|NA    data-split fingerprint (optional)
 fp_batch_order     str|NA    batch-order fingerprint (optional)
 fp_shared_init     str|NA    shared-initial-weights fingerprint (optional)
 fp_dropout         str|NA    dropout-stream fingerprint (optional)
+fp_encoder_init    str|NA    encoder-body initial weights (optional; compared only between
+                             two trials with the same encoder label)
 code_fingerprint   str|NA    hash of the code that computed the trial (optional)
 median_tokens      float     median test-doc token length of the dataset (optional, NaN)
 num_classes        float     the dataset's class count, for the chance level (optional, NaN)
 run_id             str|NA    MLflow run id (MLflow input only)
 <metric>           float     every other numeric column is a metric (test_acc, ...)
 =================  ========  ==============================================================
+
+A *variant* is (encoder, pe, fusion) within one dataset, labelled "encoder/pe/fusion"
+(:mod:`analysis.variants`).
 """
 from __future__ import annotations
 
 # Identity and fingerprints have one home, shared with the sweep layer that writes them.
-from fusion_sweep.schema import FINGERPRINT_COLUMNS, IDENTITY_FIELDS
+from fusion_sweep.schema import (
+    ENCODER_FINGERPRINT_COLUMNS, FINGERPRINT_COLUMNS, IDENTITY_FIELDS, VARIANT_FIELDS,
+)
 
 KEY_COLUMNS: tuple[str, ...] = IDENTITY_FIELDS
+# What is compared within a dataset; the comparison axis is built from these (variants.py).
+VARIANT_COLUMNS: tuple[str, ...] = VARIANT_FIELDS
+# Inputs written before the encoder axis existed hold the standard encoder's trials.
+DEFAULT_ENCODER = "standard"
+# Checked in every pair.
 FP_COLUMNS: tuple[str, ...] = FINGERPRINT_COLUMNS
-META_COLUMNS: tuple[str, ...] = ("status", *FP_COLUMNS, "code_fingerprint", "median_tokens",
-                                 "num_classes", "run_id", "trial_key")
+# Checked only in a pair whose two arms have the same encoder label (the bodies of two
+# different encoders differ by construction).
+ENCODER_FP_COLUMNS: tuple[str, ...] = ENCODER_FINGERPRINT_COLUMNS
+META_COLUMNS: tuple[str, ...] = ("status", *FP_COLUMNS, *ENCODER_FP_COLUMNS, "code_fingerprint",
+                                 "median_tokens", "num_classes", "run_id", "trial_key")
 NON_METRIC_COLUMNS: frozenset[str] = frozenset((*KEY_COLUMNS, *META_COLUMNS))
 
 FINISHED = "FINISHED"
@@ -39,11 +55,17 @@ FINISHED = "FINISHED"
 # substrings of the lower-cased name. A name matching both substring lists, or neither,
 # has no direction: the analysis refuses it rather than guessing "higher".
 LOWER_IS_BETTER: frozenset[str] = frozenset(
-    {"latency_ms_per_sample", "train_seconds", "params", "fusion_params", "epoch_seconds"}
+    {"latency_ms_per_sample", "train_seconds", "params", "fusion_params", "epoch_seconds",
+     "flops_per_token"}
 )
 HIGHER_IS_BETTER: frozenset[str] = frozenset({"tokens_per_second", "epoch_tokens_per_second"})
 LOWER_IS_BETTER_PARTS: tuple[str, ...] = ("error", "err", "loss", "perplexity", "latency")
 HIGHER_IS_BETTER_PARTS: tuple[str, ...] = ("accuracy", "acc", "f1", "auc")
+# Cost metrics (lower is better, strictly positive): besides the paired difference, each
+# comparison reports the paired RATIO arm / reference as a geometric mean with a t-interval
+# of the mean log ratio, exponentiated, and a verdict on it (Holm over the report's ratios).
+COST_METRICS: frozenset[str] = frozenset(
+    {"latency_ms_per_sample", "flops_per_token", "params", "train_seconds"})
 # Accuracy-like metrics (chance level 1/num_classes applies) and proportions (must lie in [0, 1]).
 ACCURACY_PARTS: tuple[str, ...] = ("acc",)
 PROPORTION_PARTS: tuple[str, ...] = ("acc", "f1", "auc")
@@ -67,21 +89,35 @@ EXTRA_COMPARISON_KEYS: tuple[str, ...] = (
     "holm_first_step_alpha", "power_at_holm_alpha", "seeds_for_80_power_at_holm_alpha",
     # Does each arm beat chance (1/num_classes)? LEARNED_STATES; see `chance` below.
     "chance_level", "learned", "baseline_learned",
+    # The variants compared: `pe`/`fusion`/`encoder` are the ARM's fields; `variant` is the
+    # arm's label and `baseline_variant` the reference's ("encoder/pe/fusion"); `baseline`
+    # above is the reference in the form --baseline was given (fusion name or full label).
+    "encoder", "variant", "baseline_variant",
+    # Cost metrics only (COST_METRICS; null otherwise): geometric-mean ratio arm/reference
+    # with the exponentiated t-interval of the mean log ratio, its paired-t p, the Holm p
+    # over the report's ratio tests, and the verdict on the ratio.
+    "ratio", "ratio_ci_low", "ratio_ci_high", "ratio_p", "ratio_p_holm", "ratio_verdict",
 )
 COMPARISON_KEYS: tuple[str, ...] = REQUIRED_COMPARISON_KEYS + EXTRA_COMPARISON_KEYS
 
 TOP_LEVEL_KEYS: tuple[str, ...] = (
     "source", "settings", "regimes", "warnings", "arms", "comparisons", "dropped",
     "interaction", "chance",
+    # `--claims NAME`: the paper's claims against the sweep (analysis.claims); null without.
+    "claims",
 )
-# One entry per arm (dataset, pe, metric, fusion): the per-seed spread that every paired
+# One entry per arm (dataset, variant, metric): the per-seed spread that every paired
 # comparison is judged against. sd is the sample SD over seeds (ddof 1; null for n < 2).
 ARM_KEYS: tuple[str, ...] = (
-    "dataset", "pe", "metric", "fusion", "n", "mean", "sd", "min", "max", "chance_level",
-    "learned",
+    "dataset", "encoder", "pe", "metric", "fusion", "variant", "n", "mean", "sd", "min", "max",
+    "chance_level", "learned",
 )
+# As in `comparisons`: encoder/pe/fusion/variant are the arm's, baseline (user's form) and
+# baseline_variant the reference's. A superseded run has metric, baseline and
+# baseline_variant null (it is a run, not a pair).
 DROPPED_KEYS: tuple[str, ...] = (
-    "dataset", "pe", "metric", "fusion", "baseline", "seed", "reason", "detail",
+    "dataset", "encoder", "pe", "metric", "fusion", "baseline", "variant", "baseline_variant",
+    "seed", "reason", "detail",
 )
 WARNING_KEYS: tuple[str, ...] = ("code", "message")
 INTERACTION_TEST_KEYS: tuple[str, ...] = (
@@ -91,11 +127,13 @@ INTERACTION_TEST_KEYS: tuple[str, ...] = (
     # "median_tokens" (long/short are the longest/shortest) or "name" (lengths unknown:
     # long_dataset/short_dataset are merely the last/first by name).
     "ordered_by",
+    # The variant pair tested across datasets (as in `comparisons`).
+    "encoder", "variant", "baseline_variant",
 )
 # One entry of `chance.tests`: one-sided one-sample t of an arm's per-seed accuracy > 1/K.
 CHANCE_TEST_KEYS: tuple[str, ...] = (
-    "dataset", "pe", "metric", "fusion", "n", "num_classes", "chance_level", "mean", "t",
-    "p", "p_holm", "learned",
+    "dataset", "encoder", "pe", "metric", "fusion", "variant", "n", "num_classes",
+    "chance_level", "mean", "t", "p", "p_holm", "learned",
 )
 LEARNED_STATES: tuple[str, ...] = ("yes", "no", "unknown", "n/a")
 
@@ -105,6 +143,41 @@ BETTER, WORSE, EQUIVALENT, INCONCLUSIVE, NOT_LEARNED = (
 VERDICTS: tuple[str, ...] = (BETTER, WORSE, EQUIVALENT, INCONCLUSIVE, NOT_LEARNED)
 VERDICT_COLORS: dict[str, str] = {BETTER: "#1a7f37", WORSE: "#cf222e", EQUIVALENT: "#0969da",
                                   INCONCLUSIVE: "#6e7781", NOT_LEARNED: "#9a6700"}
+# What a claim test's verdict says about the paper's claim (analysis.claims).
+# Per claim test: SUPPORTS / CONTRADICTS / does not decide / not run; per claim (its tests
+# tallied) also "mixed" (some tests support it, others contradict it).
+SUPPORTS, CONTRADICTS, UNDECIDED, NOT_RUN, MIXED = (
+    "SUPPORTS", "CONTRADICTS", "does not decide", "not run", "mixed")
+SUPPORT_STATES: tuple[str, ...] = (SUPPORTS, CONTRADICTS, UNDECIDED, NOT_RUN)
+SUPPORT_COLORS: dict[str, str] = {SUPPORTS: "#1a7f37", CONTRADICTS: "#cf222e",
+                                  UNDECIDED: "#6e7781", NOT_RUN: "#9a6700", MIXED: "#8250df"}
+# `claims` (top level): {"name", "title", "paper", "method", "alpha", "family_size",
+# "tost_family_size", "claims": [CLAIM_KEYS], "tests": [CLAIM_TEST_KEYS]}.
+CLAIM_SET_KEYS: tuple[str, ...] = (
+    "name", "title", "paper", "method", "alpha", "family_size", "tost_family_size", "claims",
+    "tests",
+)
+# One entry per claim of the paper: what it says, how the sweep tests it, the tally.
+CLAIM_KEYS: tuple[str, ...] = (
+    "claim", "title", "quote", "where", "operationalisation", "variants", "missing",
+    "n_tests", "n_supports", "n_contradicts", "n_undecided", "support",
+)
+# One entry per claim test (a claim is tested once per regime, or per cost metric).
+#   estimate_kind: "mean difference" | "geometric-mean ratio" | "difference of mean
+#   differences"; estimate/ci_*: in metric units (ratios: unitless); alternative:
+#   "two-sided" or "greater" (one-sided in the claimed direction; ci_high is then null);
+#   p: the test's p, p_holm: Holm over every claim test of the set; tost_*: equivalence
+#   (accuracy claims with a margin), Holm over the set's TOST tests; learned: "yes"/"no"/
+#   "unknown"/"n/a" per arm involved ("variant@dataset" -> state); verdict: VERDICTS or
+#   "not run"; support: SUPPORT_STATES; missing: the arms or metric absent (not run);
+#   dropped: seeds left out, [{"seed", "reason", "detail"}] (reasons: DROP_REASONS).
+CLAIM_TEST_KEYS: tuple[str, ...] = (
+    "claim", "test", "datasets", "metric", "arm", "reference", "contrast", "estimate_kind",
+    "alternative", "n", "seeds", "deltas", "estimate", "ci_low", "ci_high", "p", "p_holm",
+    "equivalence_margin", "tost_p", "tost_p_holm", "learned", "verdict", "support",
+    "missing", "dropped", "notes",
+)
+
 DROP_REASONS: tuple[str, ...] = (
     "missing_trial", "failed_trial", "non_finite_metric", "duplicate_seed",
     "fingerprint_mismatch", "superseded_code", "code_mismatch",

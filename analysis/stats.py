@@ -308,6 +308,70 @@ def beats_chance(values: np.ndarray, chance: float) -> tuple[float, float]:
     return float(res.statistic), float(res.pvalue)
 
 
+def one_sample_t(d: np.ndarray, alpha: float, alternative: str = "two-sided") -> TResult:
+    """One-sample t of d (n,) against 0 with its (1-alpha) interval; nan when SD(d) = 0 or
+    n < 2. alternative 'greater': one-sided p of mean > 0 and the interval [low, +inf)."""
+    d = np.round(np.asarray(d, dtype=float), DELTA_DECIMALS)
+    mean = float(d.mean()) if d.size else NAN
+    sd = float(d.std(ddof=1)) if d.size >= 2 else NAN
+    if not has_spread(d):
+        return TResult(mean, sd, NAN, NAN, NAN, float(d.size - 1) if d.size else NAN)
+    res = sps.ttest_1samp(d, 0.0, alternative=alternative)
+    ci = res.confidence_interval(confidence_level=1 - alpha)
+    return TResult(mean, sd, float(ci.low), float(ci.high), float(res.pvalue), float(res.df))
+
+
+@dataclass(frozen=True)
+class RatioResult:
+    """The paired ratio x/y of a cost metric, analysed on the log scale.
+
+    ratio: exp(mean log(x_i / y_i)), the geometric mean of the per-seed ratios; low, high:
+    the (1-alpha) t-interval of the mean log ratio, exponentiated; p: its paired-t p.
+    exact: every seed has the same ratio (a deterministic cost such as params), so there
+    is no seed noise to test and the ratio itself is the answer.
+    """
+
+    ratio: float
+    low: float
+    high: float
+    p: float
+    exact: bool = False
+    note: str = ""
+
+
+def ratio_test(x: np.ndarray, y: np.ndarray, alpha: float) -> RatioResult:
+    """Paired t-test of log(x) - log(y), x, y (n,) strictly positive; see RatioResult."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.size == 0:
+        return RatioResult(NAN, NAN, NAN, NAN, note="no paired seeds: no ratio")
+    if np.any(x <= 0) or np.any(y <= 0):
+        return RatioResult(NAN, NAN, NAN, NAN, note="ratio undefined: a value is <= 0")
+    lr = np.round(np.log(x) - np.log(y), DELTA_DECIMALS)  # (n,) log ratios
+    t = one_sample_t(lr, alpha)
+    ratio = math.exp(t.mean)
+    if lr.size >= 2 and not has_spread(lr):
+        return RatioResult(ratio, NAN, NAN, NAN, exact=True,
+                           note=f"the same ratio ({ratio:.4g}) on every seed: a deterministic "
+                                "cost, no seed noise to test; verdict by the ratio itself")
+    if not np.isfinite(t.p):
+        return RatioResult(ratio, NAN, NAN, NAN, note="only 1 paired seed: ratio interval "
+                                                       "undefined")
+    return RatioResult(ratio, math.exp(t.low), math.exp(t.high), t.p)
+
+
+def ratio_verdict(r: RatioResult, p_holm: float, alpha: float, higher_is_better: bool) -> str:
+    """The verdict rule applied on the log scale (ratio 1 = no effect); an exact ratio
+    (no seed noise) is better/worse by itself, equal to 1 inconclusive."""
+    if r.exact:
+        if not np.isfinite(r.ratio) or r.ratio == 1.0:
+            return INCONCLUSIVE
+        return BETTER if (r.ratio > 1) == higher_is_better else WORSE
+    if not np.isfinite(r.ratio) or not np.isfinite(r.low):
+        return INCONCLUSIVE
+    return verdict(math.log(r.ratio), math.log(r.low), math.log(r.high), p_holm, NAN, alpha,
+                   higher_is_better)
+
+
 def verdict(
     mean: float, t_low: float, t_high: float, p_holm: float, tost: float, alpha: float,
     higher_is_better: bool = True, not_learned: bool = False,

@@ -2,6 +2,12 @@
 
 A :class:`Table` is format-neutral; :mod:`analysis.text` and :mod:`analysis.render` lay it
 out. Numbers are formatted once, here.
+
+Variants: a comparison table belongs to one group (its title names the group's fields,
+e.g. "pe=sinusoidal" or "encoder=ressformer · pe=none"), and names each arm by the fields
+the baseline fixes (the fusion, or the full "encoder/pe/fusion" label), so no label is
+ambiguous. Tables listing arms show an `encoder` column whenever the data holds an encoder
+other than the standard one.
 """
 from __future__ import annotations
 
@@ -13,6 +19,8 @@ import numpy as np
 from analysis.chance import METHOD as CHANCE_METHOD
 from analysis.regimes import lengths_known
 from analysis.report import Report, usable_values
+from analysis.schema import COST_METRICS, DEFAULT_ENCODER
+from analysis.variants import Variant
 
 DASH = "—"
 
@@ -45,42 +53,71 @@ def fci(low: object, high: object, digits: int = 4) -> str:
     return f"[{low:+.{digits}f}, {high:+.{digits}f}]"
 
 
-def blocks_by_regime(report: Report) -> list[tuple[str, str, str, list[dict]]]:
-    """(metric, regime label, pe, comparisons) in metric, short->long regime, pe order."""
+def arm_of(c: dict) -> Variant:
+    """The arm variant of a comparison, arm, chance test or dropped record."""
+    return Variant(c["encoder"], c["pe"], c["fusion"])
+
+
+def show_encoder(report: Report) -> bool:
+    """Whether tables need an encoder column: the data holds a non-standard encoder."""
+    return bool((report.table["encoder"] != DEFAULT_ENCODER).any())
+
+
+def arm_columns(report: Report) -> list[str]:
+    """The variant fields a table of arms shows besides the fusion: (encoder,) pe."""
+    return ["encoder", "pe"] if show_encoder(report) else ["pe"]
+
+
+def group_columns(report: Report) -> list[str]:
+    """The group fields (those the baseline leaves open) a table shows as columns."""
+    free = report.settings.axis.free
+    return [f for f in free if f != "encoder" or show_encoder(report)]
+
+
+def blocks_by_regime(report: Report) -> list[tuple[str, str, tuple, list[dict]]]:
+    """(metric, regime label, group, comparisons) in metric, short->long regime, group order.
+
+    group: the values of the variant fields the baseline leaves open (() for a full label).
+    """
     out = []
     for metric in report.settings.metrics:
         for r in report.regimes:
-            pes = sorted({c["pe"] for c in report.comparisons
-                          if c["dataset"] == r.dataset and c["metric"] == metric})
-            for pe in pes:
+            groups = sorted({c["group"] for c in report.comparisons
+                             if c["dataset"] == r.dataset and c["metric"] == metric})
+            for group in groups:
                 comps = [c for c in report.comparisons if c["dataset"] == r.dataset
-                         and c["pe"] == pe and c["metric"] == metric]
-                out.append((metric, r.label, pe, comps))
+                         and c["group"] == group and c["metric"] == metric]
+                out.append((metric, r.label, group, comps))
     return out
 
 
-def comparison_table(report: Report, metric: str, regime: str, pe: str,
+def comparison_table(report: Report, metric: str, regime: str, group: tuple,
                      comps: list[dict]) -> Table:
     """One regime's comparisons (the terminal's main table)."""
+    axis = report.settings.axis
     level = f"{100 * (1 - report.settings.alpha):.0f}%"
     direction = "higher is better" if comps and comps[0]["higher_is_better"] else "lower is better"
-    headers = ["fusion", "vs", "n", "mean Δ", "sd Δ", f"{level} t-CI", "p_t", "p_holm",
+    headers = [axis.noun, "vs", "n", "mean Δ", "sd Δ", f"{level} t-CI", "p_t", "p_holm",
                "p_wilcoxon", "p_signflip", f"BCa {level} CI", "d_z", "k+/n", "power",
                "seeds@80% (α/m)", "seeds@80% (α)", "p_tost_holm", "learned?", "verdict"]
+    cost = metric in COST_METRICS
+    if cost:
+        headers += ["ratio", f"{level} ratio CI", "p_ratio_holm", "ratio verdict"]
     rows, notes = [], []
     for c in comps:
         wmark = "" if c["wilcoxon_method"] == "exact" else "†"
         if wmark and c["wilcoxon_method"] not in notes:
             notes.append(c["wilcoxon_method"])
         boot = fci(c["boot_ci_low"], c["boot_ci_high"])
-        rows.append([c["fusion"], c["baseline"], str(c["n"]), fnum(c["mean_delta"], signed=True),
+        rows.append([axis.short(arm_of(c)), c["baseline"], str(c["n"]),
+                     fnum(c["mean_delta"], signed=True),
                      fnum(c["sd_delta"]), fci(c["t_ci_low"], c["t_ci_high"]), fp(c["t_p"]),
                      fp(c["p_holm"]), fp(c["wilcoxon_p"]) + wmark, fp(c["signflip_p"]),
                      boot + ("*" if c["boot_descriptive"] and boot != DASH else ""),
                      fnum(c["dz"], 2, signed=True), f"{c['n_positive']}/{c['n']}",
                      fnum(c["power"], 2), _seeds(c["seeds_for_80_power_at_holm_alpha"]),
                      _seeds(c["seeds_for_80_power"]), fp(c["tost_p_holm"]), learned_cell(c),
-                     c["verdict"]])
+                     c["verdict"]] + (ratio_cells(c) if cost else []))
     foot = [f"† Wilcoxon method: {m}" for m in notes]
     if any(c["boot_descriptive"] for c in comps):
         foot.append("* descriptive: fewer than 10 pairs")
@@ -92,10 +129,29 @@ def comparison_table(report: Report, metric: str, regime: str, pe: str,
         foot.append(f"equivalence margin ±{margin:g} ({metric} units), TOST, Holm across the "
                     "report's TOST tests")
     if any(c["learned"] != "n/a" for c in comps):
-        foot.append("learned?: does the fusion / the reference beat chance 1/K "
+        foot.append(f"learned?: does the {axis.noun} / the reference beat chance 1/K "
                     f"({fnum(comps[0]['chance_level'], 3)} here; one-sided t, Holm)")
-    title = f"{regime} · pe={pe} · {metric} ({direction})"
+    if cost:
+        foot.append(f"ratio: geometric mean of {axis.noun}/reference over the paired seeds; "
+                    f"{level} t-interval of the mean log ratio, exponentiated; p_ratio_holm: "
+                    "Holm over the report's ratio tests; a ratio equal on every seed is exact "
+                    "(no seed noise) and decides the ratio verdict by itself")
+    title = " · ".join(p for p in (regime, axis.title(group), f"{metric} ({direction})") if p)
     return Table(title, headers, rows, foot)
+
+
+def fratio(x: object) -> str:
+    """A ratio: 4 significant digits and a ×, a dash for None/nan."""
+    if x is None or not math.isfinite(float(x)):
+        return DASH
+    return f"{x:.4g}×"
+
+
+def ratio_cells(c: dict) -> list[str]:
+    """ratio, ratio CI, Holm p, verdict of a cost comparison."""
+    ci = (DASH if c["ratio_ci_low"] is None or not math.isfinite(c["ratio_ci_low"])
+          else f"[{c['ratio_ci_low']:.4g}, {c['ratio_ci_high']:.4g}]")
+    return [fratio(c["ratio"]), ci, fp(c["ratio_p_holm"]), c["ratio_verdict"] or DASH]
 
 
 def learned_cell(c: dict) -> str:
@@ -115,27 +171,32 @@ def interaction_table(report: Report) -> Table:
     # Without median_tokens the order is by name: never claim short/long then.
     by_length = lengths_known(report.regimes)
     order = "datasets (short→long)" if by_length else "datasets (by name; lengths unknown)"
-    headers = ["fusion", "vs", "pe", "metric", order, "n", "Welch F (df)", "p", "p_holm",
+    axis, cols = report.settings.axis, group_columns(report)
+    headers = [axis.noun, "vs", *cols, "metric", order, "n", "Welch F (df)", "p", "p_holm",
                "contrast", "Δ difference", f"{level} Welch CI", "p_diff"]
     rows = []
     for t in tests:
         df = (f"{fnum(t['welch_f'], 2)} ({fnum(t['df_num'], 0)}, {fnum(t['df_denom'], 1)})"
               if t["welch_f"] is not None and math.isfinite(t["welch_f"]) else DASH)
-        rows.append([t["fusion"], t["baseline"], t["pe"], t["metric"],
+        rows.append([axis.short(arm_of(t)), t["baseline"], *(t[f] for f in cols), t["metric"],
                      (" < " if by_length else ", ").join(t["datasets"]),
                      "/".join(map(str, t["n_per_dataset"])), df, fp(t["welch_p"]),
                      fp(t["p_holm"]), f"Δ {t['long_dataset']} − Δ {t['short_dataset']}",
                      fnum(t["diff_in_deltas"], signed=True),
                      fci(t["diff_ci_low"], t["diff_ci_high"]), fp(t["diff_p"])])
-    return Table("Does the fusion effect differ across these datasets?", headers, rows,
+    return Table(f"Does the {axis.noun} effect differ across these datasets?", headers, rows,
                  [report.interaction["method"]])
 
 
 def dropped_table(report: Report) -> Table:
-    headers = ["dataset", "pe", "metric", "fusion", "vs", "seed", "reason", "detail"]
-    rows = [[d["dataset"], d["pe"], d["metric"] or DASH, d["fusion"], d["baseline"] or DASH,
-             str(d["seed"]), d["reason"], d["detail"]] for d in report.dropped]
-    return Table(f"Dropped pairs ({len(rows)})", headers, rows)
+    cols = arm_columns(report)
+    headers = ["dataset", *cols, "metric", "fusion", "vs", "seed", "reason", "detail"]
+    rows = [[d["dataset"], *(d[f] for f in cols), d["metric"] or DASH, d["fusion"],
+             d["baseline"] or DASH, str(d["seed"]), d["reason"], d["detail"]]
+            for d in report.dropped]
+    return Table(f"Dropped pairs ({len(rows)})", headers, rows,
+                 [] if report.settings.axis.is_fusion else
+                 ["vs: the reference variant (encoder/pe/fusion)"])
 
 
 def seeds_needed_table(report: Report) -> Table:
@@ -143,9 +204,12 @@ def seeds_needed_table(report: Report) -> Table:
     (Holm's first step: what the verdict applies) and at unadjusted alpha."""
     a = report.settings.alpha
     am = report.comparisons[0]["holm_first_step_alpha"] if report.comparisons else a
-    headers = ["dataset", "pe", "metric", "fusion", "vs", "n", "d_z", f"power (α/m = {am:.3g})",
-               f"seeds for 80% (α/m = {am:.3g})", f"power (α = {a})", f"seeds for 80% (α = {a})"]
-    rows = [[c["dataset"], c["pe"], c["metric"], c["fusion"], c["baseline"], str(c["n"]),
+    cols = arm_columns(report)
+    headers = ["dataset", *cols, "metric", "fusion", "vs", "n", "d_z",
+               f"power (α/m = {am:.3g})", f"seeds for 80% (α/m = {am:.3g})", f"power (α = {a})",
+               f"seeds for 80% (α = {a})"]
+    rows = [[c["dataset"], *(c[f] for f in cols), c["metric"], c["fusion"], c["baseline"],
+             str(c["n"]),
              fnum(c["dz"], 2, signed=True), fnum(c["power_at_holm_alpha"], 2),
              _seeds(c["seeds_for_80_power_at_holm_alpha"]), fnum(c["power"], 2),
              _seeds(c["seeds_for_80_power"])]
@@ -159,9 +223,10 @@ def seeds_needed_table(report: Report) -> Table:
 
 def chance_table(report: Report) -> Table:
     """Every arm tested against chance: mean accuracy, 1/K, Holm p, learned."""
-    headers = ["dataset", "pe", "metric", "fusion", "n", "K", "chance", "mean", "t", "p",
+    cols = arm_columns(report)
+    headers = ["dataset", *cols, "metric", "fusion", "n", "K", "chance", "mean", "t", "p",
                "p_holm", "learned"]
-    rows = [[t["dataset"], t["pe"], t["metric"], t["fusion"], str(t["n"]),
+    rows = [[t["dataset"], *(t[f] for f in cols), t["metric"], t["fusion"], str(t["n"]),
              DASH if t["num_classes"] is None else str(t["num_classes"]),
              fnum(t["chance_level"], 3), fnum(t["mean"]), fnum(t["t"], 2), fp(t["p"]),
              fp(t["p_holm"]), t["learned"]] for t in report.chance["tests"]]
@@ -171,9 +236,11 @@ def chance_table(report: Report) -> Table:
 def arms_table(report: Report) -> Table:
     """Every arm over its seeds: mean, per-seed SD, range (the seed noise), chance, learned."""
     label = {r.dataset: r.label for r in report.regimes}
-    headers = ["dataset", "pe", "metric", "fusion", "n", "mean", "per-seed SD", "min–max",
+    cols = arm_columns(report)
+    headers = ["dataset", *cols, "metric", "fusion", "n", "mean", "per-seed SD", "min–max",
                "chance", "learned?"]
-    rows = [[label.get(a["dataset"], a["dataset"]), a["pe"], a["metric"], a["fusion"],
+    rows = [[label.get(a["dataset"], a["dataset"]), *(a[f] for f in cols), a["metric"],
+             a["fusion"],
              str(a["n"]), fnum(a["mean"]), fnum(a["sd"]),
              f"{fnum(a['min'], 3)}–{fnum(a['max'], 3)}", fnum(a["chance_level"], 3),
              a["learned"]] for a in report.arms]
@@ -191,38 +258,139 @@ def _mean_sd(values: np.ndarray) -> str:
 
 
 def fusion_by_dataset_tables(report: Report) -> list[Table]:
-    """Paper table: mean ± sd per fusion (rows) × dataset (columns), per pe and metric."""
+    """Paper table: mean ± sd per fusion (rows) × dataset (columns), per (encoder,) pe and
+    metric."""
     out = []
+    base = report.settings.axis.value("fusion")
     for metric in report.settings.metrics:
         vals = usable_values(report.table, metric)
-        for pe in sorted(vals["pe"].unique()):
-            sub = vals[vals["pe"] == pe]
+        for (encoder, pe), sub in vals.groupby(["encoder", "pe"], sort=True):
             datasets = [r.dataset for r in report.regimes if r.dataset in set(sub["dataset"])]
-            fusions = _fusion_order(sub["fusion"].unique(), report.settings.baseline)
+            fusions = _fusion_order(sub["fusion"].unique(), base)
             rows = [[f] + [_mean_sd(sub[(sub["fusion"] == f) & (sub["dataset"] == d)]["value"]
                                     .to_numpy()) for d in datasets] for f in fusions]
             labels = [r.label for r in report.regimes if r.dataset in datasets]
-            out.append(Table(f"{metric}: mean ± sd over seeds, pe={pe}", ["fusion"] + labels, rows))
+            where = f"pe={pe}" if encoder == DEFAULT_ENCODER else f"encoder={encoder}, pe={pe}"
+            out.append(Table(f"{metric}: mean ± sd over seeds, {where}", ["fusion"] + labels,
+                             rows))
     return out
 
 
 def pe_by_fusion_tables(report: Report) -> list[Table]:
-    """Paper table: PE (rows) × fusion (columns) for one dataset, per dataset and metric."""
+    """Paper table: PE (rows) × fusion (columns) for one dataset, per dataset, (encoder,)
+    and metric."""
     out = []
+    base = report.settings.axis.value("fusion")
     for metric in report.settings.metrics:
         vals = usable_values(report.table, metric)
         for r in report.regimes:
-            sub = vals[vals["dataset"] == r.dataset]
-            if sub.empty:
-                continue
-            fusions = _fusion_order(sub["fusion"].unique(), report.settings.baseline)
-            rows = [[pe] + [_mean_sd(sub[(sub["pe"] == pe) & (sub["fusion"] == f)]["value"]
-                                     .to_numpy()) for f in fusions]
-                    for pe in sorted(sub["pe"].unique())]
-            out.append(Table(f"{metric} on {r.label}: PE × fusion, mean ± sd", ["pe"] + fusions, rows))
+            for encoder, sub in vals[vals["dataset"] == r.dataset].groupby("encoder", sort=True):
+                fusions = _fusion_order(sub["fusion"].unique(), base)
+                rows = [[pe] + [_mean_sd(sub[(sub["pe"] == pe) & (sub["fusion"] == f)]["value"]
+                                         .to_numpy()) for f in fusions]
+                        for pe in sorted(sub["pe"].unique())]
+                enc = "" if encoder == DEFAULT_ENCODER else f" (encoder={encoder})"
+                out.append(Table(f"{metric} on {r.label}{enc}: PE × fusion, mean ± sd",
+                                 ["pe"] + fusions, rows))
     return out
 
 
-def _fusion_order(fusions: object, baseline: str) -> list[str]:
+def variant_by_dataset_tables(report: Report) -> list[Table]:
+    """Paper table across encoders: mean ± sd per variant (rows, full labels, the
+    baseline's first) × dataset (columns), per metric. Only where the data holds a
+    non-standard encoder or the baseline is a full variant label."""
+    axis = report.settings.axis
+    if axis.is_fusion and not show_encoder(report):
+        return []
+    out = []
+    for metric in report.settings.metrics:
+        vals = usable_values(report.table, metric)
+        labels = vals["encoder"] + "/" + vals["pe"] + "/" + vals["fusion"]
+        variants = sorted({Variant.parse(v) for v in labels},
+                          key=lambda v: (not axis.matches(v), v.label))
+        datasets = [r for r in report.regimes if r.dataset in set(vals["dataset"])]
+        rows = [[v.label] + [_mean_sd(vals[(labels == v.label) & (vals["dataset"] == r.dataset)]
+                                      ["value"].to_numpy()) for r in datasets]
+                for v in variants]
+        out.append(Table(f"{metric}: mean ± sd over seeds per variant (encoder/pe/fusion)",
+                         ["variant"] + [r.label for r in datasets], rows))
+    return out
+
+
+def _fusion_order(fusions: object, baseline: str | None) -> list[str]:
     fs = sorted(set(fusions))
     return ([baseline] if baseline in fs else []) + [f for f in fs if f != baseline]
+
+
+# ----------------------------------------------------------------------------- claims
+def fest(t: dict) -> str:
+    """A claim test's measured effect with its interval, in its own kind."""
+    if t["estimate"] is None or not math.isfinite(float(t["estimate"])):
+        return DASH
+    if t["estimate_kind"] == "geometric-mean ratio":
+        ci = (f" [{t['ci_low']:.3g}×, {t['ci_high']:.3g}×]" if t["ci_low"] is not None
+              and math.isfinite(t["ci_low"]) else "")
+        return f"{t['estimate']:.4g}×{ci}"
+    if t["ci_low"] is None or not math.isfinite(float(t["ci_low"])):
+        return fnum(t["estimate"], signed=True)
+    high = (f"{t['ci_high']:+.4f}]" if t["ci_high"] is not None and math.isfinite(t["ci_high"])
+            else "+∞)")
+    return f"{t['estimate']:+.4f} [{t['ci_low']:+.4f}, {high}"
+
+
+def learned_summary(t: dict) -> str:
+    """'yes' when every arm beats chance, 'n/a' without a chance level, else the arms that
+    do not ('no: ressformer/none/add@synthetic-long')."""
+    states = t["learned"] or {}
+    if not states:
+        return DASH
+    if all(v == "n/a" for v in states.values()):
+        return "n/a"
+    bad = [f"{v}: {a}" for a, v in sorted(states.items()) if v != "yes"]
+    return "yes" if not bad else "; ".join(bad)
+
+
+def claims_table(claims: dict) -> Table:
+    """One row per claim: the paper's words beside what the sweep measured."""
+    headers = ["claim", "paper says", "where", "tested as", "tests", "supports", "contradicts",
+               "undecided", "paper's claim"]
+    rows = [[f"{c['claim']} {c['title']}", f"“{c['quote']}”", c["where"],
+             c["operationalisation"] + (f" — not run: {'; '.join(c['missing'])}"
+                                        if c["missing"] else ""),
+             str(c["n_tests"]), str(c["n_supports"]), str(c["n_contradicts"]),
+             str(c["n_undecided"]), c["support"]] for c in claims["claims"]]
+    return Table(f"{claims['title']}: the paper's claims and what the sweep measured", headers,
+                 rows, [f"Paper: {claims['paper']}.",
+                        "paper's claim: SUPPORTS when some tests support it and none contradict "
+                        "it, CONTRADICTS the reverse, mixed when both occur, does not decide "
+                        "when no test decides, not run when its variants are absent"])
+
+
+def claim_tests_table(claims: dict, contrast: bool = True) -> Table:
+    """One row per claim test: contrast, measured effect, Holm p, verdict, support.
+
+    contrast=False (the terminal) leaves the contrast to each claim's 'tested as' line and
+    keeps a 'note' column: why a test did not run, or which seeds were dropped."""
+    a = claims["alpha"]
+    level = f"{100 * (1 - a):.0f}%"
+    headers = ["test", "contrast" if contrast else "note", "n", f"measured [{level} CI]", "p",
+               "p_holm", "p_tost_holm", "learned?", "verdict", "paper's claim"]
+    rows = []
+    for t in claims["tests"]:
+        p = fp(t["p"]) + (" (1-sided)" if t["alternative"] == "greater" and t["p"] is not None
+                          and math.isfinite(t["p"]) else "")
+        why = "; ".join(t["missing"]) or "; ".join(
+            f"seed {d['seed']} dropped: {d['reason']}" for d in t["dropped"])
+        text = (t["contrast"] + (f" — {why}" if why else "")).strip(" —") if contrast else why
+        rows.append([t["test"], text, str(t["n"]), fest(t), p, fp(t["p_holm"]),
+                     fp(t["tost_p_holm"]), learned_summary(t), t["verdict"], t["support"]])
+    foot = [f"Holm over the family of m = {claims['family_size']} claim tests (every test of "
+            f"this claim set with a defined p): a verdict needs its Holm-adjusted p below "
+            f"α = {a}; TOST: Holm over {claims['tost_family_size']} equivalence tests",
+            "one-sided (orderings C3, C7): 'better' = the claimed order, Holm p < α; 'worse' = "
+            "the opposite one-sided p < α/m",
+            "ratio: geometric mean arm/reference over seeds with the exponentiated t-interval "
+            "of the mean log ratio; an identical ratio on every seed is exact (no seed noise)",
+            claims["method"]]
+    return Table("Claim tests (one per regime, or per cost metric and regime)", headers, rows,
+                 foot)

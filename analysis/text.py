@@ -1,9 +1,10 @@
-"""Plain-text terminal output: warnings first, then one table per regime."""
+"""Plain-text terminal output: warnings first, then one table per regime (and the claims)."""
 from __future__ import annotations
 
 from analysis.report import Report
 from analysis.tables import (
-    Table, arms_table, blocks_by_regime, comparison_table, dropped_table, interaction_table,
+    Table, arms_table, blocks_by_regime, claim_tests_table, comparison_table, dropped_table,
+    interaction_table,
 )
 
 
@@ -38,8 +39,8 @@ def format_text(report: Report) -> str:
                                                for w in report.warnings))
     if report.arms:
         parts.append(layout(arms_table(report)))
-    for metric, regime, pe, comps in blocks_by_regime(report):
-        parts.append(layout(comparison_table(report, metric, regime, pe, comps)))
+    for metric, regime, group, comps in blocks_by_regime(report):
+        parts.append(layout(comparison_table(report, metric, regime, group, comps)))
     if report.interaction["tests"]:
         parts.append(layout(interaction_table(report)))
     else:
@@ -47,7 +48,25 @@ def format_text(report: Report) -> str:
                      "with >= 2 pairs each")
     parts.append(layout(dropped_table(report)))
     parts.append(VERDICT_RULE)
+    if report.claims is not None:
+        parts.append(format_claims(report.claims))
     return "\n\n".join(parts) + "\n"
+
+
+def format_claims(claims: dict) -> str:
+    """The claims report: each claim's words beside its result, then every claim test."""
+    out = [f"CLAIMS · {claims['title']} · {claims['paper']}",
+           f"Holm over the family of m = {claims['family_size']} claim tests "
+           f"(alpha = {claims['alpha']}); TOST over {claims['tost_family_size']}"]
+    for c in claims["claims"]:
+        tally = (f"{c['n_supports']} support, {c['n_contradicts']} contradict, "
+                 f"{c['n_undecided']} undecided of {c['n_tests']} tests" if c["n_tests"] else
+                 "not run: " + "; ".join(c["missing"]))
+        out.append(f"{c['claim']} {c['title']}: {c['support']} ({tally})\n"
+                   f"    paper ({c['where']}): “{c['quote']}”\n"
+                   f"    tested as: {c['operationalisation']}")
+    out.append(layout(claim_tests_table(claims, contrast=False)))
+    return "\n\n".join(out)
 
 
 VERDICT_RULE = (

@@ -72,6 +72,17 @@ def add_parsers(subparsers: Any) -> None:
                    help="resume a sweep whose finished trials were trained by other code (another "
                         "code fingerprint): train every trial again under this code; recorded on "
                         "the sweep's parent run")
+    p.add_argument("--until-decided", action="store_true",
+                   help="adaptive seeds: after the space's seeds, add --seed-batch seeds at a time "
+                        "to the (dataset, variant group) families whose comparisons an anytime-"
+                        "valid confidence sequence has not yet decided (better, worse, or "
+                        "equivalent within the space's equivalence_margin); stop when all are "
+                        "decided or --max-seeds is reached (docs/sequential.md)")
+    p.add_argument("--max-seeds", type=_positive_int, metavar="N",
+                   help="with --until-decided: at most N seeds per family (default 20)")
+    p.add_argument("--seed-batch", type=_positive_int, metavar="K",
+                   help="with --until-decided: seeds added per round to each undecided family "
+                        "(default 5)")
     p.set_defaults(func=run_launch)
 
     p = subparsers.add_parser(
@@ -118,8 +129,23 @@ def run_launch(args: argparse.Namespace) -> int:
                      max_concurrent=args.max_concurrent, dry_run=args.dry_run,
                      experiment=args.experiment,
                      allow_code_change=getattr(args, "allow_code_change", False),
-                     verbose=getattr(args, "verbose", False))
+                     verbose=getattr(args, "verbose", False),
+                     until_decided=_adaptive_settings(args))
     return 0 if summary is None or summary.ok else 1
+
+
+def _adaptive_settings(args: argparse.Namespace) -> Any:
+    """--until-decided's settings, or None; --max-seeds/--seed-batch alone are an error."""
+    from fusion_sweep.adaptive import DEFAULT_MAX_SEEDS, DEFAULT_SEED_BATCH, AdaptiveSettings
+
+    max_seeds, batch = getattr(args, "max_seeds", None), getattr(args, "seed_batch", None)
+    if not getattr(args, "until_decided", False):
+        given = [f for f, v in (("--max-seeds", max_seeds), ("--seed-batch", batch)) if v is not None]
+        if given:
+            raise ValueError(f"{' and '.join(given)}: only with --until-decided (adaptive seeds)")
+        return None
+    return AdaptiveSettings(max_seeds=max_seeds or DEFAULT_MAX_SEEDS,
+                            seed_batch=batch or DEFAULT_SEED_BATCH)
 
 
 def run_tune(args: argparse.Namespace) -> int:

@@ -9,9 +9,12 @@ from typing import Any
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "train", help="train and evaluate one (dataset, pe, fusion, seed) trial",
+        "train", help="train and evaluate one (dataset, encoder, pe, fusion, seed) trial",
         description="Train one trial with the dataset's fixed hyperparameters (see `--show-config`).")
     p.add_argument("--dataset", required=True, help="dataset name (see `--dataset list`)")
+    p.add_argument("--encoder", default="standard",
+                   help="encoder body: standard or ressformer (its switches and hyperparameters "
+                        "are ordinary config fields: --override soes=false iterations=2)")
     p.add_argument("--fusion", default="add")
     p.add_argument("--pe", default="sinusoidal")
     p.add_argument("--seed", type=int, default=0)
@@ -40,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     from fusion_sweep.config import TrialConfig, resolve_hyperparameters
 
     overrides = parse_overrides(args.override)
-    given = dict(fusion=args.fusion, pe=args.pe, seed=args.seed, **overrides)
+    given = {**dict(encoder=args.encoder, fusion=args.fusion, pe=args.pe, seed=args.seed),
+             **overrides}
     config = TrialConfig.build(args.dataset, **given)
     if args.show_config:
         _, sources = resolve_hyperparameters(args.dataset, overrides=given)
@@ -57,10 +61,12 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_json_dict(predictions=args.predictions)))
         return 0
     m = result.metrics()
-    print(f"{config.dataset}  pe={config.pe}  fusion={config.fusion}  seed={config.seed}")
+    print(f"{config.dataset}  encoder={config.encoder_variant()}  pe={config.pe}  "
+          f"fusion={config.fusion}  seed={config.seed}")
     print(f"  test_acc {m['test_acc']:.4f}   test_macro_f1 {m['test_macro_f1']:.4f}   "
           f"best_val_acc {m['best_val_acc']:.4f} (epoch {result.best_epoch}/{result.epochs_run})")
     print(f"  params {result.params:,} (fusion {result.fusion_params:,})   "
+          f"{result.flops_per_token:,.0f} FLOPs/token   "
           f"{result.tokens_per_second:,.0f} train tok/s   latency {m['latency_ms_per_sample']:.3f} ms/doc")
     print("  fingerprints " + "  ".join(f"{k}={v}" for k, v in result.fingerprints.items()))
     return 0

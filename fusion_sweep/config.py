@@ -1,6 +1,6 @@
 """Trial configuration: one frozen dataclass, validated when built.
 
-A trial is `(dataset, pe, fusion, seed)` plus its hyperparameters (README "One trial"). Names
+A trial is `(dataset, encoder, pe, fusion, seed)` plus its hyperparameters (README "One trial"). Names
 are stored as strings and checked against the registries, so a config round-trips through YAML,
 JSON, Ray Tune and MLflow params unchanged.
 
@@ -46,6 +46,20 @@ class TrialConfig:
     fusion: str = "add"
     pe: str = "sinusoidal"
     seed: int = 0
+    # --- encoder body (models/encoder.py ENCODERS). The ReSSFormer fields below are read by
+    # encoder "ressformer" only (models/ressformer.py documents each); every other encoder
+    # requires them at these defaults, so a stray switch is an error, never silently ignored.
+    encoder: str = "standard"
+    soes: bool = True  # Self-Organizing Encoder Structure: content-only attention, no PE
+    asam: bool = True  # Adaptive Sparse Attention: sparse activation, top-k keys, experts
+    r2mu: bool = True  # Recurrent Reasoning & Memory Unit: one shared block T times + memory
+    iterations: int = 3  # T, R2MU's recurrent steps
+    topk: int = 8  # ASAM's keys per query; 0 = every key
+    attn_activation: str = "entmax15"  # ASAM's attention activation
+    experts: int = 1  # ASAM's lightweight attention experts; 1 = no routing
+    experts_topk: int = 1  # experts each head is routed to
+    memory_segments: int = 4  # R2MU's segment-level memory slots per document
+    graph_reg: float = 0.01  # weight of SOES's attention-graph regulariser (eq. 8)
     # --- model (no defaults: every value comes through `resolve_hyperparameters`) ---
     max_len: int = UNSET
     d_model: int = UNSET
@@ -122,9 +136,33 @@ class TrialConfig:
         return dataclasses.asdict(self)
 
     def hyperparameters(self) -> dict[str, Any]:
-        """Every semantic field except the identity fields."""
-        skip = set(IDENTITY_FIELDS) | set(NON_SEMANTIC_FIELDS)
+        """Every semantic field except the identity fields (the encoder's registry name and
+        switches stay: the identity carries only their variant label)."""
+        skip = (set(IDENTITY_FIELDS) - {"encoder"}) | set(NON_SEMANTIC_FIELDS)
         return {k: v for k, v in self.to_dict().items() if k not in skip}
+
+    def encoder_variant(self) -> str:
+        """The identity's `encoder`: the registry name plus its switches ("ressformer-no-asam")."""
+        from fusion_sweep.models.encoder import ENCODERS
+
+        return ENCODERS[self.encoder].variant(self)
+
+    def variant_label(self) -> str:
+        """What a comparison compares within a dataset: "encoder/pe/fusion"."""
+        from fusion_sweep.schema import VARIANT_FIELDS
+
+        i = self.identity()
+        return "/".join(str(i[k]) for k in VARIANT_FIELDS)
+
+    def describe(self) -> str:
+        """One-line identity for messages: dataset/encoder/pe/fusion/seed N."""
+        i = self.identity()
+        return "/".join(str(i[k]) for k in IDENTITY_FIELDS if k != "seed") + f"/seed {self.seed}"
+
+    def identity(self) -> dict[str, Any]:
+        """The trial's identity (`schema.IDENTITY_FIELDS`), encoder as its variant label."""
+        values = {**self.to_dict(), "encoder": self.encoder_variant()}
+        return {k: values[k] for k in IDENTITY_FIELDS}
 
     def trial_key(self, code: str) -> str:
         """sha(identity, hyperparameters, code fingerprint): see `fusion_sweep.schema.trial_key`."""
@@ -136,7 +174,7 @@ class TrialConfig:
     def validation_errors(self) -> list[str]:
         """All problems at once, each naming the field and the valid choices."""
         from fusion_sweep.data.registry import DATASETS
-        from fusion_sweep.models.encoder import ACTIVATIONS
+        from fusion_sweep.models.encoder import ACTIVATIONS, ENCODERS
         from fusion_sweep.models.fusion import FUSIONS
         from fusion_sweep.models.positional import POSITIONAL, check_compatible
         from fusion_sweep.trainer import OPTIMIZERS
@@ -153,6 +191,7 @@ class TrialConfig:
                 errs.append(f"unknown {name} {value!r}; choose from {sorted(options)}")
 
         choice("dataset", self.dataset, DATASETS)
+        choice("encoder", self.encoder, ENCODERS)
         choice("fusion", self.fusion, FUSIONS)
         choice("pe", self.pe, POSITIONAL)
         choice("optimizer", self.optimizer, OPTIMIZERS)
@@ -188,6 +227,8 @@ class TrialConfig:
             errs.extend(POSITIONAL[self.pe].config_errors(self))
         if self.dataset in DATASETS:
             errs.extend(DATASETS[self.dataset].config_errors(self))
+        if self.encoder in ENCODERS:
+            errs.extend(ENCODERS[self.encoder].config_errors(self))
         if self.fusion in FUSIONS and self.pe in POSITIONAL:
             problem = check_compatible(self.pe, self.fusion)
             if problem:

@@ -67,11 +67,15 @@ def fmt_duration(seconds: float | None) -> str:
 
 
 def trial_label(config: dict) -> str:
-    """`dataset/pe/fusion/seed N`, the grid point of a trial (flat, or under `trial`)."""
+    """`dataset/pe/fusion/seed N`, the grid point of a trial (flat, or under `trial`); the
+    encoder variant is shown after the dataset unless it is the standard encoder."""
     if isinstance(config, dict) and isinstance(config.get("trial"), dict):
         config = config["trial"]
     try:
-        return f"{config['dataset']}/{config['pe']}/{config['fusion']}/seed {config['seed']}"
+        enc = config.get("encoder", "standard")
+        enc = "" if enc == "standard" else f"{enc}/"
+        return (f"{config['dataset']}/{enc}{config['pe']}/{config['fusion']}/"
+                f"seed {config['seed']}")
     except (KeyError, TypeError):
         return str(config)
 

@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import Any, Mapping
 
 # ---------------------------------------------------------------------------- identity
-IDENTITY_FIELDS: tuple[str, ...] = ("dataset", "pe", "fusion", "seed")
+IDENTITY_FIELDS: tuple[str, ...] = ("dataset", "encoder", "pe", "fusion", "seed")
+# A trial's identity `encoder` is the encoder VARIANT label (`ENCODERS[name].variant(config)`:
+# "standard", "ressformer", "ressformer-no-asam", ...), not the bare registry name: the
+# ReSSFormer ablations share the name and differ in their switches. Trial runs carry the
+# identity as one JSON tag (IDENTITY_TAG) so readers never recompute it from params.
+IDENTITY_TAG = "fusion_sweep.identity"
+# Variant fields: what a comparison compares within one dataset.
+VARIANT_FIELDS: tuple[str, ...] = ("encoder", "pe", "fusion")
 PAIRING_FIELDS: tuple[str, ...] = tuple(f for f in IDENTITY_FIELDS if f != "seed")
 # Fields that never change a trial's numbers (where it runs, how many threads): left out of
 # the trial key so a resumed sweep on other hardware re-attaches to its runs.
@@ -32,9 +39,14 @@ NON_SEMANTIC_FIELDS: tuple[str, ...] = ("device", "num_threads", "cache_dir", "l
                                         "save_checkpoint")
 
 # ------------------------------------------------------------------------- fingerprints
+# Shared by every pair of trials of one seed and dataset, whatever the variants: the split,
+# the batch order, the embedding + classifier initial weights, the dropout stream.
 FINGERPRINTS: tuple[str, ...] = ("split", "batch_order", "shared_init", "dropout")
-FINGERPRINT_TAGS: dict[str, str] = {k: f"fp.{k}" for k in FINGERPRINTS}
+# Shared only by trials of the same encoder variant: the encoder body's initial weights.
+ENCODER_FINGERPRINTS: tuple[str, ...] = ("encoder_init",)
+FINGERPRINT_TAGS: dict[str, str] = {k: f"fp.{k}" for k in FINGERPRINTS + ENCODER_FINGERPRINTS}
 FINGERPRINT_COLUMNS: tuple[str, ...] = tuple(f"fp_{k}" for k in FINGERPRINTS)
+ENCODER_FINGERPRINT_COLUMNS: tuple[str, ...] = tuple(f"fp_{k}" for k in ENCODER_FINGERPRINTS)
 
 # Source that computes a trial's numbers (relative to the package). Orchestration, tracking
 # and the CLI are left out: changing them cannot change a trial's result.
@@ -84,18 +96,22 @@ GRID_HASH = "fusion_sweep.grid_hash"
 ATTEMPTS = "fusion_sweep.attempts"
 LAUNCH_ID = "fusion_sweep.launch_id"
 ERROR = "fusion_sweep.error"
+# Parent-run tag of an adaptive sweep (`launch --until-decided`): JSON {max_seeds, seed_batch,
+# alpha}. `stats` then reports the sequential decisions and labels fixed-n tests descriptive.
+ADAPTIVE = "fusion_sweep.adaptive"
 
 EPOCH_METRICS: tuple[str, ...] = ("train_loss", "train_acc", "val_loss", "val_acc")
 FINAL_METRICS: tuple[str, ...] = ("test_acc", "best_val_acc", "test_macro_f1",
                                   "latency_ms_per_sample", "params", "train_seconds",
-                                  "tokens_per_second", "median_tokens", "num_classes")
+                                  "tokens_per_second", "median_tokens", "num_classes",
+                                  "flops_per_token")
 # Which way is better, for every metric a trial logs. A search space may add or override
 # entries (`directions:`); launch logs the merged map on the parent run, and `stats` refuses
 # to guess the direction of a metric it finds nowhere.
 METRIC_DIRECTIONS: dict[str, str] = {
     "test_acc": "higher", "test_macro_f1": "higher", "best_val_acc": "higher",
     "latency_ms_per_sample": "lower", "train_seconds": "lower", "params": "lower",
-    "tokens_per_second": "higher",
+    "tokens_per_second": "higher", "flops_per_token": "lower",
 }
 DIRECTIONS: tuple[str, ...] = ("higher", "lower")
 # Parent-run params that `stats` reads back; structured values are JSON (json.dumps).

@@ -1,6 +1,7 @@
 """Search spaces: the declarative YAML that says which trials a sweep runs.
 
-A search space names the grid `datasets × pes × fusions × seeds`, the fixed
+A search space names the grid `datasets × variants × seeds` (variants: `pes × fusions` with the
+standard encoder, or an explicit `variants:` list of (encoder, pe, fusion, switches)), the fixed
 hyperparameters per dataset, the per-trial resources, and what the analysis compares
 (baseline fusion, metric, optional equivalence margin). An optional `tune:` section
 declares ranges for `fusion-sweep tune` (Optuna), which writes a new, frozen space.
@@ -8,7 +9,8 @@ declares ranges for `fusion-sweep tune` (Optuna), which writes a new, frozen spa
 Validation collects *every* problem before reporting, each prefixed with the file and
 the key, and naming the valid choices. Nothing here imports Ray or MLflow.
 
-Schema (all keys except `name`, `datasets`, `fusions`, `pes`, `seeds` are optional)::
+Schema (all keys except `name`, `datasets`, `seeds` and either `pes` + `fusions` or `variants`
+are optional)::
 
     name: default                    # the sweep name (MLflow parent run, Ray Tune experiment)
     description: free text
@@ -16,6 +18,10 @@ Schema (all keys except `name`, `datasets`, `fusions`, `pes`, `seeds` are option
     datasets: [synthetic-short]
     pes: [sinusoidal]
     fusions: [add, concat]
+    variants:                        # instead of pes × fusions: an explicit list, each with
+      - {pe: sinusoidal, fusion: add}                  # encoder (default standard) and
+      - {encoder: ressformer, pe: none, fusion: add}   # that encoder's fields (soes, ...)
+      - {encoder: ressformer, pe: none, fusion: add, asam: false}
     seeds: [0, 1, 2, 3, 4]
     hyperparameters:                 # TrialConfig fields; dataset defaults apply first
       all: {epochs: 3}               # every dataset
@@ -23,7 +29,8 @@ Schema (all keys except `name`, `datasets`, `fusions`, `pes`, `seeds` are option
     resources: {cpu: 1, gpu: 0}      # per trial; gpu may be fractional (0.25 = 4 per GPU);
                                      # memory_gb: RAM per trial (default: estimated)
     max_failures: 2                  # Ray Tune retries per trial
-    baseline: add                    # the fusion every other fusion is compared with
+    baseline: add                    # the fusion every other fusion is compared with, or a
+                                     # variant label "encoder/pe/fusion" (every other variant)
     metric: test_acc
     equivalence_margin: null         # float, or {dataset: float}
     directions: {}                   # {metric: higher|lower}; known metrics need none
@@ -55,11 +62,12 @@ from fusion_sweep.schema import (DEFAULT_EXPERIMENT, DIRECTIONS, IDENTITY_FIELDS
 SPACE_DIR = Path(str(importlib.resources.files("fusion_sweep") / "search_spaces"))
 
 TOP_LEVEL_KEYS = (
-    "name", "description", "experiment", "datasets", "pes", "fusions", "seeds",
+    "name", "description", "experiment", "datasets", "pes", "fusions", "variants", "seeds",
     "hyperparameters", "resources", "max_failures", "baseline", "metric",
     "equivalence_margin", "directions", "tune", "tuned",
 )
-REQUIRED_KEYS = ("name", "datasets", "pes", "fusions", "seeds")
+REQUIRED_KEYS = ("name", "datasets", "seeds")  # and `pes` + `fusions`, or `variants`
+VARIANT_KEYS = ("encoder", "pe", "fusion")  # plus the encoders' own fields (OPTION_FIELDS)
 RESOURCE_KEYS = ("cpu", "gpu", "memory_gb")
 TUNE_KEYS = ("seeds", "budget", "search", "pe")
 
@@ -152,6 +160,8 @@ class SearchSpace:
     description: str = ""
     tune: HPSearchSpec | None = None
     tuned: dict[str, Any] | None = None
+    # Explicit variants (the YAML's `variants:`); empty = pes × fusions, standard encoder.
+    variants: tuple[dict[str, Any], ...] = ()
     source: str = "<dict>"  # file the space came from
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -180,19 +190,27 @@ class SearchSpace:
         out.update(self.hyperparameters.get(dataset, {}))
         return out
 
-    def grid(self) -> list:
-        """One `TrialConfig` per (dataset, pe, fusion, seed), in that nesting order."""
+    def variant_list(self) -> list[dict[str, Any]]:
+        """The compared variants: the explicit list, else pes × fusions (standard encoder)."""
+        if self.variants:
+            return [dict(v) for v in self.variants]
+        return [{"pe": p, "fusion": f} for p, f in itertools.product(self.pes, self.fusions)]
+
+    def trial_config(self, dataset: str, variant: Mapping[str, Any], seed: int) -> Any:
+        """The TrialConfig of one grid point (also of a seed adaptive seeding adds)."""
         from fusion_sweep.config import TrialConfig
 
-        return [
-            TrialConfig.build(d, space_all=self.hyperparameters.get("all"),
-                              space_dataset=self.hyperparameters.get(d),
-                              pe=p, fusion=f, seed=s, num_threads=self.num_threads)
-            for d, p, f, s in itertools.product(self.datasets, self.pes, self.fusions, self.seeds)
-        ]
+        return TrialConfig.build(dataset, space_all=self.hyperparameters.get("all"),
+                                 space_dataset=self.hyperparameters.get(dataset),
+                                 **variant, seed=seed, num_threads=self.num_threads)
+
+    def grid(self) -> list:
+        """One `TrialConfig` per (dataset, variant, seed), in that nesting order."""
+        return [self.trial_config(d, v, s) for d, v, s in
+                itertools.product(self.datasets, self.variant_list(), self.seeds)]
 
     def __len__(self) -> int:
-        return len(self.datasets) * len(self.pes) * len(self.fusions) * len(self.seeds)
+        return len(self.datasets) * len(self.variant_list()) * len(self.seeds)
 
     def metric_directions(self) -> dict[str, str]:
         """Every known metric's direction: the schema's, then this space's `directions`."""
@@ -211,8 +229,12 @@ class SearchSpace:
             d["description"] = self.description
         if self.experiment != DEFAULT_EXPERIMENT:
             d["experiment"] = self.experiment
-        d.update(datasets=list(self.datasets), pes=list(self.pes), fusions=list(self.fusions),
-                 seeds=list(self.seeds),
+        d["datasets"] = list(self.datasets)
+        if self.variants:
+            d["variants"] = [dict(v) for v in self.variants]
+        else:
+            d.update(pes=list(self.pes), fusions=list(self.fusions))
+        d.update(seeds=list(self.seeds),
                  hyperparameters={k: dict(v) for k, v in self.hyperparameters.items()},
                  resources=dict(self.resources), max_failures=self.max_failures,
                  baseline=self.baseline, metric=self.metric,
@@ -379,21 +401,42 @@ def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
         return None
     name = _validate_header(raw, errors)
     datasets = _name_list(raw, "datasets", DATASETS, errors)
-    pes = _name_list(raw, "pes", POSITIONAL, errors)
-    fusions = _name_list(raw, "fusions", FUSIONS, errors)
+    if "variants" in raw:
+        for k in ("pes", "fusions"):
+            if k in raw:
+                errors.append(f"{k}: give either `variants` or `pes` + `fusions`, not both")
+        variants = _validate_variants(raw["variants"], errors)
+        pes = list(dict.fromkeys(v["pe"] for v in variants))
+        fusions = list(dict.fromkeys(v["fusion"] for v in variants))
+    else:
+        for k in ("pes", "fusions"):
+            if k not in raw:
+                errors.append(f"{k}: missing required key (or give `variants` instead of "
+                              f"`pes` + `fusions`)")
+        pes = _name_list(raw, "pes", POSITIONAL, errors)
+        fusions = _name_list(raw, "fusions", FUSIONS, errors)
+        variants = [{"pe": p, "fusion": f} for p, f in itertools.product(pes, fusions)]
     seeds = _seed_list(raw["seeds"], "seeds", errors) if "seeds" in raw else []
     resources, max_failures = _validate_resources(raw, errors)
-    baseline, metric, margin, directions = _validate_comparison(raw, datasets, fusions, errors)
     hparams = _validate_hyperparameters(raw, datasets, errors)
     cpu = resources["cpu"]
     threads = max(1, int(math.floor(cpu))) if _is_num(cpu) and cpu > 0 else 1
-    base_errors = _validate_grid_points(datasets, pes, fusions, hparams, threads, errors)
+    base_errors = _validate_grid_points(datasets, variants, hparams, threads, errors,
+                                        "variants" if "variants" in raw else "pes × fusions")
+    labels = _variant_labels(datasets, variants, hparams, threads) if not errors else None
+    baseline, metric, margin, directions = _validate_comparison(raw, datasets, fusions, labels,
+                                                                errors)
 
     tune_spec = None
     if raw.get("tune") is not None:
         allowed_fields = [f for f in _config_fields() if f not in RESERVED_FIELDS]
-        tune_spec = _validate_tune(raw["tune"], seeds, datasets, pes, baseline, hparams,
-                                   allowed_fields, threads, errors, base_errors)
+        if "/" in str(baseline):
+            errors.append(f"tune: `fusion-sweep tune` tunes the baseline fusion; baseline "
+                          f"{baseline!r} is a variant label: give a fusion name as the baseline "
+                          f"or drop the tune section")
+        else:
+            tune_spec = _validate_tune(raw["tune"], seeds, datasets, pes, baseline, hparams,
+                                       allowed_fields, threads, errors, base_errors)
     tuned = raw.get("tuned")
     if tuned is not None and not isinstance(tuned, Mapping):
         errors.append(f"tuned: must be a mapping (provenance written by `fusion-sweep tune`), got {tuned!r}")
@@ -408,7 +451,50 @@ def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
         directions=dict(directions),
         experiment=raw.get("experiment", DEFAULT_EXPERIMENT), description=raw.get("description", ""),
         tune=tune_spec, tuned=dict(tuned) if tuned else None, source=source, raw=dict(raw),
+        variants=tuple(dict(v) for v in variants) if "variants" in raw else (),
     )
+
+
+def _validate_variants(v: Any, errors: list[str]) -> list[dict[str, Any]]:
+    """`variants: [{encoder?, pe, fusion, <encoder field>...}]` -> the well-formed entries."""
+    from fusion_sweep.models.encoder import ENCODERS
+
+    # every encoder's own fields (its registry entry's OPTION_FIELDS), in registry order
+    encoder_fields = dict.fromkeys(f for e in ENCODERS.values() for f in e.OPTION_FIELDS)
+    valid = [*VARIANT_KEYS, *encoder_fields]
+    if not isinstance(v, list) or not v:
+        errors.append(f"variants: must be a non-empty list of mappings with keys from {valid}, "
+                      f"got {v!r}")
+        return []
+    out: list[dict[str, Any]] = []
+    for i, item in enumerate(v):
+        where = f"variants[{i}]"
+        if not isinstance(item, Mapping):
+            errors.append(f"{where}: must be a mapping with keys from {valid}, got {item!r}")
+            continue
+        _unknown_keys(item, valid, f"{where}.", errors)
+        missing = [k for k in ("pe", "fusion") if k not in item]
+        if missing:
+            errors.append(f"{where}: missing required key(s) {missing}")
+            continue
+        entry = {k: item[k] for k in valid if k in item}
+        if entry in out:
+            errors.append(f"{where}: the same variant is listed twice")
+            continue
+        out.append(entry)
+    return out
+
+
+def _variant_labels(datasets: list[str], variants: list[dict[str, Any]],
+                    hparams: dict[str, dict[str, Any]], threads: int) -> list[str]:
+    """Each variant's label "encoder/pe/fusion" (the encoder as its variant label)."""
+    from fusion_sweep.config import TrialConfig
+
+    if not datasets:
+        return []
+    d = datasets[0]
+    return [TrialConfig.build(d, space_all=hparams.get("all"), space_dataset=hparams.get(d),
+                              **v, num_threads=threads).variant_label() for v in variants]
 
 
 def _config_fields() -> tuple[str, ...]:
@@ -465,12 +551,19 @@ def _validate_resources(raw: Mapping, errors: list[str]) -> tuple[dict[str, Any]
 
 
 def _validate_comparison(raw: Mapping, datasets: list[str], fusions: list[str],
+                         labels: list[str] | None,
                          errors: list[str]) -> tuple[Any, Any, Any, dict]:
-    """What `stats` compares: -> (baseline, metric, equivalence_margin, directions)."""
+    """What `stats` compares: -> (baseline, metric, equivalence_margin, directions).
+
+    labels: the variants' labels "encoder/pe/fusion" (None when the grid has errors)."""
     from fusion_sweep.models.fusion import FUSIONS
 
     baseline = raw.get("baseline", "add")
-    if baseline not in FUSIONS:
+    if isinstance(baseline, str) and "/" in baseline:
+        if labels is not None and baseline not in labels:
+            errors.append(f"baseline: variant {baseline!r} is not one of this space's variants; "
+                          f"choose a fusion from {fusions} or a variant from {labels}")
+    elif baseline not in FUSIONS:
         errors.append(f"baseline: unknown fusion {baseline!r}{_suggest(baseline, FUSIONS)}; "
                       f"choose from {sorted(FUSIONS)}")
     elif fusions and baseline not in fusions:
@@ -528,7 +621,7 @@ def _validate_hyperparameters(raw: Mapping, datasets: list[str],
         clean = {}
         for k, v in values.items():
             if k in RESERVED_FIELDS:
-                why = ("set by the grid (datasets/pes/fusions/seeds)"
+                why = ("set by the grid (datasets/pes/fusions/variants/seeds)"
                        if k in IDENTITY_FIELDS else
                        "set from resources.cpu" if k == "num_threads" else
                        "managed by `fusion-sweep tune`")
@@ -542,9 +635,9 @@ def _validate_hyperparameters(raw: Mapping, datasets: list[str],
     return hparams
 
 
-def _validate_grid_points(datasets: list[str], pes: list[str], fusions: list[str],
+def _validate_grid_points(datasets: list[str], variants: list[dict[str, Any]],
                           hparams: dict[str, dict[str, Any]], threads: int,
-                          errors: list[str]) -> dict[str, set[str]]:
+                          errors: list[str], where_grid: str) -> dict[str, set[str]]:
     """Every grid point must build a valid TrialConfig. A problem of a dataset's
     hyperparameters is reported once, under its key, not once per grid point.
     -> each dataset's own problems (so later checks do not repeat them)."""
@@ -555,9 +648,10 @@ def _validate_grid_points(datasets: list[str], pes: list[str], fusions: list[str
             "hyperparameters.all" if "all" in hparams else f"datasets ({d} defaults)")
         base_errors[d] = set(_build_errors(d, threads, overrides))
         errors.extend(f"{where}: {m}" for m in sorted(base_errors[d]))
-        for p, f in itertools.product(pes, fusions):
-            errors.extend(f"pes × fusions (dataset={d}, pe={p}, fusion={f}): {m}"
-                          for m in _build_errors(d, threads, {**overrides, "pe": p, "fusion": f})
+        for v in variants:
+            shown = ", ".join(f"{k}={x}" for k, x in v.items())
+            errors.extend(f"{where_grid} (dataset={d}, {shown}): {m}"
+                          for m in _build_errors(d, threads, {**overrides, **v})
                           if m not in base_errors[d])
     return base_errors
 

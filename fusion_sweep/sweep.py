@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, TextIO
 
-from fusion_sweep.schema import IDENTITY_FIELDS
+from fusion_sweep.schema import ADAPTIVE, IDENTITY_FIELDS
 from fusion_sweep.space import SearchSpace, load_space
 
 DEFAULT_STORAGE_DIRNAME = "ray_results"
@@ -54,7 +54,7 @@ class GridPoint:
     @property
     def ident(self) -> tuple:
         """The trial's identity, in `schema.IDENTITY_FIELDS` order."""
-        return tuple(getattr(self.config, f) for f in IDENTITY_FIELDS)
+        return tuple(self.config.identity().values())
 
 
 def plan(space: SearchSpace, code: str | None = None) -> list[GridPoint]:
@@ -81,8 +81,8 @@ def grid_hash(points: list[GridPoint]) -> str:
 def format_grid(space: SearchSpace, points: list[GridPoint], name: str) -> str:
     res = f"cpu={space.cpu:g}, gpu={space.gpu:g}"
     lines = [f"sweep {name!r} from {space.source}",
-             f"{len(points)} trials = {len(space.datasets)} datasets × {len(space.pes)} PEs × "
-             f"{len(space.fusions)} fusions × {len(space.seeds)} seeds; per trial: {res} "
+             f"{len(points)} trials = {len(space.datasets)} datasets × {_variant_count(space)} × "
+             f"{len(space.seeds)} seeds; per trial: {res} "
              f"(torch threads {space.num_threads}); retries per trial: {space.max_failures}",
              f"baseline {space.baseline!r}, metric {space.metric!r}"
              + (f", equivalence margin {space.equivalence_margin}" if space.equivalence_margin else ""),
@@ -95,11 +95,20 @@ def format_grid(space: SearchSpace, points: list[GridPoint], name: str) -> str:
         lines.append(f"  {d}: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
     lines.append("")
     w = max(len("dataset"), *(len(p.config.dataset) for p in points))
-    lines.append(f"  {'#':>3}  {'dataset':<{w}}  {'pe':<13}  {'fusion':<11}  {'seed':>4}  trial key")
+    we = max(len("encoder"), *(len(p.ident[1]) for p in points))
+    lines.append(f"  {'#':>3}  {'dataset':<{w}}  {'encoder':<{we}}  {'pe':<13}  {'fusion':<11}  "
+                 f"{'seed':>4}  trial key")
     for i, p in enumerate(points, 1):
         c = p.config
-        lines.append(f"  {i:>3}  {c.dataset:<{w}}  {c.pe:<13}  {c.fusion:<11}  {c.seed:>4}  {p.key}")
+        lines.append(f"  {i:>3}  {c.dataset:<{w}}  {p.ident[1]:<{we}}  {c.pe:<13}  {c.fusion:<11}  "
+                     f"{c.seed:>4}  {p.key}")
     return "\n".join(lines)
+
+
+def _variant_count(space: SearchSpace) -> str:
+    if space.variants:
+        return f"{len(space.variants)} variants"
+    return f"{len(space.pes)} PEs × {len(space.fusions)} fusions"
 
 
 def points_for(points: list[GridPoint], dataset: str) -> list[GridPoint]:
@@ -395,7 +404,7 @@ def launch(space_ref: str, *, name: str | None = None, address: str | None = Non
            tracking_uri: str | None = None, storage: str | None = None,
            max_concurrent: int | None = None, dry_run: bool = False, experiment: str | None = None,
            allow_code_change: bool = False, verbose: bool = False,
-           out: TextIO | None = None) -> LaunchSummary | None:
+           until_decided: Any = None, out: TextIO | None = None) -> LaunchSummary | None:
     """`fusion-sweep launch`. Returns None for --dry-run, else the summary.
 
     The resume rule (docs/architecture.md): a trial whose MLflow run, found by its trial key,
@@ -403,6 +412,9 @@ def launch(space_ref: str, *, name: str | None = None, address: str | None = Non
     RUNNING by a dead driver is first marked KILLED, then re-attached by key). The trial key
     includes the code fingerprint, so code that can change a trial's numbers never reuses
     runs of other code silently: launch refuses unless `allow_code_change`.
+
+    `until_decided`: an `adaptive.AdaptiveSettings`: after the space's seeds, add seeds in
+    rounds to the families whose comparisons are still undecided (fusion_sweep/adaptive.py).
     """
     out = out if out is not None else sys.stdout  # late: a captured stdout may be replaced
     t0 = time.time()
@@ -414,11 +426,19 @@ def launch(space_ref: str, *, name: str | None = None, address: str | None = Non
     if max_concurrent is not None and max_concurrent < 1:
         raise ValueError(f"--max-concurrent must be >= 1, got {max_concurrent}")
     points = plan(space)
+    state = None
+    if until_decided is not None:
+        from fusion_sweep.adaptive import AdaptiveState
+
+        state = AdaptiveState.for_space(space, until_decided)
     if dry_run:
         dry_run_report(space, points, name, tracking_uri, experiment, out)
+        if state is not None:
+            print(state.describe(), file=out)
         return None
     pf = _preflight(space, name, points, tracking_uri, address, storage, experiment,
                     allow_code_change, out)
+    pf.adaptive = state
     auth = configure_ray_env(pf.address)
     with SweepLock(pf.exp_path), terminate_as_interrupt():
         summary = _run_sweep(pf, auth, max_concurrent, verbose, out)
@@ -443,6 +463,7 @@ class Preflight:
     code: str
     history: str
     commit: str
+    adaptive: Any = None  # adaptive.AdaptiveState for --until-decided, else None
 
 
 def _preflight(space: SearchSpace, name: str, points: list[GridPoint], tracking_uri: str | None,
@@ -481,11 +502,14 @@ def _open_parent(pf: Preflight, out: TextIO):
         code_history=pf.history, description=space.description,
         params={"space": space.source, "datasets": list(space.datasets),
                 "pes": list(space.pes), "fusions": list(space.fusions),
+                "variants": [dict(v) for v in space.variant_list()],
                 "seeds": list(space.seeds), "baseline": space.baseline,
                 "metric": space.metric, "equivalence_margin": space.equivalence_margin,
                 "directions": space.metric_directions(),
                 "resources.cpu": space.cpu, "resources.gpu": space.gpu,
                 "max_failures": space.max_failures})
+    if pf.adaptive is not None:
+        pf.tracker.client.set_tag(parent_id, ADAPTIVE, pf.adaptive.settings.to_json())
     orphans = pf.tracker.reconcile_orphans(pf.name)
     if orphans:
         print(f"marked {len(orphans)} MLflow run(s) left RUNNING by an earlier driver as KILLED",
@@ -504,26 +528,36 @@ def _run_sweep(pf: Preflight, auth: str, max_concurrent: int | None, verbose: bo
     summary = LaunchSummary(name=pf.name, total=len(pf.points), orphans_reconciled=len(orphans),
                             tracking_uri=pf.uri, experiment=pf.experiment,
                             parent_run_id=ctx.parent_run_id, experiment_path=pf.exp_path)
-    pending = [p for p in pf.points if trial_status(pf.tracker, pf.name, p.key)[0] != "FINISHED"]
     status, started_ray, t0 = "FAILED", False, time.time()
+    batch, round_no = list(pf.points), 0
     try:
-        if not pending:
-            print(f"all {len(pf.points)} trials of sweep {pf.name!r} already finished: nothing "
-                  f"to run", file=out)
-        else:
-            if len(pending) < len(pf.points):
-                print(f"resuming sweep {pf.name!r}: {len(pf.points) - len(pending)} of "
-                      f"{len(pf.points)} trials already finished (found by trial key in MLflow); "
-                      f"{len(pending)} to train", file=out)
-            started_ray = _init_ray(pf.address, out)
-            _reclaim_sigterm()
-            _warn_resources(pf.space, pf.uri, out)
-            print(f"MLflow: {pf.uri} (experiment {pf.experiment!r}); Ray auth: {auth}", file=out)
-            with _disk_watch(pf, out):
-                results = _run_tuner(pf.space, pending, pf.exp_path, ctx, max_concurrent,
-                                     verbose, out)
-            summary.tune_errors = [error_reason(e) for e in results.errors]
-            _fail_dead_trials(results, pf)
+        while batch:
+            pending = [p for p in batch
+                       if trial_status(pf.tracker, pf.name, p.key)[0] != "FINISHED"]
+            if not pending:
+                print(f"all {len(batch)} trials of sweep {pf.name!r}"
+                      f"{' in this round' if pf.adaptive else ''} already finished: nothing "
+                      f"to run", file=out)
+            else:
+                if len(pending) < len(batch):
+                    print(f"resuming sweep {pf.name!r}: {len(batch) - len(pending)} of "
+                          f"{len(batch)} trials already finished (found by trial key in "
+                          f"MLflow); {len(pending)} to train", file=out)
+                if not started_ray:
+                    started_ray = _init_ray(pf.address, out)
+                    _reclaim_sigterm()
+                    _warn_resources(pf.space, pf.uri, out)
+                    print(f"MLflow: {pf.uri} (experiment {pf.experiment!r}); Ray auth: {auth}",
+                          file=out)
+                with _disk_watch(pf, out):
+                    results = _run_tuner(pf.space, pending, pf.exp_path, ctx, max_concurrent,
+                                         verbose, out, round_no)
+                summary.tune_errors += [error_reason(e) for e in results.errors]
+                _fail_dead_trials(results, pf)
+            batch = _next_round(pf, out) if pf.adaptive is not None else []
+            pf.points.extend(batch)
+            round_no += 1
+            summary.total = len(pf.points)
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
@@ -542,6 +576,16 @@ def _run_sweep(pf: Preflight, auth: str, max_concurrent: int | None, verbose: bo
             "trials_trained_this_launch": summary.trained_now, "trials_retried": summary.retried,
             "launch_seconds": time.time() - t0}, artifacts)
     return summary
+
+
+def _next_round(pf: "Preflight", out: TextIO) -> list[GridPoint]:
+    """Adaptive seeding (`--until-decided`): decide every comparison on the trials so far
+    and return the next round's grid points (none: every comparison is decided or out of
+    seeds). MLflow is re-read: the round's trials have just finished."""
+    from fusion_sweep import adaptive
+
+    pf.tracker.__dict__.pop("_status_cache", None)
+    return adaptive.next_round(pf, out)
 
 
 def _disk_watch(pf: "Preflight", out: TextIO):
@@ -634,7 +678,7 @@ def dry_run_report(space: SearchSpace, points: list[GridPoint], name: str,
     for p, (action, detail) in zip(points, actions):
         c = p.config
         counts[action] = counts.get(action, 0) + 1
-        print(f"  {action:<6} {c.dataset}/{c.pe}/{c.fusion}/seed {c.seed}  {detail}", file=out)
+        print(f"  {action:<6} {c.describe()}  {detail}", file=out)
     print("\n(dry run: nothing started; " + ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
           + ")", file=out)
 
@@ -737,9 +781,10 @@ def trial_memory_bytes(space: SearchSpace, config: Any) -> int:
 
     Estimate (fp32, bytes): the actor's base + 4 copies of the parameters (weights, grads, two
     Adam moments) + on CPU one training step's activations at the longest padded batch: per
-    layer ~16 (B, L, d)-sized tensors and (B, H, L, L) attention tensors — 4 of them (scores,
-    probabilities, dropout mask, gradient) when attention dropout forces the materialising
-    path, else 1 — × 1.5 for the allocator's slack. A GPU trial keeps its activations in GPU
+    attention map the encoder keeps (`ENCODERS[name].attention_maps`: one per layer for the
+    standard encoder) ~16 (B, L, d)-sized tensors and a (B, H, L, L) attention tensor — 4 of
+    them (scores, probabilities, dropout mask, gradient) when attention dropout forces the
+    materialising path, else 1 — × 1.5 for the allocator's slack. A GPU trial keeps its activations in GPU
     memory, which Ray's `memory` resource does not count. Embedding rows are bounded by the
     50k-token vocabulary cap (synthetic regimes: their filler vocabulary).
     """
@@ -754,9 +799,12 @@ def trial_memory_bytes(space: SearchSpace, config: Any) -> int:
         + 3 * c.d_model ** 2 + c.max_len * c.d_model
     if space.gpu > 0:
         return int(ACTOR_BASE_BYTES + 2 * 4 * params)  # a host copy of weights and checkpoint
+    from fusion_sweep.models.encoder import ENCODERS
+
     B, L, H = c.batch_size, c.max_len, c.heads
     attn = 4 if c.attn_dropout > 0 else 1
-    acts = c.layers * (16 * B * L * max(c.d_model, c.dim_ff // 2) + attn * B * H * L * L)
+    maps = ENCODERS[c.encoder].attention_maps(c)  # attention-sized tensors per step
+    acts = maps * 16 * B * L * max(c.d_model, c.dim_ff // 2) + attn * maps * B * H * L * L
     return int(ACTOR_BASE_BYTES + 4 * 4 * params + 1.5 * 4 * acts)
 
 
@@ -784,7 +832,7 @@ def _warn_resources(space: SearchSpace, uri: str, out: TextIO) -> None:
 
 
 def _run_tuner(space: SearchSpace, points: list[GridPoint], exp_path: str, ctx,
-               max_concurrent: int | None, verbose: bool, out: TextIO):
+               max_concurrent: int | None, verbose: bool, out: TextIO, round_no: int = 0):
     """One fresh Tuner over the grid points still to train (the MLflow key lookup decided
     which), in its own directory under the sweep's: Tune's saved state is never restored."""
     from ray import tune
@@ -806,7 +854,8 @@ def _run_tuner(space: SearchSpace, points: list[GridPoint], exp_path: str, ctx,
         tune_config=tune.TuneConfig(num_samples=1, reuse_actors=True,
                                     max_concurrent_trials=max_concurrent),
         run_config=tune.RunConfig(
-            name=f"launch-{ctx.launch_id}", storage_path=exp_path,
+            name=f"launch-{ctx.launch_id}" + (f"-round{round_no}" if round_no else ""),
+            storage_path=exp_path,
             failure_config=tune.FailureConfig(max_failures=space.max_failures),
             progress_reporter=_reporter(verbose, out), verbose=1),
     )
@@ -826,7 +875,7 @@ def _reporter(verbose: bool = False, out: TextIO | None = None):
         return SweepProgress(out if out is not sys.stdout else None)
     from ray.tune import CLIReporter
 
-    return CLIReporter(parameter_columns=["dataset", "pe", "fusion", "seed"],
+    return CLIReporter(parameter_columns=list(IDENTITY_FIELDS),
                        metric_columns={"epoch": "epoch", "val_acc": "val_acc",
                                        "test_acc": "test_acc"},
                        max_report_frequency=15, sort_by_metric=False)
@@ -848,8 +897,7 @@ def _summarize(s: LaunchSummary, tracker, points: list[GridPoint], ctx, out: Tex
         r = runs.get(p.key)
         c = p.config
         status = r.info.status if r is not None else "MISSING"
-        row = {"dataset": c.dataset, "pe": c.pe, "fusion": c.fusion, "seed": c.seed,
-               "trial_key": p.key, "status": status,
+        row = {**dict(zip(IDENTITY_FIELDS, p.ident)), "trial_key": p.key, "status": status,
                "mlflow_run_id": r.info.run_id if r is not None else ""}
         if r is not None:
             row.update({k: r.data.metrics.get(k, "") for k in tracking.FINAL_METRICS})
@@ -869,7 +917,7 @@ def _summarize(s: LaunchSummary, tracker, points: list[GridPoint], ctx, out: Tex
             s.killed += 1
         else:
             s.failed += 1
-            s.failed_trials.append(f"{c.dataset}/{c.pe}/{c.fusion}/seed {c.seed}: "
+            s.failed_trials.append(f"{c.describe()}: "
                                    f"{r.data.tags.get('fusion_sweep.error', status)}")
     if "://" not in s.experiment_path:
         path = Path(s.experiment_path) / "results.csv"

@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
 from fusion_sweep.schema import (ATTEMPTS, CODE_FINGERPRINT, CODE_HISTORY,  # noqa: E402,F401
                                  DEFAULT_EXPERIMENT, EPOCH_METRICS, ERROR, FINAL_METRICS,
                                  FINGERPRINT_TAGS, GIT_COMMIT, GRID_HASH, IDENTITY_FIELDS,
+                                 IDENTITY_TAG,
                                  LAUNCH_ID, PARENT, ROLE, SWEEP, TRIAL_KEY, VERSION,
                                  code_fingerprint, default_tracking_uri, encode_param,
                                  resolve_tracking_uri)
@@ -139,9 +140,8 @@ def _q(value: str) -> str:
 
 def _params(config: "TrialConfig") -> dict[str, str]:
     """Identity fields first, then every hyperparameter (execution fields are tags)."""
-    d = config.to_dict()
-    out = {k: d[k] for k in IDENTITY_FIELDS}
-    out.update(config.hyperparameters())
+    out = config.identity()
+    out.update(config.hyperparameters())  # `encoder` here is the registry name
     return {k: str(v) for k, v in out.items()}
 
 
@@ -398,10 +398,12 @@ class TrialRun:
             ROLE: "trial", SWEEP: ctx.sweep, PARENT: ctx.parent_run_id, TRIAL_KEY: key,
             GIT_COMMIT: ctx.git_commit, VERSION: fusion_sweep.__version__,
             CODE_FINGERPRINT: ctx.code_fingerprint,
+            IDENTITY_TAG: json.dumps(config.identity(), sort_keys=True),
             "mlflow.source.git.commit": ctx.git_commit.split("-")[0],
             ATTEMPTS: "1", **extra,
         }
-        name = f"{c.dataset}.{c.pe}.{c.fusion}.s{c.seed}.{key[:8]}"
+        ident = c.identity()
+        name = ".".join(str(ident[k]) for k in IDENTITY_FIELDS if k != "seed") + f".s{c.seed}.{key[:8]}"
         run = _retry(client.create_run, ctx.experiment_id, run_name=name, tags=run_tags)
         _retry(client.log_batch, run.info.run_id,
                params=[Param(k, v) for k, v in _params(config).items()])

@@ -29,10 +29,11 @@ from fusion_sweep.batching import (eval_batches, epoch_batches, pad_batch, pad_b
                                    schedule_hash, truncated_lengths)
 from fusion_sweep.config import TrialConfig
 from fusion_sweep.data.types import EncodedData, EncodedSplit, validate_encoded
-from fusion_sweep.models.encoder import (FusionClassifier, count_parameters, initialize,
-                                         shared_init_hash)
+from fusion_sweep.models.encoder import (ENCODERS, FusionClassifier, count_parameters,
+                                         encoder_init_hash, initialize, shared_init_hash)
 
-STREAMS = ("data_order", "shared_init", "fusion_init", "pe_init", "dropout")
+# Appended, never reordered: a stream's seed depends on its index (`derive_seed`).
+STREAMS = ("data_order", "shared_init", "fusion_init", "pe_init", "dropout", "encoder_init")
 # The optimizer registry: `TrialConfig.optimizer` names one of these.
 OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {"adam": torch.optim.Adam,
                                                       "adamw": torch.optim.AdamW}
@@ -113,6 +114,15 @@ def derive_seed(seed: int, stream: str, dataset: str) -> int:
     return int(np.random.SeedSequence(entropy).generate_state(2, np.uint64)[0] >> 1)
 
 
+def stream_dataset(config: TrialConfig) -> str:
+    """The dataset name a trial's random streams are derived from: its own, except for a
+    structure-noise probe, which trains exactly as its clean regime (same init, batch order and
+    dropout; `DatasetSpec.stream_name`) so the two differ only in the perturbed test set."""
+    from fusion_sweep.data.registry import DATASETS
+
+    return DATASETS[config.dataset].stream_name
+
+
 @dataclass
 class EpochRecord:
     epoch: int  # 1-based
@@ -138,6 +148,9 @@ class TrialResult:
     tokens_per_second: float
     latency_ms_per_sample: float
     median_tokens: float
+    # Analytic forward FLOPs per real token for a document of the evaluated split's median
+    # length (`FusionClassifier.forward_flops`): the cost axis that does not depend on hardware.
+    flops_per_token: float
     curve: list[EpochRecord]
     fingerprints: dict[str, str]
     predictions: dict[str, list] = field(default_factory=dict)
@@ -149,7 +162,7 @@ class TrialResult:
     def metrics(self) -> dict[str, float]:
         keys = ("test_acc", "test_macro_f1", "best_val_acc", "best_epoch", "epochs_run", "params",
                 "fusion_params", "train_seconds", "tokens_per_second", "latency_ms_per_sample",
-                "median_tokens", "num_classes")
+                "median_tokens", "num_classes", "flops_per_token")
         return {k: float(getattr(self, k)) for k in keys}
 
     def to_json_dict(self, predictions: bool = False) -> dict[str, Any]:
@@ -172,8 +185,9 @@ def build_model(config: TrialConfig, vocab_size: int, num_classes: int, pad_id: 
     """
     with torch.random.fork_rng(devices=[]):
         model = _construct(config, vocab_size, num_classes, pad_id)
-    d = config.dataset
+    d = stream_dataset(config)
     initialize(model, {"shared": derive_seed(config.seed, "shared_init", d),
+                       "encoder": derive_seed(config.seed, "encoder_init", d),
                        "fusion": derive_seed(config.seed, "fusion_init", d),
                        "pe": derive_seed(config.seed, "pe_init", d)})
     return model
@@ -186,6 +200,7 @@ def _construct(config: TrialConfig, vocab_size: int, num_classes: int, pad_id: i
         dim_ff=config.dim_ff, dropout=config.dropout, attn_dropout=config.attn_dropout,
         activation=config.activation, norm_first=config.norm_first,
         gate_cnn_kernel=config.gate_cnn_kernel, pad_id=pad_id,
+        encoder=config.encoder, encoder_options=ENCODERS[config.encoder].options(config),
     )
 
 
@@ -214,7 +229,7 @@ def resolve_device(name: str) -> torch.device:
 def training_schedule(train: EncodedSplit, config: TrialConfig) -> list[list[np.ndarray]]:
     """Every epoch's batches, planned up front from (data, seed) only."""
     lengths = truncated_lengths(train, config.max_len)
-    seed = derive_seed(config.seed, "data_order", config.dataset)
+    seed = derive_seed(config.seed, "data_order", stream_dataset(config))
     return [epoch_batches(lengths, config.batch_size, seed, e) for e in range(config.epochs)]
 
 
@@ -255,6 +270,14 @@ def _to(ids: np.ndarray, labels: np.ndarray, device: torch.device) -> tuple[torc
     return torch.from_numpy(ids).to(device), torch.from_numpy(labels).to(device)
 
 
+def objective(model: nn.Module, loss: torch.Tensor) -> torch.Tensor:
+    """What a step minimises: the classification loss plus the encoder's auxiliary term of
+    the same forward (SOES's attention-graph regulariser), if any. Logged losses stay the
+    classification loss, comparable across encoders."""
+    aux = model.aux_loss() if isinstance(model, FusionClassifier) else None
+    return loss if aux is None else loss + aux
+
+
 def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, split: EncodedSplit,
                 batches: list[np.ndarray], config: TrialConfig, device: torch.device,
                 pad_id: int = 0, speed: SpeedOptions | None = None) -> tuple[float, float, int]:
@@ -271,7 +294,7 @@ def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, split: Encod
         logits = model(ids)  # (B, C)
         loss = F.cross_entropy(logits, y)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        objective(model, loss).backward()
         if config.grad_clip > 0:
             nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         optimizer.step()
@@ -307,7 +330,7 @@ def _train_epoch_reference(model: nn.Module, optimizer: torch.optim.Optimizer, s
         logits = model(ids)  # (B, C)
         loss = F.cross_entropy(logits, y)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        objective(model, loss).backward()
         if config.grad_clip > 0:
             nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         optimizer.step()
@@ -458,12 +481,13 @@ def _run(config: TrialConfig, data: EncodedData, device: torch.device,
         "split": data.fingerprint(config.max_len, config.evaluate_test),
         "batch_order": "",
         "shared_init": shared_init_hash(model),
+        "encoder_init": encoder_init_hash(model),
     }
     schedule = training_schedule(data.train, config)
     fingerprints["batch_order"] = schedule_hash(schedule)
     model.to(device)
     optimizer = build_optimizer(config, model)
-    with dropout_stream(derive_seed(config.seed, "dropout", config.dataset), device) as fp:
+    with dropout_stream(derive_seed(config.seed, "dropout", stream_dataset(config)), device) as fp:
         fingerprints["dropout"] = fp
         return _train_and_test(config, data, device, callback, model, optimizer, schedule,
                                fingerprints, speed)
@@ -511,6 +535,8 @@ def _train_and_test(config: TrialConfig, data: EncodedData, device: torch.device
                        "pred": test_pred.tolist(), "probs": np.round(test_probs, 6).tolist()}
     else:
         test_acc, test_f1, predictions = float("nan"), float("nan"), {}
+    median = float(np.median(truncated_lengths(eval_split, config.max_len)))
+    median_len = max(int(round(median)), 1)
     return TrialResult(
         config=config.to_dict(),
         test_acc=test_acc,
@@ -525,7 +551,8 @@ def _train_and_test(config: TrialConfig, data: EncodedData, device: torch.device
         latency_ms_per_sample=measure_latency(
             model, eval_split, config, device, data.pad_id,
             warmup=speed.latency_warmup or config.latency_repeats < 3),
-        median_tokens=float(np.median(truncated_lengths(eval_split, config.max_len))),
+        median_tokens=median,
+        flops_per_token=model.forward_flops(median_len) / median_len,
         curve=curve,
         fingerprints=fingerprints,
         predictions=predictions,

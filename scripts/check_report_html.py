@@ -4,12 +4,15 @@
     python scripts/check_report_html.py [REPORT_DIR] [--screenshot PNG]
 
 Without REPORT_DIR, builds a report from the built-in synthetic results table
-(analysis.demo) in a temporary directory. Two Chromium runs:
-1. `--dump-dom`: the report's own load handler writes data-images-loaded="k/n" on <body>
+(analysis.demo) in a temporary directory, and a claims report (`--claims ressformer` on
+the demo's ReSSFormer table) beside it. Every page checked (report.html, and claims.html
+when the directory has one) gets two Chromium runs:
+1. `--dump-dom`: the page's own load handler writes data-images-loaded="k/n" on <body>
    after testing every <img> for `complete && naturalWidth > 0`; k must equal n > 0.
 2. `--screenshot` at 1200x2000, saved to --screenshot (default
-   /tmp/fusion_report_screenshot.png), for a human look.
-Exit 0 when every image loaded, 1 otherwise, 3 when no chromium is installed
+   /tmp/fusion_report_screenshot.png; the claims page gets a `_claims` suffix), for a
+   human look.
+Exit 0 when every image of every page loaded, 1 otherwise, 3 when no chromium is installed
 (Debian: `apt-get install -y chromium`).
 """
 from __future__ import annotations
@@ -65,6 +68,35 @@ def demo_report(out_dir: Path, n_boot: int = 10_000) -> Path:
     return out_dir
 
 
+def demo_claims_report(out_dir: Path, n_boot: int = 1000) -> Path:
+    """Write a report with `--claims ressformer` from the demo's ReSSFormer table (one
+    dropped pair, one claim whose variant is absent) into out_dir: report.* and claims.*."""
+    from analysis.demo import synthetic_ressformer_results
+    from analysis.load import tidy
+    from analysis.render import write_report
+    from analysis.report import Settings, analyze
+    df = tidy(synthetic_ressformer_results())
+    df = df[df.encoder != "ressformer-no-r2mu"]  # C6 and part of C7: 'not run'
+    bad = (df.dataset == "synthetic-long") & (df.encoder == "ressformer") & (df.seed == 1)
+    df.loc[bad, "fp_split"] = "deadbeef00"  # a fingerprint-mismatch drop
+    settings = Settings(baseline="standard/sinusoidal/add", margin=0.02, margin_metric="test_acc",
+                        n_boot=n_boot, claims="ressformer")
+    write_report(analyze(df, settings, {"kind": "file", "path": "demo-ressformer"}), out_dir)
+    return out_dir
+
+
+def pages(report_dir: Path) -> list[Path]:
+    """The HTML pages of a report directory: report.html, and claims.html if present."""
+    return [p for p in (report_dir / "report.html", report_dir / "claims.html") if p.exists()]
+
+
+def check_page(chromium: str, html: Path, png: Path) -> bool:
+    loaded, total = images_loaded(chromium, html)
+    shot = screenshot(chromium, html, png)
+    print(f"{html}: {loaded}/{total} images loaded; screenshot {shot}")
+    return total > 0 and loaded == total
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("report_dir", nargs="?", type=Path)
@@ -75,12 +107,15 @@ def main(argv: list[str] | None = None) -> int:
         print("no chromium found; install it with `apt-get install -y chromium`", file=sys.stderr)
         return 3
     with tempfile.TemporaryDirectory() as tmp:
-        rdir = args.report_dir or demo_report(Path(tmp))
-        html = rdir / "report.html"
-        loaded, total = images_loaded(chromium, html)
-        png = screenshot(chromium, html, args.screenshot)
-        print(f"{html}: {loaded}/{total} images loaded; screenshot {png}")
-    return 0 if total > 0 and loaded == total else 1
+        found = (pages(args.report_dir) if args.report_dir else
+                 pages(demo_report(Path(tmp) / "fusion")) +
+                 pages(demo_claims_report(Path(tmp) / "claims"))[1:])
+        ok = True
+        for html in found:
+            suffix = "" if html.name == "report.html" else "_" + html.stem
+            png = args.screenshot.with_name(args.screenshot.stem + suffix + args.screenshot.suffix)
+            ok = check_page(chromium, html, png) and ok
+    return 0 if found and ok else 1
 
 
 if __name__ == "__main__":

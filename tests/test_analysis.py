@@ -31,7 +31,8 @@ EXTRA_KEYS = [
     "t_df", "signflip_method", "min_p_signflip", "boot_descriptive", "boot_method",
     "equivalence_margin", "notes", "tost_p_holm", "holm_first_step_alpha",
     "power_at_holm_alpha", "seeds_for_80_power_at_holm_alpha", "chance_level", "learned",
-    "baseline_learned",
+    "baseline_learned", "encoder", "variant", "baseline_variant", "ratio", "ratio_ci_low",
+    "ratio_ci_high", "ratio_p", "ratio_p_holm", "ratio_verdict",
 ]
 FAST = ["--bootstrap", "500"]
 
@@ -74,9 +75,10 @@ def test_mismatched_batch_order_pair_is_dropped_and_reported(tmp_path: Path, cap
     assert code == 0
     rep = json.loads(out)
     assert rep["dropped"] == [{
-        "dataset": "synthetic-long", "pe": "sinusoidal", "metric": "test_acc",
-        "fusion": "concat", "baseline": "add", "seed": 3, "reason": "fingerprint_mismatch",
-        "detail": rep["dropped"][0]["detail"]}]
+        "dataset": "synthetic-long", "encoder": "standard", "pe": "sinusoidal",
+        "metric": "test_acc", "fusion": "concat", "baseline": "add",
+        "variant": "standard/sinusoidal/concat", "baseline_variant": "standard/sinusoidal/add",
+        "seed": 3, "reason": "fingerprint_mismatch", "detail": rep["dropped"][0]["detail"]}]
     assert rep["dropped"][0]["detail"].startswith("batch_order (0000aaaa vs ")
     comp = next(c for c in rep["comparisons"]
                 if c["dataset"] == "synthetic-long" and c["fusion"] == "concat")
@@ -132,7 +134,8 @@ def test_json_schema_exact(csv: Path, capsys) -> None:
     assert code == 0
     rep = json.loads(out)
     assert list(rep) == ["source", "settings", "regimes", "warnings", "arms", "comparisons",
-                         "dropped", "interaction", "chance"]
+                         "dropped", "interaction", "chance", "claims"]
+    assert rep["claims"] is None  # no --claims
     assert rep["arms"] and all(list(a) == list(ARM_KEYS) for a in rep["arms"])
     assert rep["comparisons"]
     for c in rep["comparisons"]:
@@ -142,17 +145,23 @@ def test_json_schema_exact(csv: Path, capsys) -> None:
         assert c["verdict"] in ("better", "worse", "equivalent", "inconclusive", "not learned")
         assert c["learned"] == c["baseline_learned"] == "yes"  # demo: far above 1/K
         assert isinstance(c["tost_p"], float)
+        # an old file without `encoder`: the standard encoder; accuracy has no ratio
+        assert c["encoder"] == "standard"
+        assert c["variant"] == f"standard/{c['pe']}/{c['fusion']}"
+        assert c["baseline_variant"] == f"standard/{c['pe']}/{c['baseline']}"
+        assert c["ratio"] is None and c["ratio_verdict"] is None
     assert isinstance(rep["dropped"], list) and isinstance(rep["warnings"], list)
     assert all(set(w) == {"code", "message"} for w in rep["warnings"])
     assert set(rep["interaction"]) == {"method", "tests"}
     assert set(rep["interaction"]["tests"][0]) == {
         "pe", "metric", "fusion", "baseline", "datasets", "n_per_dataset", "welch_f", "df_num",
         "df_denom", "welch_p", "p_holm", "long_dataset", "short_dataset", "diff_in_deltas",
-        "diff_ci_low", "diff_ci_high", "diff_p", "notes", "ordered_by"}
+        "diff_ci_low", "diff_ci_high", "diff_p", "notes", "ordered_by", "encoder", "variant",
+        "baseline_variant"}
     assert set(rep["chance"]) == {"method", "tests"}
     assert set(rep["chance"]["tests"][0]) == {
-        "dataset", "pe", "metric", "fusion", "n", "num_classes", "chance_level", "mean", "t",
-        "p", "p_holm", "learned"}
+        "dataset", "encoder", "pe", "metric", "fusion", "variant", "n", "num_classes",
+        "chance_level", "mean", "t", "p", "p_holm", "learned"}
     # warnings also go to stderr so stdout stays pure JSON
     assert "cannot_reach_alpha" in err
 
@@ -228,6 +237,9 @@ def test_pairs_all_and_lower_is_better_metric(csv: Path, capsys) -> None:
     lat = [c for c in comps if c["baseline"] == "add"]
     assert all(not c["higher_is_better"] for c in lat)
     assert all(c["verdict"] == "worse" for c in lat)  # +30% latency is worse
+    # a cost metric also gets the paired ratio: about 1.3x, worse on the log scale too
+    assert all(1.2 < c["ratio"] < 1.4 and c["ratio_ci_low"] < c["ratio"] < c["ratio_ci_high"]
+               and c["ratio_verdict"] == "worse" for c in lat)
 
 
 def test_parquet_input_and_filters(tmp_path: Path, capsys) -> None:
@@ -348,7 +360,7 @@ def _analyze(df: pd.DataFrame, source: dict | None = None, **kw):
 def test_import_analysis_pulls_in_only_fusion_sweep_schema() -> None:
     """The schema is shared with fusion_sweep, but nothing that imports torch or ray."""
     code = ("import analysis, analysis.cli, analysis.report, analysis.render, analysis.chance, "
-            "analysis.metrics, analysis.mlflow_io, sys; "
+            "analysis.metrics, analysis.mlflow_io, analysis.claims, analysis.variants, sys; "
             "bad = [m for m in sys.modules if m in ('torch', 'ray', 'mlflow') "
             "or (m.startswith('fusion_sweep.') and m != 'fusion_sweep.schema')]; "
             "assert not bad, bad")

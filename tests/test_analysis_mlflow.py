@@ -34,10 +34,12 @@ FAILED = ("synthetic-short", "gate-vector", 2)  # the trial fails: failed_trial
 def _result(config: TrialConfig, row: object, fingerprints: dict) -> TrialResult:
     """The TrialResult a trained trial would return, with the demo's planted numbers."""
     values = {"config": config.to_dict(), "test_acc": row.test_acc,
-              "test_macro_f1": row.test_macro_f1, "best_val_acc": row.best_val_acc,
+              "test_macro_f1": getattr(row, "test_macro_f1", row.test_acc - 0.02),
+              "best_val_acc": getattr(row, "best_val_acc", row.test_acc + 0.01),
               "best_epoch": 3, "epochs_run": 4, "params": row.params, "fusion_params": 0,
               "train_seconds": 12.0, "tokens_per_second": 1e4,
               "latency_ms_per_sample": row.latency_ms_per_sample,
+              "flops_per_token": getattr(row, "flops_per_token", 1e5),
               "median_tokens": row.median_tokens, "curve": [], "fingerprints": fingerprints,
               "num_classes": row.num_classes}
     names = {f.name for f in dataclasses.fields(TrialResult)}
@@ -245,3 +247,89 @@ def test_rerun_under_new_code_supersedes_and_refuses_mixed_pairs(spaces: str, ca
     (c,) = rep["comparisons"]
     assert c["seeds"] == [3]  # old code on both sides: still comparable
     assert any(w["code"] == "code_mismatch" for w in rep["warnings"])
+
+
+# ------------------------------------------------------------------ the encoder axis
+def _fake_run(params: dict, tags: dict) -> object:
+    from types import SimpleNamespace
+    return SimpleNamespace(data=SimpleNamespace(params=params, tags=tags,
+                                                metrics={"test_acc": 0.8}),
+                           info=SimpleNamespace(status="FINISHED", run_id="r1"))
+
+
+def test_trial_identity_from_the_tag_else_the_params() -> None:
+    from analysis.mlflow_io import trial_row
+    params = {"dataset": "synthetic-short", "encoder": "ressformer", "pe": "none",
+              "fusion": "add", "seed": "2", "asam": "False"}
+    ident = {**params, "encoder": "ressformer-no-asam", "seed": 2}
+    row = trial_row(_fake_run(params, {schema.IDENTITY_TAG: json.dumps(ident),
+                                       "fp.encoder_init": "abc"}))
+    assert (row["encoder"], row["seed"], row["fp_encoder_init"]) == ("ressformer-no-asam", 2, "abc")
+    # no tag: the params (the encoder param is then taken as given)
+    assert trial_row(_fake_run(params, {}))["encoder"] == "ressformer"
+    # a run logged before the encoder axis: neither tag nor param -> the standard encoder
+    old = {k: v for k, v in params.items() if k != "encoder"}
+    row = trial_row(_fake_run(old, {}))
+    assert row["encoder"] == "standard" and row["seed"] == "2"
+    assert trial_row(_fake_run(old, {schema.IDENTITY_TAG: "not json"}))["encoder"] == "standard"
+
+
+RESS_VARIANTS = {  # identity encoder label -> config overrides
+    "standard": {"encoder": "standard"}, "ressformer": {"encoder": "ressformer"},
+    "ressformer-no-asam": {"encoder": "ressformer", "asam": False},
+}
+
+
+@pytest.fixture(scope="module")
+def ress_store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A ReSSFormer sweep written through the real tracking layer (identity tags, encoder
+    fingerprints); the planted numbers of analysis.demo."""
+    from analysis.demo import synthetic_ressformer_results
+    uri = f"sqlite:///{tmp_path_factory.mktemp('ress') / 'mlflow.db'}"
+    code = "code0000000000aa"
+    tracker = SweepTracker(uri, EXP)
+    parent = tracker.start_parent("ress", grid_hash="grid", n_trials=0, commit="test",
+                                  params={"baseline": "standard/sinusoidal/add",
+                                          "metric": "test_acc", "equivalence_margin": 0.02},
+                                  code=code)
+    ctx = TrackingContext(tracking_uri=uri, experiment_id=tracker.experiment_id,
+                          parent_run_id=parent, sweep="ress", code_fingerprint=code,
+                          git_commit="test", launch_id="launch-ress")
+    df = synthetic_ressformer_results(seeds=3)
+    df = df[df.dataset.isin(["synthetic-short", "synthetic-short-shuffled"])
+            & df.encoder.isin(list(RESS_VARIANTS))
+            & ~((df.encoder == "standard") & (df.pe != "sinusoidal"))]
+    for row in df.itertuples(index=False):
+        config = TrialConfig.build(row.dataset, pe=row.pe, fusion=row.fusion, seed=int(row.seed),
+                                   **RESS_VARIANTS[row.encoder])
+        assert config.identity()["encoder"] == row.encoder
+        run = TrialRun.open(ctx, config, config.trial_key(code))
+        fps = {"split": row.fp_split, "batch_order": row.fp_batch_order,
+               "shared_init": row.fp_shared_init, "dropout": row.fp_dropout,
+               "encoder_init": row.fp_encoder_init}
+        run.log_result(_result(config, row, fps))
+    tracker.finish_parent(parent, "FINISHED", {"trials_finished": len(df)})
+    return uri
+
+
+def test_stats_claims_on_a_ressformer_sweep(ress_store: str, tmp_path: Path, capsys) -> None:
+    """The sweep's `baseline` param (a full variant label) is the default; encoder labels
+    come from the identity tags; --claims writes claims.* and logs claim counts."""
+    report = tmp_path / "rep"
+    code, out, err = _run(["--tracking-uri", ress_store, "--sweep", "ress", "--format", "json",
+                           "--bootstrap", "200", "--claims", "ressformer", "--report",
+                           str(report)], capsys)
+    assert code == 0, err
+    rep = json.loads(out)
+    assert rep["settings"]["baseline"] == "standard/sinusoidal/add"
+    assert {c["variant"] for c in rep["comparisons"]} == {"ressformer/none/add",
+                                                          "ressformer-no-asam/none/add"}
+    assert rep["dropped"] == []  # shared fingerprints agree; encoder bodies not compared
+    support = {c["claim"]: c["support"] for c in rep["claims"]["claims"]}
+    assert support["C1"] == "SUPPORTS" and support["C2"] == "not run"
+    assert (report / "claims.html").exists() and (report / "claims.md").exists()
+    client = MlflowClient(tracking_uri=ress_store)
+    (stats_run,) = client.search_runs(
+        [client.get_experiment_by_name(EXP).experiment_id], "tags.`fusion_sweep.role` = 'stats'")
+    assert stats_run.data.metrics["n_claims_supports"] >= 2
+    assert "claims.html" in {a.path for a in client.list_artifacts(stats_run.info.run_id)}

@@ -16,7 +16,8 @@ def test_train_json(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     assert {"test_acc", "best_val_acc", "params", "fingerprints"} <= set(out)
-    assert set(out["fingerprints"]) == {"split", "batch_order", "shared_init", "dropout"}
+    assert set(out["fingerprints"]) == {"split", "batch_order", "shared_init", "dropout",
+                                       "encoder_init"}
     assert out["config"]["seed"] == 3 and out["config"]["fusion"] == "gate-scalar"
 
 

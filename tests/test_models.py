@@ -1,4 +1,5 @@
-"""Fusion operators × positional encodings: shapes, gradients, parameter counts, padding invariance."""
+"""Fusion operators × positional encodings: shapes, gradients, parameter counts, padding invariance,
+parameter groups. ReSSFormer's own tests: tests/test_ressformer.py."""
 from __future__ import annotations
 
 import itertools
@@ -7,7 +8,8 @@ import pytest
 import torch
 
 from fusion_sweep.config import TrialConfig
-from fusion_sweep.models.encoder import FusionClassifier, count_parameters, initialize
+from fusion_sweep.models.encoder import (FusionClassifier, count_parameters, encoder_init_hash,
+                                         initialize, shared_init_hash)
 from fusion_sweep.models.fusion import FUSIONS, build_fusion
 from fusion_sweep.models.positional import POSITIONAL, check_compatible
 
@@ -21,7 +23,7 @@ def make_model(pe: str, fusion: str, seed: int = 0) -> FusionClassifier:
     m = FusionClassifier(vocab_size=VOCAB, num_classes=C, fusion=fusion, pe=pe, max_len=MAX_LEN,
                          d_model=D, heads=H, layers=2, dim_ff=32, dropout=0.1, attn_dropout=0.1,
                          activation="gelu", gate_cnn_kernel=5)
-    initialize(m, {"shared": seed, "fusion": seed + 1, "pe": seed + 2})
+    initialize(m, {"shared": seed, "encoder": seed + 3, "fusion": seed + 1, "pe": seed + 2})
     return m
 
 
@@ -119,10 +121,46 @@ def test_positional_families_see_order(pe: str) -> None:
 
 def test_shared_init_independent_of_fusion_and_pe() -> None:
     a, b = make_model("sinusoidal", "add"), make_model("learned", "gate-mlp")
-    sa, sb = dict(a.parameter_groups()["shared"]), dict(b.parameter_groups()["shared"])
-    assert sa.keys() == sb.keys()
-    for k in sa:
-        assert torch.equal(sa[k], sb[k]), k
+    for group in ("shared", "encoder"):
+        sa, sb = dict(a.parameter_groups()[group]), dict(b.parameter_groups()[group])
+        assert sa.keys() == sb.keys()
+        for k in sa:
+            assert torch.equal(sa[k], sb[k]), k
+    assert shared_init_hash(a) == shared_init_hash(b)
+    assert encoder_init_hash(a) == encoder_init_hash(b)
+
+
+def test_parameter_groups_partition_the_model() -> None:
+    """shared = embedding + classifier (every encoder has them), encoder = the body."""
+    m = make_model("learned", "concat")
+    groups = m.parameter_groups()
+    assert sorted(groups) == ["encoder", "fusion", "pe", "shared"]
+    names = [n for g in groups.values() for n, _ in g]
+    assert sorted(names) == sorted(n for n, _ in m.named_parameters())  # each exactly once
+    assert {n.split(".")[0] for n, _ in groups["shared"]} == {"embed", "classifier"}
+    assert all(n.startswith("encoder.") for n, _ in groups["encoder"])
+
+
+def test_initialize_needs_every_group_seed() -> None:
+    m = FusionClassifier(vocab_size=VOCAB, num_classes=C, fusion="add", pe="none", max_len=MAX_LEN,
+                         d_model=D, heads=H, layers=1, dim_ff=32, dropout=0.0, attn_dropout=0.0,
+                         activation="gelu")
+    with pytest.raises(KeyError, match=r"missing \['encoder'\]"):
+        initialize(m, {"shared": 0, "fusion": 1, "pe": 2})
+
+
+def test_encoder_seed_moves_only_the_body() -> None:
+    a, b = make_model("sinusoidal", "add"), make_model("sinusoidal", "add")
+    initialize(b, {"shared": 0, "encoder": 99, "fusion": 1, "pe": 2})
+    assert shared_init_hash(a) == shared_init_hash(b)
+    assert encoder_init_hash(a) != encoder_init_hash(b)
+
+
+def test_unknown_encoder_names_choices() -> None:
+    with pytest.raises(ValueError, match=r"unknown encoder 'x'; choose from \['ressformer', 'standard'\]"):
+        FusionClassifier(vocab_size=VOCAB, num_classes=C, fusion="add", pe="none", max_len=MAX_LEN,
+                         d_model=D, heads=H, layers=1, dim_ff=32, dropout=0.0, attn_dropout=0.0,
+                         activation="gelu", encoder="x")
 
 
 def test_gate_cnn_kernel_validation() -> None:

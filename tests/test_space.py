@@ -11,7 +11,7 @@ import yaml
 from fusion_sweep.space import (SPACE_DIR, SpaceError, dump_space, load_space, parse_space,
                                 resolve_space_path, shipped_spaces)
 
-SHIPPED = ["default", "paper-table1", "paper-table2", "paper-table3", "smoke"]
+SHIPPED = ["default", "paper-table1", "paper-table2", "paper-table3", "ressformer", "smoke"]
 
 
 def write(tmp_path: Path, data: dict, name: str = "space.yaml") -> Path:
@@ -30,7 +30,9 @@ def test_shipped_spaces_present_and_valid():
     for name in shipped_spaces():
         space = load_space(name)
         assert len(space.grid()) == len(space) > 0, name
-        assert space.baseline in space.fusions
+        labels = [space.trial_config(space.datasets[0], v, 0).variant_label()
+                  for v in space.variant_list()]
+        assert space.baseline in (labels if "/" in space.baseline else space.fusions)
 
 
 @pytest.mark.parametrize("name", SHIPPED)

@@ -237,7 +237,7 @@ def test_sweep_on_two_nodes_tracked_by_server(ray_cluster, mlflow_server, tmp_pa
     import io
     buf = io.StringIO()
     assert launch("smoke", name="e2e", tracking_uri=mlflow_server, dry_run=True, out=buf) is None
-    skips = re.findall(r"^  skip   synthetic-short/sinusoidal/(add|concat)/seed \d  finished, run "
+    skips = re.findall(r"^  skip   synthetic-short/standard/sinusoidal/(add|concat)/seed \d  finished, run "
                        r"([0-9a-f]{32})$", buf.getvalue(), re.M)
     assert len(skips) == 4 and {r for _, r in skips} == {r.info.run_id for r in runs}, buf.getvalue()
     assert "(dry run: nothing started; 4 skip)" in buf.getvalue()

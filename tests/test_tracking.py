@@ -44,8 +44,9 @@ def fake_result(cfg: TrialConfig, epochs=2) -> TrialResult:
     return TrialResult(
         config=cfg.to_dict(), test_acc=0.61, test_macro_f1=0.6, best_val_acc=0.6, best_epoch=epochs,
         epochs_run=epochs, params=1234, fusion_params=32, train_seconds=1.0, tokens_per_second=1000.0,
-        latency_ms_per_sample=0.5, median_tokens=40.0, curve=curve,
-        fingerprints={"split": "s1", "batch_order": "b1", "shared_init": "i1", "dropout": "d1"},
+        latency_ms_per_sample=0.5, median_tokens=40.0, flops_per_token=2.0e4, curve=curve,
+        fingerprints={"split": "s1", "batch_order": "b1", "shared_init": "i1", "dropout": "d1",
+                      "encoder_init": "e1"},
         num_classes=2,
         predictions={"index": [0, 1, 2], "label": [0, 1, 1], "pred": [0, 1, 0],
                      "probs": [[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]]},

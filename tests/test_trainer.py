@@ -9,7 +9,7 @@ import pytest
 from fusion_sweep.config import TrialConfig
 from fusion_sweep.data.types import EncodedData, EncodedSplit
 from fusion_sweep.models.fusion import FUSIONS
-from fusion_sweep.schema import FINGERPRINTS
+from fusion_sweep.schema import ENCODER_FINGERPRINTS, FINGERPRINTS
 from fusion_sweep.trainer import EpochRecord, derive_seed, macro_f1, train_trial
 
 TINY = dict(d_model=16, heads=2, layers=1, dim_ff=32, epochs=2, batch_size=8, max_len=80,
@@ -83,7 +83,7 @@ def test_result_fields_and_callback(data: EncodedData) -> None:
     assert r.params > 0 and r.fusion_params == 0
     assert r.latency_ms_per_sample > 0 and r.tokens_per_second > 0
     assert len(r.predictions["pred"]) == len(data.test)
-    assert set(r.fingerprints) == set(FINGERPRINTS)
+    assert set(r.fingerprints) == set(FINGERPRINTS + ENCODER_FINGERPRINTS)
     assert r.num_classes == data.num_classes == r.metrics()["num_classes"]
     assert set(r.metrics()) >= {"test_acc", "best_val_acc", "test_macro_f1", "latency_ms_per_sample"}
 
@@ -133,7 +133,7 @@ def first_step_dropout_masks(fusion: str, data: EncodedData, seed: int = 0) -> l
     def forward(self, ids):
         if not getattr(self, "_hooked", False):
             self._hooked = True
-            layer = self.layers[0]
+            layer = self.encoder.layers[0]
             for m in (layer.dropout1, layer.dropout, layer.dropout2):
                 m.register_forward_hook(hook)
         return original(self, ids)

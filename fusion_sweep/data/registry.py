@@ -54,6 +54,12 @@ class DatasetSpec:
         """True for the built-in synthetic regimes (made from data_seed, never downloaded)."""
         return self.kind == "synthetic"
 
+    @property
+    def stream_name(self) -> str:
+        """Name the generator's and the trainer's random streams are derived from: the clean
+        regime of a structure-noise probe (`synthetic.base`), else this dataset's own."""
+        return str(self.synthetic.get("base") or self.name)
+
     def longest_document(self) -> int:
         """Hard cap on a document's token count (generated datasets), else 0 (unknown)."""
         return int(self.synthetic.get("max_len", 0)) if self.generated else 0
@@ -157,6 +163,19 @@ DATASETS: dict[str, DatasetSpec] = {
                                   hparam_overrides={**_SYNTH_MODEL, "max_len": 540, "epochs": 3},
                                   synthetic=_SYNTH_LONG),
 }
+
+
+# Structure-noise probes (ReSSFormer's ShuffledWiki counterpart, data/synthetic.py): each clean
+# regime's own documents and model, its TEST documents cut into 8 segments and permuted with the
+# markers' relative order (the label) intact. Training is identical to the clean regime's, so a
+# model's clean-vs-shuffled gap is its sensitivity to structure noise at test time.
+SHUFFLE_SEGMENTS = 8
+for _clean in ("synthetic-short", "synthetic-medium", "synthetic-long"):
+    _spec = DATASETS[_clean]
+    DATASETS[f"{_clean}-shuffled"] = DatasetSpec(
+        f"{_clean}-shuffled", _spec.num_classes, "synthetic", _spec.reference,
+        hparam_overrides=dict(_spec.hparam_overrides),
+        synthetic={**_spec.synthetic, "shuffle_segments": SHUFFLE_SEGMENTS, "base": _clean})
 
 
 def get_spec(name: str) -> DatasetSpec:

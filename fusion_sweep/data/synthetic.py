@@ -29,6 +29,17 @@ pooling suffices); `marker_window` > 0 removes that shortcut and makes the order
 translation-invariant pattern (much harder: with single-token markers, windows of 2 and 16
 tokens stayed at chance for 300-400 steps of batch 32 at median length 128).
 
+Structure noise (the `-shuffled` regimes, ReSSFormer's ShuffledWiki counterpart). With
+`shuffle_segments` = k > 0, every TEST document is cut into k segments at uniformly drawn
+boundaries that never split a marker run, and the segments are permuted uniformly, except that
+the segments holding markers keep their relative order (they are reassigned, in order, to the
+slots the permutation gave them). Inside a segment nothing moves. So the label (which marker
+comes first) is unchanged, every marker keeps its run, but absolute positions and most
+distances change: a model that reads order from absolute positions is perturbed, one that reads
+the relative order of the markers is not. Training and validation documents are untouched and,
+with `base` naming the clean regime, byte-identical to it (the clean regime's random streams):
+the probe is a shift at test time only, like training on Wikipedia and testing on ShuffledWiki.
+
 Generation is deterministic in (data_seed, dataset name, split): each split draws from its own
 `numpy.random.SeedSequence([data_seed, crc32(name), split_index])` stream, so changing one
 split's size leaves the others unchanged, and the trial seed is never involved.
@@ -73,6 +84,12 @@ class SyntheticParams:
     # of a document (and of its mean-pooled representation) is m * marker_run / length.
     # 1 = one token per marker (the original benchmark, byte-identical text).
     marker_run: int = 1
+    # Structure noise at test time: cut each test document into this many segments and permute
+    # them, markers' relative order kept (see the module docstring); 0 = no shuffling.
+    shuffle_segments: int = 0
+    # Draw documents from this regime's random streams instead of the dataset's own ("" = own):
+    # a shuffled regime then has exactly its clean regime's train/validation/test documents.
+    base: str = ""
 
     @classmethod
     def from_mapping(cls, d: Mapping[str, Any]) -> "SyntheticParams":
@@ -115,7 +132,7 @@ def validate_params(p: SyntheticParams, num_classes: int) -> list[str]:
         v = getattr(p, name)
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
             errs.append(f"synthetic {name} must be a positive integer, got {v!r}")
-    for name in ("num_markers", "marker_window"):
+    for name in ("num_markers", "marker_window", "shuffle_segments"):
         v = getattr(p, name)
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             errs.append(f"synthetic {name} must be a non-negative integer, got {v!r}")
@@ -169,6 +186,32 @@ def _marker_positions(rng: np.random.Generator, length: int, m: int, window: int
 def generate_split(name: str, split: str, n: int, num_classes: int, p: SyntheticParams,
                    data_seed: int) -> tuple[list[str], np.ndarray]:
     """Texts and (n,) int64 labels of one split; classes balanced to within one document."""
+    texts, labels = _generate_clean(p.base or name, split, n, num_classes, p, data_seed)
+    if split == "test" and p.shuffle_segments > 0:
+        rng = _rng(data_seed, f"{name}/shuffle", split)  # its own stream: documents unchanged
+        texts = [" ".join(shuffle_segments(t.split(" "), p.shuffle_segments, rng)) for t in texts]
+    return texts, labels
+
+
+def shuffle_segments(words: list[str], k: int, rng: np.random.Generator) -> list[str]:
+    """Cut `words` into k segments (never inside a marker run) and permute them, the segments
+    that hold markers keeping their relative order. Returns the same multiset of words."""
+    is_marker = np.array([w.startswith(MARKER_PREFIX) for w in words])
+    # Boundary i (between words i-1 and i) is allowed unless it splits a run of one marker.
+    same_run = is_marker[1:] & is_marker[:-1] & (np.array(words[1:]) == np.array(words[:-1]))
+    allowed = np.flatnonzero(~same_run) + 1  # candidate cut positions
+    cuts = np.sort(rng.choice(allowed, size=min(k - 1, len(allowed)), replace=False))
+    segments = np.split(np.arange(len(words)), cuts)
+    order = rng.permutation(len(segments))  # order[slot] = segment placed in that slot
+    holds = [bool(is_marker[seg].any()) for seg in segments]
+    slots = [i for i, seg in enumerate(order) if holds[seg]]
+    for slot, seg in zip(slots, [j for j in range(len(segments)) if holds[j]]):
+        order[slot] = seg  # marker segments in their original order
+    return [words[i] for seg in order for i in segments[seg]]
+
+
+def _generate_clean(name: str, split: str, n: int, num_classes: int, p: SyntheticParams,
+                    data_seed: int) -> tuple[list[str], np.ndarray]:
     rng = _rng(data_seed, name, split)
     m = p.num_markers or markers_needed(num_classes)
     orders = class_orders(num_classes, m)  # (K, m)
@@ -208,5 +251,5 @@ def generate(name: str, num_classes: int, params: Mapping[str, Any] | SyntheticP
             for split, n in p.sizes().items()}
 
 
-__all__ = ["GENERATOR_VERSION", "SyntheticParams", "generate", "generate_split",
+__all__ = ["GENERATOR_VERSION", "SyntheticParams", "generate", "generate_split", "shuffle_segments",
            "markers_needed", "class_orders", "marker_words", "zipf_cdf"]

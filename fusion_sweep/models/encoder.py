@@ -1,27 +1,43 @@
 """Encoder-only Transformer classifier (the paper's reference architecture; README "One trial").
 
     E = Embedding(ids) * sqrt(d);  P = pe(L);  H = fusion(E, P)
-    -> `layers` × encoder layer (SDPA self-attention with a key-padding mask)
+    -> encoder body (ENCODERS: "standard" = `layers` × encoder layer; "ressformer")
     -> masked mean pooling over real tokens -> Linear -> logits
 
-The layer reproduces nn.TransformerEncoderLayer's math (post-norm by default) but calls
-F.scaled_dot_product_attention directly, so training gets SDPA kernels and attention-level
-positional families can hook into q/k and the logits.
+Embedding, fusion, pooling and classifier are shared by every encoder; only the body differs.
+A body is an nn.Module built as `ENCODERS[name](d_model=, heads=, layers=, dim_ff=, dropout=,
+attn_dropout=, activation=, norm_first=, max_len=, **ENCODERS[name].options(config))` with
 
-Parameters are split into three groups with independent initialisation streams (the paired
-protocol): `shared` (embedding, encoder, classifier), `fusion`, and `pe`.
+    forward(x (B, L, d), mask (B, L) bool True = real token, attn_mask, pe) -> (B, L, d)
+    forward_flops(L) -> int      analytic forward FLOPs for one document of L real tokens
+    aux_loss() -> Tensor | None  an auxiliary training loss of the last training forward
+
+and the classmethods `options(config)` (the config fields it reads), `variant(config)` (the
+identity's encoder label), `config_errors(config)` (its rules, one message each) and
+`order_visibility(config)` (one line: can this configuration see token order, and through what).
+
+The standard layer reproduces nn.TransformerEncoderLayer's math (post-norm by default) but
+calls F.scaled_dot_product_attention directly, so training gets SDPA kernels and
+attention-level positional families can hook into q/k and the logits.
+
+Parameters are split into four groups with independent initialisation streams (the paired
+protocol): `shared` (embedding, classifier: what every encoder has), `encoder` (the body),
+`fusion`, and `pe`.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
+from typing import Any, Mapping
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from fusion_sweep.models.fusion import Fusion, build_fusion
-from fusion_sweep.models.positional import PositionalEncoding, build_positional
+from fusion_sweep.models.positional import POSITIONAL, PositionalEncoding, build_positional
+from fusion_sweep.models.ressformer import ReSSFormerEncoder
 
 ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}
 
@@ -109,21 +125,118 @@ class EncoderLayer(nn.Module):
         return self.norm2(x + self._ff(x))
 
 
-class FusionClassifier(nn.Module):
-    def __init__(self, *, vocab_size: int, num_classes: int, fusion: str, pe: str, max_len: int,
-                 d_model: int, heads: int, layers: int, dim_ff: int, dropout: float,
-                 attn_dropout: float, activation: str, norm_first: bool = False,
-                 gate_cnn_kernel: int = 5, pad_id: int = 0) -> None:
+# ------------------------------------------------------------------------ encoder bodies
+def field_defaults(config: Any) -> dict[str, Any]:
+    """The config class's field defaults (the TrialConfig is their one home); {} if the
+    config is not a dataclass."""
+    if not dataclasses.is_dataclass(config):
+        return {}
+    return {f.name: f.default for f in dataclasses.fields(type(config))
+            if f.default is not dataclasses.MISSING}
+
+
+def order_from_pe(config: Any) -> str | None:
+    """How the positional encoding lets a model see order, or None for a position-free pe."""
+    level = POSITIONAL[config.pe].level if config.pe in POSITIONAL else "none"
+    if level == "none":
+        return None
+    where = "added to the input" if level == "input" else "inside attention"
+    return f"yes: pe {config.pe!r} ({where})"
+
+
+class StandardEncoder(nn.Module):
+    """`layers` × EncoderLayer (+ a final LayerNorm when pre-norm): today's encoder.
+
+    Order: it sees token order exactly as far as its pe does; with pe 'none' it is
+    permutation-equivariant, so with mean pooling the classifier is permutation-invariant.
+    """
+
+    OPTION_FIELDS: tuple[str, ...] = ()  # the trial-config fields it reads
+
+    @classmethod
+    def options(cls, config: Any) -> dict[str, Any]:
+        return {f: getattr(config, f) for f in cls.OPTION_FIELDS}
+
+    @classmethod
+    def variant(cls, config: Any) -> str:
+        return "standard"
+
+    @classmethod
+    def config_errors(cls, config: Any) -> list[str]:
+        """Every other encoder's fields must stay at their defaults: a stray switch would
+        otherwise be silently ignored (and two identical trials would differ in config)."""
+        defaults = field_defaults(config)
+        errs = []
+        for name, other in ENCODERS.items():
+            if other is cls:
+                continue
+            for field in other.OPTION_FIELDS:
+                if field in defaults and getattr(config, field) != defaults[field]:
+                    errs.append(f"{field} applies only to encoder {name!r}; got "
+                                f"{field}={getattr(config, field)!r} with encoder 'standard': leave "
+                                f"it at its default ({defaults[field]!r}) or set encoder={name}")
+        return errs
+
+    @classmethod
+    def order_visibility(cls, config: Any) -> str:
+        return order_from_pe(config) or "no: pe 'none' (permutation-invariant after mean pooling)"
+
+    @classmethod
+    def attention_maps(cls, config: Any) -> int:
+        """(B, H, L, L)-sized tensors one training step keeps per attention layer application
+        and applications, for the sweep's memory estimate: one per layer."""
+        return int(config.layers)
+
+    def __init__(self, *, d_model: int, heads: int, layers: int, dim_ff: int, dropout: float,
+                 attn_dropout: float, activation: str, norm_first: bool, max_len: int) -> None:
         super().__init__()
-        self.d_model, self.pad_id = d_model, pad_id
-        # --- shared group ---
-        self.embed = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        self.d_model, self.dim_ff = d_model, dim_ff
         self.layers = nn.ModuleList(
             EncoderLayer(d_model, heads, dim_ff, dropout, attn_dropout, activation, norm_first)
             for _ in range(layers)
         )
         self.final_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, attn_mask: torch.Tensor | None,
+                pe: PositionalEncoding) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x, attn_mask, pe)
+        return self.final_norm(x)
+
+    def forward_flops(self, L: int) -> int:
+        """Per layer: q/k/v and output projections, scores and weighted sum over L keys, FFN."""
+        d, ff = self.d_model, self.dim_ff
+        per_layer = 2 * L * d * 3 * d + 2 * L * L * d + 2 * L * L * d + 2 * L * d * d + 2 * 2 * L * d * ff
+        return len(self.layers) * per_layer
+
+    def aux_loss(self) -> torch.Tensor | None:
+        return None
+
+
+def linear_flops_per_token(module: nn.Module) -> int:
+    """2 × the multiply-adds of every Linear/Conv1d in `module`, applied once per token (true of
+    every fusion operator: each maps position i through each of its layers once)."""
+    return 2 * sum(m.weight.numel() for m in module.modules() if isinstance(m, (nn.Linear, nn.Conv1d)))
+
+
+class FusionClassifier(nn.Module):
+    def __init__(self, *, vocab_size: int, num_classes: int, fusion: str, pe: str, max_len: int,
+                 d_model: int, heads: int, layers: int, dim_ff: int, dropout: float,
+                 attn_dropout: float, activation: str, norm_first: bool = False,
+                 gate_cnn_kernel: int = 5, pad_id: int = 0, encoder: str = "standard",
+                 encoder_options: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        if encoder not in ENCODERS:
+            raise ValueError(f"unknown encoder {encoder!r}; choose from {sorted(ENCODERS)}")
+        self.d_model, self.pad_id = d_model, pad_id
+        # --- shared group: what every encoder has ---
+        self.embed = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         self.classifier = nn.Linear(d_model, num_classes)
+        # --- encoder group ---
+        self.encoder = ENCODERS[encoder](
+            d_model=d_model, heads=heads, layers=layers, dim_ff=dim_ff, dropout=dropout,
+            attn_dropout=attn_dropout, activation=activation, norm_first=norm_first,
+            max_len=max_len, **dict(encoder_options or {}))
         # --- variant-specific groups ---
         self.fusion: Fusion = build_fusion(fusion, d_model, gate_cnn_kernel)
         self.pe: PositionalEncoding = build_positional(pe, d_model, max_len, heads)
@@ -146,19 +259,31 @@ class FusionClassifier(nn.Module):
         E = self.embed(ids) * math.sqrt(self.d_model)  # (B, L, d)
         P = self.pe.input_encoding(L, ids.device, E.dtype)  # (1, L, d) | None
         x = self.fusion(E, P, mask) if P is not None else E  # attention-level / none: H = E
-        attn_mask = self._attn_mask(mask, L, x.dtype)
-        for layer in self.layers:
-            x = layer(x, attn_mask, self.pe)
-        x = self.final_norm(x)
+        x = self.encoder(x, mask, self._attn_mask(mask, L, x.dtype), self.pe)  # (B, L, d)
         m = mask.unsqueeze(-1).to(x.dtype)  # (B, L, 1)
         pooled = (x * m).sum(1) / m.sum(1).clamp(min=1.0)  # (B, d)
         return self.classifier(pooled)
 
+    def aux_loss(self) -> torch.Tensor | None:
+        """The body's auxiliary loss (already weighted) of the latest training-mode forward, or
+        None (the standard encoder; ReSSFormer without an active graph regulariser)."""
+        return self.encoder.aux_loss()
+
+    def forward_flops(self, L: int) -> int:
+        """Analytic forward FLOPs (2 per multiply-add) for ONE document of L real tokens:
+        fusion (only when the pe produces a P), encoder body, classifier. Elementwise ops,
+        normalisation, pooling sums and the embedding lookup are not counted; positional
+        encodings add elementwise work only."""
+        fusion = L * linear_flops_per_token(self.fusion) if self.pe.level == "input" else 0
+        return fusion + self.encoder.forward_flops(L) + linear_flops_per_token(self.classifier)
+
     # ------------------------------------------------------------ parameter groups
     def parameter_groups(self) -> dict[str, list[tuple[str, nn.Parameter]]]:
-        groups: dict[str, list[tuple[str, nn.Parameter]]] = {"shared": [], "fusion": [], "pe": []}
+        groups: dict[str, list[tuple[str, nn.Parameter]]] = {
+            "shared": [], "encoder": [], "fusion": [], "pe": []}
         for name, p in self.named_parameters():
-            groups[name.split(".")[0] if name.split(".")[0] in ("fusion", "pe") else "shared"].append((name, p))
+            head = name.split(".")[0]
+            groups[head if head in groups else "shared"].append((name, p))
         return groups
 
 
@@ -204,6 +329,9 @@ def _init_group(modules: list[nn.Module], g: torch.Generator) -> None:
             if isinstance(m, SelfAttention):
                 seen.update(id(c) for c in m.modules())
             _init_module(m, g)
+            if hasattr(m, "init_own_parameters"):  # a module that knows its bare parameters
+                m.init_own_parameters(g)
+                continue
             # Bare parameters of our own modules (learned PE tables, gate biases).
             for name, p in m.named_parameters(recurse=False):
                 if isinstance(m, (nn.Linear, nn.Conv1d, nn.Embedding, nn.LayerNorm, SelfAttention)):
@@ -215,29 +343,52 @@ def _init_group(modules: list[nn.Module], g: torch.Generator) -> None:
 
 
 @torch.no_grad()
-def initialize(model: FusionClassifier, seeds: dict[str, int]) -> None:
-    """Initialise each parameter group from its own seeded generator.
+def initialize(model: FusionClassifier, seeds: Mapping[str, int]) -> None:
+    """Initialise each parameter group ("shared", "encoder", "fusion", "pe") from its own
+    seeded generator.
 
-    Because groups never share a stream, the extra parameters of `concat`/`gate-*` cannot
-    shift the shared weights: for a given seed, every variant starts from identical shared
-    weights (the reference drew the fusion layer first and broke this).
+    Because groups never share a stream, neither the extra parameters of `concat`/`gate-*`
+    nor a different encoder body can shift the shared weights: for a given seed, every
+    variant — standard or ReSSFormer — starts from identical embedding and classifier weights
+    (the reference drew the fusion layer first and broke this).
     """
     groups = {
-        "shared": [model.embed, model.layers, model.final_norm, model.classifier],
+        "shared": [model.embed, model.classifier],
+        "encoder": [model.encoder],
         "fusion": [model.fusion],
         "pe": [model.pe],
     }
+    missing = sorted(set(groups) - set(seeds))
+    if missing:
+        raise KeyError(f"initialize needs a seed for every parameter group {sorted(groups)}; "
+                       f"missing {missing}")
     for name, modules in groups.items():
         _init_group(modules, torch.Generator().manual_seed(seeds[name]))
 
 
-def shared_init_hash(model: FusionClassifier) -> str:
+def _hash_params(params: list[tuple[str, nn.Parameter]]) -> str:
     h = hashlib.sha256()
-    for name, p in model.parameter_groups()["shared"]:
+    for name, p in params:
         h.update(name.encode())
         h.update(p.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()[:16]
 
 
+def shared_init_hash(model: FusionClassifier) -> str:
+    """Embedding + classifier: what every encoder shares (must agree in every pair)."""
+    return _hash_params(model.parameter_groups()["shared"])
+
+
+def encoder_init_hash(model: FusionClassifier) -> str:
+    """The encoder body (agrees between two trials only when their bodies are the same)."""
+    return _hash_params(model.parameter_groups()["encoder"])
+
+
 def count_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
+
+
+ENCODERS: dict[str, type[nn.Module]] = {
+    "standard": StandardEncoder,
+    "ressformer": ReSSFormerEncoder,
+}

@@ -1,0 +1,627 @@
+"""A paper's claims against the sweep: ``fusion-sweep stats --claims NAME``.
+
+Each claim of a paper is quoted briefly and *operationalised*: turned into one or more claim
+tests on the sweep's trials, each a per-seed contrast over arms (a variant on a dataset),
+paired by seed exactly like every other comparison (same cells, drop reasons, code and
+fingerprint checks as :mod:`analysis.pairing`). The claim tests of one claim set form ONE
+Holm family (p values: two-sided, or one-sided in the claimed direction where the claim is an
+ordering), separate from the report's comparison family; equivalence (TOST) tests form a
+second family. A test's verdict uses the report's rule (:func:`analysis.stats.verdict`), and
+then says what it means for the paper: SUPPORTS, CONTRADICTS or does not decide.
+
+Contrast kinds (each a frozen dataclass with ``plans`` and ``describe``):
+
+- :class:`Beats`: ``metric(arm) - metric(reference)`` per regime; two-sided paired t (the
+  very numbers of the report's comparison of those two variants), TOST with the sweep's
+  margin. ``holds_if`` says which verdicts support the claim (``better``, or ``better`` /
+  ``equivalent`` for an "equal or better" claim).
+- :class:`Cheaper`: the paired ratio arm/reference of each cost metric per regime, on the log
+  scale (:func:`analysis.stats.ratio_test`); supports when the ratio is < 1 beyond noise (or
+  exactly, for a deterministic cost).
+- :class:`LargerOnShuffled`: the arm's advantage is larger on each ``X-shuffled`` dataset
+  than on its clean regime ``X`` (found by name): per seed,
+  ``[arm - ref on X-shuffled] - [arm - ref on X]`` (seeds are shared across datasets), a
+  one-sided t-test in the claimed direction.
+- :class:`AblationOrder`: removing A hurts more than removing B, per regime:
+  ``D_A - D_B > 0`` with ``D_X = metric(full) - metric(no-X)`` paired by seed; the full
+  model cancels, so the contrast is ``metric(no-B) - metric(no-A)``; one-sided.
+
+One-sided tests: ``better`` (the claimed direction) needs the Holm-adjusted one-sided p below
+alpha; ``worse`` (the opposite direction) needs the opposite one-sided p below alpha/m (m: the
+family size; Bonferroni, at least as strict as any Holm step), so a contradiction is never
+easier to declare than support. They have no TOST: ``equivalent`` is not a possible verdict.
+
+``not learned``: as in the report, when BOTH arms of a compared pair fail to beat chance
+(accuracy-like metrics; :mod:`analysis.chance`, Holm over every arm of the table): a test is
+``not learned`` when any of its compared pairs is (for C3, either dataset's pair; for C7,
+full vs either ablation). A test whose arms are absent is ``not run`` and names them; it is
+not an error. Claim sets live in the :data:`CLAIMS` registry at the bottom.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable, Mapping, Protocol
+
+import numpy as np
+import pandas as pd
+
+from analysis import stats
+from analysis.chance import arm_state, chance_tests
+from analysis.load import to_metric
+from analysis.metrics import is_accuracy_like
+from analysis.pairing import MISSING, Cell, cell_key, cells_for, pair_problem, variant_series
+from analysis.schema import (
+    BETTER, CLAIM_KEYS, CLAIM_SET_KEYS, CLAIM_TEST_KEYS, CONTRADICTS, EQUIVALENT, INCONCLUSIVE,
+    MIXED, NOT_LEARNED, NOT_RUN, SUPPORTS, UNDECIDED, WORSE, AnalysisError,
+)
+from analysis.variants import Variant
+
+if TYPE_CHECKING:  # report imports this module; no cycle at run time
+    from analysis.regimes import Regime
+    from analysis.report import Settings
+
+TWO_SIDED, GREATER = "two-sided", "greater"
+MEAN_DIFF, RATIO, DIFF_OF_DIFFS = ("mean difference", "geometric-mean ratio",
+                                   "difference of mean differences")
+SHUFFLED_SUFFIX = "-shuffled"  # a structure-noise probe "X-shuffled" shuffles regime "X"
+LONG_PART = "long"  # a long-context regime: the dataset's name contains it
+
+
+# ------------------------------------------------------------------------------ plans
+@dataclass(frozen=True)
+class Term:
+    """coef * metric(variant on dataset) in a per-seed contrast."""
+
+    coef: int
+    dataset: str
+    variant: Variant
+
+    @property
+    def arm(self) -> str:
+        return f"{self.variant.label}@{self.dataset}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One claim test: contrast d_i = sum(coef * f(value_i)) over terms, per seed i.
+
+    f is log for a ratio (then the two terms are arm / reference). alternative: two-sided,
+    or greater (d > 0 is the claimed direction). pairs: the compared (arm, reference) term
+    pairs, for the not-learned rule. missing: why it cannot run (then terms are empty).
+    """
+
+    claim: str
+    test: str
+    datasets: tuple[str, ...]
+    metric: str
+    contrast: str
+    terms: tuple[Term, ...] = ()
+    pairs: tuple[tuple[Term, Term], ...] = ()
+    log: bool = False
+    alternative: str = TWO_SIDED
+    estimate_kind: str = MEAN_DIFF
+    holds_if: tuple[str, ...] = (BETTER,)
+    contradicted_if: tuple[str, ...] = (WORSE, EQUIVALENT)
+    arm: str = ""
+    reference: str = ""
+    missing: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What the sweep holds: datasets in regime order, arms present, metric columns."""
+
+    datasets: tuple[str, ...]
+    present: frozenset[tuple[str, Variant]]
+    metrics: frozenset[str]
+
+    def has(self, dataset: str, *variants: Variant) -> bool:
+        return all((dataset, v) in self.present for v in variants)
+
+    def absent(self, variants: Iterable[Variant]) -> list[str]:
+        """Labels of variants found on no dataset at all."""
+        seen = {v for _, v in self.present}
+        return [v.label for v in variants if v not in seen]
+
+
+class ClaimKind(Protocol):
+    """How a claim becomes claim tests."""
+
+    def variants(self) -> tuple[Variant, ...]: ...
+
+    def metrics(self) -> tuple[str, ...]: ...
+
+    def plans(self, claim: str, sweep: Sweep) -> list[Plan]: ...
+
+    def describe(self) -> str: ...
+
+
+def _not_run(claim: str, test: str, metric: str, why: Iterable[str], contrast: str = "",
+             datasets: tuple[str, ...] = ()) -> Plan:
+    return Plan(claim, test, datasets, metric, contrast, missing=tuple(why))
+
+
+def _per_regime(claim: str, kind: ClaimKind, sweep: Sweep, metrics: tuple[str, ...],
+                datasets: list[str], make) -> list[Plan]:
+    """Plans per (metric, dataset) where every variant is present; 'not run' rows for the
+    variants absent from the whole sweep, a metric absent from the data, or a dataset
+    lacking some variant that others have."""
+    absent = sweep.absent(kind.variants())
+    if absent:
+        return [_not_run(claim, claim, metrics[0], [f"variant {a} not in the sweep"
+                                                    for a in absent], kind.describe())]
+    out = []
+    for metric in metrics:
+        if metric not in sweep.metrics:
+            out.append(_not_run(claim, f"{claim} · {metric}", metric,
+                                [f"metric {metric} not in the data"]))
+            continue
+        for d in datasets:
+            lack = [v.label for v in kind.variants() if not sweep.has(d, v)]
+            out.append(make(metric, d) if not lack else _not_run(
+                claim, _test_name(claim, d, metric, metrics), metric,
+                [f"{v} not run on {d}" for v in lack], datasets=(d,)))
+    return out
+
+
+def _test_name(claim: str, dataset: str, metric: str, metrics: tuple[str, ...]) -> str:
+    return f"{claim} · {dataset}" + (f" · {metric}" if len(metrics) > 1 else "")
+
+
+def _pair_terms(arm: Variant, ref: Variant, dataset: str) -> tuple[Term, Term]:
+    return Term(+1, dataset, arm), Term(-1, dataset, ref)
+
+
+# ------------------------------------------------------------------------------ kinds
+@dataclass(frozen=True)
+class Beats:
+    """metric(arm) - metric(reference), per regime (all, or those whose name contains
+    `only_containing`); two-sided, TOST with the sweep's margin."""
+
+    arm: Variant
+    ref: Variant
+    metric: str = "test_acc"
+    only_containing: str | None = None
+    holds_if: tuple[str, ...] = (BETTER,)
+    contradicted_if: tuple[str, ...] = (WORSE, EQUIVALENT)
+
+    def variants(self) -> tuple[Variant, ...]:
+        return (self.arm, self.ref)
+
+    def metrics(self) -> tuple[str, ...]:
+        return (self.metric,)
+
+    def _datasets(self, sweep: Sweep) -> list[str]:
+        part = self.only_containing
+        return [d for d in sweep.datasets if part is None or part in d]
+
+    def plans(self, claim: str, sweep: Sweep) -> list[Plan]:
+        datasets = self._datasets(sweep)
+        if not datasets:
+            return [_not_run(claim, claim, self.metric,
+                             [f"no regime whose dataset name contains {self.only_containing!r}"],
+                             self.describe())]
+
+        def make(metric: str, d: str) -> Plan:
+            pair = _pair_terms(self.arm, self.ref, d)
+            return Plan(claim, f"{claim} · {d}", (d,), metric,
+                        f"{metric}({self.arm.label}) − {metric}({self.ref.label}) on {d}",
+                        pair, (pair,), holds_if=self.holds_if,
+                        contradicted_if=self.contradicted_if, arm=self.arm.label,
+                        reference=self.ref.label)
+        return _per_regime(claim, self, sweep, (self.metric,), datasets, make)
+
+    def describe(self) -> str:
+        where = ("every regime" if self.only_containing is None else
+                 f"each regime whose dataset name contains {self.only_containing!r}")
+        holds = " or ".join(self.holds_if)
+        return (f"{self.metric}: {self.arm.label} vs {self.ref.label}, paired by seed, on "
+                f"{where}; two-sided paired t (Holm over the claim family), TOST with the "
+                f"sweep's equivalence margin; holds if {holds}")
+
+
+@dataclass(frozen=True)
+class Cheaper:
+    """Paired ratio arm / reference of each cost metric, per regime (log scale)."""
+
+    arm: Variant
+    ref: Variant
+    cost_metrics: tuple[str, ...] = ("latency_ms_per_sample", "flops_per_token")
+
+    def variants(self) -> tuple[Variant, ...]:
+        return (self.arm, self.ref)
+
+    def metrics(self) -> tuple[str, ...]:
+        return self.cost_metrics
+
+    def plans(self, claim: str, sweep: Sweep) -> list[Plan]:
+        def make(metric: str, d: str) -> Plan:
+            return Plan(claim, _test_name(claim, d, metric, self.cost_metrics), (d,), metric,
+                        f"{metric}({self.arm.label}) / {metric}({self.ref.label}) on {d}",
+                        _pair_terms(self.arm, self.ref, d), (), log=True,
+                        estimate_kind=RATIO, contradicted_if=(WORSE,), arm=self.arm.label,
+                        reference=self.ref.label)
+        return _per_regime(claim, self, sweep, self.cost_metrics, list(sweep.datasets), make)
+
+    def describe(self) -> str:
+        return (f"{' and '.join(self.cost_metrics)}: ratio {self.arm.label} / {self.ref.label} per "
+                "regime, paired by seed: geometric mean with the exponentiated t-interval of "
+                "the mean log ratio (two-sided; a ratio equal on every seed is exact); holds "
+                "if the ratio is below 1 (better)")
+
+
+@dataclass(frozen=True)
+class LargerOnShuffled:
+    """The arm's advantage over ref is larger on each X-shuffled dataset than on X."""
+
+    arm: Variant
+    ref: Variant
+    metric: str = "test_acc"
+
+    def variants(self) -> tuple[Variant, ...]:
+        return (self.arm, self.ref)
+
+    def metrics(self) -> tuple[str, ...]:
+        return (self.metric,)
+
+    def plans(self, claim: str, sweep: Sweep) -> list[Plan]:
+        clean = {d: d.removesuffix(SHUFFLED_SUFFIX) for d in sweep.datasets
+                 if d.endswith(SHUFFLED_SUFFIX)}
+        probes = [(d, c) for d, c in clean.items() if c in sweep.datasets]
+        if not probes:
+            return [_not_run(claim, claim, self.metric,
+                             [f"no dataset 'X{SHUFFLED_SUFFIX}' beside its clean regime 'X'"],
+                             self.describe())]
+        absent = sweep.absent(self.variants())
+        if absent:
+            return [_not_run(claim, claim, self.metric,
+                             [f"variant {a} not in the sweep" for a in absent], self.describe())]
+        out = []
+        for noisy, clean in probes:
+            test = f"{claim} · {noisy} vs {clean}"
+            lack = [f"{v.label} not run on {d}" for d in (noisy, clean) for v in self.variants()
+                    if not sweep.has(d, v)]
+            if lack:
+                out.append(_not_run(claim, test, self.metric, lack, datasets=(noisy, clean)))
+                continue
+            on_noisy, on_clean = (_pair_terms(self.arm, self.ref, noisy),
+                                  _pair_terms(self.arm, self.ref, clean))
+            clean_terms = tuple(Term(-t.coef, t.dataset, t.variant) for t in on_clean)
+            out.append(Plan(
+                claim, test, (noisy, clean), self.metric,
+                f"Δ on {noisy} − Δ on {clean}, Δ = {self.metric}({self.arm.label}) − "
+                f"{self.metric}({self.ref.label}), same seed on both; one-sided > 0",
+                on_noisy + clean_terms, (on_noisy, on_clean), alternative=GREATER,
+                estimate_kind=DIFF_OF_DIFFS, contradicted_if=(WORSE,), arm=self.arm.label,
+                reference=self.ref.label))
+        return out
+
+    def describe(self) -> str:
+        return (f"{self.metric}: the advantage Δ = {self.arm.label} − {self.ref.label} is "
+                f"larger on each 'X{SHUFFLED_SUFFIX}' dataset than on its clean regime X: per "
+                "seed Δ(shuffled) − Δ(clean) (seeds are shared across datasets), one-sided t "
+                "> 0 (Holm over the claim family); opposite direction at alpha/m")
+
+
+@dataclass(frozen=True)
+class AblationOrder:
+    """Removing steps[0] hurts more than steps[1], which hurts more than steps[2], ...:
+    D_a - D_b > 0 per regime, D_x = metric(full) - metric(x)."""
+
+    full: Variant
+    steps: tuple[tuple[str, Variant], ...]  # (short name, ablated variant), claimed order
+    metric: str = "test_acc"
+
+    def variants(self) -> tuple[Variant, ...]:
+        return (self.full, *(v for _, v in self.steps))
+
+    def metrics(self) -> tuple[str, ...]:
+        return (self.metric,)
+
+    def plans(self, claim: str, sweep: Sweep) -> list[Plan]:
+        out = []
+        for (na, a), (nb, b) in zip(self.steps, self.steps[1:]):
+            def make(metric: str, d: str, na=na, a=a, nb=nb, b=b) -> Plan:
+                full_a, full_b = _pair_terms(self.full, a, d), _pair_terms(self.full, b, d)
+                return Plan(
+                    claim, f"{claim} · {d} · D_{na} > D_{nb}", (d,), metric,
+                    f"D_{na} − D_{nb} = {metric}({b.label}) − {metric}({a.label}) on {d} "
+                    f"(D_x = {metric}({self.full.label}) − {metric}(x): the full model "
+                    "cancels); one-sided > 0",
+                    (Term(+1, d, b), Term(-1, d, a)), (full_a, full_b), alternative=GREATER,
+                    contradicted_if=(WORSE,), arm=f"D_{na}", reference=f"D_{nb}")
+            out += _per_regime(claim, self, sweep, (self.metric,), list(sweep.datasets), make)
+        # 'not run' rows (an absent variant; a regime lacking one) repeat per step: keep one
+        return list({p.test: p for p in out}.values())
+
+    def describe(self) -> str:
+        names = " > ".join(f"D_{n}" for n, _ in self.steps)
+        defs = "; ".join(f"D_{n}: {self.full.label} − {v.label}" for n, v in self.steps)
+        return (f"{self.metric}: drops {names} per regime ({defs}), each consecutive pair "
+                "tested as D_a − D_b > 0 paired by seed, one-sided t (Holm over the claim "
+                "family); opposite direction at alpha/m")
+
+
+# ------------------------------------------------------------------------------ claims
+@dataclass(frozen=True)
+class Claim:
+    """One claim of a paper: its words, where they are, how the sweep tests it."""
+
+    id: str
+    title: str
+    quote: str
+    where: str
+    kind: ClaimKind
+
+
+@dataclass(frozen=True)
+class ClaimSet:
+    name: str
+    title: str
+    paper: str
+    claims: tuple[Claim, ...]
+    notes: tuple[str, ...] = ()
+
+
+def get_claim_set(name: str) -> ClaimSet:
+    """The registry entry, or an AnalysisError naming the valid choices."""
+    if name not in CLAIMS:
+        raise AnalysisError(f"unknown --claims {name!r}; claim sets: {', '.join(sorted(CLAIMS))}")
+    return CLAIMS[name]
+
+
+# --------------------------------------------------------------------------- evaluate
+METHOD = ("each claim test is a per-seed contrast over arms, paired by seed (pairs dropped as "
+          "in the report: missing/failed/duplicate runs, code or fingerprint mismatch); "
+          "two-sided paired t (cost: on log ratios) or one-sided t in the claimed direction "
+          "for orderings; Holm over every claim test of the set (one family, separate from the "
+          "report's comparisons); TOST with the sweep's margin, Holm over the set's TOST "
+          "tests; verdicts by the report's rule; 'not learned' when both arms of a compared "
+          "pair fail to beat chance")
+
+
+@dataclass
+class _Result:
+    plan: Plan
+    seeds: list[int] = field(default_factory=list)
+    d: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    x: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    y: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    dropped: list[dict] = field(default_factory=list)
+
+
+def evaluate(cs: ClaimSet, df: pd.DataFrame, settings: "Settings",
+             counts: Mapping[str, int | None], regimes: list["Regime"]) -> dict:
+    """Run every claim test of `cs` on the tidy table `df`; a dict with CLAIM_SET_KEYS."""
+    metrics = sorted({m for c in cs.claims for m in c.kind.metrics()})
+    df = df.copy()
+    present_metrics = [m for m in metrics if m in df.columns]
+    for m in present_metrics:
+        df[m] = to_metric(df, m)
+    variant = variant_series(df)
+    sweep = Sweep(tuple(r.dataset for r in regimes),
+                  frozenset(zip(df["dataset"], variant)), frozenset(present_metrics))
+    cells = {m: cells_for(df, m) for m in present_metrics}
+    acc = [m for m in present_metrics if is_accuracy_like(m)]
+    _, by_arm, _ = chance_tests(df, acc, counts, settings.alpha)
+    plans = [p for c in cs.claims for p in c.kind.plans(c.id, sweep)]
+    results = [_pair(p, cells) for p in plans]
+    tests = [_statistics(r, settings, by_arm) for r in results]
+    family, tost_family = _holm(tests, settings.alpha)
+    claims = [_summary(c, [t for t in tests if t["claim"] == c.id]) for c in cs.claims]
+    out = {"name": cs.name, "title": cs.title, "paper": cs.paper,
+           "method": METHOD + "".join(f". {n}" for n in cs.notes),
+           "alpha": settings.alpha, "family_size": family, "tost_family_size": tost_family,
+           "claims": claims, "tests": [{k: t[k] for k in CLAIM_TEST_KEYS} for t in tests]}
+    assert tuple(out) == CLAIM_SET_KEYS
+    return out
+
+
+def _pair(plan: Plan, cells: Mapping[str, dict]) -> _Result:
+    """The seeds every term has usable, agreeing cells for; the per-seed contrast."""
+    res = _Result(plan)
+    if plan.missing:
+        return res
+    mine = cells[plan.metric]
+    arms = {(t.dataset, t.variant) for t in plan.terms}
+    seeds = sorted({int(k[4]) for k in mine if (k[0], Variant(*k[1:4])) in arms})
+    kept = []
+    for seed in seeds:
+        got = [(t, mine.get(cell_key(t.dataset, t.variant, seed), MISSING)) for t in plan.terms]
+        reason, detail = _problem(got)
+        if reason is not None:
+            res.dropped.append({"seed": seed, "reason": reason, "detail": detail})
+            continue
+        kept.append((seed, [c.value for _, c in got]))
+    res.seeds = [s for s, _ in kept]
+    vals = np.array([v for _, v in kept], dtype=float).reshape(len(kept), len(plan.terms))
+    coef = np.array([t.coef for t in plan.terms], dtype=float)  # (terms,)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = np.log(vals) if plan.log else vals  # (n, terms)
+    res.d = f @ coef if len(kept) else np.zeros(0)  # (n,)
+    if len(plan.terms) == 2:  # x: the + term, y: the - term (a pair or a ratio)
+        pos = 0 if plan.terms[0].coef > 0 else 1
+        res.x, res.y = vals[:, pos], vals[:, 1 - pos]
+    return res
+
+
+def _problem(got: list[tuple[Term, Cell]]) -> tuple[str | None, str]:
+    """The first reason one seed's cells cannot be combined: an unusable cell; then, for
+    every two terms on one dataset, code and fingerprints as in any pair (the encoder body's
+    only between arms of the same encoder label); across datasets code only (their split
+    and batch-order fingerprints differ by design)."""
+    for t, c in got:
+        if not c.ok:
+            return c.reason, f"{t.arm}: {c.detail}"
+    for i, (ta, a) in enumerate(got):
+        for tb, b in got[i + 1:]:
+            if ta.dataset == tb.dataset:
+                same_encoder = ta.variant.encoder == tb.variant.encoder
+                reason, detail = pair_problem(a, b, ta.arm, tb.arm, same_encoder)
+            else:
+                reason, detail = pair_problem(a, Cell(value=b.value, code=b.code), ta.arm, tb.arm)
+            if reason is not None:
+                return reason, detail
+    return None, ""
+
+
+def _statistics(r: _Result, s: "Settings", by_arm: Mapping) -> dict:
+    """A CLAIM_TEST_KEYS dict before Holm (p_holm, verdict, support come after)."""
+    p = r.plan
+    base = {"claim": p.claim, "test": p.test, "datasets": list(p.datasets), "metric": p.metric,
+            "arm": p.arm, "reference": p.reference, "contrast": p.contrast,
+            "estimate_kind": p.estimate_kind, "alternative": p.alternative, "n": len(r.seeds),
+            "seeds": r.seeds, "deltas": [float(v) for v in r.d], "estimate": stats.NAN,
+            "ci_low": stats.NAN, "ci_high": stats.NAN, "p": stats.NAN, "p_holm": stats.NAN,
+            "equivalence_margin": None, "tost_p": stats.NAN, "tost_p_holm": stats.NAN,
+            "learned": {}, "verdict": NOT_RUN, "support": NOT_RUN, "missing": list(p.missing),
+            "dropped": r.dropped, "notes": [], "_p_opposite": stats.NAN, "_ratio": None,
+            "_higher": True, "_not_learned": False, "_holds": p.holds_if,
+            "_contra": p.contradicted_if}
+    if p.missing:
+        return base
+    base["learned"] = {t.arm: arm_state(by_arm, t.dataset, t.variant, p.metric)
+                       for t in {t for pair in p.pairs for t in pair} | set(p.terms)}
+    base["_not_learned"] = any(base["learned"][a.arm] == base["learned"][b.arm] == "no"
+                               for a, b in p.pairs)
+    base["_higher"] = s.higher_is_better(p.metric) if p.alternative == TWO_SIDED else True
+    if p.log:
+        ratio = stats.ratio_test(r.x, r.y, s.alpha)
+        base.update(estimate=ratio.ratio, ci_low=ratio.low, ci_high=ratio.high, p=ratio.p,
+                    _ratio=ratio, notes=[ratio.note] if ratio.note else [])
+    elif p.alternative == TWO_SIDED and len(p.terms) == 2:
+        t = stats.paired_t(r.x, r.y, s.alpha)  # the report's numbers for this pair
+        margin = s.margin_for(p.datasets[0], p.metric)
+        base.update(estimate=t.mean, ci_low=t.low, ci_high=t.high, p=t.p,
+                    equivalence_margin=margin, tost_p=stats.tost_p(r.x, r.y, margin))
+    else:
+        t = stats.one_sample_t(r.d, s.alpha, p.alternative)
+        base.update(estimate=t.mean, ci_low=t.low, ci_high=t.high, p=t.p)
+        if np.isfinite(t.p):
+            base["_p_opposite"] = float(stats.one_sample_t(-r.d, s.alpha, p.alternative).p)
+    base["notes"] += _notes(base, r)
+    return base
+
+
+def _notes(t: dict, r: _Result) -> list[str]:
+    notes = []
+    if t["n"] < 2:
+        notes.append(f"{t['n']} usable seed(s): no test")
+    elif not np.isfinite(t["p"]) and t["_ratio"] is None:
+        notes.append("the contrast is the same on every seed (SD 0): t-test undefined")
+    if r.dropped:
+        notes.append(f"{len(r.dropped)} seed(s) dropped: " + "; ".join(
+            f"seed {d['seed']} {d['reason']}" for d in r.dropped))
+    return notes
+
+
+def _holm(tests: list[dict], alpha: float) -> tuple[int, int]:
+    """Holm over the claim family (and the TOST family); verdicts and support.
+    Returns the two family sizes."""
+    adjusted = stats.holm(np.array([t["p"] for t in tests], dtype=float))
+    tost = stats.holm(np.array([t["tost_p"] for t in tests], dtype=float))
+    m = int(np.isfinite(adjusted).sum())
+    for t, p, tp in zip(tests, adjusted, tost):
+        t["p_holm"], t["tost_p_holm"] = float(p), float(tp)
+        if t["missing"]:
+            continue
+        t["verdict"] = _verdict(t, alpha, max(m, 1))
+        t["support"] = (SUPPORTS if t["verdict"] in t["_holds"] else
+                        CONTRADICTS if t["verdict"] in t["_contra"] else UNDECIDED)
+    for t in tests:
+        for k in [k for k in t if k.startswith("_")]:
+            t.pop(k)
+    return m, int(np.isfinite(tost).sum())
+
+
+def _verdict(t: dict, alpha: float, m: int) -> str:
+    """The report's rule; ratios on the log scale; one-sided: see the module docstring."""
+    if t["_not_learned"]:
+        return NOT_LEARNED
+    if t["_ratio"] is not None:
+        return stats.ratio_verdict(t["_ratio"], t["p_holm"], alpha, t["_higher"])
+    if t["alternative"] == GREATER:
+        if np.isfinite(t["p_holm"]) and t["p_holm"] < alpha:
+            return BETTER
+        opposite = t["_p_opposite"]
+        return WORSE if np.isfinite(opposite) and opposite < alpha / m else INCONCLUSIVE
+    return stats.verdict(t["estimate"], t["ci_low"], t["ci_high"], t["p_holm"],
+                         t["tost_p_holm"], alpha, t["_higher"])
+
+
+def _summary(c: Claim, tests: list[dict]) -> dict:
+    """A CLAIM_KEYS dict: the claim, its operationalisation, the tally of its tests."""
+    run = [t for t in tests if t["verdict"] != NOT_RUN]
+    sup = sum(t["support"] == SUPPORTS for t in run)
+    con = sum(t["support"] == CONTRADICTS for t in run)
+    # The tally's reading; the counts beside it say how many regimes decided.
+    support = (NOT_RUN if not run else MIXED if sup and con else SUPPORTS if sup
+               else CONTRADICTS if con else UNDECIDED)
+    out = {"claim": c.id, "title": c.title, "quote": c.quote, "where": c.where,
+           "operationalisation": c.kind.describe(),
+           "variants": [v.label for v in c.kind.variants()],
+           "missing": sorted({m for t in tests for m in t["missing"]}),
+           "n_tests": len(run), "n_supports": sup, "n_contradicts": con,
+           "n_undecided": len(run) - sup - con, "support": support}
+    assert tuple(out) == CLAIM_KEYS
+    return out
+
+
+# ---------------------------------------------------------------------------- registry
+# Variant labels as the sweep logs them (fusion_sweep ENCODERS[...].variant): SOES is
+# position-free, so ReSSFormer runs with pe none (fusion add: H = E); its SOES ablation
+# needs a PE and uses sinusoidal, like the baseline.
+_STD_SIN = Variant("standard", "sinusoidal", "add")
+_STD_ROT = Variant("standard", "rotary", "add")
+_RESS = Variant("ressformer", "none", "add")
+_NO_SOES = Variant("ressformer-no-soes", "sinusoidal", "add")
+_NO_ASAM = Variant("ressformer-no-asam", "none", "add")
+_NO_R2MU = Variant("ressformer-no-r2mu", "none", "add")
+
+RESSFORMER = ClaimSet(
+    name="ressformer",
+    title="ReSSFormer's claims under the paired protocol",
+    paper="ReSSFormer: A Recursive Sparse Structured Transformer for Scalable and "
+          "Long-Context Reasoning (arXiv 2510.01585)",
+    claims=(
+        Claim("C1", "SOES beats absolute PE",
+              "ReSSFormer uses SOES to infer latent structure via attention, without any "
+              "position encoding … consistently outperforms position-aware baselines",
+              "§4.4, Figure 2",
+              Beats(_RESS, _STD_SIN)),
+        Claim("C2", "SOES beats rotary PE",
+              "Models use absolute, rotary (RoPE), or relative positional encodings … "
+              "ReSSFormer consistently outperforms position-aware baselines",
+              "§4.4, Figure 2",
+              Beats(_RESS, _STD_ROT)),
+        Claim("C3", "SOES's advantage is larger on structure-noisy input",
+              "While RoPE and relative embeddings retain some accuracy, they fail under high "
+              "structural noise. SOES adapts by learning implicit relations",
+              "§4.4 (ShuffledWiki)",
+              LargerOnShuffled(_RESS, _STD_SIN)),
+        Claim("C4", "ASAM: equal or better accuracy",
+              "This reduces time and memory complexity … with negligible impact on performance",
+              "§3.2 (eq. 6)",
+              Beats(_RESS, _NO_ASAM, holds_if=(BETTER, EQUIVALENT), contradicted_if=(WORSE,))),
+        Claim("C5", "ASAM: at lower cost",
+              "ASAM simultaneously enhances attention sharpness, improves computational "
+              "efficiency",
+              "§3.2; Table 2",
+              Cheaper(_RESS, _NO_ASAM)),
+        Claim("C6", "R2MU: better long-context retention",
+              "recurrence boosts long-context retention",
+              "§4.6",
+              Beats(_RESS, _NO_R2MU, only_containing=LONG_PART)),
+        Claim("C7", "Ablation order: SOES > ASAM > R2MU",
+              "The largest degradation occurs when SOES is disabled … R2MU and ASAM also "
+              "provide clear benefits",
+              "§4.6, Table 3 (w/o SOES −5.9%, w/o ASAM −3.7%, w/o R2MU −2.5%)",
+              AblationOrder(_RESS, (("soes", _NO_SOES), ("asam", _NO_ASAM),
+                                    ("r2mu", _NO_R2MU)))),
+    ),
+    notes=("'equivalent' contradicts a claim that one variant beats another (no difference "
+           "beyond the margin, not the improvement the paper reports) and supports C4 "
+           "('equal or better')",),
+)
+
+CLAIMS: dict[str, ClaimSet] = {"ressformer": RESSFORMER}

@@ -1,0 +1,257 @@
+"""Adaptive seeds: `fusion-sweep launch SPACE --until-decided` (issue 13).
+
+A sweep runs its space's seeds first. After each round, every comparison's mean paired Δ gets
+an anytime-valid confidence sequence (`analysis.sequential`); the families whose comparisons
+are not all decided (better, worse, or equivalent within the margin) get `seed_batch` new
+seeds, the others none; the sweep stops when every comparison is decided or every undecided
+family has `max_seeds` seeds. The confidence sequences stay valid under this optional stopping
+(docs/sequential.md); fixed-n tests on the same data do not, and `stats` labels them
+descriptive.
+
+Why rounds of Tuner runs under the sweep's one parent run, not a Ray Tune Searcher that
+proposes seed trials: the decision needs every trial of a round FINISHED in MLflow (the source
+of truth `stats` reads), and a round boundary is exactly where Tune's grid is complete. Each
+round is the ordinary launch machinery on a grid extended by seeds, so new seed trials are
+ordinary trials (same keys, runs, fingerprints), the resume rule applies unchanged, and a
+killed adaptive sweep resumes by replaying the same rounds: trials are deterministic, so the
+replayed decisions are the same and every trial already FINISHED is found by its key and
+skipped. A Searcher would keep its state in Tune's experiment directory, which a launch never
+restores (sweep.py), and would have to re-derive MLflow's view anyway.
+
+Families. The baseline fixes some variant fields (a fusion name fixes the fusion; a variant
+label "encoder/pe/fusion" fixes all three): a family is one dataset plus the values of the
+fields the baseline does not fix, i.e. exactly the set of arms `stats` compares with one
+reference. Seeds are added to whole families, so every arm of a family keeps the same seeds
+and every comparison stays paired. New seeds are the integers after the family's largest
+seed, skipping the space's tuning seeds.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping, TextIO
+
+import numpy as np
+
+from analysis.schema import INCONCLUSIVE
+from fusion_sweep.schema import VARIANT_FIELDS
+
+DEFAULT_MAX_SEEDS = 20
+DEFAULT_SEED_BATCH = 5
+DEFAULT_ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class AdaptiveSettings:
+    """`--until-decided` and its bounds; logged on the parent run (schema.ADAPTIVE tag)."""
+
+    max_seeds: int = DEFAULT_MAX_SEEDS
+    seed_batch: int = DEFAULT_SEED_BATCH
+    alpha: float = DEFAULT_ALPHA
+
+    def errors(self, initial_seeds: int) -> list[str]:
+        errs = []
+        if not isinstance(self.seed_batch, int) or self.seed_batch < 1:
+            errs.append(f"--seed-batch must be a positive integer, got {self.seed_batch!r}")
+        if not isinstance(self.max_seeds, int) or self.max_seeds < initial_seeds:
+            errs.append(f"--max-seeds must be an integer >= the space's {initial_seeds} seeds, "
+                        f"got {self.max_seeds!r}")
+        if not 0.0 < self.alpha < 1.0:
+            errs.append(f"alpha must be in (0, 1), got {self.alpha!r}")
+        return errs
+
+    def to_json(self) -> str:
+        return json.dumps({"max_seeds": self.max_seeds, "seed_batch": self.seed_batch,
+                           "alpha": self.alpha}, sort_keys=True)
+
+
+@dataclass
+class Family:
+    """One dataset's arms compared with one reference arm, and the seeds they run."""
+
+    dataset: str
+    group: tuple  # values of the variant fields the baseline does not fix
+    reference: dict[str, Any]  # the reference arm's variant (a space variant dict)
+    arms: list[dict[str, Any]]  # every other arm of the family
+    seeds: list[int] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple:
+        return (self.dataset, *self.group)
+
+    def variants(self) -> list[dict[str, Any]]:
+        return [self.reference, *self.arms]
+
+
+def variant_label(space: Any, dataset: str, variant: Mapping[str, Any]) -> str:
+    """"encoder/pe/fusion" of a space variant (the encoder as its variant label)."""
+    return space.trial_config(dataset, variant, 0).variant_label()
+
+
+def families(space: Any) -> list[Family]:
+    """The space's comparison families (see the module docstring), each with the space's seeds."""
+    fixed = _fixed_fields(space.baseline)
+    out: list[Family] = []
+    for d in space.datasets:
+        labels = {variant_label(space, d, v): v for v in space.variant_list()}
+        groups: dict[tuple, list[tuple[str, dict]]] = {}
+        for label, v in labels.items():
+            parts = dict(zip(VARIANT_FIELDS, label.split("/")))
+            groups.setdefault(tuple(parts[k] for k in VARIANT_FIELDS if k not in fixed),
+                              []).append((label, v))
+        for group, members in groups.items():
+            ref = [v for label, v in members if _matches(label, space.baseline, fixed)]
+            if not ref:
+                continue  # no reference arm in this group: nothing to compare
+            arms = [v for label, v in members if v is not ref[0]]
+            if arms:
+                out.append(Family(d, group, ref[0], arms, list(space.seeds)))
+    return out
+
+
+def _fixed_fields(baseline: str) -> tuple[str, ...]:
+    return VARIANT_FIELDS if "/" in baseline else ("fusion",)
+
+
+def _matches(label: str, baseline: str, fixed: tuple[str, ...]) -> bool:
+    parts = dict(zip(VARIANT_FIELDS, label.split("/")))
+    given = dict(zip(VARIANT_FIELDS, baseline.split("/"))) if "/" in baseline else {"fusion": baseline}
+    return all(parts[k] == given[k] for k in fixed)
+
+
+def family_points(space: Any, fam: Family, seeds: list[int], code: str) -> list:
+    """GridPoints of every arm of `fam` at `seeds`: built as the space's grid builds its
+    points (`SearchSpace.trial_config`), so a new seed trial is an ordinary trial."""
+    from fusion_sweep.sweep import GridPoint
+
+    configs = [space.trial_config(fam.dataset, v, s) for v in fam.variants() for s in seeds]
+    return [GridPoint(c, c.trial_key(code)) for c in configs]
+
+
+@dataclass
+class AdaptiveState:
+    """The adaptive part of one launch: settings, families (with their seeds so far), rounds."""
+
+    settings: AdaptiveSettings
+    families: list[Family]
+    metric: str
+    higher_is_better: bool
+    margin: Mapping[str, float | None]  # dataset -> equivalence margin (None: never equivalent)
+    reserved_seeds: frozenset[int] = frozenset()  # tuning seeds: never added
+    rounds: int = 0
+    last: list[dict] = field(default_factory=list)  # the last round's decisions, for the summary
+
+    @classmethod
+    def for_space(cls, space: Any, settings: AdaptiveSettings) -> "AdaptiveState":
+        errors = settings.errors(len(space.seeds))
+        if errors:
+            raise ValueError("; ".join(errors))
+        fams = families(space)
+        if not fams:
+            raise ValueError(f"--until-decided: space {space.name!r} has no comparison (every "
+                             f"family needs the baseline {space.baseline!r} and another arm)")
+        directions = space.metric_directions()
+        return cls(settings, fams, space.metric, directions.get(space.metric, "higher") == "higher",
+                   {d: space.equivalence_margin_for(d) for d in space.datasets},
+                   frozenset(space.tune.seeds) if space.tune is not None else frozenset())
+
+    @property
+    def n_comparisons(self) -> int:
+        """The multiplicity family: every comparison of the sweep, fixed from the start."""
+        return sum(len(f.arms) for f in self.families)
+
+    def describe(self) -> str:
+        s = self.settings
+        return (f"adaptive seeds (--until-decided): {len(self.families)} families, "
+                f"{self.n_comparisons} comparisons; +{s.seed_batch} seeds per round to each "
+                f"undecided family, at most {s.max_seeds} seeds; anytime-valid confidence "
+                f"sequences at alpha {s.alpha} (Bonferroni over the {self.n_comparisons} "
+                f"comparisons)")
+
+    def next_seeds(self, fam: Family) -> list[int]:
+        """The next `seed_batch` seeds of a family, capped at `max_seeds` in all."""
+        room = self.settings.max_seeds - len(fam.seeds)
+        out, s = [], max(fam.seeds) + 1
+        while len(out) < min(self.settings.seed_batch, room):
+            if s not in self.reserved_seeds:
+                out.append(s)
+            s += 1
+        return out
+
+
+def finished_values(tracker: Any, sweep: str, metric: str) -> dict[str, float]:
+    """{trial key: metric} of the sweep's FINISHED trial runs with a finite metric."""
+    from fusion_sweep.schema import TRIAL_KEY
+
+    out: dict[str, float] = {}
+    for r in tracker.trial_runs(sweep):
+        v = r.data.metrics.get(metric)
+        if r.info.status == "FINISHED" and v is not None and np.isfinite(v):
+            out[r.data.tags.get(TRIAL_KEY, "")] = float(v)
+    return out
+
+
+def family_deltas(space: Any, fam: Family, values: Mapping[str, float], code: str
+                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{arm label: (seeds (n,), Δ = arm − reference (n,))} over the seeds both have finished."""
+    ref_label = variant_label(space, fam.dataset, fam.reference)
+    out = {}
+    for arm in fam.arms:
+        seeds, deltas = [], []
+        for s in fam.seeds:
+            a = space.trial_config(fam.dataset, arm, s).trial_key(code)
+            b = space.trial_config(fam.dataset, fam.reference, s).trial_key(code)
+            if a in values and b in values:
+                seeds.append(s)
+                deltas.append(values[a] - values[b])
+        out[f"{variant_label(space, fam.dataset, arm)} vs {ref_label}"] = (
+            np.asarray(seeds, dtype=int), np.asarray(deltas, dtype=float))
+    return out
+
+
+def decide_family(space: Any, fam: Family, values: Mapping[str, float], code: str,
+                  state: AdaptiveState) -> list[dict]:
+    """Each comparison of `fam`: its anytime-valid CS at alpha/m (Bonferroni over every
+    comparison of the sweep) on the seeds finished so far, and the decision."""
+    from analysis.sequential import sequential_result
+
+    rows = []
+    for label, (seeds, deltas) in family_deltas(space, fam, values, code).items():
+        r = sequential_result(deltas, alpha=state.settings.alpha, m=state.n_comparisons,
+                              margin=state.margin.get(fam.dataset),
+                              higher_is_better=state.higher_is_better, family=fam.key,
+                              comparison=label)
+        rows.append({"dataset": fam.dataset, "comparison": label, "n": int(seeds.size),
+                     "mean_delta": r.mean_delta, "cs_low": r.cs_low, "cs_high": r.cs_high,
+                     "decision": r.decision})
+    return rows
+
+
+def next_round(pf: Any, out: TextIO) -> list:
+    """Decide every comparison on what has finished; print the round's decisions; extend the
+    undecided families' seeds and return their new grid points ([] = the sweep is done)."""
+    state: AdaptiveState = pf.adaptive
+    values = finished_values(pf.tracker, pf.name, state.metric)
+    state.rounds += 1
+    state.last, new_points = [], []
+    for fam in state.families:
+        rows = decide_family(pf.space, fam, values, pf.code, state)
+        state.last.extend(rows)
+        undecided = [r for r in rows if r["decision"] == INCONCLUSIVE]  # analysis.schema
+        seeds = state.next_seeds(fam) if undecided else []
+        if seeds:
+            new_points += family_points(pf.space, fam, seeds, pf.code)
+            fam.seeds += seeds
+    print(format_round(state, bool(new_points)), file=out)
+    return new_points
+
+
+def format_round(state: AdaptiveState, more: bool) -> str:
+    lines = [f"adaptive round {state.rounds}: "
+             + ("adding seeds to undecided families" if more else
+                "every comparison decided or out of seeds: done")]
+    for r in state.last:
+        lines.append(f"  {r['dataset']:<26} {r['comparison']:<58} n={r['n']:<3} "
+                     f"mean Δ {r['mean_delta']:+.3f}  CS [{r['cs_low']:+.3f}, {r['cs_high']:+.3f}]"
+                     f"  {r['decision']}")
+    return "\n".join(lines)

@@ -1,0 +1,43 @@
+"""Attention activations over the last axis: softmax and two sparse alternatives (ReSSFormer's
+ASAM, eq. 5).
+
+- `softmax`: dense; every key gets weight > 0.
+- `sparsemax` (Martins & Astudillo 2016): the Euclidean projection onto the simplex,
+  p = max(z − τ, 0); exact zeros below the threshold τ.
+- `entmax15` (1.5-entmax, Peters et al. 2019): p = max(z/2 − τ, 0)²; sparse like sparsemax
+  but smoother (between softmax, α = 1, and sparsemax, α = 2).
+
+Both sparse maps come from the maintained `entmax` package (1.3), the authors' own: exact,
+sort-based thresholds and closed-form backward passes. tests/test_ressformer.py checks them
+against a reference computed by sorting, with masked entries.
+
+Masking: a masked entry must be −inf (not a large negative number), so that it is an exact
+zero in the output and cannot shift the threshold τ: then the weights of the real keys do not
+depend on how many masked keys a row has (padding invariance). Every row needs at least one
+finite entry.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from entmax import entmax15, sparsemax
+
+
+def _softmax(z: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(z, dim=-1)
+
+
+def _sparsemax(z: torch.Tensor) -> torch.Tensor:
+    return sparsemax(z, dim=-1)
+
+
+def _entmax15(z: torch.Tensor) -> torch.Tensor:
+    return entmax15(z, dim=-1)
+
+
+ATTN_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "softmax": _softmax,
+    "sparsemax": _sparsemax,
+    "entmax15": _entmax15,
+}

@@ -1,0 +1,151 @@
+"""Adaptive seeds (`fusion-sweep launch --until-decided`, issue 13).
+
+* families, seed rounds and budgets as pure functions of a space (fast);
+* an adaptive sweep on a local Ray instance tracked by a real `mlflow server`, SIGKILLed in
+  its second round and launched again: it resumes where it stopped, the new seed trials are
+  ordinary trials (their keys are the space's keys at those seeds), and no trial has two runs.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from fusion_sweep import adaptive
+from fusion_sweep.adaptive import AdaptiveSettings, AdaptiveState, families
+from fusion_sweep.schema import ADAPTIVE, code_fingerprint
+from fusion_sweep.space import SPACE_DIR, load_space, parse_space
+from tests.test_sweep_e2e import children_of, cli_env, kill_pids, mlflow_server, trial_runs  # noqa: F401
+
+
+def _space(**kw) -> dict:
+    d = yaml.safe_load((SPACE_DIR / "smoke.yaml").read_text())
+    d.pop("tune")
+    d.update(kw)
+    return d
+
+
+# ----------------------------------------------------------------------------- families
+def test_fusion_baseline_families_are_dataset_encoder_pe():
+    space = load_space("default")
+    fams = families(space)
+    assert [f.key for f in fams] == [(d, "standard", "sinusoidal") for d in space.datasets]
+    assert all([a["fusion"] for a in f.arms] == ["concat", "gate-scalar"] for f in fams)
+    assert AdaptiveState.for_space(space, AdaptiveSettings()).n_comparisons == 6
+
+
+def test_variant_baseline_family_is_the_whole_dataset():
+    space = load_space("ressformer")
+    fams = families(space)
+    assert [f.key for f in fams] == [(d,) for d in space.datasets]
+    assert all(len(f.arms) == 6 and f.reference["pe"] == "sinusoidal" for f in fams)
+
+
+def test_next_seeds_skip_tuning_seeds_and_stop_at_the_budget():
+    space = parse_space({**_space(), "tune": {"seeds": [3], "budget": 1,
+                                              "search": {"lr": {"loguniform": [1e-4, 1e-3]}}}})
+    state = AdaptiveState.for_space(space, AdaptiveSettings(max_seeds=6, seed_batch=3))
+    fam = state.families[0]
+    assert fam.seeds == [0, 1] and state.next_seeds(fam) == [2, 4, 5]
+    fam.seeds += [2, 4, 5]
+    assert state.next_seeds(fam) == [6]
+    fam.seeds += [6]
+    assert state.next_seeds(fam) == []
+
+
+def test_new_seed_points_are_the_spaces_own_trials():
+    space = parse_space(_space())
+    fam = families(space)[0]
+    code = code_fingerprint()
+    extended = parse_space(_space(seeds=[0, 1, 2, 3]))
+    want = {c.trial_key(code) for c in extended.grid() if c.seed in (2, 3)}
+    assert {p.key for p in adaptive.family_points(space, fam, [2, 3], code)} == want
+
+
+@pytest.mark.parametrize("kw, pattern", [
+    (dict(max_seeds=1), r"--max-seeds must be an integer >= the space's 2 seeds, got 1"),
+    (dict(seed_batch=0), r"--seed-batch must be a positive integer, got 0"),
+    (dict(alpha=1.5), r"alpha must be in \(0, 1\), got 1.5"),
+])
+def test_bad_settings_are_named(kw, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        AdaptiveState.for_space(parse_space(_space()), AdaptiveSettings(**kw))
+
+
+def test_cli_flags_need_until_decided(capsys):
+    from fusion_sweep.cli import main
+
+    assert main(["launch", "smoke", "--max-seeds", "9", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "error: --max-seeds: only with --until-decided" in err and "Traceback" not in err
+    assert main(["launch", "smoke", "--until-decided", "--max-seeds", "9", "--dry-run"]) == 0
+    assert "adaptive seeds (--until-decided): 1 families, 1 comparisons; +5 seeds per round" \
+        in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------- end to end, killed
+@pytest.mark.slow
+def test_killed_adaptive_sweep_resumes_without_duplicates(mlflow_server, tmp_path):
+    d = _space(name="adapt", seeds=[0, 1, 2], equivalence_margin=None)
+    d["hyperparameters"]["all"].update(epochs=3, limit_train=512)
+    path = tmp_path / "adapt.yaml"
+    path.write_text(yaml.safe_dump(d, sort_keys=False))
+    cmd = [sys.executable, "-m", "fusion_sweep.cli", "launch", str(path), "--tracking-uri",
+           mlflow_server, "--storage", str(tmp_path / "ray_results"), "--max-concurrent", "2",
+           "--until-decided", "--max-seeds", "7", "--seed-batch", "2"]
+    env = cli_env()
+    log1 = open(tmp_path / "launch1.log", "w")
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log1, stderr=subprocess.STDOUT)
+    seen: set[int] = set()
+    try:  # kill -9 once the second round (seeds 3-4) has started finishing trials
+        deadline = time.time() + 300
+        while True:
+            seen |= children_of(proc.pid)
+            done = [r for r in trial_runs(mlflow_server, "adapt") if r.info.status == "FINISHED"]
+            if len(done) >= 7:
+                break
+            assert proc.poll() is None, (tmp_path / "launch1.log").read_text()
+            assert time.time() < deadline, "the adaptive sweep did not reach its second round"
+            time.sleep(0.3)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        kill_pids(seen, wait=15)
+    out1 = (tmp_path / "launch1.log").read_text()
+    assert "adaptive round 1: adding seeds to undecided families" in out1, out1[-3000:]
+    before = {r.data.tags["fusion_sweep.trial_key"] for r in trial_runs(mlflow_server, "adapt")
+              if r.info.status == "FINISHED"}
+
+    r2 = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    out2 = r2.stdout + r2.stderr
+    assert r2.returncode == 0, out2[-3000:]
+    runs = trial_runs(mlflow_server, "adapt")
+    keys = [r.data.tags["fusion_sweep.trial_key"] for r in runs]
+    assert len(keys) == len(set(keys)), "a trial has two MLflow runs"
+    assert all(r.info.status == "FINISHED" for r in runs)
+    assert before <= set(keys)
+    seeds = sorted({int(r.data.params["seed"]) for r in runs})
+    last = re.findall(r"adaptive round (\d+): (.*)", out2)[-1]
+    assert last[1].startswith("every comparison decided or out of seeds"), out2[-3000:]
+    # the seeds run are the space's, then rounds of 2, never past the budget
+    assert seeds == list(range(len(seeds))) and 3 <= len(seeds) <= 7 and (len(seeds) - 3) % 2 == 0
+    code = code_fingerprint()
+    want = {c.trial_key(code) for c in load_space(path).grid()} | {
+        p.key for s in seeds[3:] for fam in families(load_space(path))
+        for p in adaptive.family_points(load_space(path), fam, [s], code)}
+    assert set(keys) == want
+    from fusion_sweep import tracking
+
+    tr = tracking.SweepTracker(mlflow_server, "fusion-sweep")
+    parent = tr.find_parent("adapt")
+    assert parent.info.status == "FINISHED" and "max_seeds" in parent.data.tags[ADAPTIVE]
+    print(f"\n[adaptive] killed after {len(before)} finished trials; resumed to {len(keys)} "
+          f"trials, seeds {seeds}, no duplicates")

@@ -1,0 +1,202 @@
+"""Anytime-valid confidence sequences and the adaptive-seed stopping rule (analysis.sequential)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from analysis import sequential as sq
+from analysis import sequential_report as sr
+from analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, VERDICTS, WORSE, AnalysisError
+
+
+def _paths(seed: int, paths: int, n: int, mu: float, sigma: float) -> np.ndarray:
+    return np.random.default_rng(seed).normal(mu, sigma, (paths, n))  # (paths, n)
+
+
+def test_coverage_is_uniform_over_n() -> None:
+    """P(mu outside the CS at SOME n <= 50) <= alpha, over 400 simulated paths.
+
+    The running intersection is monotone, so a miss at any n shows at n = 50. Tolerance:
+    if the true miss rate were alpha = 0.05, 400 paths give SD 0.011; the bound alpha +
+    2.33 SD (one-sided 99%) = 0.076 fails a CS that misses as often as naive t-intervals.
+    """
+    mu, alpha = 0.07, 0.05
+    d = _paths(0, 400, 50, mu, 0.1)
+    low, high = sq.cs_bounds(d, alpha)
+    miss = np.mean((low[:, -1] > mu) | (high[:, -1] < mu))
+    assert miss <= alpha + 2.33 * math.sqrt(alpha * (1 - alpha) / 400)
+    # The check has teeth: fixed-n t-intervals looked at every n miss far more often.
+    n = np.arange(2, 51)
+    m = np.cumsum(d, 1)[:, 1:] / n
+    s = np.array([[d[i, :k].std(ddof=1) for k in n] for i in range(d.shape[0])])
+    half = sps.t.isf(alpha / 2, n - 1) * s / np.sqrt(n)
+    naive_miss = np.mean(np.any(np.abs(m - mu) > half, axis=1))
+    assert naive_miss > 0.15 > miss
+
+
+def test_closed_form_matches_the_mixture_integral() -> None:
+    """log BF_n = log of the Gaussian-mixture x right-Haar marginal likelihood ratio,
+    integrated numerically on a grid over (mu, log sigma): dsigma/sigma = d log sigma."""
+    d = np.array([0.06, -0.02, 0.11, 0.04, 0.09])
+    phi, mu0, n = 0.25, 0.01, 5
+    ss, mean = float(((d - d.mean()) ** 2).sum()), float(d.mean())
+    u = np.linspace(np.log(3e-3), np.log(3.0), 1201)[:, None]  # log sigma
+    mu = np.linspace(-1.0, 1.0, 2001)[None, :]
+    sig = np.exp(u)
+
+    def loglik(m: np.ndarray) -> np.ndarray:
+        return -n * np.log(sig) - (ss + n * (mean - m) ** 2) / (2 * sig**2)
+
+    h1 = loglik(mu) + sps.norm.logpdf(mu, mu0, sig / math.sqrt(phi))  # (u, mu)
+    h0 = loglik(np.array([[mu0]]))[:, 0]  # (u,)
+    top = h1.max()
+    num = np.trapezoid(np.trapezoid(np.exp(h1 - top), mu[0], axis=1), u[:, 0])
+    den = np.trapezoid(np.exp(h0 - top), u[:, 0])
+    assert sq.mixture_log_bf(d, mu0, phi)[-1] == pytest.approx(math.log(num / den), abs=1e-4)
+    assert sq.mixture_log_bf(d, mu0, phi)[0] == 0.0  # BF_1 = 1: the martingale starts at 1
+
+
+def test_cs_is_the_set_where_bf_is_below_one_over_alpha() -> None:
+    d = _paths(1, 1, 12, 0.05, 0.1)[0]
+    low, high = sq.cs_bounds(d, 0.05, intersect=False)
+    for bound in (low[-1], high[-1]):
+        assert math.exp(sq.mixture_log_bf(d, bound)[-1]) == pytest.approx(20.0, rel=1e-9)
+    # Duality: 0 outside the running CS at level a exactly when the anytime p <= a.
+    cs = sq.confidence_sequence(d, 0.05)
+    for a in (0.5, 0.2, 0.05, 0.01):
+        out = sq.confidence_sequence(d, a)
+        excluded = (out.low > 0) | (out.high < 0)
+        assert np.array_equal(excluded, cs.p_anytime <= a)
+
+
+def test_running_intersection_and_vectorized_bounds() -> None:
+    d = _paths(2, 5, 20, 0.0, 1.0)
+    low, high = sq.cs_bounds(d, 0.1)
+    assert np.all(low[:, 1:] >= low[:, :-1]) and np.all(high[:, 1:] <= high[:, :-1])
+    for row, lo, hi in zip(d, low, high):
+        cs = sq.confidence_sequence(row, 0.1)
+        np.testing.assert_array_equal(cs.low, lo)
+        np.testing.assert_array_equal(cs.high, hi)
+        assert np.all(cs.raw_low <= cs.low) and np.all(cs.raw_high >= cs.high)
+
+
+def test_unbounded_before_a_variance_estimate_and_wider_than_fixed_n() -> None:
+    assert np.isinf(sq.radius_multiplier(1, 0.05))
+    assert np.isinf(sq.radius_multiplier(3, 0.05 / 6))  # too few seeds at alpha/6
+    n = np.arange(5, 51)
+    mult = sq.radius_multiplier(n, 0.05)
+    assert np.all(np.isfinite(mult)) and np.all(mult > sps.t.isf(0.025, n - 1))
+    same = sq.cs_bounds(np.full(8, 0.02), 0.05)  # SD 0: no information, inconclusive
+    assert np.all(np.isinf(same[0])) and np.all(np.isinf(same[1]))
+    assert sq.sequential_result(np.full(8, 0.02), margin=0.05).decision == INCONCLUSIVE
+
+
+def test_bonferroni_width_grows_with_m() -> None:
+    d = _paths(3, 1, 20, 0.1, 0.1)[0]
+    widths = [sq.sequential_result(d, m=m).path for m in (1, 6, 30)]
+    w = [p.high[-1] - p.low[-1] for p in widths]
+    assert w[0] < w[1] < w[2]
+    assert sq.bonferroni_alpha(0.05, 6) == pytest.approx(0.05 / 6)
+
+
+@pytest.mark.parametrize("low, high, margin, hib, expected", [
+    (0.01, 0.05, None, True, BETTER),
+    (0.01, 0.05, None, False, WORSE),
+    (-0.05, -0.01, 0.1, True, WORSE),
+    (-0.004, 0.004, 0.01, True, EQUIVALENT),
+    (-0.004, 0.012, 0.01, True, INCONCLUSIVE),  # sticks out of the margin on one side
+    (-0.01, 0.004, 0.01, True, INCONCLUSIVE),  # touching the margin is not inside it
+    (-0.004, 0.004, None, True, INCONCLUSIVE),  # no margin: never equivalent
+    (0.001, 0.004, 0.01, True, BETTER),  # excludes 0 first, as analysis.stats.verdict
+    (-math.inf, math.inf, 0.01, True, INCONCLUSIVE),
+    (0.03, 0.02, 0.01, True, INCONCLUSIVE),  # empty intersection: decides nothing
+])
+def test_sequential_decision(low: float, high: float, margin: float | None, hib: bool,
+                             expected: str) -> None:
+    got = sq.sequential_decision(low, high, margin, hib)
+    assert got == expected and got in VERDICTS
+
+
+def test_stopping_rule_stops_on_clear_effects_and_continues_when_undecided() -> None:
+    clear = {("short", "sinusoidal"): {"concat": _paths(4, 1, 10, 0.3, 0.05)[0],
+                                       "gate": _paths(5, 1, 10, -0.3, 0.05)[0]}}
+    plan = sq.stopping_rule(clear, alpha=0.05, margin=0.01)
+    assert plan.stop and not plan.undecided and not plan.seeds_to_add
+    assert [r.decision for r in plan.results] == [BETTER, WORSE]
+    assert plan.m == 2 and plan.alpha_each == pytest.approx(0.025)
+
+    mixed = {**clear, ("long", "sinusoidal"): {"concat": _paths(6, 1, 10, 0.0, 0.1)[0],
+                                               "gate": _paths(7, 1, 10, 0.3, 0.05)[0]}}
+    plan = sq.stopping_rule(mixed, alpha=0.05, margin=0.01, seed_batch=5, max_seeds=50)
+    assert not plan.stop
+    assert plan.undecided == (("long", "sinusoidal"),)  # only the undecided family grows
+    assert plan.seeds_to_add == {("long", "sinusoidal"): 5}
+    assert plan.for_family(("long", "sinusoidal"))[0].decision == INCONCLUSIVE
+    assert plan.m == 4
+
+    capped = sq.stopping_rule(mixed, max_seeds=12, seeds_run={("long", "sinusoidal"): 10})
+    assert capped.seeds_to_add == {("long", "sinusoidal"): 2}
+    spent = sq.stopping_rule(mixed, max_seeds=10)
+    assert spent.stop and spent.exhausted == (("long", "sinusoidal"),) and not spent.undecided
+
+
+def test_stopping_rule_equivalence_margin_per_family_and_fixed_m() -> None:
+    tiny = _paths(8, 1, 40, 0.0, 0.004)[0]
+    fams = {"a": {"x": tiny}, "b": {"x": tiny}}
+    plan = sq.stopping_rule(fams, margin={"a": 0.01})  # "b" has no margin: never equivalent
+    assert [r.decision for r in plan.results] == [EQUIVALENT, INCONCLUSIVE]
+    assert plan.undecided == ("b",)
+    wider = sq.stopping_rule(fams, margin=0.01, m=20)  # planned m, not the m passed in
+    assert wider.m == 20 and wider.results[0].alpha_each == pytest.approx(0.0025)
+    assert sq.stopping_rule({"a": {"x": []}}).results[0].decision == INCONCLUSIVE  # no pairs yet
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: sq.cs_bounds([0.1, 0.2], alpha=0.0), "alpha must be in the open interval"),
+    (lambda: sq.cs_bounds([0.1, 0.2], alpha=1.0), "alpha must be in the open interval"),
+    (lambda: sq.stopping_rule({"a": {"x": [0.1, 0.2]}}, alpha=1.5), "alpha must be in the open"),
+    (lambda: sq.confidence_sequence([0.1, float("nan")]), "deltas must be finite"),
+    (lambda: sq.confidence_sequence([0.1, float("inf")]), "deltas must be finite"),
+    (lambda: sq.confidence_sequence([]), "at least 1 paired delta"),
+    (lambda: sq.stopping_rule({"a": {"x": [0.1]}}, max_seeds=1),
+     "max_seeds must be an integer >= 2"),
+    (lambda: sq.stopping_rule({"a": {"x": [0.1]}}, seed_batch=0), "seed_batch must be"),
+    (lambda: sq.stopping_rule({"a": {"x": [0.1]}, "b": {"y": [0.2]}}, m=1), "m must count every"),
+    (lambda: sq.stopping_rule({}), "at least one family"),
+    (lambda: sq.stopping_rule({"a": {}}), "at least one comparison"),
+    (lambda: sq.cs_bounds([0.1, 0.2], phi=0.0), "phi .* must be a finite number > 0"),
+    (lambda: sq.sequential_decision(-0.1, 0.1, -0.01, True), "equivalence margin must be"),
+    (lambda: sq.bonferroni_alpha(0.05, 0), "m .* must be an integer >= 1"),
+])
+def test_bad_inputs_are_refused_with_a_clear_message(call, match: str) -> None:
+    with pytest.raises(AnalysisError, match=match):
+        call()
+
+
+def test_results_are_json_ready() -> None:
+    plan = sq.stopping_rule({("d", "pe"): {("concat", "add"): [0.1, 0.12, 0.09, 0.11, 0.1, 0.13]}},
+                            margin=0.01)
+    out = json.loads(json.dumps(plan.results[0].to_dict(), allow_nan=False))
+    assert out["family"] == ["d", "pe"] and out["n"] == 6 and out["decision"] in VERDICTS
+    assert out["path"]["low"][0] is None  # unbounded at n = 1
+    assert len(out["path"]["mean"]) == 6
+
+
+def test_report_table_and_figure(tmp_path) -> None:
+    fams = {("synthetic-short", "sinusoidal"): {
+        "concat vs add": _paths(9, 1, 15, 0.2, 0.05)[0],
+        "gate-scalar vs add": _paths(10, 1, 15, 0.0, 0.1)[0]}}
+    plan = sq.stopping_rule(fams, margin=0.01)
+    table = sr.sequential_table(plan.results)
+    assert table.headers == sr.SEQUENTIAL_HEADERS and len(table.rows) == 2
+    assert table.rows[0][-1] == BETTER and table.rows[1][-1] == INCONCLUSIVE
+    assert any(sr.DESCRIPTIVE_LABEL in f for f in table.footnotes)
+    md = sr.markdown_rows(plan.results)
+    assert md[0].startswith("| family") and len(md) == 4
+    blocks = sr.sequential_blocks(plan.results, tmp_path)
+    png = tmp_path / blocks[-1][1]
+    assert blocks[-1][0] == "img" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
