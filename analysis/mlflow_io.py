@@ -30,7 +30,7 @@ from typing import Any
 
 import pandas as pd
 from fusion_sweep.schema import (
-    CODE_FINGERPRINT, DEFAULT_EXPERIMENT, FINGERPRINT_TAGS, IDENTITY_FIELDS, IDENTITY_TAG,
+    ADAPTIVE, CODE_FINGERPRINT, DEFAULT_EXPERIMENT, FINGERPRINT_TAGS, IDENTITY_FIELDS, IDENTITY_TAG,
     PARENT, ROLE, SWEEP, TRIAL_KEY, decode_param, encode_param, resolve_tracking_uri,
 )
 
@@ -153,6 +153,8 @@ def load_sweep(
               "parent_run_id": parent.info.run_id, "experiment_id": exp.experiment_id,
               "n_runs": len(trials), "space": space_choices(parent.data.params),
               "code_fingerprint": parent.data.tags.get(CODE_FINGERPRINT)}
+    if parent.data.tags.get(ADAPTIVE):  # launched with --until-decided: seeds chosen adaptively
+        source["adaptive"] = decode_param(parent.data.tags[ADAPTIVE])
     df = rows_to_frame(complete, f"MLflow sweep {name!r} (experiment {experiment!r}, parent run "
                                  f"{parent.info.run_id})")
     return df, source, warnings

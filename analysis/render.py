@@ -19,7 +19,7 @@ from analysis.tables import (
     comparison_table, dropped_table, fusion_by_dataset_tables, interaction_table,
     pe_by_fusion_tables, seeds_needed_table, variant_by_dataset_tables,
 )
-from analysis.text import VERDICT_RULE, is_numeric_cell, source_line
+from analysis.text import VERDICT_RULE, descriptive, is_numeric_cell, source_line
 
 # Block kinds: ("h1"|"h2"|"h3"|"p", text), ("ul", [text]), ("table", Table), ("img", file, alt)
 Block = tuple
@@ -65,6 +65,10 @@ def build_blocks(report: Report, out: Path) -> list[Block]:
     if report.arms:
         b.append(("h2", "Each arm over its seeds"))
         b.append(("table", arms_table(report)))
+    if report.sequential is not None:
+        from analysis.sequential_report import sequential_blocks
+
+        b += sequential_blocks(report.sequential_results, out)
     b += _comparison_blocks(report, out)
     b += _interaction_blocks(report, out)
     b.append(("h2", "Seeds needed"))
@@ -85,7 +89,7 @@ def _comparison_blocks(report: Report, out: Path) -> list[Block]:
     b: list[Block] = [("h2", "Comparisons per length regime")]
     axis = report.settings.axis
     for metric, regime, group, comps in blocks_by_regime(report):
-        table = comparison_table(report, metric, regime, group, comps)
+        table = descriptive(report, comparison_table(report, metric, regime, group, comps))
         b.append(("table", table))
         if comps:
             parts = [p for p in axis.path(group).split("/") if p]

@@ -162,6 +162,9 @@ class Report:
     chance: dict = field(default_factory=lambda: {"method": CHANCE_METHOD, "tests": []})
     arms: list[dict] = field(default_factory=list)  # ARM_KEYS dicts, regime short -> long
     claims: dict | None = None  # --claims: analysis.claims.evaluate's CLAIM_SET_KEYS dict
+    # An adaptive sweep: SEQUENTIAL_KEYS dict, and the results objects for the figure.
+    sequential: dict | None = None
+    sequential_results: list = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict:
         """The `--format json` object: exactly TOP_LEVEL_KEYS, NaN/inf -> null."""
@@ -179,6 +182,7 @@ class Report:
             "interaction": self.interaction,
             "chance": self.chance,
             "claims": self.claims,
+            "sequential": self.sequential,
         }
         assert tuple(out) == TOP_LEVEL_KEYS
         return _json_clean(out)
@@ -270,9 +274,30 @@ def analyze(
     if settings.claims is not None:
         from analysis.claims import evaluate, get_claim_set
         claims = evaluate(get_claim_set(settings.claims), df, settings, counts, regimes)
+    sequential, seq_results = sequential_section(comps, settings, source)
     return Report(source, settings, regimes, comps, dropped, warnings, interaction, df,
                   {"method": CHANCE_METHOD, "tests": arms},
-                  arm_summaries(df, settings, regimes, by_arm), claims)
+                  arm_summaries(df, settings, regimes, by_arm), claims, sequential, seq_results)
+
+
+def sequential_section(comps: list[dict], s: Settings, source: dict) -> tuple[dict | None, list]:
+    """For a sweep launched with --until-decided (source["adaptive"]): each comparison's
+    anytime-valid decision and seeds used, on the sweep's metric, with the multiplicity the
+    launch used. Fixed-n statistics of such a sweep are then only descriptive: the seed count
+    depended on the data (optional stopping), which fixed-n p-values and Holm do not allow."""
+    adaptive = source.get("adaptive")
+    if not adaptive:
+        return None, []
+    from analysis.sequential import from_comparisons
+    from analysis.sequential_report import DESCRIPTIVE_LABEL
+
+    metric = (source.get("space") or {}).get("metric") or s.metrics[0]
+    alpha = float(adaptive.get("alpha", s.alpha))
+    mine = [c for c in comps if c["metric"] == metric]
+    results = from_comparisons(mine, alpha)
+    return {"adaptive": dict(adaptive), "metric": metric, "alpha": alpha, "m": len(mine),
+            "fixed_n_label": DESCRIPTIVE_LABEL,
+            "results": [r.to_dict() for r in results]}, results
 
 
 def arm_summaries(df: pd.DataFrame, s: Settings, regimes: list[Regime],

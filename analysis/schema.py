@@ -105,6 +105,9 @@ TOP_LEVEL_KEYS: tuple[str, ...] = (
     "interaction", "chance",
     # `--claims NAME`: the paper's claims against the sweep (analysis.claims); null without.
     "claims",
+    # An adaptive sweep (`launch --until-decided`): the anytime-valid sequential decision of
+    # each comparison (SEQUENTIAL_KEYS); null for a fixed-seed sweep.
+    "sequential",
 )
 # One entry per arm (dataset, variant, metric): the per-seed spread that every paired
 # comparison is judged against. sd is the sample SD over seeds (ddof 1; null for n < 2).
@@ -115,6 +118,10 @@ ARM_KEYS: tuple[str, ...] = (
 # As in `comparisons`: encoder/pe/fusion/variant are the arm's, baseline (user's form) and
 # baseline_variant the reference's. A superseded run has metric, baseline and
 # baseline_variant null (it is a run, not a pair).
+# `sequential`: the sweep's adaptive settings, the multiplicity, the label of the fixed-n
+# statistics, and one analysis.sequential.SequentialResult.to_dict() per comparison.
+SEQUENTIAL_KEYS: tuple[str, ...] = ("adaptive", "metric", "alpha", "m", "fixed_n_label",
+                                    "results")
 DROPPED_KEYS: tuple[str, ...] = (
     "dataset", "encoder", "pe", "metric", "fusion", "baseline", "variant", "baseline_variant",
     "seed", "reason", "detail",

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Hashable, Mapping
+from typing import Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -459,3 +459,24 @@ def _finite(x: float) -> float | None:
 
 def _jsonable_key(key: Hashable) -> object:
     return list(key) if isinstance(key, tuple) else key
+
+
+def from_comparisons(comps: Sequence[Mapping], alpha: float, phi: float = DEFAULT_PHI
+                     ) -> list[SequentialResult]:
+    """The sequential decision of each comparison of an adaptive sweep's report.
+
+    comps: the report's comparison entries of ONE metric (each with `seeds`, `deltas` =
+    arm − reference per seed, `equivalence_margin`, `higher_is_better`, `dataset`, `variant`,
+    `baseline_variant`). m = len(comps): the Bonferroni family `launch --until-decided` used
+    (every comparison of the sweep against its baseline). Deltas are taken in seed order, the
+    order in which the sweep added them.
+    """
+    out = []
+    for c in comps:
+        order = np.argsort(np.asarray(c["seeds"], dtype=int), kind="stable")
+        deltas = np.asarray(c["deltas"], dtype=float)[order]  # (n,)
+        out.append(sequential_result(
+            deltas, alpha=alpha, m=max(len(comps), 1), margin=c["equivalence_margin"],
+            higher_is_better=bool(c["higher_is_better"]), phi=phi, family=c["dataset"],
+            comparison=f"{c['variant']} vs {c['baseline_variant']}"))
+    return out

@@ -39,8 +39,16 @@ def format_text(report: Report) -> str:
                                                for w in report.warnings))
     if report.arms:
         parts.append(layout(arms_table(report)))
+    if report.sequential is not None:
+        from analysis.sequential_report import sequential_table
+
+        seq = report.sequential
+        parts.append(layout(sequential_table(
+            report.sequential_results,
+            f"Sequential decisions (adaptive seeds, {seq['metric']}): the verdicts of this sweep")))
     for metric, regime, group, comps in blocks_by_regime(report):
-        parts.append(layout(comparison_table(report, metric, regime, group, comps)))
+        parts.append(layout(descriptive(report, comparison_table(report, metric, regime, group,
+                                                                 comps))))
     if report.interaction["tests"]:
         parts.append(layout(interaction_table(report)))
     else:
@@ -51,6 +59,15 @@ def format_text(report: Report) -> str:
     if report.claims is not None:
         parts.append(format_claims(report.claims))
     return "\n\n".join(parts) + "\n"
+
+
+def descriptive(report: Report, table: Table) -> Table:
+    """An adaptive sweep's fixed-n table, labelled as descriptive (its seed count depended
+    on the data, so its p-values and verdicts are not valid tests)."""
+    if report.sequential is None:
+        return table
+    return Table(f"{table.title} ({report.sequential['fixed_n_label']})", table.headers,
+                 table.rows, table.footnotes)
 
 
 def format_claims(claims: dict) -> str:

@@ -33,7 +33,6 @@ from typing import Any, Mapping, TextIO
 
 import numpy as np
 
-from analysis.schema import INCONCLUSIVE
 from fusion_sweep.schema import VARIANT_FIELDS
 
 DEFAULT_MAX_SEEDS = 20
@@ -209,36 +208,30 @@ def family_deltas(space: Any, fam: Family, values: Mapping[str, float], code: st
     return out
 
 
-def decide_family(space: Any, fam: Family, values: Mapping[str, float], code: str,
-                  state: AdaptiveState) -> list[dict]:
-    """Each comparison of `fam`: its anytime-valid CS at alpha/m (Bonferroni over every
-    comparison of the sweep) on the seeds finished so far, and the decision."""
-    from analysis.sequential import sequential_result
-
-    rows = []
-    for label, (seeds, deltas) in family_deltas(space, fam, values, code).items():
-        r = sequential_result(deltas, alpha=state.settings.alpha, m=state.n_comparisons,
-                              margin=state.margin.get(fam.dataset),
-                              higher_is_better=state.higher_is_better, family=fam.key,
-                              comparison=label)
-        rows.append({"dataset": fam.dataset, "comparison": label, "n": int(seeds.size),
-                     "mean_delta": r.mean_delta, "cs_low": r.cs_low, "cs_high": r.cs_high,
-                     "decision": r.decision})
-    return rows
-
-
 def next_round(pf: Any, out: TextIO) -> list:
-    """Decide every comparison on what has finished; print the round's decisions; extend the
+    """Decide every comparison on what has finished (`analysis.sequential.stopping_rule`, the
+    rule benchmarks/sequential_validity.py simulates); print the round's decisions; extend the
     undecided families' seeds and return their new grid points ([] = the sweep is done)."""
+    from analysis.sequential import stopping_rule
+
     state: AdaptiveState = pf.adaptive
     values = finished_values(pf.tracker, pf.name, state.metric)
+    deltas = {f.key: {label: d for label, (_, d) in
+                      family_deltas(pf.space, f, values, pf.code).items()}
+              for f in state.families}
+    plan = stopping_rule(deltas, alpha=state.settings.alpha,
+                         margin={f.key: state.margin.get(f.dataset) for f in state.families},
+                         higher_is_better=state.higher_is_better,
+                         max_seeds=state.settings.max_seeds, seed_batch=state.settings.seed_batch,
+                         seeds_run={f.key: len(f.seeds) for f in state.families},
+                         m=state.n_comparisons)
     state.rounds += 1
-    state.last, new_points = [], []
+    state.last = [{"dataset": r.family[0], "comparison": str(r.comparison), "n": r.n,
+                   "mean_delta": r.mean_delta, "cs_low": r.cs_low, "cs_high": r.cs_high,
+                   "decision": r.decision} for r in plan.results]
+    new_points = []
     for fam in state.families:
-        rows = decide_family(pf.space, fam, values, pf.code, state)
-        state.last.extend(rows)
-        undecided = [r for r in rows if r["decision"] == INCONCLUSIVE]  # analysis.schema
-        seeds = state.next_seeds(fam) if undecided else []
+        seeds = state.next_seeds(fam)[:plan.seeds_to_add.get(fam.key, 0)]
         if seeds:
             new_points += family_points(pf.space, fam, seeds, pf.code)
             fam.seeds += seeds

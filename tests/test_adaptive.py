@@ -147,5 +147,91 @@ def test_killed_adaptive_sweep_resumes_without_duplicates(mlflow_server, tmp_pat
     tr = tracking.SweepTracker(mlflow_server, "fusion-sweep")
     parent = tr.find_parent("adapt")
     assert parent.info.status == "FINISHED" and "max_seeds" in parent.data.tags[ADAPTIVE]
+    # `stats` reads the adaptive tag: sequential decisions first, fixed-n tables descriptive
+    st = subprocess.run([sys.executable, "-m", "fusion_sweep.cli", "stats", "--sweep", "adapt",
+                         "--tracking-uri", mlflow_server, "--bootstrap", "200"], cwd=tmp_path,
+                        env=env, capture_output=True, text=True, timeout=300)
+    assert st.returncode == 0, st.stderr[-2000:]
+    assert "Sequential decisions (adaptive seeds, test_acc)" in st.stdout
+    assert "descriptive: the seed count was chosen adaptively" in st.stdout
     print(f"\n[adaptive] killed after {len(before)} finished trials; resumed to {len(keys)} "
           f"trials, seeds {seeds}, no duplicates")
+
+
+# -------------------------------------------------------------------- stats on an adaptive sweep
+def test_stats_of_an_adaptive_sweep_reports_sequential_decisions(tmp_path):
+    """`stats` on a sweep launched with --until-decided: each comparison's anytime-valid
+    decision and seeds used, and the fixed-n tables labelled descriptive (text, JSON, HTML)."""
+    import json
+
+    from analysis.demo import synthetic_results
+    from analysis.render import write_report
+    from analysis.report import Settings, analyze
+    from analysis.schema import SEQUENTIAL_KEYS, TOP_LEVEL_KEYS
+    from analysis.sequential_report import DESCRIPTIVE_LABEL
+    from analysis.text import format_text
+
+    from analysis.load import tidy
+
+    df = tidy(synthetic_results())
+    source = {"kind": "mlflow", "space": {"metric": "test_acc"},
+              "adaptive": {"max_seeds": 20, "seed_batch": 5, "alpha": 0.05}}
+    report = analyze(df, Settings(baseline="add", n_boot=200), source)
+    seq = report.to_dict()["sequential"]
+    assert "sequential" in TOP_LEVEL_KEYS and tuple(seq) == SEQUENTIAL_KEYS
+    comps = [c for c in report.comparisons if c["metric"] == "test_acc"]
+    assert seq["m"] == len(comps) == len(seq["results"]) and seq["alpha"] == 0.05
+    for r, c in zip(seq["results"], comps):
+        assert r["n"] == c["n"] and r["decision"] in ("better", "worse", "equivalent",
+                                                      "inconclusive")
+        assert abs(r["mean_delta"] - c["mean_delta"]) < 1e-12
+    text = format_text(report)
+    assert "Sequential decisions (adaptive seeds, test_acc)" in text
+    assert text.count(DESCRIPTIVE_LABEL) >= len({(c["dataset"], c["pe"]) for c in comps})
+    paths = write_report(report, tmp_path)
+    html = paths["html"].read_text()
+    assert "Adaptive seeds: sequential decisions" in html and "sequential_cs.png" in html
+    assert (tmp_path / "sequential_cs.png").stat().st_size > 1000
+    fixed = analyze(df, Settings(baseline="add", n_boot=200), {"kind": "table"})
+    assert fixed.to_dict()["sequential"] is None and DESCRIPTIVE_LABEL not in format_text(fixed)
+    json.dumps(report.to_dict(), allow_nan=False)
+
+
+# ------------------------------------------------------- one round of the launch's loop
+class _Run:
+    def __init__(self, key: str, value: float) -> None:
+        from types import SimpleNamespace
+
+        self.info = SimpleNamespace(status="FINISHED")
+        self.data = SimpleNamespace(metrics={"test_acc": value},
+                                    tags={"fusion_sweep.trial_key": key})
+
+
+def _round(space, values_by_fusion, max_seeds=10):
+    """One `next_round` over fake finished runs: value(fusion, seed) from the mapping."""
+    import io
+    from types import SimpleNamespace
+
+    code = code_fingerprint()
+    runs = [_Run(c.trial_key(code), values_by_fusion[c.fusion](c.seed)) for c in space.grid()]
+    state = AdaptiveState.for_space(space, AdaptiveSettings(max_seeds=max_seeds, seed_batch=3))
+    pf = SimpleNamespace(adaptive=state, space=space, name="s", code=code,
+                         tracker=SimpleNamespace(trial_runs=lambda sweep: runs))
+    out = io.StringIO()
+    return adaptive.next_round(pf, out), state, out.getvalue()
+
+
+def test_a_round_stops_on_a_clear_effect_and_adds_seeds_to_an_undecided_one():
+    space = parse_space(_space(seeds=list(range(6))))
+    noise = [0.01, -0.02, 0.015, -0.005, 0.02, -0.01]
+    clear = {"add": lambda s: 0.5 + noise[s], "concat": lambda s: 0.9 + noise[s] / 2}
+    points, state, text = _round(space, clear)
+    assert points == [] and state.last[0]["decision"] == "better"
+    assert "every comparison decided or out of seeds: done" in text
+    unclear = {"add": lambda s: 0.5 + noise[s], "concat": lambda s: 0.5 - noise[s]}
+    points, state, text = _round(space, unclear)
+    assert state.last[0]["decision"] == "inconclusive" and "adding seeds" in text
+    assert sorted({p.config.seed for p in points}) == [6, 7, 8]
+    assert sorted({p.config.fusion for p in points}) == ["add", "concat"]  # the whole family
+    points, state, _ = _round(space, unclear, max_seeds=6)
+    assert points == []  # out of seeds: stops undecided

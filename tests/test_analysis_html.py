@@ -26,3 +26,20 @@ def test_report_renders_with_images_loaded(tmp_path: Path) -> None:
     next(rdir.glob("forest_*.png")).unlink()
     loaded, total = check.images_loaded(CHROMIUM, html)
     assert loaded == total - 1
+
+
+def test_adaptive_sweep_report_shows_confidence_sequences(tmp_path: Path) -> None:
+    """An adaptive sweep's report (issue 13): the confidence-sequence figure loads in Chromium
+    beside the comparison figures."""
+    from analysis.demo import synthetic_results
+    from analysis.load import tidy
+    from analysis.render import write_report
+    from analysis.report import Settings, analyze
+
+    source = {"kind": "mlflow", "space": {"metric": "test_acc"},
+              "adaptive": {"max_seeds": 20, "seed_batch": 5, "alpha": 0.05}}
+    report = analyze(tidy(synthetic_results()), Settings(baseline="add", n_boot=200), source)
+    html = write_report(report, tmp_path / "rep")["html"]
+    assert 'src="sequential_cs.png"' in html.read_text()
+    loaded, total = check.images_loaded(CHROMIUM, html)
+    assert total == 9 and loaded == total  # the 8 figures of a fixed sweep + the CS figure
