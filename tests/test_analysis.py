@@ -134,7 +134,7 @@ def test_json_schema_exact(csv: Path, capsys) -> None:
     assert code == 0
     rep = json.loads(out)
     assert list(rep) == ["source", "settings", "regimes", "warnings", "arms", "comparisons",
-                         "dropped", "interaction", "chance", "claims"]
+                         "dropped", "interaction", "chance", "claims", "sequential"]
     assert rep["claims"] is None  # no --claims
     assert rep["arms"] and all(list(a) == list(ARM_KEYS) for a in rep["arms"])
     assert rep["comparisons"]

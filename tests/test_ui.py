@@ -157,8 +157,8 @@ def test_view_state_and_url():
     assert tracking.ui_url("http://127.0.0.1:5000/") == \
         "http://127.0.0.1:5000/#/experiments?workflowType=machine_learning"
     st = tracking.trials_view_state()
-    assert st["selectedColumns"][:5] == ["params.`dataset`", "params.`pe`", "params.`fusion`",
-                                         "params.`seed`", "metrics.`test_acc`"]
+    assert st["selectedColumns"][:6] == ["params.`dataset`", "params.`encoder`", "params.`pe`",
+                                         "params.`fusion`", "params.`seed`", "metrics.`test_acc`"]
     assert st["columnOrder"][1:6] == st["selectedColumns"][:5]
     assert st["searchFilter"] == "tags.`fusion_sweep.role` = 'trial'"
     assert st["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "fusion_sweep.sweep"}]
