@@ -72,7 +72,7 @@ from analysis.stats import DELTA_DECIMALS
 # width over φ at n = 10-50 (benchmarks/sequential_validity.py --phi compares). Effects
 # here span d_z ~ 0.1-10 (accuracy deltas 0.01-0.4 over per-seed SDs 0.03-0.12).
 DEFAULT_PHI = 0.25
-DEFAULT_MAX_SEEDS = 50
+DEFAULT_MAX_SEEDS = 20  # `launch --until-decided --max-seeds` default
 DEFAULT_SEED_BATCH = 5
 NAN = float("nan")
 

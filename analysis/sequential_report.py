@@ -79,7 +79,7 @@ def cs_plot(results: Sequence[SequentialResult], path: str | Path, title: str = 
     """
     cols = min(3, max(1, len(results)))
     rows = max(1, math.ceil(len(results) / cols))
-    fig = Figure(figsize=(3.6 * cols, 2.7 * rows + (0.35 if title else 0)), dpi=110)
+    fig = Figure(figsize=(3.6 * cols, 3.0 * rows + (0.35 if title else 0)), dpi=110)
     FigureCanvasAgg(fig)
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     for ax, r in zip(axes, results):
@@ -115,8 +115,10 @@ def _cs_panel(ax, r: SequentialResult) -> None:
         ax.set_ylim(lo, hi)
         ax.set_xlim(1, max(2, p.n))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_title(f"{key_label(r.family)}\n{key_label(r.comparison)}: {r.decision} "
-                 f"(n = {r.n})", fontsize=7.5, color=color)
+    # "arm vs reference" on its own lines: variant labels are too long for one panel width
+    comparison = key_label(r.comparison).replace(" vs ", "\nvs ")
+    ax.set_title(f"{key_label(r.family)}: {r.decision} (n = {r.n})\n{comparison}",
+                 fontsize=7, color=color)
     ax.set_xlabel("seeds", fontsize=7)
     ax.set_ylabel("Δ (mean, CS)", fontsize=7)
     ax.tick_params(labelsize=7)

@@ -1,7 +1,7 @@
 """Is the adaptive-seed stopping rule valid, and how many seeds does it save? (issue 13 §3)
 
     python benchmarks/sequential_validity.py [--quick] [--sims N] [--seed S] [--alpha 0.05]
-        [--sigma 0.10] [--margin 0.01] [--phi 0.25] [--start 5] [--batch 5] [--max-seeds 50]
+        [--sigma 0.10] [--margin 0.01] [--phi 0.25] [--start 5] [--batch 5] [--max-seeds 20]
 
 Simulates whole adaptive sweeps with the rule of `fusion-sweep launch --until-decided`
 (analysis.sequential): 3 regimes (the stopping families) x 2 comparisons (two fusions vs one
@@ -16,7 +16,7 @@ Per seed, the two fusions and the baseline get independent N(0, σ²/2) noise, s
 Δ has SD σ and the two Δ of a family correlate 0.5 (shared baseline). σ = 0.10: the default
 sweep's per-seed SDs of single arms are 0.003-0.125 (README table), so paired deltas of
 about 0.1 are typical; the CS and the t-test are scale-free, so σ matters only next to the
-equivalence margin (0.01, the default sweep's: 0.1 σ, not reachable within 50 seeds).
+equivalence margin (0.01, the default sweep's: 0.1 σ, not reachable within the seed budget).
 
 Scenarios: the null (every Δ has mean 0): the rate of sweeps with any false better/worse,
 with its exact binomial 95% upper bound, and the same rule with fixed-n t-intervals at each
@@ -44,7 +44,8 @@ from statsmodels.stats.power import TTestPower
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, WORSE  # noqa: E402
 from analysis.sequential import (  # noqa: E402
-    DEFAULT_PHI, bonferroni_alpha, cs_bounds, sequential_decisions, stopping_rule,
+    DEFAULT_MAX_SEEDS, DEFAULT_PHI, bonferroni_alpha, cs_bounds, sequential_decisions,
+    stopping_rule,
 )
 
 FAMILIES, PER_FAMILY = 3, 2  # 3 regimes x (concat, gate-scalar) vs add
@@ -155,7 +156,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--phi", type=float, default=DEFAULT_PHI, help="mixture precision")
     ap.add_argument("--start", type=int, default=5)
     ap.add_argument("--batch", type=int, default=5)
-    ap.add_argument("--max-seeds", type=int, default=50)
+    ap.add_argument("--max-seeds", type=int, default=DEFAULT_MAX_SEEDS,
+                    help=f"seed budget per family (default {DEFAULT_MAX_SEEDS}, launch's)")
     ap.add_argument("--effects", type=float, nargs="+", default=list(EFFECTS),
                     help="d_z values to simulate besides the null (0.5 1 2)")
     args = ap.parse_args(argv)

@@ -35,8 +35,8 @@ import numpy as np
 
 from fusion_sweep.schema import VARIANT_FIELDS
 
-DEFAULT_MAX_SEEDS = 20
-DEFAULT_SEED_BATCH = 5
+from analysis.sequential import DEFAULT_MAX_SEEDS, DEFAULT_SEED_BATCH  # noqa: E402  one home
+
 DEFAULT_ALPHA = 0.05
 
 

@@ -254,6 +254,46 @@ def test_sweep_on_two_nodes_tracked_by_server(ray_cluster, mlflow_server, tmp_pa
     assert len(trial_runs(mlflow_server, "e2e")) == 4
 
 
+def test_ressformer_space_end_to_end_with_claims(ray_cluster, mlflow_server, tmp_path,
+                                                 monkeypatch):
+    """The shipped ReSSFormer space, shrunk to smoke-sized models (2 datasets, 2 seeds), on the
+    2-node cluster with the MLflow server; then `stats --claims ressformer` writes the claims
+    report (Markdown, HTML) and every variant is paired with the baseline by seed."""
+    import json
+
+    from fusion_sweep.sweep import launch
+
+    monkeypatch.chdir(tmp_path)
+    d = yaml.safe_load((SPACE_DIR / "ressformer.yaml").read_text())
+    small = yaml.safe_load((SPACE_DIR / "smoke.yaml").read_text())["hyperparameters"]
+    d.update(name="ress-e2e", datasets=["synthetic-short", "synthetic-short-shuffled"],
+             seeds=[0, 1], hyperparameters=small)
+    path = tmp_path / "ress.yaml"
+    path.write_text(yaml.safe_dump(d, sort_keys=False))
+    s = launch(str(path), address=ray_cluster.address, tracking_uri=mlflow_server,
+               storage=str(tmp_path / "ray_results"))
+    assert s.ok and s.finished == 7 * 2 * 2
+    runs = trial_runs(mlflow_server, "ress-e2e")
+    labels = {json.loads(r.data.tags["fusion_sweep.identity"])["encoder"] for r in runs}
+    assert labels == {"standard", "ressformer", "ressformer-no-soes", "ressformer-no-asam",
+                      "ressformer-no-r2mu"}
+    for r in runs:
+        assert r.data.metrics["flops_per_token"] > 0 and r.data.tags.get("fp.encoder_init")
+    out = tmp_path / "rep"
+    assert cli_main(["stats", "--sweep", "ress-e2e", "--tracking-uri", mlflow_server,
+                     "--claims", "ressformer", "--report", str(out), "--bootstrap", "200",
+                     "--format", "json"]) == 0
+    rep = json.loads((out / "stats.json").read_text())
+    assert {c["claim"] for c in rep["claims"]["claims"]} == {f"C{i}" for i in range(1, 8)}
+    assert not [x for x in rep["dropped"] if x["reason"] == "fingerprint_mismatch"]
+    short = [c for c in rep["comparisons"] if c["dataset"] == "synthetic-short"
+             and c["metric"] == "test_acc"]
+    assert len(short) == 6 and {c["baseline_variant"] for c in short} == {"standard/sinusoidal/add"}
+    assert all(c["n"] == 2 for c in short)  # every variant paired with the baseline by seed
+    for name in ("claims.md", "claims.html", "report.html"):
+        assert (out / name).stat().st_size > 0
+
+
 def test_sigkill_driver_then_resume(mlflow_server, tmp_path):
     """kill -9 a `fusion-sweep launch` (local Ray) mid-sweep; the relaunch trains only the rest."""
     space = slow_space(tmp_path, "killme", seeds=(0, 1, 2), epochs=6)
