@@ -147,7 +147,7 @@ def test_stopping_rule_stops_on_clear_effects_and_continues_when_undecided() -> 
 def test_stopping_rule_equivalence_margin_per_family_and_fixed_m() -> None:
     tiny = _paths(8, 1, 40, 0.0, 0.004)[0]
     fams = {"a": {"x": tiny}, "b": {"x": tiny}}
-    plan = sq.stopping_rule(fams, margin={"a": 0.01})  # "b" has no margin: never equivalent
+    plan = sq.stopping_rule(fams, margin={"a": 0.01}, max_seeds=50)  # "b" has no margin: never equivalent
     assert [r.decision for r in plan.results] == [EQUIVALENT, INCONCLUSIVE]
     assert plan.undecided == ("b",)
     wider = sq.stopping_rule(fams, margin=0.01, m=20)  # planned m, not the m passed in
