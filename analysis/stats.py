@@ -110,6 +110,8 @@ def _signed_rank_permutation(nonzero: np.ndarray) -> float:
     Same null distribution as scipy.stats.wilcoxon(method=PermutationMethod()), which
     calls the statistic once per flip (0.8 s at n = 13); here one vectorized call.
     """
+    if nonzero.size == 1:  # the two flips give T+ = 0 and T+ = r: both as extreme; scipy
+        return 1.0         # refuses a one-observation sample
     ranks = sps.rankdata(np.abs(nonzero))
     res = sps.permutation_test((np.sign(nonzero) * ranks,), _positive_rank_sum,
                                permutation_type="samples", vectorized=True, n_resamples=np.inf)

@@ -22,6 +22,10 @@ DEVICES = ("auto", "cpu", "cuda")
 
 
 
+# The encoder of every trial that names none (the reference architecture). Labels in messages
+# and progress lines leave it out, so the fusion study reads as before the encoder axis.
+DEFAULT_ENCODER = "standard"
+
 # Marks a model/optimisation field that no layer of the hyperparameter chain set.
 UNSET: Any = None
 CHAIN_FIELDS = ("max_len", "d_model", "heads", "layers", "dim_ff", "dropout", "attn_dropout",
@@ -49,7 +53,7 @@ class TrialConfig:
     # --- encoder body (models/encoder.py ENCODERS). The ReSSFormer fields below are read by
     # encoder "ressformer" only (models/ressformer.py documents each); every other encoder
     # requires them at these defaults, so a stray switch is an error, never silently ignored.
-    encoder: str = "standard"
+    encoder: str = DEFAULT_ENCODER
     soes: bool = True  # Self-Organizing Encoder Structure: content-only attention, no PE
     asam: bool = True  # Adaptive Sparse Attention: sparse activation, top-k keys, experts
     r2mu: bool = True  # Recurrent Reasoning & Memory Unit: one shared block T times + memory
@@ -155,9 +159,11 @@ class TrialConfig:
         return "/".join(str(i[k]) for k in VARIANT_FIELDS)
 
     def describe(self) -> str:
-        """One-line identity for messages: dataset/encoder/pe/fusion/seed N."""
-        i = self.identity()
-        return "/".join(str(i[k]) for k in IDENTITY_FIELDS if k != "seed") + f"/seed {self.seed}"
+        """One-line identity for messages: dataset/[encoder/]pe/fusion/seed N (the encoder
+        variant shown unless it is the default encoder), as the launch's progress lines."""
+        from fusion_sweep.progress import trial_label
+
+        return trial_label(self.identity())
 
     def identity(self) -> dict[str, Any]:
         """The trial's identity (`schema.IDENTITY_FIELDS`), encoder as its variant label."""

@@ -71,9 +71,11 @@ def trial_label(config: dict) -> str:
     encoder variant is shown after the dataset unless it is the standard encoder."""
     if isinstance(config, dict) and isinstance(config.get("trial"), dict):
         config = config["trial"]
+    from fusion_sweep.config import DEFAULT_ENCODER
+
     try:
-        enc = config.get("encoder", "standard")
-        enc = "" if enc == "standard" else f"{enc}/"
+        enc = config.get("encoder", DEFAULT_ENCODER)
+        enc = "" if enc == DEFAULT_ENCODER else f"{enc}/"
         return (f"{config['dataset']}/{enc}{config['pe']}/{config['fusion']}/"
                 f"seed {config['seed']}")
     except (KeyError, TypeError):

@@ -270,3 +270,15 @@ def test_partially_missing_fingerprints_are_flagged() -> None:
     assert "partial_fingerprints" in codes
     msg = next(w["message"] for w in res.warnings if w["code"] == "partial_fingerprints")
     assert "dropout missing on 3 of" in msg
+
+
+def test_wilcoxon_with_one_nonzero_delta_is_p_one() -> None:
+    """Two seeds, one tied pair (tiny models often tie): the exact conditional p over the two
+    sign flips of the one non-zero delta is 1 (scipy's permutation_test refuses n = 1)."""
+    from analysis.stats import compare_paired, wilcoxon_signed_rank
+
+    p, method = wilcoxon_signed_rank(np.array([0.0, 0.03]))
+    assert p == 1.0 and method.startswith("exact-permutation (zeros")
+    res = compare_paired(np.array([0.5, 0.53]), np.array([0.5, 0.5]), alpha=0.05, margin=None,
+                         n_resamples=200, rng=np.random.default_rng(0))
+    assert res["wilcoxon_p"] == 1.0

@@ -178,7 +178,8 @@ def test_sweep_on_two_nodes_tracked_by_server(ray_cluster, mlflow_server, tmp_pa
     assert s.ok and s.finished == len(points) == 4 and s.trained_now == 4 and s.failed == 0
 
     tr = tracking.SweepTracker(mlflow_server, "fusion-sweep")
-    parents = tr.client.search_runs([tr.experiment_id], "tags.`fusion_sweep.role` = 'sweep'")
+    parents = tr.client.search_runs([tr.experiment_id], "tags.`fusion_sweep.role` = 'sweep' and "
+                                    "tags.`fusion_sweep.sweep` = 'e2e'")
     assert len(parents) == 1
     parent = parents[0]
     assert parent.info.run_name == "e2e" and parent.info.status == "FINISHED"
@@ -231,13 +232,14 @@ def test_sweep_on_two_nodes_tracked_by_server(ray_cluster, mlflow_server, tmp_pa
                 storage=str(tmp_path / "ray_results"))
     assert s2.ok and s2.trained_now == 0 and s2.kept == 4
     assert len(trial_runs(mlflow_server, "e2e")) == 4
-    assert len(tr.client.search_runs([tr.experiment_id], "tags.`fusion_sweep.role` = 'sweep'")) == 1
+    assert len(tr.client.search_runs([tr.experiment_id], "tags.`fusion_sweep.role` = 'sweep' and "
+                                     "tags.`fusion_sweep.sweep` = 'e2e'")) == 1
 
     # --dry-run on the existing sweep says what a launch would do with each trial
     import io
     buf = io.StringIO()
     assert launch("smoke", name="e2e", tracking_uri=mlflow_server, dry_run=True, out=buf) is None
-    skips = re.findall(r"^  skip   synthetic-short/standard/sinusoidal/(add|concat)/seed \d  finished, run "
+    skips = re.findall(r"^  skip   synthetic-short/sinusoidal/(add|concat)/seed \d  finished, run "
                        r"([0-9a-f]{32})$", buf.getvalue(), re.M)
     assert len(skips) == 4 and {r for _, r in skips} == {r.info.run_id for r in runs}, buf.getvalue()
     assert "(dry run: nothing started; 4 skip)" in buf.getvalue()
