@@ -46,7 +46,7 @@ def add_parsers(subparsers: Any) -> None:
     shipped = ", ".join(shipped_spaces())
     p = subparsers.add_parser(
         "launch", help="run a search space's grid on Ray Tune, tracked in MLflow (resumes)",
-        description="Run one Ray Tune trial per (dataset, pe, fusion, seed) of a search space, each "
+        description="Run one Ray Tune trial per (dataset, encoder, pe, fusion, seed) of a search space, each "
                     "tracked as an MLflow run under the sweep's parent run. Launching an existing "
                     "sweep name resumes it: finished trials are never re-run, interrupted or "
                     "failed ones run again (also after the driver was killed).",

@@ -1,4 +1,4 @@
-"""Ray Tune orchestration: one Tune trial per (dataset, pe, fusion, seed).
+"""Ray Tune orchestration: one Tune trial per (dataset, encoder, pe, fusion, seed).
 
 `launch()` is `fusion-sweep launch`:
 
@@ -314,7 +314,7 @@ def run_trial(config: dict, *, ctx, configs: dict) -> None:
     """The Ray Tune function trainable: one grid point, tracked in its own MLflow run.
 
     Holds no state between trials (Ray reuses the actor); the trainer seeds every stream
-    from the trial's seed. `configs` maps (dataset, pe, fusion, seed) → TrialConfig dict.
+    from the trial's seed. `configs` maps the identity (schema.IDENTITY_FIELDS) → TrialConfig dict.
     """
     from ray import tune
 

@@ -1,12 +1,14 @@
 """One trial in plain PyTorch: `train_trial(config) -> TrialResult`. No Ray, no MLflow.
 
 Paired-seed protocol (docs/protocol.md): every random stream has its own seed derived from
-`(config.seed, config.dataset)` — data order, shared-module init, fusion init, PE init,
-dropout — so two trials with the same seed differ only in the fusion/PE variant, and trials
-of different datasets never start from correlated weights. The model is built under a forked
+`(config.seed, config.dataset)` (a structure-noise probe: its clean regime's name) — data
+order, embedding/classifier init, encoder-body init, fusion init, PE init, dropout — so two
+trials with the same seed differ only in the variant (encoder, pe, fusion), and trials of
+different datasets never start from correlated weights. The model is built under a forked
 global RNG, before the dropout stream is seeded: a variant's extra layers therefore cannot
-shift the dropout masks of the layers it shares. The result carries four fingerprints (split,
-batch order, shared initial weights, dropout stream) that the analysis checks before pairing.
+shift the dropout masks of the layers it shares. The result carries five fingerprints (split,
+batch order, embedding/classifier init, encoder-body init, dropout stream) that the analysis
+checks before pairing (the encoder body's only between trials of one encoder variant).
 """
 from __future__ import annotations
 
