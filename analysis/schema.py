@@ -30,15 +30,14 @@ A *variant* is (encoder, pe, fusion) within one dataset, labelled "encoder/pe/fu
 from __future__ import annotations
 
 # Identity and fingerprints have one home, shared with the sweep layer that writes them.
-from fusion_sweep.schema import (
-    ENCODER_FINGERPRINT_COLUMNS, FINGERPRINT_COLUMNS, IDENTITY_FIELDS, VARIANT_FIELDS,
-)
+from fusion_sweep.schema import (  # DEFAULT_ENCODER: re-exported for the analysis modules
+    DEFAULT_ENCODER, ENCODER_FINGERPRINT_COLUMNS, FINGERPRINT_COLUMNS, IDENTITY_FIELDS,
+    VARIANT_FIELDS,
+)  # noqa: F401
 
 KEY_COLUMNS: tuple[str, ...] = IDENTITY_FIELDS
 # What is compared within a dataset; the comparison axis is built from these (variants.py).
 VARIANT_COLUMNS: tuple[str, ...] = VARIANT_FIELDS
-# Inputs written before the encoder axis existed hold the standard encoder's trials.
-DEFAULT_ENCODER = "standard"
 # Checked in every pair.
 FP_COLUMNS: tuple[str, ...] = FINGERPRINT_COLUMNS
 # Checked only in a pair whose two arms have the same encoder label (the bodies of two

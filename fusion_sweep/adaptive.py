@@ -33,7 +33,6 @@ from typing import Any, Mapping, TextIO
 
 import numpy as np
 
-from fusion_sweep.schema import VARIANT_FIELDS
 
 from analysis.sequential import DEFAULT_MAX_SEEDS, DEFAULT_SEED_BATCH  # noqa: E402  one home
 
@@ -88,34 +87,23 @@ def variant_label(space: Any, dataset: str, variant: Mapping[str, Any]) -> str:
 
 
 def families(space: Any) -> list[Family]:
-    """The space's comparison families (see the module docstring), each with the space's seeds."""
-    fixed = _fixed_fields(space.baseline)
+    """The space's comparison families (see the module docstring), each with the space's
+    seeds: grouped by the same comparison axis `stats` uses (`analysis.variants`)."""
+    from analysis.variants import Variant, parse_baseline
+
+    axis = parse_baseline(space.baseline)
     out: list[Family] = []
     for d in space.datasets:
-        labels = {variant_label(space, d, v): v for v in space.variant_list()}
-        groups: dict[tuple, list[tuple[str, dict]]] = {}
-        for label, v in labels.items():
-            parts = dict(zip(VARIANT_FIELDS, label.split("/")))
-            groups.setdefault(tuple(parts[k] for k in VARIANT_FIELDS if k not in fixed),
-                              []).append((label, v))
+        groups: dict[tuple, list[tuple[Variant, dict]]] = {}
+        for v in space.variant_list():
+            arm = Variant.parse(variant_label(space, d, v))
+            groups.setdefault(axis.group(arm), []).append((arm, v))
         for group, members in groups.items():
-            ref = [v for label, v in members if _matches(label, space.baseline, fixed)]
-            if not ref:
-                continue  # no reference arm in this group: nothing to compare
-            arms = [v for label, v in members if v is not ref[0]]
-            if arms:
+            ref = [v for arm, v in members if axis.matches(arm)]
+            arms = [v for arm, v in members if not axis.matches(arm)]
+            if ref and arms:  # a group without the reference arm has nothing to compare
                 out.append(Family(d, group, ref[0], arms, list(space.seeds)))
     return out
-
-
-def _fixed_fields(baseline: str) -> tuple[str, ...]:
-    return VARIANT_FIELDS if "/" in baseline else ("fusion",)
-
-
-def _matches(label: str, baseline: str, fixed: tuple[str, ...]) -> bool:
-    parts = dict(zip(VARIANT_FIELDS, label.split("/")))
-    given = dict(zip(VARIANT_FIELDS, baseline.split("/"))) if "/" in baseline else {"fusion": baseline}
-    return all(parts[k] == given[k] for k in fixed)
 
 
 def family_points(space: Any, fam: Family, seeds: list[int], code: str) -> list:
@@ -194,12 +182,13 @@ def family_deltas(space: Any, fam: Family, values: Mapping[str, float], code: st
                   ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{arm label: (seeds (n,), Δ = arm − reference (n,))} over the seeds both have finished."""
     ref_label = variant_label(space, fam.dataset, fam.reference)
+    ref_keys = {s: space.trial_config(fam.dataset, fam.reference, s).trial_key(code)
+                for s in fam.seeds}
     out = {}
     for arm in fam.arms:
         seeds, deltas = [], []
         for s in fam.seeds:
-            a = space.trial_config(fam.dataset, arm, s).trial_key(code)
-            b = space.trial_config(fam.dataset, fam.reference, s).trial_key(code)
+            a, b = space.trial_config(fam.dataset, arm, s).trial_key(code), ref_keys[s]
             if a in values and b in values:
                 seeds.append(s)
                 deltas.append(values[a] - values[b])

@@ -16,15 +16,11 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
-from fusion_sweep.schema import IDENTITY_FIELDS, NON_SEMANTIC_FIELDS
+from fusion_sweep.schema import DEFAULT_ENCODER, IDENTITY_FIELDS, NON_SEMANTIC_FIELDS
 
 DEVICES = ("auto", "cpu", "cuda")
 
 
-
-# The encoder of every trial that names none (the reference architecture). Labels in messages
-# and progress lines leave it out, so the fusion study reads as before the encoder axis.
-DEFAULT_ENCODER = "standard"
 
 # Marks a model/optimisation field that no layer of the hyperparameter chain set.
 UNSET: Any = None

@@ -71,7 +71,7 @@ def trial_label(config: dict) -> str:
     encoder variant is shown after the dataset unless it is the standard encoder."""
     if isinstance(config, dict) and isinstance(config.get("trial"), dict):
         config = config["trial"]
-    from fusion_sweep.config import DEFAULT_ENCODER
+    from fusion_sweep.schema import DEFAULT_ENCODER
 
     try:
         enc = config.get("encoder", DEFAULT_ENCODER)

@@ -30,6 +30,9 @@ IDENTITY_FIELDS: tuple[str, ...] = ("dataset", "encoder", "pe", "fusion", "seed"
 # ReSSFormer ablations share the name and differ in their switches. Trial runs carry the
 # identity as one JSON tag (IDENTITY_TAG) so readers never recompute it from params.
 IDENTITY_TAG = "fusion_sweep.identity"
+# The encoder of every trial that names none (the reference architecture); inputs written
+# before the encoder axis hold its trials, and labels in messages leave it out.
+DEFAULT_ENCODER = "standard"
 # Variant fields: what a comparison compares within one dataset.
 VARIANT_FIELDS: tuple[str, ...] = ("encoder", "pe", "fusion")
 PAIRING_FIELDS: tuple[str, ...] = tuple(f for f in IDENTITY_FIELDS if f != "seed")

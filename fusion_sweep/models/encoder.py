@@ -135,6 +135,15 @@ def field_defaults(config: Any) -> dict[str, Any]:
             if f.default is not dataclasses.MISSING}
 
 
+def changed_fields(config: Any, names: tuple[str, ...]) -> list[tuple[str, Any, Any]]:
+    """(field, value, default) of each of `names` the config sets away from its default: the
+    fields a stray value of would be silently ignored (another encoder's, a switched-off
+    part's)."""
+    defaults = field_defaults(config)
+    return [(f, getattr(config, f), defaults[f]) for f in names
+            if f in defaults and getattr(config, f) != defaults[f]]
+
+
 def order_from_pe(config: Any) -> str | None:
     """How the positional encoding lets a model see order, or None for a position-free pe."""
     level = POSITIONAL[config.pe].level if config.pe in POSITIONAL else "none"
@@ -165,17 +174,10 @@ class StandardEncoder(nn.Module):
     def config_errors(cls, config: Any) -> list[str]:
         """Every other encoder's fields must stay at their defaults: a stray switch would
         otherwise be silently ignored (and two identical trials would differ in config)."""
-        defaults = field_defaults(config)
-        errs = []
-        for name, other in ENCODERS.items():
-            if other is cls:
-                continue
-            for field in other.OPTION_FIELDS:
-                if field in defaults and getattr(config, field) != defaults[field]:
-                    errs.append(f"{field} applies only to encoder {name!r}; got "
-                                f"{field}={getattr(config, field)!r} with encoder 'standard': leave "
-                                f"it at its default ({defaults[field]!r}) or set encoder={name}")
-        return errs
+        return [f"{field} applies only to encoder {name!r}; got {field}={value!r} with encoder "
+                f"'standard': leave it at its default ({default!r}) or set encoder={name}"
+                for name, other in ENCODERS.items() if other is not cls
+                for field, value, default in changed_fields(config, other.OPTION_FIELDS)]
 
     @classmethod
     def order_visibility(cls, config: Any) -> str:

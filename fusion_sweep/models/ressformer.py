@@ -405,14 +405,10 @@ class ReSSFormerEncoder(nn.Module):
             errs.append(f"soes=true requires pe {' or '.join(map(repr, free))}, got pe {config.pe!r}: "
                         f"SOES is position-free attention (a content-only kernel replaces every "
                         f"positional encoding); set pe=none, or soes=false to use pe {config.pe!r}")
-        defaults = _encoder_module().field_defaults(config)
-        for s in SWITCHES:
-            if getattr(config, s) is False:
-                for f in SWITCH_FIELDS[s]:
-                    if f in defaults and getattr(config, f) != defaults[f]:
-                        errs.append(f"{f} configures {s.upper()} and has no effect with {s}=false; "
-                                    f"got {f}={getattr(config, f)!r}: leave it at its default "
-                                    f"({defaults[f]!r}) or set {s}=true")
+        errs += [f"{f} configures {s.upper()} and has no effect with {s}=false; got {f}={value!r}: "
+                 f"leave it at its default ({default!r}) or set {s}=true"
+                 for s in SWITCHES if getattr(config, s) is False
+                 for f, value, default in _encoder_module().changed_fields(config, SWITCH_FIELDS[s])]
         return errs
 
     @classmethod
