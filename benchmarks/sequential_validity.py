@@ -4,12 +4,12 @@
         [--sigma 0.10] [--margin 0.01] [--phi 0.25] [--start 5] [--batch 5] [--max-seeds 20]
 
 Simulates whole adaptive sweeps with the rule of `fusion-sweep launch --until-decided`
-(analysis.sequential): 3 regimes (the stopping families) x 2 comparisons (two fusions vs one
+(fusion_sweep.analysis.sequential): 3 regimes (the stopping families) x 2 comparisons (two fusions vs one
 baseline: the default sweep's design), so m = 6 and every CS is at alpha/6 (Bonferroni).
 Each family starts with `--start` seeds; after each round a family whose comparisons are not
 all decided (better / worse / equivalent within ±margin) gets `--batch` more, up to
 `--max-seeds`. Decisions use the running-intersection confidence sequence, exactly as
-`analysis.sequential.stopping_rule` (the first sweeps of every scenario are replayed through
+`fusion_sweep.analysis.sequential.stopping_rule` (the first sweeps of every scenario are replayed through
 that function and must agree).
 
 Per seed, the two fusions and the baseline get independent N(0, σ²/2) noise, so each paired
@@ -42,15 +42,15 @@ from scipy import stats as sps
 from statsmodels.stats.power import TTestPower
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, WORSE  # noqa: E402
-from analysis.sequential import (  # noqa: E402
+from fusion_sweep.analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, WORSE  # noqa: E402
+from fusion_sweep.analysis.sequential import (  # noqa: E402
     DEFAULT_MAX_SEEDS, DEFAULT_PHI, bonferroni_alpha, cs_bounds, sequential_decisions,
     stopping_rule,
 )
 
 FAMILIES, PER_FAMILY = 3, 2  # 3 regimes x (concat, gate-scalar) vs add
 EFFECTS = (0.5, 1.0, 2.0)
-REPLAY = 25  # sweeps per scenario replayed through analysis.sequential.stopping_rule
+REPLAY = 25  # sweeps per scenario replayed through fusion_sweep.analysis.sequential.stopping_rule
 
 
 def simulate_deltas(rng: np.random.Generator, sims: int, n: int, sigma: float,
@@ -88,7 +88,7 @@ def naive_bounds(d: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
 
 def replay(d: np.ndarray, looks: np.ndarray, alpha: float, margin: float | None, phi: float,
            max_seeds: int, batch: int) -> tuple[np.ndarray, np.ndarray]:
-    """One sweep d (F, C, N) round by round through analysis.sequential.stopping_rule."""
+    """One sweep d (F, C, N) round by round through fusion_sweep.analysis.sequential.stopping_rule."""
     run = {f: int(looks[0]) for f in range(d.shape[0])}
     while True:
         fams = {f: {c: d[f, c, :run[f]] for c in range(d.shape[1])} for f in run}
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"{null['null_error_upper95']:.4f} (alpha {args.alpha}); the same rule on fixed-n "
           f"t-intervals at alpha/m: {null['naive_t_null_error_rate']:.4f}")
     print(f"replayed {min(REPLAY, sims)} sweeps per scenario through "
-          "analysis.sequential.stopping_rule: identical seeds and decisions")
+          "fusion_sweep.analysis.sequential.stopping_rule: identical seeds and decisions")
     print(f"{time.perf_counter() - t0:.1f} s")
     result = {
         "n_sims": sims, "alpha": args.alpha, "alpha_each": alpha_each, "m": m,

@@ -1,7 +1,7 @@
 """Adaptive seeds: `fusion-sweep launch SPACE --until-decided` (issue 13).
 
 A sweep runs its space's seeds first. After each round, every comparison's mean paired Δ gets
-an anytime-valid confidence sequence (`analysis.sequential`); the families whose comparisons
+an anytime-valid confidence sequence (`fusion_sweep.analysis.sequential`); the families whose comparisons
 are not all decided (better, worse, or equivalent within the margin) get `seed_batch` new
 seeds, the others none; the sweep stops when every comparison is decided or every undecided
 family has `max_seeds` seeds. The confidence sequences stay valid under this optional stopping
@@ -34,7 +34,7 @@ from typing import Any, Mapping, TextIO
 import numpy as np
 
 
-from analysis.sequential import DEFAULT_MAX_SEEDS, DEFAULT_SEED_BATCH  # noqa: E402  one home
+from fusion_sweep.analysis.sequential import DEFAULT_MAX_SEEDS, DEFAULT_SEED_BATCH  # noqa: E402  one home
 
 DEFAULT_ALPHA = 0.05
 
@@ -88,8 +88,8 @@ def variant_label(space: Any, dataset: str, variant: Mapping[str, Any]) -> str:
 
 def families(space: Any) -> list[Family]:
     """The space's comparison families (see the module docstring), each with the space's
-    seeds: grouped by the same comparison axis `stats` uses (`analysis.variants`)."""
-    from analysis.variants import Variant, parse_baseline
+    seeds: grouped by the same comparison axis `stats` uses (`fusion_sweep.analysis.variants`)."""
+    from fusion_sweep.analysis.variants import Variant, parse_baseline
 
     axis = parse_baseline(space.baseline)
     out: list[Family] = []
@@ -198,10 +198,10 @@ def family_deltas(space: Any, fam: Family, values: Mapping[str, float], code: st
 
 
 def next_round(pf: Any, out: TextIO) -> list:
-    """Decide every comparison on what has finished (`analysis.sequential.stopping_rule`, the
+    """Decide every comparison on what has finished (`fusion_sweep.analysis.sequential.stopping_rule`, the
     rule benchmarks/sequential_validity.py simulates); print the round's decisions; extend the
     undecided families' seeds and return their new grid points ([] = the sweep is done)."""
-    from analysis.sequential import stopping_rule
+    from fusion_sweep.analysis.sequential import stopping_rule
 
     state: AdaptiveState = pf.adaptive
     values = finished_values(pf.tracker, pf.name, state.metric)

@@ -8,7 +8,7 @@ from fusion_sweep import __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from analysis import cli as stats_cli
+    from fusion_sweep.analysis import cli as stats_cli
     from fusion_sweep import cli_sweep, cli_train
 
     parser = argparse.ArgumentParser(

@@ -4,7 +4,7 @@
     python scripts/check_report_html.py [REPORT_DIR] [--screenshot PNG]
 
 Without REPORT_DIR, builds a report from the built-in synthetic results table
-(analysis.demo) in a temporary directory, and a claims report (`--claims ressformer` on
+(fusion_sweep.analysis.demo) in a temporary directory, and a claims report (`--claims ressformer` on
 the demo's ReSSFormer table) beside it. Every page checked (report.html, and claims.html
 when the directory has one) gets two Chromium runs:
 1. `--dump-dom`: the page's own load handler writes data-images-loaded="k/n" on <body>
@@ -56,10 +56,10 @@ def screenshot(chromium: str, html: Path, png: Path, timeout: float = 60) -> Pat
 
 def demo_report(out_dir: Path, n_boot: int = 10_000) -> Path:
     """Write a report from the synthetic demo table (with one dropped pair) into out_dir."""
-    from analysis.demo import synthetic_results
-    from analysis.load import tidy
-    from analysis.render import write_report
-    from analysis.report import Settings, analyze
+    from fusion_sweep.analysis.demo import synthetic_results
+    from fusion_sweep.analysis.load import tidy
+    from fusion_sweep.analysis.render import write_report
+    from fusion_sweep.analysis.report import Settings, analyze
     df = tidy(synthetic_results())
     bad = (df.dataset == "synthetic-long") & (df.fusion == "concat") & (df.seed == 2)
     df.loc[bad, "fp_batch_order"] = "deadbeef00"  # shows a fingerprint-mismatch drop
@@ -71,10 +71,10 @@ def demo_report(out_dir: Path, n_boot: int = 10_000) -> Path:
 def demo_claims_report(out_dir: Path, n_boot: int = 1000) -> Path:
     """Write a report with `--claims ressformer` from the demo's ReSSFormer table (one
     dropped pair, one claim whose variant is absent) into out_dir: report.* and claims.*."""
-    from analysis.demo import synthetic_ressformer_results
-    from analysis.load import tidy
-    from analysis.render import write_report
-    from analysis.report import Settings, analyze
+    from fusion_sweep.analysis.demo import synthetic_ressformer_results
+    from fusion_sweep.analysis.load import tidy
+    from fusion_sweep.analysis.render import write_report
+    from fusion_sweep.analysis.report import Settings, analyze
     df = tidy(synthetic_ressformer_results())
     df = df[df.encoder != "ressformer-no-r2mu"]  # C6 and part of C7: 'not run'
     bad = (df.dataset == "synthetic-long") & (df.encoder == "ressformer") & (df.seed == 1)

@@ -164,14 +164,14 @@ def test_stats_of_an_adaptive_sweep_reports_sequential_decisions(tmp_path):
     decision and seeds used, and the fixed-n tables labelled descriptive (text, JSON, HTML)."""
     import json
 
-    from analysis.demo import synthetic_results
-    from analysis.render import write_report
-    from analysis.report import Settings, analyze
-    from analysis.schema import SEQUENTIAL_KEYS, TOP_LEVEL_KEYS
-    from analysis.sequential_report import DESCRIPTIVE_LABEL
-    from analysis.text import format_text
+    from fusion_sweep.analysis.demo import synthetic_results
+    from fusion_sweep.analysis.render import write_report
+    from fusion_sweep.analysis.report import Settings, analyze
+    from fusion_sweep.analysis.schema import SEQUENTIAL_KEYS, TOP_LEVEL_KEYS
+    from fusion_sweep.analysis.sequential_report import DESCRIPTIVE_LABEL
+    from fusion_sweep.analysis.text import format_text
 
-    from analysis.load import tidy
+    from fusion_sweep.analysis.load import tidy
 
     df = tidy(synthetic_results())
     source = {"kind": "mlflow", "space": {"metric": "test_acc"},

@@ -12,14 +12,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import cli
-from analysis.demo import synthetic_results
-from analysis.schema import ARM_KEYS
-from analysis.load import tidy
-from analysis.report import Settings, analyze
-from analysis.schema import AnalysisError
+from fusion_sweep.analysis import cli
+from fusion_sweep.analysis.demo import synthetic_results
+from fusion_sweep.analysis.schema import ARM_KEYS
+from fusion_sweep.analysis.load import tidy
+from fusion_sweep.analysis.report import Settings, analyze
+from fusion_sweep.analysis.schema import AnalysisError
 
-# The issue's list, written out independently of analysis.schema.
+# The issue's list, written out independently of fusion_sweep.analysis.schema.
 ISSUE_KEYS = [
     "dataset", "pe", "metric", "fusion", "baseline", "n", "mean_delta", "sd_delta",
     "t_ci_low", "t_ci_high", "t_p", "wilcoxon_p", "wilcoxon_method", "signflip_p",
@@ -59,8 +59,8 @@ def csv(tmp_path: Path) -> Path:
 
 
 def test_analysis_imports_neither_torch_nor_ray() -> None:
-    code = ("import analysis, analysis.cli, analysis.report, analysis.render, analysis.text, "
-            "analysis.mlflow_io, sys; bad = [m for m in ('torch', 'ray', 'mlflow') "
+    code = ("import fusion_sweep.analysis, fusion_sweep.analysis.cli, fusion_sweep.analysis.report, fusion_sweep.analysis.render, fusion_sweep.analysis.text, "
+            "fusion_sweep.analysis.mlflow_io, sys; bad = [m for m in ('torch', 'ray', 'mlflow') "
             "if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -304,7 +304,7 @@ def test_flag_errors(csv: Path, capsys, argv: list[str], match: str) -> None:
 def test_file_errors(tmp_path: Path, capsys, make, match: str) -> None:
     path = _write(tmp_path, make(small_table()))
     with pytest.raises(AnalysisError, match=match):
-        from analysis.load import read_results_file, select
+        from fusion_sweep.analysis.load import read_results_file, select
         select(read_results_file(path), ["test_acc"], "add")
     code, _, err = run_cli(["--results", path, *FAST], capsys)
     assert code == 2 and re.search(match, err)
@@ -318,15 +318,15 @@ def test_settings_errors_raise_value_error() -> None:
     with pytest.raises(ValueError, match=r"--bootstrap must be at least 100"):
         Settings(n_boot=10).validate()
     with pytest.raises(ValueError, match=r"results file must end in .csv or .parquet"):
-        from analysis.load import read_results_file
+        from fusion_sweep.analysis.load import read_results_file
         read_results_file(__file__)
 
 
 def test_python_m_analysis_subprocess(csv: Path) -> None:
-    ok = subprocess.run([sys.executable, "-m", "analysis", "stats", "--results", str(csv),
+    ok = subprocess.run([sys.executable, "-m", "fusion_sweep.analysis", "stats", "--results", str(csv),
                          "--format", "json", *FAST], capture_output=True, text=True)
     assert ok.returncode == 0 and json.loads(ok.stdout)["comparisons"]
-    bad = subprocess.run([sys.executable, "-m", "analysis", "stats", "--results", str(csv),
+    bad = subprocess.run([sys.executable, "-m", "fusion_sweep.analysis", "stats", "--results", str(csv),
                           "--alpha", "2"], capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--alpha" in bad.stderr
 
@@ -358,19 +358,20 @@ def _analyze(df: pd.DataFrame, source: dict | None = None, **kw):
 
 
 def test_import_analysis_pulls_in_only_fusion_sweep_schema() -> None:
-    """The schema is shared with fusion_sweep, but nothing that imports torch or ray."""
-    code = ("import analysis, analysis.cli, analysis.report, analysis.render, analysis.chance, "
-            "analysis.metrics, analysis.mlflow_io, analysis.claims, analysis.variants, sys; "
+    """Of the rest of fusion_sweep, the statistics import only the stdlib-only schema."""
+    code = ("import fusion_sweep.analysis, fusion_sweep.analysis.cli, fusion_sweep.analysis.report, fusion_sweep.analysis.render, fusion_sweep.analysis.chance, "
+            "fusion_sweep.analysis.metrics, fusion_sweep.analysis.mlflow_io, fusion_sweep.analysis.claims, fusion_sweep.analysis.variants, sys; "
             "bad = [m for m in sys.modules if m in ('torch', 'ray', 'mlflow') "
-            "or (m.startswith('fusion_sweep.') and m != 'fusion_sweep.schema')]; "
+            "or (m.startswith('fusion_sweep.') and m != 'fusion_sweep.schema' "
+            "and not m.startswith('fusion_sweep.analysis'))]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_schema_constants_come_from_fusion_sweep_schema() -> None:
     from fusion_sweep import schema as fs
-    from analysis import mlflow_io
-    from analysis import schema as S
+    from fusion_sweep.analysis import mlflow_io
+    from fusion_sweep.analysis import schema as S
     assert S.KEY_COLUMNS == fs.IDENTITY_FIELDS and S.FP_COLUMNS == fs.FINGERPRINT_COLUMNS
     assert "fp_dropout" in S.FP_COLUMNS and "num_classes" in S.NON_METRIC_COLUMNS
     assert mlflow_io.ROLE == fs.ROLE and mlflow_io.DEFAULT_EXPERIMENT == fs.DEFAULT_EXPERIMENT
@@ -463,7 +464,7 @@ def test_unknown_direction_is_an_error(tmp_path: Path, capsys) -> None:
     ("train_seconds", "lower"), ("foo", None), ("acc_loss", None),
 ])
 def test_direction_name_rule(name: str, want: str | None) -> None:
-    from analysis.metrics import name_direction
+    from fusion_sweep.analysis.metrics import name_direction
     assert name_direction(name) == want
 
 
@@ -579,7 +580,7 @@ def test_neither_arm_beats_chance_is_not_learned(tmp_path: Path, capsys) -> None
     assert [t["p_holm"] for t in tests] == pytest.approx(
         list(multipletests([t["p"] for t in tests], method="holm")[1]), abs=1e-12)
     # Rendered: a "learned?" column and the verdict styled in the HTML.
-    from analysis.render import write_report
+    from fusion_sweep.analysis.render import write_report
     write_report(rep, tmp_path / "rep")
     md, html = (tmp_path / "rep" / "report.md").read_text(), (tmp_path / "rep" / "report.html").read_text()
     assert "| learned? |" in md and "no/no" in md and "Chance level" in md
@@ -629,14 +630,14 @@ def test_unreadable_files_are_one_named_error(tmp_path: Path, capsys, content: b
     code, _, err = run_cli(["--results", str(path), *FAST], capsys)
     assert code == 2 and re.search(match, err), err
     assert "Traceback" not in err
-    proc = subprocess.run([sys.executable, "-m", "analysis", "stats", "--results", str(path)],
+    proc = subprocess.run([sys.executable, "-m", "fusion_sweep.analysis", "stats", "--results", str(path)],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert re.search("error: " + match, proc.stderr), proc.stderr
 
 
 def test_unreadable_parquet_is_a_named_error(tmp_path: Path) -> None:
-    from analysis.load import read_results_file
+    from fusion_sweep.analysis.load import read_results_file
     path = tmp_path / "r.parquet"
     path.write_bytes(b"not parquet at all")
     with pytest.raises(AnalysisError, match=r"results file .*r\.parquet is not a readable Parquet"):
@@ -687,13 +688,13 @@ def test_per_dataset_margins() -> None:
     ({"directions": '{"test_error": "lower"}'}, {"directions": {"test_error": "lower"}}),
 ])
 def test_space_choices_decodes_json_and_old_params(params: dict, want: dict) -> None:
-    from analysis.mlflow_io import space_choices
+    from fusion_sweep.analysis.mlflow_io import space_choices
     assert space_choices(params) == want
 
 
 def test_bad_sweep_margin_is_overridden_by_the_flag() -> None:
     import argparse
-    from analysis.mlflow_io import space_choices
+    from fusion_sweep.analysis.mlflow_io import space_choices
     space = space_choices({"equivalence_margin": "{'arxiv': 'wide'}"})
     args = cli.build_parser().parse_args(["stats"])
     with pytest.raises(AnalysisError, match=r"sweep param 'equivalence_margin' must be a number"):

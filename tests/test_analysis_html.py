@@ -31,10 +31,10 @@ def test_report_renders_with_images_loaded(tmp_path: Path) -> None:
 def test_adaptive_sweep_report_shows_confidence_sequences(tmp_path: Path) -> None:
     """An adaptive sweep's report (issue 13): the confidence-sequence figure loads in Chromium
     beside the comparison figures."""
-    from analysis.demo import synthetic_results
-    from analysis.load import tidy
-    from analysis.render import write_report
-    from analysis.report import Settings, analyze
+    from fusion_sweep.analysis.demo import synthetic_results
+    from fusion_sweep.analysis.load import tidy
+    from fusion_sweep.analysis.render import write_report
+    from fusion_sweep.analysis.report import Settings, analyze
 
     source = {"kind": "mlflow", "space": {"metric": "test_acc"},
               "adaptive": {"max_seeds": 20, "seed_batch": 5, "alpha": 0.05}}

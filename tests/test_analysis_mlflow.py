@@ -3,7 +3,7 @@
 Trial runs are written through the real `fusion_sweep.tracking` API (`SweepTracker`,
 `TrackingContext`, `TrialRun.open` / `log_result` / `fail`), so a change to the tags,
 params or metrics the sweep writes is caught here. Only the training is skipped: each
-trial's `TrialResult` carries the planted numbers of `analysis.demo`.
+trial's `TrialResult` carries the planted numbers of `fusion_sweep.analysis.demo`.
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pytest
 mlflow = pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-from analysis import cli  # noqa: E402
-from analysis.demo import synthetic_results  # noqa: E402
+from fusion_sweep.analysis import cli  # noqa: E402
+from fusion_sweep.analysis.demo import synthetic_results  # noqa: E402
 from fusion_sweep import schema  # noqa: E402
 from fusion_sweep.config import TrialConfig  # noqa: E402
 from fusion_sweep.tracking import SweepTracker, TrackingContext, TrialRun  # noqa: E402
@@ -218,8 +218,8 @@ def test_old_str_dict_margin_param_is_read(spaces: str, capsys) -> None:
 
 
 def test_trial_runs_carry_every_schema_field(store: dict) -> None:
-    """What the tracking layer writes is what `analysis.mlflow_io.trial_row` reads."""
-    from analysis.mlflow_io import trial_row
+    """What the tracking layer writes is what `fusion_sweep.analysis.mlflow_io.trial_row` reads."""
+    from fusion_sweep.analysis.mlflow_io import trial_row
     client: MlflowClient = store["client"]
     runs = client.search_runs([store["exp_id"]],
                               f"tags.`{schema.PARENT}` = '{store['a']}' and "
@@ -258,7 +258,7 @@ def _fake_run(params: dict, tags: dict) -> object:
 
 
 def test_trial_identity_from_the_tag_else_the_params() -> None:
-    from analysis.mlflow_io import trial_row
+    from fusion_sweep.analysis.mlflow_io import trial_row
     params = {"dataset": "synthetic-short", "encoder": "ressformer", "pe": "none",
               "fusion": "add", "seed": "2", "asam": "False"}
     ident = {**params, "encoder": "ressformer-no-asam", "seed": 2}
@@ -283,8 +283,8 @@ RESS_VARIANTS = {  # identity encoder label -> config overrides
 @pytest.fixture(scope="module")
 def ress_store(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A ReSSFormer sweep written through the real tracking layer (identity tags, encoder
-    fingerprints); the planted numbers of analysis.demo."""
-    from analysis.demo import synthetic_ressformer_results
+    fingerprints); the planted numbers of fusion_sweep.analysis.demo."""
+    from fusion_sweep.analysis.demo import synthetic_ressformer_results
     uri = f"sqlite:///{tmp_path_factory.mktemp('ress') / 'mlflow.db'}"
     code = "code0000000000aa"
     tracker = SweepTracker(uri, EXP)

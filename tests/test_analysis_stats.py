@@ -1,4 +1,4 @@
-"""analysis.stats against scipy/statsmodels computed directly, and hand-verifiable cases."""
+"""fusion_sweep.analysis.stats against scipy/statsmodels computed directly, and hand-verifiable cases."""
 from __future__ import annotations
 
 import math
@@ -11,8 +11,8 @@ from statsmodels.stats.oneway import anova_oneway
 from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import CompareMeans, DescrStatsW, ttost_paired
 
-from analysis import stats as S
-from analysis.regimes import diff_in_deltas, welch_anova
+from fusion_sweep.analysis import stats as S
+from fusion_sweep.analysis.regimes import diff_in_deltas, welch_anova
 
 TOL = 1e-9
 
@@ -246,7 +246,7 @@ def test_signflip_floor_counts_only_nonzero_deltas() -> None:
 
 
 def test_a_sweeps_margin_stays_with_its_metric() -> None:
-    from analysis.report import Settings
+    from fusion_sweep.analysis.report import Settings
 
     s = Settings(metrics=("test_acc", "latency_ms_per_sample"), margin={"arxiv": 0.005},
                  margin_metric="test_acc").validate()
@@ -258,9 +258,9 @@ def test_a_sweeps_margin_stays_with_its_metric() -> None:
 
 
 def test_partially_missing_fingerprints_are_flagged() -> None:
-    from analysis.demo import synthetic_results
-    from analysis.load import rows_to_frame
-    from analysis.pairing import pair_trials
+    from fusion_sweep.analysis.demo import synthetic_results
+    from fusion_sweep.analysis.load import rows_to_frame
+    from fusion_sweep.analysis.pairing import pair_trials
 
     rows = synthetic_results(seeds=5, pes=("sinusoidal",)).to_dict("records")
     for r in rows[:3]:
@@ -275,7 +275,7 @@ def test_partially_missing_fingerprints_are_flagged() -> None:
 def test_wilcoxon_with_one_nonzero_delta_is_p_one() -> None:
     """Two seeds, one tied pair (tiny models often tie): the exact conditional p over the two
     sign flips of the one non-zero delta is 1 (scipy's permutation_test refuses n = 1)."""
-    from analysis.stats import compare_paired, wilcoxon_signed_rank
+    from fusion_sweep.analysis.stats import compare_paired, wilcoxon_signed_rank
 
     p, method = wilcoxon_signed_rank(np.array([0.0, 0.03]))
     assert p == 1.0 and method.startswith("exact-permutation (zeros")

@@ -13,16 +13,16 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
-from analysis import cli
-from analysis import stats as S
-from analysis.claims import CLAIMS, ClaimSet, get_claim_set
-from analysis.demo import RESS_EFFECTS, synthetic_results, synthetic_ressformer_results
-from analysis.load import tidy
-from analysis.report import Settings, analyze, comparison_rng
-from analysis.schema import (
+from fusion_sweep.analysis import cli
+from fusion_sweep.analysis import stats as S
+from fusion_sweep.analysis.claims import CLAIMS, ClaimSet, get_claim_set
+from fusion_sweep.analysis.demo import RESS_EFFECTS, synthetic_results, synthetic_ressformer_results
+from fusion_sweep.analysis.load import tidy
+from fusion_sweep.analysis.report import Settings, analyze, comparison_rng
+from fusion_sweep.analysis.schema import (
     CLAIM_KEYS, CLAIM_SET_KEYS, CLAIM_TEST_KEYS, COMPARISON_KEYS, AnalysisError,
 )
-from analysis.variants import Variant, parse_baseline
+from fusion_sweep.analysis.variants import Variant, parse_baseline
 
 FULL = "standard/sinusoidal/add"
 RESS, STD_SIN, STD_ROT = "ressformer/none/add", "standard/sinusoidal/add", "standard/rotary/add"
@@ -355,7 +355,7 @@ def test_claims_contradicted() -> None:
 
 
 def test_c5_contradicted_when_asam_costs_more(monkeypatch) -> None:
-    from analysis import demo
+    from fusion_sweep.analysis import demo
     costs = dict(demo.RESS_COSTS, **{"ressformer-no-asam": (0.8, 0.5, 30_000)})
     monkeypatch.setattr(demo, "RESS_COSTS", costs)
     rep = _claims(ress())

@@ -26,7 +26,7 @@ import pytest
 from fusion_sweep.cli import main as cli_main
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = (REPO / "fusion_sweep", REPO / "analysis")
+PACKAGES = (REPO / "fusion_sweep",)
 
 
 def _sources() -> list[Path]:

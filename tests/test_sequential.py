@@ -1,4 +1,4 @@
-"""Anytime-valid confidence sequences and the adaptive-seed stopping rule (analysis.sequential)."""
+"""Anytime-valid confidence sequences and the adaptive-seed stopping rule (fusion_sweep.analysis.sequential)."""
 from __future__ import annotations
 
 import json
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from analysis import sequential as sq
-from analysis import sequential_report as sr
-from analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, VERDICTS, WORSE, AnalysisError
+from fusion_sweep.analysis import sequential as sq
+from fusion_sweep.analysis import sequential_report as sr
+from fusion_sweep.analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, VERDICTS, WORSE, AnalysisError
 
 
 def _paths(seed: int, paths: int, n: int, mu: float, sigma: float) -> np.ndarray:
@@ -111,7 +111,7 @@ def test_bonferroni_width_grows_with_m() -> None:
     (-0.004, 0.012, 0.01, True, INCONCLUSIVE),  # sticks out of the margin on one side
     (-0.01, 0.004, 0.01, True, INCONCLUSIVE),  # touching the margin is not inside it
     (-0.004, 0.004, None, True, INCONCLUSIVE),  # no margin: never equivalent
-    (0.001, 0.004, 0.01, True, BETTER),  # excludes 0 first, as analysis.stats.verdict
+    (0.001, 0.004, 0.01, True, BETTER),  # excludes 0 first, as fusion_sweep.analysis.stats.verdict
     (-math.inf, math.inf, 0.01, True, INCONCLUSIVE),
     (0.03, 0.02, 0.01, True, INCONCLUSIVE),  # empty intersection: decides nothing
 ])

@@ -1,6 +1,6 @@
 """Report tables as (title, headers, rows) of strings, shared by terminal/Markdown/HTML.
 
-A :class:`Table` is format-neutral; :mod:`analysis.text` and :mod:`analysis.render` lay it
+A :class:`Table` is format-neutral; :mod:`fusion_sweep.analysis.text` and :mod:`fusion_sweep.analysis.render` lay it
 out. Numbers are formatted once, here.
 
 Variants: a comparison table belongs to one group (its title names the group's fields,
@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.chance import METHOD as CHANCE_METHOD
-from analysis.regimes import lengths_known
-from analysis.report import Report, usable_values
-from analysis.schema import COST_METRICS, DEFAULT_ENCODER
-from analysis.variants import Variant
+from fusion_sweep.analysis.chance import METHOD as CHANCE_METHOD
+from fusion_sweep.analysis.regimes import lengths_known
+from fusion_sweep.analysis.report import Report, usable_values
+from fusion_sweep.analysis.schema import COST_METRICS, DEFAULT_ENCODER
+from fusion_sweep.analysis.variants import Variant
 
 DASH = "—"
 

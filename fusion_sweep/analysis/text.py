@@ -1,8 +1,8 @@
 """Plain-text terminal output: warnings first, then one table per regime (and the claims)."""
 from __future__ import annotations
 
-from analysis.report import Report
-from analysis.tables import (
+from fusion_sweep.analysis.report import Report
+from fusion_sweep.analysis.tables import (
     Table, arms_table, blocks_by_regime, claim_tests_table, comparison_table, dropped_table,
     interaction_table,
 )
@@ -40,7 +40,7 @@ def format_text(report: Report) -> str:
     if report.arms:
         parts.append(layout(arms_table(report)))
     if report.sequential is not None:
-        from analysis.sequential_report import sequential_table
+        from fusion_sweep.analysis.sequential_report import sequential_table
 
         seq = report.sequential
         parts.append(layout(sequential_table(

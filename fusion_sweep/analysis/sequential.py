@@ -51,7 +51,7 @@ benchmark (benchmarks/sequential_validity.py) checks the error rate by simulatio
 identical deltas (SD 0, e.g. two arms that give the same accuracy on every seed) gives no
 information here (the CS stays unbounded), like the fixed-n statistics' "SD = 0: inconclusive".
 
-Conventions (as :mod:`analysis.stats`): deltas are ``x - y`` per seed, in the order the seeds
+Conventions (as :mod:`fusion_sweep.analysis.stats`): deltas are ``x - y`` per seed, in the order the seeds
 were run (ascending seed id: any order fixed before seeing the results), shape (n,) or
 (..., n) for the vectorized functions; the last axis is the seed axis.
 """
@@ -63,8 +63,8 @@ from typing import Hashable, Mapping, Sequence
 
 import numpy as np
 
-from analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, WORSE, AnalysisError
-from analysis.stats import DELTA_DECIMALS
+from fusion_sweep.analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, WORSE, AnalysisError
+from fusion_sweep.analysis.stats import DELTA_DECIMALS
 
 # Mixture precision φ of the Gaussian prior on the standardized effect d_z: prior SD of d_z
 # = 1/sqrt(φ) = 2. Chosen for 5-50 seeds at α/m with m ~ 6: it keeps the CS finite from
@@ -116,7 +116,7 @@ def check_deltas(deltas: object) -> np.ndarray:
     if not np.all(np.isfinite(d)):
         raise AnalysisError("deltas must be finite (a NaN/inf metric is a dropped pair, "
                             f"not a delta); got {int((~np.isfinite(d)).sum())} non-finite")
-    # As analysis.stats.paired_deltas: float noise must not fake a non-zero spread.
+    # As fusion_sweep.analysis.stats.paired_deltas: float noise must not fake a non-zero spread.
     return np.round(d, DELTA_DECIMALS)
 
 
@@ -287,7 +287,7 @@ def sequential_decision(
 
     better/worse when the CS excludes 0 (lower > 0: Δ > 0, better when higher is better);
     else equivalent when the whole CS lies inside (-margin, +margin) (never when margin is
-    None); else inconclusive, i.e. still undecided. As analysis.stats.verdict, a CS that
+    None); else inconclusive, i.e. still undecided. As fusion_sweep.analysis.stats.verdict, a CS that
     excludes 0 and lies inside the margin is better/worse (a real but small difference).
     """
     return str(sequential_decisions(lower, upper, margin, higher_is_better).item())

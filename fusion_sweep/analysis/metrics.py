@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from analysis.schema import (
+from fusion_sweep.analysis.schema import (
     ACCURACY_PARTS, HIGHER_IS_BETTER, HIGHER_IS_BETTER_PARTS, LOWER_IS_BETTER,
     LOWER_IS_BETTER_PARTS, PROPORTION_PARTS, AnalysisError,
 )

@@ -3,7 +3,7 @@
 No pyplot and no `matplotlib.use`: importing this module changes no global backend of the
 caller's process, and no display is needed (e.g. on a cluster head).
 
-Each function takes comparison dicts (see :mod:`analysis.report`) and writes one PNG.
+Each function takes comparison dicts (see :mod:`fusion_sweep.analysis.report`) and writes one PNG.
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from analysis.schema import SUPPORT_COLORS, VERDICT_COLORS
-from analysis.variants import Axis, Variant
+from fusion_sweep.analysis.schema import SUPPORT_COLORS, VERDICT_COLORS
+from fusion_sweep.analysis.variants import Axis, Variant
 
 _VERDICT_COLOR = VERDICT_COLORS
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from analysis.schema import DEFAULT_ENCODER, VARIANT_COLUMNS, AnalysisError
+from fusion_sweep.analysis.schema import DEFAULT_ENCODER, VARIANT_COLUMNS, AnalysisError
 
 BASELINE_FORMS = ("a fusion name (e.g. add)",
                   "a full variant label encoder/pe/fusion (e.g. standard/sinusoidal/add)")

@@ -1,9 +1,9 @@
 """Reporting of adaptive-seed (sequential) decisions: tables and the confidence-sequence figure.
 
-Pure functions over :class:`analysis.sequential.SequentialResult` objects; no MLflow. The
-table is an :class:`analysis.tables.Table` (format-neutral: terminal, Markdown and HTML lay it
-out); :func:`sequential_blocks` returns blocks in :mod:`analysis.render`'s block format, so
-the report can append them as they are. The figure is drawn like :mod:`analysis.plots`:
+Pure functions over :class:`fusion_sweep.analysis.sequential.SequentialResult` objects; no MLflow. The
+table is an :class:`fusion_sweep.analysis.tables.Table` (format-neutral: terminal, Markdown and HTML lay it
+out); :func:`sequential_blocks` returns blocks in :mod:`fusion_sweep.analysis.render`'s block format, so
+the report can append them as they are. The figure is drawn like :mod:`fusion_sweep.analysis.plots`:
 matplotlib's object API on an Agg canvas, no pyplot, verdict colours from the schema.
 """
 from __future__ import annotations
@@ -17,9 +17,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from analysis.schema import VERDICT_COLORS
-from analysis.sequential import SequentialResult
-from analysis.tables import Table, fci, fnum, fp
+from fusion_sweep.analysis.schema import VERDICT_COLORS
+from fusion_sweep.analysis.sequential import SequentialResult
+from fusion_sweep.analysis.tables import Table, fci, fnum, fp
 
 # Said wherever fixed-n statistics are shown for an adaptive sweep (issue 13 §4).
 DESCRIPTIVE_LABEL = "descriptive: the seed count was chosen adaptively"
@@ -138,7 +138,7 @@ def _ylim(r: SequentialResult) -> tuple[float, float]:
 
 def sequential_blocks(results: Sequence[SequentialResult], out_dir: str | Path,
                       name: str = "sequential_cs.png") -> list[tuple]:
-    """Blocks for analysis.render (("h2", ...), ("p", ...), ("table", Table), ("img", ...)),
+    """Blocks for fusion_sweep.analysis.render (("h2", ...), ("p", ...), ("table", Table), ("img", ...)),
     with the CS figure written to out_dir/name."""
     cs_plot(results, Path(out_dir) / name, "Confidence sequences against seeds "
             "(shaded: running intersection; band: ±margin)")

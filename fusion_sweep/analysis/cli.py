@@ -1,4 +1,4 @@
-"""The `fusion-sweep stats` subcommand (also `python -m analysis`).
+"""The `fusion-sweep stats` subcommand (also `python -m fusion_sweep.analysis`).
 
 fusion_sweep/cli.py registers it with ``add_parser(subparsers)`` and calls
 ``args.func(args)``; the return value is the exit code (0 ok, 2 bad input).
@@ -11,10 +11,10 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analysis.schema import AnalysisError
+from fusion_sweep.analysis.schema import AnalysisError
 
 if TYPE_CHECKING:  # the statistics stack is imported only when the command runs
-    from analysis.report import Report, Settings
+    from fusion_sweep.analysis.report import Report, Settings
 
 DESCRIPTION = (
     "Pair trials by seed and test each variant (encoder/pe/fusion) against the baseline, per "
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
 
 def settings_from(args: argparse.Namespace, space: dict | None = None) -> Settings:
     """Flags win; then the sweep's own search-space choices (MLflow input); then defaults."""
-    from analysis.report import Settings
+    from fusion_sweep.analysis.report import Settings
     space = space or {}
     if args.equivalence_margin is None and space.get("margin_error"):
         raise AnalysisError(space["margin_error"])
@@ -145,7 +145,7 @@ def settings_from(args: argparse.Namespace, space: dict | None = None) -> Settin
 
 
 def _run(args: argparse.Namespace) -> int:
-    from analysis.report import analyze  # heavy imports after argument parsing
+    from fusion_sweep.analysis.report import analyze  # heavy imports after argument parsing
     settings_from(args)  # flags first: a bad --alpha fails before any I/O
     df, source, load_warnings = _load(args)
     settings = settings_from(args, source.get("space"))
@@ -155,7 +155,7 @@ def _run(args: argparse.Namespace) -> int:
         for w in report.warnings:  # stdout stays pure JSON
             print(f"warning: [{w['code']}] {w['message']}", file=sys.stderr)
     else:
-        from analysis.text import format_text
+        from fusion_sweep.analysis.text import format_text
         print(format_text(report), end="")
     _write_outputs(args, report, source)
     return 0
@@ -165,15 +165,15 @@ def _load(args: argparse.Namespace) -> tuple:
     if args.results:
         if args.sweep or args.experiment or args.tracking_uri:
             raise AnalysisError("--results cannot be combined with --tracking-uri/--experiment/--sweep")
-        from analysis.load import read_results_file
+        from fusion_sweep.analysis.load import read_results_file
         return read_results_file(args.results), {"kind": "file", "path": str(args.results)}, []
-    from analysis.mlflow_io import load_sweep
+    from fusion_sweep.analysis.mlflow_io import load_sweep
     return load_sweep(args.tracking_uri, args.experiment, args.sweep)
 
 
 def _write_outputs(args: argparse.Namespace, report: Report, source: dict) -> None:
     """--report DIR, and for MLflow input the `stats` run (report in a temp dir if no DIR)."""
-    from analysis.render import write_report
+    from fusion_sweep.analysis.render import write_report
     log = source.get("kind") == "mlflow" and not args.no_mlflow_log
     if args.report:
         write_report(report, args.report)
@@ -183,7 +183,7 @@ def _write_outputs(args: argparse.Namespace, report: Report, source: dict) -> No
                   file=sys.stderr)
     if not log:
         return
-    from analysis.mlflow_io import log_stats_run
+    from fusion_sweep.analysis.mlflow_io import log_stats_run
     if args.report:
         rid = log_stats_run(source, args.report, report)
     else:
@@ -195,8 +195,8 @@ def _write_outputs(args: argparse.Namespace, report: Report, source: dict) -> No
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """A standalone parser: `python -m analysis stats ...`."""
-    parser = argparse.ArgumentParser(prog="python -m analysis")
+    """A standalone parser: `python -m fusion_sweep.analysis stats ...`."""
+    parser = argparse.ArgumentParser(prog="python -m fusion_sweep.analysis")
     sub = parser.add_subparsers(dest="command", required=True)
     add_parser(sub)
     return parser

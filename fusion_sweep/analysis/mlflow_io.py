@@ -1,6 +1,6 @@
 """MLflow input (a sweep's trial runs -> tidy table) and output (the `stats` run).
 
-mlflow is imported inside these functions only, so `import analysis` stays light and the
+mlflow is imported inside these functions only, so `import fusion_sweep.analysis` stays light and the
 statistics run where mlflow is not installed.
 
 Tag schema written by the sweep layer; every name comes from :mod:`fusion_sweep.schema`:
@@ -34,9 +34,9 @@ from fusion_sweep.schema import (
     PARENT, ROLE, SWEEP, TRIAL_KEY, decode_param, encode_param, resolve_tracking_uri,
 )
 
-from analysis.load import rows_to_frame
-from analysis.metrics import check_direction_value
-from analysis.schema import DEFAULT_ENCODER, SUPPORT_STATES, VERDICTS, AnalysisError
+from fusion_sweep.analysis.load import rows_to_frame
+from fusion_sweep.analysis.metrics import check_direction_value
+from fusion_sweep.analysis.schema import DEFAULT_ENCODER, SUPPORT_STATES, VERDICTS, AnalysisError
 
 # Identity fields every trial run must carry (the encoder defaults to the standard one).
 REQUIRED_IDENTITY = tuple(k for k in IDENTITY_FIELDS if k != "encoder")

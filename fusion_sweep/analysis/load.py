@@ -1,7 +1,7 @@
 """Turn a results file (or the rows read from MLflow) into the tidy table, and validate it.
 
-Everything downstream takes the tidy table described in :mod:`analysis.schema`, so the
-two inputs (file, MLflow) differ only here and in :mod:`analysis.mlflow_io`.
+Everything downstream takes the tidy table described in :mod:`fusion_sweep.analysis.schema`, so the
+two inputs (file, MLflow) differ only here and in :mod:`fusion_sweep.analysis.mlflow_io`.
 """
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import pandas as pd
 
 from fusion_sweep.schema import CODE_FINGERPRINT, FINGERPRINT_TAGS
 
-from analysis.metrics import is_proportion
-from analysis.schema import (
+from fusion_sweep.analysis.metrics import is_proportion
+from fusion_sweep.analysis.schema import (
     DEFAULT_ENCODER, ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS, KEY_COLUMNS, NON_METRIC_COLUMNS,
     AnalysisError,
 )
-from analysis.variants import Axis, Variant, check_present, parse_baseline
+from fusion_sweep.analysis.variants import Axis, Variant, check_present, parse_baseline
 
 # MLflow tags use dots (fp.split); files may use either spelling.
 _ALIASES = {**{tag: f"fp_{name}" for name, tag in FINGERPRINT_TAGS.items()},

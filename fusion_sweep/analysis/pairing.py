@@ -1,6 +1,6 @@
 """Pair trials by seed within a group, and account for every pair that is dropped.
 
-What is compared with what is the comparison axis (:mod:`analysis.variants`): within a
+What is compared with what is the comparison axis (:mod:`fusion_sweep.analysis.variants`): within a
 group (the dataset plus the variant fields the baseline leaves open) each arm is paired
 with the group's reference. With a fusion-name baseline a group is (dataset, encoder, pe)
 and arms differ by fusion (the fusion study); with a full variant label a group is the
@@ -14,7 +14,7 @@ the same code, and every fingerprint present on both sides agrees (split, batch 
 shared init, dropout: `fusion_sweep.schema.FINGERPRINTS`; and the encoder body's initial
 weights, `ENCODER_FINGERPRINTS`, only when both arms have the same encoder label: two
 different encoders' bodies differ by construction); otherwise it is dropped with one
-of :data:`analysis.schema.DROP_REASONS` and a human detail. Mismatched fingerprints are
+of :data:`fusion_sweep.analysis.schema.DROP_REASONS` and a human detail. Mismatched fingerprints are
 never paired silently.
 
 Code fingerprints (tag ``fusion_sweep.code_fingerprint``, column ``code_fingerprint``):
@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis.schema import ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS, KEY_COLUMNS
-from analysis.variants import Axis, Variant, parse_baseline
+from fusion_sweep.analysis.schema import ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS, KEY_COLUMNS
+from fusion_sweep.analysis.variants import Axis, Variant, parse_baseline
 
 CellKey = tuple  # (dataset, encoder, pe, fusion, seed): KEY_COLUMNS order
 
@@ -220,7 +220,7 @@ def pair_problem(a: Cell, b: Cell, a_name: str, b_name: str,
 
 def dropped_record(dataset: str, metric: str | None, arm: Variant, ref: Variant | None,
                    baseline: str | None, seed: int, reason: str, detail: str) -> dict:
-    """One DROPPED_KEYS dict (see analysis.schema)."""
+    """One DROPPED_KEYS dict (see fusion_sweep.analysis.schema)."""
     return {"dataset": dataset, "encoder": arm.encoder, "pe": arm.pe, "metric": metric,
             "fusion": arm.fusion, "baseline": baseline, "variant": arm.label,
             "baseline_variant": ref.label if ref is not None else None, "seed": int(seed),

@@ -29,8 +29,8 @@ import pandas as pd
 from statsmodels.stats.oneway import anova_oneway
 from statsmodels.stats.weightstats import CompareMeans, DescrStatsW
 
-from analysis.stats import NAN, holm
-from analysis.variants import Axis, Variant, parse_baseline
+from fusion_sweep.analysis.stats import NAN, holm
+from fusion_sweep.analysis.variants import Axis, Variant, parse_baseline
 
 # Below this many pairs in a dataset, Welch's df approximation (and so its p) is poorly
 # calibrated: the test still runs, with a warning.

@@ -3,10 +3,10 @@
 Each claim of a paper is quoted briefly and *operationalised*: turned into one or more claim
 tests on the sweep's trials, each a per-seed contrast over arms (a variant on a dataset),
 paired by seed exactly like every other comparison (same cells, drop reasons, code and
-fingerprint checks as :mod:`analysis.pairing`). The claim tests of one claim set form ONE
+fingerprint checks as :mod:`fusion_sweep.analysis.pairing`). The claim tests of one claim set form ONE
 Holm family (p values: two-sided, or one-sided in the claimed direction where the claim is an
 ordering), separate from the report's comparison family; equivalence (TOST) tests form a
-second family. A test's verdict uses the report's rule (:func:`analysis.stats.verdict`), and
+second family. A test's verdict uses the report's rule (:func:`fusion_sweep.analysis.stats.verdict`), and
 then says what it means for the paper: SUPPORTS, CONTRADICTS or does not decide.
 
 Contrast kinds (each a frozen dataclass with ``plans`` and ``describe``):
@@ -16,7 +16,7 @@ Contrast kinds (each a frozen dataclass with ``plans`` and ``describe``):
   margin. ``holds_if`` says which verdicts support the claim (``better``, or ``better`` /
   ``equivalent`` for an "equal or better" claim).
 - :class:`Cheaper`: the paired ratio arm/reference of each cost metric per regime, on the log
-  scale (:func:`analysis.stats.ratio_test`); supports when the ratio is < 1 beyond noise (or
+  scale (:func:`fusion_sweep.analysis.stats.ratio_test`); supports when the ratio is < 1 beyond noise (or
   exactly, for a deterministic cost).
 - :class:`LargerOnShuffled`: the arm's advantage is larger on each ``X-shuffled`` dataset
   than on its clean regime ``X`` (found by name): per seed,
@@ -32,7 +32,7 @@ family size; Bonferroni, at least as strict as any Holm step), so a contradictio
 easier to declare than support. They have no TOST: ``equivalent`` is not a possible verdict.
 
 ``not learned``: as in the report, when BOTH arms of a compared pair fail to beat chance
-(accuracy-like metrics; :mod:`analysis.chance`, Holm over every arm of the table): a test is
+(accuracy-like metrics; :mod:`fusion_sweep.analysis.chance`, Holm over every arm of the table): a test is
 ``not learned`` when any of its compared pairs is (for C3, either dataset's pair; for C7,
 full vs either ablation). A test whose arms are absent is ``not run`` and names them; it is
 not an error. Claim sets live in the :data:`CLAIMS` registry at the bottom.
@@ -45,20 +45,20 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Protocol
 import numpy as np
 import pandas as pd
 
-from analysis import stats
-from analysis.chance import arm_state, chance_tests
-from analysis.load import to_metric
-from analysis.metrics import is_accuracy_like
-from analysis.pairing import MISSING, Cell, cell_key, cells_for, pair_problem, variant_series
-from analysis.schema import (
+from fusion_sweep.analysis import stats
+from fusion_sweep.analysis.chance import arm_state, chance_tests
+from fusion_sweep.analysis.load import to_metric
+from fusion_sweep.analysis.metrics import is_accuracy_like
+from fusion_sweep.analysis.pairing import MISSING, Cell, cell_key, cells_for, pair_problem, variant_series
+from fusion_sweep.analysis.schema import (
     BETTER, CLAIM_KEYS, CLAIM_SET_KEYS, CLAIM_TEST_KEYS, CONTRADICTS, EQUIVALENT, INCONCLUSIVE,
     MIXED, NOT_LEARNED, NOT_RUN, SUPPORTS, UNDECIDED, WORSE, AnalysisError,
 )
-from analysis.variants import Variant
+from fusion_sweep.analysis.variants import Variant
 
 if TYPE_CHECKING:  # report imports this module; no cycle at run time
-    from analysis.regimes import Regime
-    from analysis.report import Settings
+    from fusion_sweep.analysis.regimes import Regime
+    from fusion_sweep.analysis.report import Settings
 
 TWO_SIDED, GREATER = "two-sided", "greater"
 MEAN_DIFF, RATIO, DIFF_OF_DIFFS = ("mean difference", "geometric-mean ratio",

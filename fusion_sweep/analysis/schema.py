@@ -25,7 +25,7 @@ run_id             str|NA    MLflow run id (MLflow input only)
 =================  ========  ==============================================================
 
 A *variant* is (encoder, pe, fusion) within one dataset, labelled "encoder/pe/fusion"
-(:mod:`analysis.variants`).
+(:mod:`fusion_sweep.analysis.variants`).
 """
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ COMPARISON_KEYS: tuple[str, ...] = REQUIRED_COMPARISON_KEYS + EXTRA_COMPARISON_K
 TOP_LEVEL_KEYS: tuple[str, ...] = (
     "source", "settings", "regimes", "warnings", "arms", "comparisons", "dropped",
     "interaction", "chance",
-    # `--claims NAME`: the paper's claims against the sweep (analysis.claims); null without.
+    # `--claims NAME`: the paper's claims against the sweep (fusion_sweep.analysis.claims); null without.
     "claims",
     # An adaptive sweep (`launch --until-decided`): the anytime-valid sequential decision of
     # each comparison (SEQUENTIAL_KEYS); null for a fixed-seed sweep.
@@ -118,7 +118,7 @@ ARM_KEYS: tuple[str, ...] = (
 # baseline_variant the reference's. A superseded run has metric, baseline and
 # baseline_variant null (it is a run, not a pair).
 # `sequential`: the sweep's adaptive settings, the multiplicity, the label of the fixed-n
-# statistics, and one analysis.sequential.SequentialResult.to_dict() per comparison.
+# statistics, and one fusion_sweep.analysis.sequential.SequentialResult.to_dict() per comparison.
 SEQUENTIAL_KEYS: tuple[str, ...] = ("adaptive", "metric", "alpha", "m", "fixed_n_label",
                                     "results")
 DROPPED_KEYS: tuple[str, ...] = (
@@ -149,7 +149,7 @@ BETTER, WORSE, EQUIVALENT, INCONCLUSIVE, NOT_LEARNED = (
 VERDICTS: tuple[str, ...] = (BETTER, WORSE, EQUIVALENT, INCONCLUSIVE, NOT_LEARNED)
 VERDICT_COLORS: dict[str, str] = {BETTER: "#1a7f37", WORSE: "#cf222e", EQUIVALENT: "#0969da",
                                   INCONCLUSIVE: "#6e7781", NOT_LEARNED: "#9a6700"}
-# What a claim test's verdict says about the paper's claim (analysis.claims).
+# What a claim test's verdict says about the paper's claim (fusion_sweep.analysis.claims).
 # Per claim test: SUPPORTS / CONTRADICTS / does not decide / not run; per claim (its tests
 # tallied) also "mixed" (some tests support it, others contradict it).
 SUPPORTS, CONTRADICTS, UNDECIDED, NOT_RUN, MIXED = (

@@ -10,16 +10,16 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from analysis import plots
-from analysis.regimes import lengths_known
-from analysis.report import Report
-from analysis.schema import INCONCLUSIVE, NOT_LEARNED, SUPPORT_COLORS, VERDICT_COLORS
-from analysis.tables import (
+from fusion_sweep.analysis import plots
+from fusion_sweep.analysis.regimes import lengths_known
+from fusion_sweep.analysis.report import Report
+from fusion_sweep.analysis.schema import INCONCLUSIVE, NOT_LEARNED, SUPPORT_COLORS, VERDICT_COLORS
+from fusion_sweep.analysis.tables import (
     Table, arms_table, blocks_by_regime, chance_table, claim_tests_table, claims_table,
     comparison_table, dropped_table, fusion_by_dataset_tables, interaction_table,
     pe_by_fusion_tables, seeds_needed_table, variant_by_dataset_tables,
 )
-from analysis.text import VERDICT_RULE, descriptive, is_numeric_cell, source_line
+from fusion_sweep.analysis.text import VERDICT_RULE, descriptive, is_numeric_cell, source_line
 
 # Block kinds: ("h1"|"h2"|"h3"|"p", text), ("ul", [text]), ("table", Table), ("img", file, alt)
 Block = tuple
@@ -66,7 +66,7 @@ def build_blocks(report: Report, out: Path) -> list[Block]:
         b.append(("h2", "Each arm over its seeds"))
         b.append(("table", arms_table(report)))
     if report.sequential is not None:
-        from analysis.sequential_report import sequential_blocks
+        from fusion_sweep.analysis.sequential_report import sequential_blocks
 
         b += sequential_blocks(report.sequential_results, out)
     b += _comparison_blocks(report, out)

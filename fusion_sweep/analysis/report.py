@@ -10,7 +10,7 @@ Families and verdicts:
 - TOST p: Holm over every comparison that has an equivalence margin (`tost_p_holm`); the
   `equivalent` verdict needs `tost_p_holm < alpha`. An `equivalent` comparison whose
   t-interval excludes 0 always carries a note saying so (a real but small difference);
-- chance: Holm over every arm tested against 1/num_classes (:mod:`analysis.chance`); a
+- chance: Holm over every arm tested against 1/num_classes (:mod:`fusion_sweep.analysis.chance`); a
   comparison where neither arm beats chance gets the verdict `not learned`, whatever its
   deltas say, and a design warning;
 - post hoc power at the observed d_z, both at alpha and at alpha/m (Holm's first step, the
@@ -18,14 +18,14 @@ Families and verdicts:
 - cost metrics (schema.COST_METRICS): the paired ratio arm/reference on the log scale
   (stats.ratio_test), Holm over every ratio test in the report (`ratio_p_holm`), and its own
   verdict (`ratio_verdict`) beside the verdict on the difference;
-- `--claims NAME`: the paper's claims (analysis.claims), their own Holm family.
+- `--claims NAME`: the paper's claims (fusion_sweep.analysis.claims), their own Holm family.
 
 What is compared with what (the comparison axis) comes from the baseline: a fusion name or
-a full variant label, see :mod:`analysis.variants`.
+a full variant label, see :mod:`fusion_sweep.analysis.variants`.
 
 Equivalence margins may be one number or per dataset ({"arxiv": 0.005}); a dataset absent
 from the mapping gets no margin and no equivalence test. The direction of improvement
-comes from :func:`analysis.metrics.resolve_direction` and is never guessed.
+comes from :func:`fusion_sweep.analysis.metrics.resolve_direction` and is never guessed.
 """
 from __future__ import annotations
 
@@ -38,18 +38,18 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from analysis import stats
-from analysis.chance import METHOD as CHANCE_METHOD
-from analysis.chance import arm_state, chance_level, chance_tests, class_counts
-from analysis.load import select
-from analysis.metrics import check_direction_value, resolve_direction
-from analysis.pairing import Paired, cells_for, pair_trials, supersede
-from analysis.regimes import Regime, interaction_tests, lengths_known, regimes_for
-from analysis.schema import (
+from fusion_sweep.analysis import stats
+from fusion_sweep.analysis.chance import METHOD as CHANCE_METHOD
+from fusion_sweep.analysis.chance import arm_state, chance_level, chance_tests, class_counts
+from fusion_sweep.analysis.load import select
+from fusion_sweep.analysis.metrics import check_direction_value, resolve_direction
+from fusion_sweep.analysis.pairing import Paired, cells_for, pair_trials, supersede
+from fusion_sweep.analysis.regimes import Regime, interaction_tests, lengths_known, regimes_for
+from fusion_sweep.analysis.schema import (
     ARM_KEYS, BETTER, COMPARISON_KEYS, COST_METRICS, DEFAULT_ENCODER, EQUIVALENT, INCONCLUSIVE,
     KEY_COLUMNS, NOT_LEARNED, TOP_LEVEL_KEYS, WORSE, AnalysisError,
 )
-from analysis.variants import Axis, Variant, parse_baseline
+from fusion_sweep.analysis.variants import Axis, Variant, parse_baseline
 
 PAIR_MODES = ("baseline", "all")
 DIRECTIONS = ("auto", "higher", "lower")
@@ -61,7 +61,7 @@ class Settings:
 
     metrics: tuple[str, ...] = ("test_acc",)
     # A fusion name (compare fusions within each dataset/encoder/pe) or a full variant label
-    # "encoder/pe/fusion" (compare every variant of a dataset with it): analysis.variants.
+    # "encoder/pe/fusion" (compare every variant of a dataset with it): fusion_sweep.analysis.variants.
     baseline: str = "add"
     pairs: str = "baseline"
     alpha: float = 0.05
@@ -78,7 +78,7 @@ class Settings:
     direction: str = "auto"  # auto | higher | lower (the flag overrides `directions`)
     directions: Mapping[str, str] | None = None  # metric -> higher|lower (the sweep's param)
     num_classes: Mapping[str, int] | None = None  # dataset -> K (--num-classes)
-    claims: str | None = None  # a claim set of analysis.claims.CLAIMS (--claims)
+    claims: str | None = None  # a claim set of fusion_sweep.analysis.claims.CLAIMS (--claims)
 
     def validate(self) -> "Settings":
         """Raise AnalysisError on any out-of-range value; return self."""
@@ -112,13 +112,13 @@ class Settings:
             raise AnalysisError("at least one --metric is required")
         parse_baseline(self.baseline)
         if self.claims is not None:
-            from analysis.claims import get_claim_set
+            from fusion_sweep.analysis.claims import get_claim_set
             get_claim_set(self.claims)
         return self
 
     @property
     def axis(self) -> Axis:
-        """The comparison axis the baseline defines (analysis.variants)."""
+        """The comparison axis the baseline defines (fusion_sweep.analysis.variants)."""
         return parse_baseline(self.baseline)
 
     def higher_is_better(self, metric: str) -> bool:
@@ -161,7 +161,7 @@ class Report:
     table: pd.DataFrame = field(repr=False)  # the filtered tidy table
     chance: dict = field(default_factory=lambda: {"method": CHANCE_METHOD, "tests": []})
     arms: list[dict] = field(default_factory=list)  # ARM_KEYS dicts, regime short -> long
-    claims: dict | None = None  # --claims: analysis.claims.evaluate's CLAIM_SET_KEYS dict
+    claims: dict | None = None  # --claims: fusion_sweep.analysis.claims.evaluate's CLAIM_SET_KEYS dict
     # An adaptive sweep: SEQUENTIAL_KEYS dict, and the results objects for the figure.
     sequential: dict | None = None
     sequential_results: list = field(default_factory=list, repr=False)
@@ -272,7 +272,7 @@ def analyze(
     }
     claims = None
     if settings.claims is not None:
-        from analysis.claims import evaluate, get_claim_set
+        from fusion_sweep.analysis.claims import evaluate, get_claim_set
         claims = evaluate(get_claim_set(settings.claims), df, settings, counts, regimes)
     sequential, seq_results = sequential_section(comps, settings, source)
     return Report(source, settings, regimes, comps, dropped, warnings, interaction, df,
@@ -288,8 +288,8 @@ def sequential_section(comps: list[dict], s: Settings, source: dict) -> tuple[di
     adaptive = source.get("adaptive")
     if not adaptive:
         return None, []
-    from analysis.sequential import from_comparisons
-    from analysis.sequential_report import DESCRIPTIVE_LABEL
+    from fusion_sweep.analysis.sequential import from_comparisons
+    from fusion_sweep.analysis.sequential_report import DESCRIPTIVE_LABEL
 
     metric = (source.get("space") or {}).get("metric") or s.metrics[0]
     alpha = float(adaptive.get("alpha", s.alpha))
@@ -495,7 +495,7 @@ def _not_learned_warnings(comps: list[dict], axis: Axis) -> list[dict]:
 
 def _code_mismatch_warning(dropped: list[dict], axis: Axis) -> list[dict]:
     """Pairs across code versions are dropped, not used: list them (design choice, see
-    analysis.pairing)."""
+    fusion_sweep.analysis.pairing)."""
     bad = [d for d in dropped if d["reason"] == "code_mismatch"]
     if not bad:
         return []

@@ -25,11 +25,11 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from analysis.metrics import is_accuracy_like
-from analysis.pairing import cells_for
-from analysis.schema import AnalysisError
-from analysis.stats import NAN, beats_chance, holm
-from analysis.variants import Variant
+from fusion_sweep.analysis.metrics import is_accuracy_like
+from fusion_sweep.analysis.pairing import cells_for
+from fusion_sweep.analysis.schema import AnalysisError
+from fusion_sweep.analysis.stats import NAN, beats_chance, holm
+from fusion_sweep.analysis.variants import Variant
 
 METHOD = ("one-sided one-sample t-test of each arm's per-seed accuracy > 1/num_classes "
           "(scipy ttest_1samp, alternative='greater'); Holm across the arms")
