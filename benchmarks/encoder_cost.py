@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fusion_sweep.models.encoder import count_parameters  # noqa: E402
+from fusion_sweep.trial.models.encoder import count_parameters  # noqa: E402
 from fusion_sweep.space import load_space  # noqa: E402
-from fusion_sweep.trainer import build_model  # noqa: E402
+from fusion_sweep.trial.trainer import build_model  # noqa: E402
 
 
 def step_seconds(model: torch.nn.Module, ids: torch.Tensor, y: torch.Tensor, reps: int) -> float:

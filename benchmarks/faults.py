@@ -540,7 +540,7 @@ def scenario_d(env: Env, timeout: float) -> Scenario:
 
 def scenario_e(env: Env, timeout: float) -> Scenario:
     """Truncate one cached array and flip bytes in another: must be rebuilt, never loaded."""
-    from fusion_sweep.data.cache import file_digest
+    from fusion_sweep.trial.data.cache import file_digest
 
     sc = Scenario(env, "e")
     root = Path(os.environ["FUSION_SWEEP_CACHE"])

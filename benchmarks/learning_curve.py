@@ -9,7 +9,7 @@ longer regimes? The regimes pose the same task (data/registry.py: which of two m
 comes first) and differ in document length, so the answer says whether length is what makes a
 regime hard.
 
-Each (regime, seed) is one `fusion_sweep.trainer.train_trial` - the product's code path - with
+Each (regime, seed) is one `fusion_sweep.trial.trainer.train_trial` - the product's code path - with
 sinusoidal PE, `--fusion` (default concat), the regime's registry defaults, patience 0 and
 `epochs` = factor x the regime's default epochs (factor 2: the curve runs on past the default
 sweep's budget). The model and optimiser fields are taken from the first regime and imposed on
@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def fixed_model() -> tuple[dict[str, Any], list[str]]:
     """The first regime's model/optimiser fields, and notes for regimes whose defaults differ."""
-    from fusion_sweep.data.registry import get_spec
+    from fusion_sweep.trial.data.registry import get_spec
 
     ref = {k: get_spec(REGIMES[0]).defaults()[k] for k in MODEL_FIELDS}
     notes = []
@@ -69,9 +69,9 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
-    from fusion_sweep.config import TrialConfig
-    from fusion_sweep.data import load_encoded
-    from fusion_sweep.trainer import train_trial
+    from fusion_sweep.trial.config import TrialConfig
+    from fusion_sweep.trial.data import load_encoded
+    from fusion_sweep.trial.trainer import train_trial
 
     cfg = TrialConfig.build(job["dataset"], fusion=job["fusion"], pe="sinusoidal",
                             seed=job["seed"], num_threads=1, patience=0, epochs=job["epochs"],
@@ -87,8 +87,8 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
 
 def regime_facts(name: str, cache_dir: str, batch_size: int) -> dict[str, Any]:
     """Generate/cache the regime's data; sizes, lengths and the default budget."""
-    from fusion_sweep.data import load_encoded
-    from fusion_sweep.data.registry import get_spec
+    from fusion_sweep.trial.data import load_encoded
+    from fusion_sweep.trial.data.registry import get_spec
 
     spec = get_spec(name)
     data = load_encoded(name, cache_dir=cache_dir)

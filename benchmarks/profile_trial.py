@@ -4,7 +4,7 @@
                                        [--threads 1] [--fusion add] [--seed 0] [--ops N]
 
 For each regime this runs ONE full trial (the regime's own hyperparameters, read fresh from
-fusion_sweep/data/registry.py) with wall-clock timers wrapped around the trainer's building
+fusion_sweep/trial/data/registry.py) with wall-clock timers wrapped around the trainer's building
 blocks, and prints a tree of inclusive/exclusive seconds:
 
   trial
@@ -25,7 +25,7 @@ CPU ops are synchronous, so wall time around a call is that call's cost. The wra
 ~1 µs per call (a few ms per trial). `--ops N` adds a torch.profiler table of the N most
 expensive ATen ops over one training epoch (self CPU time), for a finer split of forward vs
 backward kernels vs dispatch. `--path both` profiles the reference path and the fast path
-(`fusion_sweep.trainer.SpeedOptions`) of the same trial, one after the other.
+(`fusion_sweep.trial.trainer.SpeedOptions`) of the same trial, one after the other.
 
 py-spy (pip install py-spy) gives the same picture as a flame graph:
     py-spy record --native -o trial.svg -- python benchmarks/profile_trial.py --regimes synthetic-long
@@ -47,9 +47,9 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-import fusion_sweep.trainer as T
-from fusion_sweep.config import TrialConfig
-from fusion_sweep.models.encoder import FusionClassifier
+import fusion_sweep.trial.trainer as T
+from fusion_sweep.trial.config import TrialConfig
+from fusion_sweep.trial.models.encoder import FusionClassifier
 
 SYNTHETIC = ("synthetic-short", "synthetic-medium", "synthetic-long")
 

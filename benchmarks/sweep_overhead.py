@@ -6,7 +6,7 @@ Side A, `fusion-sweep launch SPACE`: Ray Tune (`reuse_actors=True`, `FailureConf
 one MLflow run per trial under a sweep parent run (per-epoch curves, params, artifacts), a
 local Ray instance started and shut down by the command.
 Side B, a plain loop: the same `TrialConfig`s (from the same search space) through
-`fusion_sweep.trainer.train_trial`, nothing else — in one process when P = 1, else in a pool
+`fusion_sweep.trial.trainer.train_trial`, nothing else — in one process when P = 1, else in a pool
 of P worker processes. Same parallelism as Ray's: each trial gets `resources.cpu` CPUs
 (= its torch threads) and P = CPUs // resources.cpu trials run at once on both sides.
 
@@ -63,8 +63,8 @@ def write_space(path: Path, trials: int, dataset: str, epochs: int, cpu: int) ->
 
 # ------------------------------------------------------------------------ side B (plain)
 def _train(config: dict) -> tuple[float, float]:
-    from fusion_sweep.config import TrialConfig
-    from fusion_sweep.trainer import train_trial
+    from fusion_sweep.trial.config import TrialConfig
+    from fusion_sweep.trial.trainer import train_trial
 
     t0 = time.time()
     train_trial(TrialConfig.from_dict(config))
@@ -134,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     env.update(FUSION_SWEEP_CACHE=str(work / "cache"), PYTHONUNBUFFERED="1")
     uri = f"sqlite:///{work / 'mlflow.db'}"
     try:
-        from fusion_sweep.config import TrialConfig
-        from fusion_sweep.data import load_encoded
+        from fusion_sweep.trial.config import TrialConfig
+        from fusion_sweep.trial.data import load_encoded
 
         epochs = args.epochs or (3 if args.quick else TrialConfig.build(args.dataset).epochs)
         space = work / "overhead.yaml"

@@ -99,8 +99,8 @@ def _pin(counter, ncpu: int) -> None:
 
 
 def _train(config: dict) -> tuple[float, float]:
-    from fusion_sweep.config import TrialConfig
-    from fusion_sweep.trainer import train_trial
+    from fusion_sweep.trial.config import TrialConfig
+    from fusion_sweep.trial.trainer import train_trial
 
     t0 = time.time()
     train_trial(TrialConfig.from_dict(config))
@@ -168,7 +168,7 @@ def launch_spans(uri: str, sweep: str) -> list:
 
 def prepare(work: Path, space: Path, env: dict, uri: str | None) -> list:
     """Untimed: the tokenized data cache (and the MLflow store's schema)."""
-    from fusion_sweep.data import load_encoded
+    from fusion_sweep.trial.data import load_encoded
     from fusion_sweep.space import load_space
 
     os.environ["FUSION_SWEEP_CACHE"] = env["FUSION_SWEEP_CACHE"]
@@ -338,7 +338,7 @@ def lockstep_pair(config, data, arms: dict, order: list[str]) -> tuple[dict, dic
     """-> (results, wall seconds, thread-CPU seconds) per arm, run epoch-interleaved."""
     import threading
 
-    from fusion_sweep.trainer import train_trial
+    from fusion_sweep.trial.trainer import train_trial
 
     ls = Lockstep(order)
     results: dict = {}
@@ -367,8 +367,8 @@ def lockstep_pair(config, data, arms: dict, order: list[str]) -> tuple[dict, dic
 def trainer_ab(args) -> dict:
     import torch
 
-    from fusion_sweep.config import TrialConfig
-    from fusion_sweep.trainer import SpeedOptions, load_data, train_trial
+    from fusion_sweep.trial.config import TrialConfig
+    from fusion_sweep.trial.trainer import SpeedOptions, load_data, train_trial
 
     torch.set_num_threads(args.threads)
     arms = {"reference": SpeedOptions.parse(args.baseline), "fast": SpeedOptions.parse(args.speed)}

@@ -63,10 +63,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import reference_loop as ref  # noqa: E402  (benchmarks/ only; never imported by the product)
 
-from fusion_sweep.config import TrialConfig  # noqa: E402
-from fusion_sweep.data.types import EncodedSplit  # noqa: E402
-from fusion_sweep.models.fusion import FUSIONS  # noqa: E402
-from fusion_sweep.trainer import (build_model, build_optimizer, cpu_threads,  # noqa: E402
+from fusion_sweep.trial.config import TrialConfig  # noqa: E402
+from fusion_sweep.trial.data.types import EncodedSplit  # noqa: E402
+from fusion_sweep.trial.models.fusion import FUSIONS  # noqa: E402
+from fusion_sweep.trial.trainer import (build_model, build_optimizer, cpu_threads,  # noqa: E402
                                   train_epoch, training_schedule)
 
 VOCAB = 50_000  # the reference's vocabulary cap (min_freq 2, at most 50k)

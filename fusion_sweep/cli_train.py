@@ -40,7 +40,7 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fusion_sweep.config import TrialConfig, resolve_hyperparameters
+    from fusion_sweep.trial.config import TrialConfig, resolve_hyperparameters
 
     overrides = parse_overrides(args.override)
     given = {**dict(encoder=args.encoder, fusion=args.fusion, pe=args.pe, seed=args.seed),
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         _, sources = resolve_hyperparameters(args.dataset, overrides=given)
         print(format_config(config, sources))
         return 0
-    from fusion_sweep.trainer import EpochRecord, train_trial
+    from fusion_sweep.trial.trainer import EpochRecord, train_trial
 
     def progress(r: EpochRecord) -> None:
         print(f"epoch {r.epoch:3d}  train_loss {r.train_loss:.4f}  train_acc {r.train_acc:.4f}  "

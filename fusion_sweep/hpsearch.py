@@ -31,10 +31,10 @@ def evaluate_params(params: Mapping[str, Any], *, dataset: str, pe: str, fusion:
 
     Every config has `evaluate_test=False`: the trainer never touches the test split.
     """
-    from fusion_sweep.config import TrialConfig
+    from fusion_sweep.trial.config import TrialConfig
 
     if train is None:
-        from fusion_sweep.trainer import train_trial as train
+        from fusion_sweep.trial.trainer import train_trial as train
     out: dict[str, float] = {}
     accs = []
     for seed in seeds:
@@ -91,7 +91,7 @@ def search_hyperparameters(space_ref: str, *, budget: int | None = None, output:
     from ray import tune
     from ray.tune.search.optuna import OptunaSearch
 
-    from fusion_sweep.config import TrialConfig
+    from fusion_sweep.trial.config import TrialConfig
 
     old_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt) \
         if threading.current_thread() is threading.main_thread() else None

@@ -53,7 +53,7 @@ ENCODER_FINGERPRINT_COLUMNS: tuple[str, ...] = tuple(f"fp_{k}" for k in ENCODER_
 
 # Source that computes a trial's numbers (relative to the package). Orchestration, tracking
 # and the CLI are left out: changing them cannot change a trial's result.
-_NUMERIC_SOURCES: tuple[str, ...] = ("models", "data", "trainer.py", "batching.py", "config.py")
+_NUMERIC_SOURCES: tuple[str, ...] = ("trial",)
 
 
 @lru_cache(maxsize=1)

@@ -198,7 +198,7 @@ class SearchSpace:
 
     def trial_config(self, dataset: str, variant: Mapping[str, Any], seed: int) -> Any:
         """The TrialConfig of one grid point (also of a seed adaptive seeding adds)."""
-        from fusion_sweep.config import TrialConfig
+        from fusion_sweep.trial.config import TrialConfig
 
         return TrialConfig.build(dataset, space_all=self.hyperparameters.get("all"),
                                  space_dataset=self.hyperparameters.get(dataset),
@@ -378,7 +378,7 @@ def _seed_list(v: Any, key: str, errors: list[str]) -> list[int]:
 
 def _build_errors(dataset: str, threads: int, overrides: Mapping[str, Any]) -> list[str]:
     """The problems `TrialConfig.build` finds, one message per problem."""
-    from fusion_sweep.config import ConfigError, TrialConfig
+    from fusion_sweep.trial.config import ConfigError, TrialConfig
 
     try:
         TrialConfig.build(dataset, num_threads=threads, **overrides)
@@ -391,9 +391,9 @@ def _build_errors(dataset: str, threads: int, overrides: Mapping[str, Any]) -> l
 
 def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
     """Every problem of a raw space appended to `errors`; the space when there are none."""
-    from fusion_sweep.data.registry import DATASETS
-    from fusion_sweep.models.fusion import FUSIONS
-    from fusion_sweep.models.positional import POSITIONAL
+    from fusion_sweep.trial.data.registry import DATASETS
+    from fusion_sweep.trial.models.fusion import FUSIONS
+    from fusion_sweep.trial.models.positional import POSITIONAL
 
     if not isinstance(raw, Mapping):
         errors.append(f"the file must hold a mapping with keys {list(TOP_LEVEL_KEYS)}, "
@@ -457,7 +457,7 @@ def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
 
 def _validate_variants(v: Any, errors: list[str]) -> list[dict[str, Any]]:
     """`variants: [{encoder?, pe, fusion, <encoder field>...}]` -> the well-formed entries."""
-    from fusion_sweep.models.encoder import ENCODERS
+    from fusion_sweep.trial.models.encoder import ENCODERS
 
     # every encoder's own fields (its registry entry's OPTION_FIELDS), in registry order
     encoder_fields = dict.fromkeys(f for e in ENCODERS.values() for f in e.OPTION_FIELDS)
@@ -488,7 +488,7 @@ def _validate_variants(v: Any, errors: list[str]) -> list[dict[str, Any]]:
 def _variant_labels(datasets: list[str], variants: list[dict[str, Any]],
                     hparams: dict[str, dict[str, Any]], threads: int) -> list[str]:
     """Each variant's label "encoder/pe/fusion" (the encoder as its variant label)."""
-    from fusion_sweep.config import TrialConfig
+    from fusion_sweep.trial.config import TrialConfig
 
     if not datasets:
         return []
@@ -498,7 +498,7 @@ def _variant_labels(datasets: list[str], variants: list[dict[str, Any]],
 
 
 def _config_fields() -> tuple[str, ...]:
-    from fusion_sweep.config import TrialConfig
+    from fusion_sweep.trial.config import TrialConfig
 
     return TrialConfig.field_names()
 
@@ -556,7 +556,7 @@ def _validate_comparison(raw: Mapping, datasets: list[str], fusions: list[str],
     """What `stats` compares: -> (baseline, metric, equivalence_margin, directions).
 
     labels: the variants' labels "encoder/pe/fusion" (None when the grid has errors)."""
-    from fusion_sweep.models.fusion import FUSIONS
+    from fusion_sweep.trial.models.fusion import FUSIONS
 
     baseline = raw.get("baseline", "add")
     if isinstance(baseline, str) and "/" in baseline:
@@ -596,7 +596,7 @@ def _validate_comparison(raw: Mapping, datasets: list[str], fusions: list[str],
 def _validate_hyperparameters(raw: Mapping, datasets: list[str],
                               errors: list[str]) -> dict[str, dict[str, Any]]:
     """`hyperparameters: {all|<dataset>: {field: value}}` -> the valid groups."""
-    from fusion_sweep.data.registry import DATASETS
+    from fusion_sweep.trial.data.registry import DATASETS
 
     hp_raw = raw.get("hyperparameters") or {}
     allowed_fields = [f for f in _config_fields() if f not in RESERVED_FIELDS]

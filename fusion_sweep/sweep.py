@@ -318,9 +318,9 @@ def run_trial(config: dict, *, ctx, configs: dict) -> None:
     """
     from ray import tune
 
-    from fusion_sweep.config import TrialConfig
+    from fusion_sweep.trial.config import TrialConfig
     from fusion_sweep.tracking import TrialRun
-    from fusion_sweep.trainer import train_trial
+    from fusion_sweep.trial.trainer import train_trial
 
     from fusion_sweep.schema import code_fingerprint
 
@@ -790,7 +790,7 @@ def trial_memory_bytes(space: SearchSpace, config: Any) -> int:
     """
     if space.memory_gb is not None:
         return int(space.memory_gb * 2**30)
-    from fusion_sweep.data.registry import DATASETS
+    from fusion_sweep.trial.data.registry import DATASETS
 
     c = config
     spec = DATASETS[c.dataset]
@@ -799,7 +799,7 @@ def trial_memory_bytes(space: SearchSpace, config: Any) -> int:
         + 3 * c.d_model ** 2 + c.max_len * c.d_model
     if space.gpu > 0:
         return int(ACTOR_BASE_BYTES + 2 * 4 * params)  # a host copy of weights and checkpoint
-    from fusion_sweep.models.encoder import ENCODERS
+    from fusion_sweep.trial.models.encoder import ENCODERS
 
     B, L, H = c.batch_size, c.max_len, c.heads
     attn = 4 if c.attn_dropout > 0 else 1

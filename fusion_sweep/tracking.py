@@ -33,8 +33,8 @@ import fusion_sweep
 if TYPE_CHECKING:  # pragma: no cover
     from mlflow.entities import Run
 
-    from fusion_sweep.config import TrialConfig
-    from fusion_sweep.trainer import EpochRecord, TrialResult
+    from fusion_sweep.trial.config import TrialConfig
+    from fusion_sweep.trial.trainer import EpochRecord, TrialResult
 
 # The schema's one home (tag names, fingerprints, identity): fusion_sweep.schema.
 from fusion_sweep.schema import (ATTEMPTS, CODE_FINGERPRINT, CODE_HISTORY,  # noqa: E402,F401

@@ -19,9 +19,9 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from fusion_sweep.analysis import cli  # noqa: E402
 from fusion_sweep.analysis.demo import synthetic_results  # noqa: E402
 from fusion_sweep import schema  # noqa: E402
-from fusion_sweep.config import TrialConfig  # noqa: E402
+from fusion_sweep.trial.config import TrialConfig  # noqa: E402
 from fusion_sweep.tracking import SweepTracker, TrackingContext, TrialRun  # noqa: E402
-from fusion_sweep.trainer import TrialResult  # noqa: E402
+from fusion_sweep.trial.trainer import TrialResult  # noqa: E402
 
 EXP = "fusion-sweep"
 # mlflow 3.17 + SQLAlchemy 2 emit SADeprecationWarning on store start-up; not ours.

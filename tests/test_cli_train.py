@@ -57,7 +57,7 @@ def test_show_config_prints_every_value_and_its_layer(capsys: pytest.CaptureFixt
 
 
 def test_config_built_around_the_chain_is_an_error() -> None:
-    from fusion_sweep.config import ConfigError, TrialConfig, resolve_hyperparameters
+    from fusion_sweep.trial.config import ConfigError, TrialConfig, resolve_hyperparameters
 
     with pytest.raises(ConfigError, match=r"d_model is not set: build trial configs with "
                                           r"TrialConfig.build\(dataset, \.\.\.\)"):

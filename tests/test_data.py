@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from fusion_sweep.data import (
+from fusion_sweep.trial.data import (
     DATASETS,
     DatasetUnavailableError,
     _plan,
@@ -19,10 +19,10 @@ from fusion_sweep.data import (
     load_encoded,
     median_length,
 )
-from fusion_sweep.data import synthetic as syn
-from fusion_sweep.data import tokenize as tok
-from fusion_sweep.data.cache import read_entry, read_vocab, write_entry
-from fusion_sweep.data.types import EncodedData
+from fusion_sweep.trial.data import synthetic as syn
+from fusion_sweep.trial.data import tokenize as tok
+from fusion_sweep.trial.data.cache import read_entry, read_vocab, write_entry
+from fusion_sweep.trial.data.types import EncodedData
 
 HUB = sorted(n for n, s in DATASETS.items() if not s.generated)
 
@@ -165,8 +165,8 @@ def test_cache_is_reused_and_keyed_by_content(tmp_path: Path, cache: str,
         raise AssertionError("re-tokenized on a cache hit")
 
     with monkeypatch.context() as m:
-        m.setattr("fusion_sweep.data.build_vocab", boom)
-        m.setattr("fusion_sweep.data.encode", boom)
+        m.setattr("fusion_sweep.trial.data.build_vocab", boom)
+        m.setattr("fusion_sweep.trial.data.encode", boom)
         again = load_encoded("agnews", data_dir=str(d), cache_dir=cache, limit_train=5)
         same = load_encoded("agnews", data_dir=str(d), cache_dir=cache)
     assert tok.ENCODE_CALLS == calls
@@ -443,7 +443,7 @@ def test_marker_window_keeps_markers_close(run: int) -> None:
 
 
 def test_median_length() -> None:
-    from fusion_sweep.data.types import EncodedSplit
+    from fusion_sweep.trial.data.types import EncodedSplit
 
     s = EncodedSplit(np.zeros(10, np.int32), np.array([0, 1, 4, 10]), np.zeros(3, np.int64))
     assert median_length(s) == 3.0

@@ -7,9 +7,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from fusion_sweep.config import ConfigError, TrialConfig
-from fusion_sweep.data import DATASETS
-from fusion_sweep.data import synthetic as syn
+from fusion_sweep.trial.config import ConfigError, TrialConfig
+from fusion_sweep.trial.data import DATASETS
+from fusion_sweep.trial.data import synthetic as syn
 from fusion_sweep.schema import IDENTITY_FIELDS
 from fusion_sweep.space import SpaceError, load_space, parse_space
 
@@ -156,7 +156,7 @@ def test_shuffle_segments_keeps_marker_segments_in_order():
 
 # ------------------------------------------------- paired protocol across encoders
 def test_same_seed_standard_and_ressformer_share_split_batches_and_embedding():
-    from fusion_sweep.trainer import train_trial
+    from fusion_sweep.trial.trainer import train_trial
 
     kw = dict(epochs=1, limit_train=128, limit_eval=64, latency_repeats=1)
     std = train_trial(TrialConfig.build("synthetic-short", pe="sinusoidal", **kw))

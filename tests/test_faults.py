@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from fusion_sweep import tracking
-from fusion_sweep.data import cache as cache_mod
-from fusion_sweep.data import load_encoded
+from fusion_sweep.trial.data import cache as cache_mod
+from fusion_sweep.trial.data import load_encoded
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = dict(n_train=60, n_val=20, n_test=20)
@@ -56,7 +56,7 @@ def test_corrupt_cache_file_is_detected_and_rebuilt(tmp_path: Path, damage: str,
         del meta["files"]
         (entry / "meta.json").write_text(json.dumps(meta))
 
-    with caplog.at_level(logging.WARNING, logger="fusion_sweep.data.cache"):
+    with caplog.at_level(logging.WARNING, logger="fusion_sweep.trial.data.cache"):
         again = load_encoded("synthetic-short", cache_dir=str(root), synthetic_overrides=SMALL)
     assert again.fingerprint(0, True) == want  # the rebuilt data, not the damaged file
     assert any("rebuilding it" in r.getMessage() and str(entry) in r.getMessage()

@@ -7,11 +7,11 @@ import itertools
 import pytest
 import torch
 
-from fusion_sweep.config import TrialConfig
-from fusion_sweep.models.encoder import (FusionClassifier, count_parameters, encoder_init_hash,
+from fusion_sweep.trial.config import TrialConfig
+from fusion_sweep.trial.models.encoder import (FusionClassifier, count_parameters, encoder_init_hash,
                                          initialize, shared_init_hash)
-from fusion_sweep.models.fusion import FUSIONS, build_fusion
-from fusion_sweep.models.positional import POSITIONAL, check_compatible
+from fusion_sweep.trial.models.fusion import FUSIONS, build_fusion
+from fusion_sweep.trial.models.positional import POSITIONAL, check_compatible
 
 D, H, VOCAB, C, MAX_LEN = 16, 4, 50, 3, 32
 ALL = list(itertools.product(sorted(POSITIONAL), sorted(FUSIONS)))

@@ -15,11 +15,11 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from fusion_sweep.models.encoder import (ENCODERS, FusionClassifier, count_parameters,
+from fusion_sweep.trial.models.encoder import (ENCODERS, FusionClassifier, count_parameters,
                                          encoder_init_hash, initialize, shared_init_hash)
-from fusion_sweep.models.positional import POSITIONAL
-from fusion_sweep.models.ressformer import Graph, _row_change
-from fusion_sweep.models.sparse import ATTN_ACTIVATIONS
+from fusion_sweep.trial.models.positional import POSITIONAL
+from fusion_sweep.trial.models.ressformer import Graph, _row_change
+from fusion_sweep.trial.models.sparse import ATTN_ACTIVATIONS
 
 D, H, VOCAB, C, MAX_LEN = 16, 2, 60, 3, 40
 SWITCH_COMBOS = list(itertools.product([True, False], repeat=3))  # (soes, asam, r2mu)
@@ -195,7 +195,7 @@ def test_valid_configs_have_no_errors(config) -> None:
 
 
 def test_trial_config_uses_the_rules() -> None:
-    from fusion_sweep.config import TrialConfig
+    from fusion_sweep.trial.config import TrialConfig
 
     with pytest.raises(ValueError, match=r"soes=true requires pe 'none'"):
         TrialConfig.build("synthetic-short", encoder="ressformer", pe="sinusoidal")

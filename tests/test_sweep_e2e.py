@@ -477,7 +477,7 @@ class _Untouchable:
 
 
 def test_tuning_never_reads_the_test_split(monkeypatch):
-    from fusion_sweep import trainer
+    from fusion_sweep.trial import trainer
     from fusion_sweep.hpsearch import evaluate_params
 
     cfg = load_space("smoke").grid()[0]

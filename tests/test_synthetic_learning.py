@@ -14,10 +14,10 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 import pytest
 
-from fusion_sweep.config import TrialConfig
-from fusion_sweep.data import load_encoded
-from fusion_sweep.data.registry import DATASETS
-from fusion_sweep.trainer import train_trial
+from fusion_sweep.trial.config import TrialConfig
+from fusion_sweep.trial.data import load_encoded
+from fusion_sweep.trial.data.registry import DATASETS
+from fusion_sweep.trial.trainer import train_trial
 
 SYNTHETIC = sorted(n for n, s in DATASETS.items() if s.generated)
 # Two seeds of one learnable fusion per regime: a regime that learns leaves the plateau at

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from fusion_sweep import tracking
-from fusion_sweep.config import TrialConfig
+from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.space import load_space
-from fusion_sweep.trainer import EpochRecord, TrialResult
+from fusion_sweep.trial.trainer import EpochRecord, TrialResult
 
 
 @pytest.fixture(scope="module")
@@ -276,7 +276,7 @@ def test_code_fingerprint_tracks_numeric_source(tmp_path, monkeypatch):
     try:
         assert schema.code_fingerprint() == fp  # same files, other place: same fingerprint
         schema.code_fingerprint.cache_clear()
-        (pkg / "models" / "fusion.py").write_text((pkg / "models" / "fusion.py").read_text() + "\n#")
+        (pkg / "trial" / "models" / "fusion.py").write_text((pkg / "trial" / "models" / "fusion.py").read_text() + "\n#")
         assert schema.code_fingerprint() != fp
         schema.code_fingerprint.cache_clear()
         (pkg / "cli.py").write_text((pkg / "cli.py").read_text() + "\n#")  # not numeric

@@ -6,11 +6,11 @@ import math
 import numpy as np
 import pytest
 
-from fusion_sweep.config import TrialConfig
-from fusion_sweep.data.types import EncodedData, EncodedSplit
-from fusion_sweep.models.fusion import FUSIONS
+from fusion_sweep.trial.config import TrialConfig
+from fusion_sweep.trial.data.types import EncodedData, EncodedSplit
+from fusion_sweep.trial.models.fusion import FUSIONS
 from fusion_sweep.schema import ENCODER_FINGERPRINTS, FINGERPRINTS
-from fusion_sweep.trainer import EpochRecord, derive_seed, macro_f1, train_trial
+from fusion_sweep.trial.trainer import EpochRecord, derive_seed, macro_f1, train_trial
 
 TINY = dict(d_model=16, heads=2, layers=1, dim_ff=32, epochs=2, batch_size=8, max_len=80,
             num_threads=1, latency_repeats=1)
@@ -121,7 +121,7 @@ def first_step_dropout_masks(fusion: str, data: EncodedData, seed: int = 0) -> l
     batch, captured by forward hooks (a zeroed output where the input was nonzero)."""
     import torch
 
-    from fusion_sweep.models.encoder import FusionClassifier
+    from fusion_sweep.trial.models.encoder import FusionClassifier
 
     masks: list = []
     original = FusionClassifier.forward

@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fusion_sweep.batching import eval_batches, pad_batch, pad_batches, truncated_lengths
-from fusion_sweep.config import TrialConfig
-from fusion_sweep.data.types import EncodedData, EncodedSplit
-from fusion_sweep.trainer import SpeedOptions, train_trial
+from fusion_sweep.trial.batching import eval_batches, pad_batch, pad_batches, truncated_lengths
+from fusion_sweep.trial.config import TrialConfig
+from fusion_sweep.trial.data.types import EncodedData, EncodedSplit
+from fusion_sweep.trial.trainer import SpeedOptions, train_trial
 from tests.test_trainer import random_split as trainer_split
 
 TINY = dict(d_model=16, heads=2, layers=1, dim_ff=32, epochs=3, batch_size=8, max_len=80,

@@ -12,7 +12,7 @@ import pandas as pd
 
 DATASETS = {"synthetic-short": 48.0, "synthetic-medium": 231.0, "synthetic-long": 1890.0}
 BASE_ACC = {"synthetic-short": 0.86, "synthetic-medium": 0.78, "synthetic-long": 0.61}
-# Class counts as in fusion_sweep.data.registry (not imported: it pulls in torch).
+# Class counts as in fusion_sweep.trial.data.registry (not imported: it pulls in torch).
 NUM_CLASSES = {"synthetic-short": 4, "synthetic-medium": 2, "synthetic-long": 11}
 # Planted mean delta vs add, per dataset (short, medium, long).
 EFFECTS = {"add": (0.0, 0.0, 0.0), "concat": (0.0, 0.004, 0.01),

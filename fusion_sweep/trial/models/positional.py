@@ -211,7 +211,7 @@ POSITIONAL: dict[str, type[PositionalEncoding]] = {
 
 def check_compatible(pe: str, fusion: str) -> str | None:
     """None if `pe` and `fusion` can be combined, else an error message saying why."""
-    from fusion_sweep.models.fusion import FUSIONS
+    from fusion_sweep.trial.models.fusion import FUSIONS
 
     level = POSITIONAL[pe].level
     if level == "input" or FUSIONS[fusion].accepts_absent_p:

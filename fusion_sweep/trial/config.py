@@ -143,7 +143,7 @@ class TrialConfig:
 
     def encoder_variant(self) -> str:
         """The identity's `encoder`: the registry name plus its switches ("ressformer-no-asam")."""
-        from fusion_sweep.models.encoder import ENCODERS
+        from fusion_sweep.trial.models.encoder import ENCODERS
 
         return ENCODERS[self.encoder].variant(self)
 
@@ -175,11 +175,11 @@ class TrialConfig:
     # ---------------------------------------------------------------- validation
     def validation_errors(self) -> list[str]:
         """All problems at once, each naming the field and the valid choices."""
-        from fusion_sweep.data.registry import DATASETS
-        from fusion_sweep.models.encoder import ACTIVATIONS, ENCODERS
-        from fusion_sweep.models.fusion import FUSIONS
-        from fusion_sweep.models.positional import POSITIONAL, check_compatible
-        from fusion_sweep.trainer import OPTIMIZERS
+        from fusion_sweep.trial.data.registry import DATASETS
+        from fusion_sweep.trial.models.encoder import ACTIVATIONS, ENCODERS
+        from fusion_sweep.trial.models.fusion import FUSIONS
+        from fusion_sweep.trial.models.positional import POSITIONAL, check_compatible
+        from fusion_sweep.trial.trainer import OPTIMIZERS
 
         errs: list[str] = [
             f"{name} is not set: build trial configs with TrialConfig.build(dataset, ...), whose "
@@ -249,7 +249,7 @@ def resolve_hyperparameters(dataset: str, *, space_all: Mapping[str, Any] | None
     or the sweep's grid point). Fields no layer sets keep their built-in execution default
     (device, threads, cache, ...), reported as "built-in".
     """
-    from fusion_sweep.data.registry import DATASETS
+    from fusion_sweep.trial.data.registry import DATASETS
 
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; choose from {sorted(DATASETS)}")

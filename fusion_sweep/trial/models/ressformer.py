@@ -93,8 +93,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fusion_sweep.models.positional import POSITIONAL, PositionalEncoding
-from fusion_sweep.models.sparse import ATTN_ACTIVATIONS
+from fusion_sweep.trial.models.positional import POSITIONAL, PositionalEncoding
+from fusion_sweep.trial.models.sparse import ATTN_ACTIVATIONS
 
 SWITCHES = ("soes", "asam", "r2mu")
 # The fields each switch configures: inert (and so required at their defaults) when it is off.
@@ -106,7 +106,7 @@ NEG_INF = float("-inf")
 
 def _encoder_module():
     # encoder.py imports this module at its top, so its helpers are imported back lazily.
-    from fusion_sweep.models import encoder
+    from fusion_sweep.trial.models import encoder
     return encoder
 
 

@@ -2,7 +2,7 @@
 
 Each entry carries its own hyperparameter defaults (`DatasetSpec.defaults()`): a reference
 set from the paper's code plus the entry's own overrides. They are the first layer of the one
-hyperparameter chain, `fusion_sweep.config.resolve_hyperparameters`.
+hyperparameter chain, `fusion_sweep.trial.config.resolve_hyperparameters`.
 """
 from __future__ import annotations
 

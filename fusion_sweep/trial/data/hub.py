@@ -29,8 +29,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from fusion_sweep.data.cache import file_digest
-from fusion_sweep.data.registry import DatasetSpec
+from fusion_sweep.trial.data.cache import file_digest
+from fusion_sweep.trial.data.registry import DatasetSpec
 
 # Bump when parsing of raw sources changes: part of every cache key.
 LOADER_VERSION = "raw-v1"

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from fusion_sweep.data.types import EncodedData, EncodedSplit
+from fusion_sweep.trial.data.types import EncodedData, EncodedSplit
 
 ENV_CACHE = "FUSION_SWEEP_CACHE"
 CACHE_FORMAT = "npy-dir-v2"  # v2: meta.json holds a SHA-256 per file

@@ -27,11 +27,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fusion_sweep.batching import (eval_batches, epoch_batches, pad_batch, pad_batches,
+from fusion_sweep.trial.batching import (eval_batches, epoch_batches, pad_batch, pad_batches,
                                    schedule_hash, truncated_lengths)
-from fusion_sweep.config import TrialConfig
-from fusion_sweep.data.types import EncodedData, EncodedSplit, validate_encoded
-from fusion_sweep.models.encoder import (ENCODERS, FusionClassifier, count_parameters,
+from fusion_sweep.trial.config import TrialConfig
+from fusion_sweep.trial.data.types import EncodedData, EncodedSplit, validate_encoded
+from fusion_sweep.trial.models.encoder import (ENCODERS, FusionClassifier, count_parameters,
                                          encoder_init_hash, initialize, shared_init_hash)
 
 # Appended, never reordered: a stream's seed depends on its index (`derive_seed`).
@@ -120,7 +120,7 @@ def stream_dataset(config: TrialConfig) -> str:
     """The dataset name a trial's random streams are derived from: its own, except for a
     structure-noise probe, which trains exactly as its clean regime (same init, batch order and
     dropout; `DatasetSpec.stream_name`) so the two differ only in the perturbed test set."""
-    from fusion_sweep.data.registry import DATASETS
+    from fusion_sweep.trial.data.registry import DATASETS
 
     return DATASETS[config.dataset].stream_name
 
@@ -452,7 +452,7 @@ def measure_latency(model: nn.Module, split: EncodedSplit, config: TrialConfig, 
 
 # ------------------------------------------------------------------------------ the trial
 def load_data(config: TrialConfig) -> EncodedData:
-    from fusion_sweep.data import load_encoded
+    from fusion_sweep.trial.data import load_encoded
 
     return load_encoded(config.dataset, data_dir=config.data_dir, data_seed=config.data_seed,
                         cache_dir=config.cache_dir, limit_train=config.limit_train,

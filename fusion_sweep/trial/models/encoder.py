@@ -35,9 +35,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fusion_sweep.models.fusion import Fusion, build_fusion
-from fusion_sweep.models.positional import POSITIONAL, PositionalEncoding, build_positional
-from fusion_sweep.models.ressformer import ReSSFormerEncoder
+from fusion_sweep.trial.models.fusion import Fusion, build_fusion
+from fusion_sweep.trial.models.positional import POSITIONAL, PositionalEncoding, build_positional
+from fusion_sweep.trial.models.ressformer import ReSSFormerEncoder
 
 ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}
 

@@ -23,11 +23,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fusion_sweep.data.cache import cache_root, content_key, entry_path, get_or_build
-from fusion_sweep.data.hub import DatasetUnavailableError, RawSplits, Source, open_source
-from fusion_sweep.data.registry import DATASETS, DatasetSpec, get_spec
-from fusion_sweep.data.tokenize import PAD_ID, UNK_ID, TokenizerSettings, build_vocab, encode
-from fusion_sweep.data.types import EncodedData, EncodedSplit
+from fusion_sweep.trial.data.cache import cache_root, content_key, entry_path, get_or_build
+from fusion_sweep.trial.data.hub import DatasetUnavailableError, RawSplits, Source, open_source
+from fusion_sweep.trial.data.registry import DATASETS, DatasetSpec, get_spec
+from fusion_sweep.trial.data.tokenize import PAD_ID, UNK_ID, TokenizerSettings, build_vocab, encode
+from fusion_sweep.trial.data.types import EncodedData, EncodedSplit
 
 # Bump when the split / validation / subsampling logic changes: part of every cache key.
 PIPELINE_VERSION = "pipeline-v1"
@@ -105,7 +105,7 @@ def _open(spec: DatasetSpec, data_dir: str, data_seed: int,
 
 def _synthetic_source(spec: DatasetSpec, data_seed: int,
                       overrides: Mapping[str, Any] | None) -> Source:
-    from fusion_sweep.data import synthetic
+    from fusion_sweep.trial.data import synthetic
 
     params = synthetic.SyntheticParams.from_mapping({**spec.synthetic, **(overrides or {})})
     identity = {"kind": "synthetic", "generator": synthetic.GENERATOR_VERSION,

@@ -10,7 +10,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from fusion_sweep.data.types import EncodedSplit
+from fusion_sweep.trial.data.types import EncodedSplit
 
 # Documents are shuffled, then sorted by length inside pools of POOL_BATCHES batches: padding
 # drops to a few percent while batches stay random at the scale of the pool.
