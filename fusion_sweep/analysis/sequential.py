@@ -1,5 +1,19 @@
 """Anytime-valid inference for adaptive seed counts: confidence sequences and the stopping rule.
 
+Two methods (:data:`SEQUENTIAL_METHODS`), both for the MEAN paired Δ (better/worse/equivalent
+are statements about the mean, whichever method decides them):
+
+- ``betting`` (:data:`DEFAULT_METHOD`): the hedged-capital betting confidence sequence of
+  Waudby-Smith & Ramdas, "Estimating means of bounded random variables by betting" (JRSS-B
+  2024, Theorem 3, predictable plug-in bets). Valid for ANY distribution of Δ in its known
+  range [-1, 1] (the difference of two proportions such as accuracy): no normality, so it
+  stays valid when a variant fails on some seeds (bimodal Δ), under skew and ties. The price
+  is width: the range, not the spread, caps every bet, so small effects (|Δ| < ~0.2) are
+  rarely decided within 20 seeds (docs/sequential.md has the simulated figures).
+- ``normal-mixture`` (opt-in): the t-based normal-mixture sequence below. Narrow, but valid
+  only when per-seed Δ are i.i.d. normal; every decision it makes says so
+  (:attr:`SequentialMethod.assumption`).
+
 `fusion-sweep launch --until-decided` adds seeds only where a comparison is still undecided.
 A fixed-n t-interval (or Holm over fixed-n p values) is not valid when the seed count is
 chosen by looking at the data; a *confidence sequence* (CS) is: a sequence of intervals
@@ -59,7 +73,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Hashable, Mapping, Sequence
+from typing import Hashable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -209,6 +223,136 @@ def cs_bounds(
     return low, high
 
 
+# ---------------------------------------------------------------------------------------
+# The betting confidence sequence (Waudby-Smith & Ramdas 2024, Theorem 3; vectorized over
+# leading axes, the last axis is seeds). Deltas in BETTING_BOUNDS are mapped to z in [0, 1];
+# a candidate mean m (also mapped to [0, 1]) is rejected once the hedged capital
+#     K_t(m) = max(θ K⁺_t(m), (1-θ) K⁻_t(m)),
+#     K⁺_t(m) = Π_{i<=t} (1 + λ⁺_i(m) (z_i - m)),  K⁻_t(m) = Π_{i<=t} (1 - λ⁻_i(m) (z_i - m)),
+# reaches 1/α. λ⁺_i(m) = min(λ_i, c/m), λ⁻_i(m) = min(λ_i, c/(1-m)) keep every factor > 0,
+# and λ_i is the predictable plug-in bet
+#     λ_i = sqrt(2 log(2/α) / (σ̂²_{i-1} i log(1+i))),
+#     σ̂²_i = (1/4 + Σ_{j<=i} (z_j - μ̂_j)²) / (i+1),  μ̂_i = (1/2 + Σ_{j<=i} z_j) / (i+1),
+# which uses only the seeds before i. Under mean m, θK⁺ + (1-θ)K⁻ is a non-negative
+# martingale, so by Ville's inequality P(∃t: K_t(m) >= 1/α) <= α whatever the distribution
+# on [0, 1]. Each factor of K⁺ decreases in m and each of K⁻ increases, so the set of
+# rejected means is [0, L_t] ∪ [U_t, 1] and the CS is the interval (L_t, U_t).
+
+BETTING_BOUNDS = (-1.0, 1.0)  # a difference of two proportions (accuracy, F1, ...)
+BETTING_C = 0.5  # bet truncation c (the paper's default)
+BETTING_THETA = 0.5  # share of capital on the upward bet (hedged: symmetric)
+_BISECT_ITERS = 60  # interval ends to 2^-60 of the range: far below any metric's resolution
+
+
+def _unit(x: np.ndarray | float, bounds: tuple[float, float]) -> np.ndarray:
+    lo, hi = bounds
+    return (np.asarray(x, dtype=float) - lo) / (hi - lo)
+
+
+def betting_unit_deltas(deltas: object, bounds: tuple[float, float] = BETTING_BOUNDS
+                        ) -> np.ndarray:
+    """Deltas (..., n) mapped to z in [0, 1]; AnalysisError for a delta outside `bounds`."""
+    d = check_deltas(deltas)
+    lo, hi = bounds
+    if np.any(d < lo) or np.any(d > hi):
+        raise AnalysisError(
+            f"the betting confidence sequence needs every delta within [{lo:g}, {hi:g}] (a "
+            "difference of two proportions such as accuracy); got "
+            f"{float(d.min()):g} .. {float(d.max()):g}: use the normal-mixture method for an "
+            "unbounded metric")
+    return _unit(d, bounds)
+
+
+def plugin_bets(z: np.ndarray, alpha: float) -> np.ndarray:
+    """The predictable plug-in bets λ_i, i = 1..n, (..., n) for z (..., n) in [0, 1]."""
+    n = z.shape[-1]
+    i = np.arange(1, n + 1, dtype=float)
+    mu = (0.5 + np.cumsum(z, axis=-1)) / (i + 1.0)
+    var = (0.25 + np.cumsum((z - mu) ** 2, axis=-1)) / (i + 1.0)
+    var_prev = np.concatenate([np.full(z.shape[:-1] + (1,), 0.25), var[..., :-1]], axis=-1)
+    return np.sqrt(2.0 * math.log(2.0 / alpha) / (var_prev * i * np.log1p(i)))
+
+
+def _log_factors(z: np.ndarray, lam: np.ndarray, m: np.ndarray, c: float
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """log of each factor of K⁺ and K⁻ at candidate means m (broadcast with z)."""
+    with np.errstate(divide="ignore"):
+        up = np.minimum(lam, c / m)
+        down = np.minimum(lam, c / (1.0 - m))
+    return np.log1p(up * (z - m)), np.log1p(-down * (z - m))
+
+
+def betting_log_capital(deltas: object, mu0: float, alpha: float,
+                        bounds: tuple[float, float] = BETTING_BOUNDS, c: float = BETTING_C,
+                        theta: float = BETTING_THETA) -> tuple[np.ndarray, np.ndarray]:
+    """(log θK⁺_t, log (1-θ)K⁻_t) at mean Δ = mu0 after t = 1..n seeds, each (..., n).
+
+    The hedged capital is their maximum; mu0 is rejected at t when it reaches log(1/α).
+    """
+    z = betting_unit_deltas(deltas, bounds)
+    lam = plugin_bets(z, check_alpha(alpha))
+    up, down = _log_factors(z, lam, _unit(mu0, bounds), c)
+    return (math.log(theta) + np.cumsum(up, axis=-1),
+            math.log1p(-theta) + np.cumsum(down, axis=-1))
+
+
+def betting_rejections(deltas: object, mu0: float, alpha: float,
+                       bounds: tuple[float, float] = BETTING_BOUNDS
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """(mean <= mu0 rejected, mean >= mu0 rejected) by seed t, running (once rejected,
+    always: the running intersection), each a bool array (..., n)."""
+    log_up, log_down = betting_log_capital(deltas, mu0, alpha, bounds)
+    threshold = -math.log(alpha)
+    return (np.maximum.accumulate(log_up >= threshold, axis=-1),
+            np.maximum.accumulate(log_down >= threshold, axis=-1))
+
+
+def betting_p_values(deltas: object, mu0: float = 0.0,
+                     bounds: tuple[float, float] = BETTING_BOUNDS) -> np.ndarray:
+    """Anytime-valid p for mean Δ = mu0 after k seeds: min(1, 1 / max_{j<=k} K_j), (..., n).
+
+    The bets depend on α through λ_i; they are placed at α = 0.05 here (the p-value of a
+    test martingale is valid for any fixed bets)."""
+    log_up, log_down = betting_log_capital(deltas, mu0, 0.05, bounds)
+    log_k = np.maximum.accumulate(np.maximum(log_up, log_down), axis=-1)
+    return np.minimum(1.0, np.exp(-log_k))
+
+
+def betting_bounds(deltas: object, alpha: float, bounds: tuple[float, float] = BETTING_BOUNDS,
+                   c: float = BETTING_C, theta: float = BETTING_THETA
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(L_t, U_t), each (n,): the betting CS after t = 1..n seeds alone (no intersection),
+    in delta units. Found by bisection on the monotone capitals; each end is reported at
+    a rejected point, so the interval is never narrower than the exact one."""
+    z = betting_unit_deltas(deltas, bounds)
+    if z.ndim != 1:
+        raise AnalysisError(f"deltas must be 1-D (one comparison), got shape {z.shape}")
+    alpha = check_alpha(alpha)
+    n = z.size
+    lam = plugin_bets(z, alpha)
+    mask = np.tri(n, dtype=bool)  # (t, i): factor i counts in the capital at t when i <= t
+    thr = -math.log(alpha)
+
+    def rejected(m: np.ndarray, side: int) -> np.ndarray:  # m (n,) one candidate per t
+        up, down = _log_factors(z[None, :], lam[None, :], m[:, None], c)  # (t, i)
+        log_k = (math.log(theta) + np.where(mask, up, 0.0).sum(-1) if side > 0 else
+                 math.log1p(-theta) + np.where(mask, down, 0.0).sum(-1))
+        return log_k >= thr
+
+    out = []
+    for side, inside_end in ((+1, 1.0), (-1, 0.0)):
+        edge = np.full(n, 1.0 - inside_end)  # the range end on this side
+        hit = rejected(edge, side)  # not even the range end rejected: the bound is the end
+        good, bad = edge.copy(), np.full(n, inside_end)  # good: rejected; bad: not rejected
+        for _ in range(_BISECT_ITERS):
+            mid = 0.5 * (good + bad)
+            r = rejected(mid, side)
+            good, bad = np.where(r, mid, good), np.where(r, bad, mid)
+        end = np.where(hit, good, edge)
+        out.append(bounds[0] + (bounds[1] - bounds[0]) * end)
+    return out[0], out[1]
+
+
 @dataclass(frozen=True, eq=False)
 class ConfidenceSequence:
     """One comparison's (1 - alpha) CS along its seeds. Arrays are (n,); index k-1 is the
@@ -216,13 +360,14 @@ class ConfidenceSequence:
     raw_low/raw_high the CS at each k alone; p_anytime the anytime-valid p for mean 0."""
 
     alpha: float
-    phi: float
+    phi: float | None  # the normal mixture's precision; None for the betting method
     mean: np.ndarray  # (n,) running mean Δ
     low: np.ndarray  # (n,)
     high: np.ndarray  # (n,)
     raw_low: np.ndarray  # (n,)
     raw_high: np.ndarray  # (n,)
     p_anytime: np.ndarray  # (n,)
+    method: str = "normal-mixture"
 
     @property
     def n(self) -> int:
@@ -230,7 +375,8 @@ class ConfidenceSequence:
 
     def to_dict(self) -> dict:
         """JSON-ready: lists, ±inf -> None (unbounded), keys n = 1..N."""
-        return {"alpha": self.alpha, "phi": self.phi, "n": list(range(1, self.n + 1)),
+        return {"method": self.method, "alpha": self.alpha, "phi": self.phi,
+                "n": list(range(1, self.n + 1)),
                 **{k: [_finite(v) for v in getattr(self, k)] for k in
                    ("mean", "low", "high", "raw_low", "raw_high", "p_anytime")}}
 
@@ -247,7 +393,21 @@ def confidence_sequence(
     return ConfidenceSequence(
         alpha=alpha, phi=check_phi(phi), mean=np.cumsum(d) / np.arange(1, d.size + 1),
         low=np.maximum.accumulate(raw_low), high=np.minimum.accumulate(raw_high),
-        raw_low=raw_low, raw_high=raw_high, p_anytime=anytime_p_values(d, 0.0, phi))
+        raw_low=raw_low, raw_high=raw_high, p_anytime=anytime_p_values(d, 0.0, phi),
+        method=NormalMixture.name)
+
+
+def betting_confidence_sequence(deltas: object, alpha: float = 0.05) -> ConfidenceSequence:
+    """The betting CS of mean Δ for one comparison's deltas (n,) in [-1, 1], in seed order."""
+    d = check_deltas(deltas)
+    if d.ndim != 1:
+        raise AnalysisError(f"deltas must be 1-D (one comparison), got shape {d.shape}")
+    alpha = check_alpha(alpha)
+    raw_low, raw_high = betting_bounds(d, alpha)
+    return ConfidenceSequence(
+        alpha=alpha, phi=None, mean=np.cumsum(d) / np.arange(1, d.size + 1),
+        low=np.maximum.accumulate(raw_low), high=np.minimum.accumulate(raw_high),
+        raw_low=raw_low, raw_high=raw_high, p_anytime=betting_p_values(d), method=Betting.name)
 
 
 def bonferroni_alpha(alpha: float, m: int) -> float:
@@ -293,6 +453,24 @@ def sequential_decision(
     return str(sequential_decisions(lower, upper, margin, higher_is_better).item())
 
 
+def betting_decisions(deltas: object, alpha: float, margin: float | None,
+                      higher_is_better: bool) -> np.ndarray:
+    """The decision after each seed (..., n), str array, of the betting CS's running
+    intersection: the same rule as :func:`sequential_decisions`, tested exactly at the
+    points that decide (mean 0 and ±margin) instead of at bisected interval ends."""
+    alpha, margin = check_alpha(alpha), check_margin(margin)
+    above0, below0 = betting_rejections(deltas, 0.0, alpha)  # mean <= 0 out / mean >= 0 out
+    ok = ~(above0 & below0)  # both: an empty intersection, which decides nothing
+    if margin is not None:
+        inside = betting_rejections(deltas, -margin, alpha)[0] & \
+            betting_rejections(deltas, margin, alpha)[1]
+    else:
+        inside = np.zeros(above0.shape, bool)
+    up, down = (BETTER, WORSE) if higher_is_better else (WORSE, BETTER)
+    return np.select([ok & above0, ok & below0, ok & inside], [up, down, EQUIVALENT],
+                     default=INCONCLUSIVE).astype(object)
+
+
 # ---------------------------------------------------------------------------------------
 # Per-comparison result and the stopping rule.
 
@@ -317,6 +495,12 @@ class SequentialResult:
     margin: float | None
     higher_is_better: bool
     path: ConfidenceSequence | None = field(repr=False)  # None when n = 0
+    method: str = "normal-mixture"  # a SEQUENTIAL_METHODS name
+
+    @property
+    def assumption(self) -> str:
+        """What the decision rests on (said beside every decision)."""
+        return get_method(self.method).assumption
 
     @property
     def p_bonferroni(self) -> float:
@@ -332,30 +516,33 @@ class SequentialResult:
                 "p_anytime": _finite(self.p_anytime),
                 "p_bonferroni": _finite(self.p_bonferroni), "alpha": self.alpha,
                 "alpha_each": self.alpha_each, "m": self.m, "margin": self.margin,
-                "higher_is_better": self.higher_is_better,
+                "higher_is_better": self.higher_is_better, "method": self.method,
+                "assumption": self.assumption,
                 "path": self.path.to_dict() if self.path is not None else None}
 
 
 def sequential_result(
     deltas: object, *, alpha: float = 0.05, m: int = 1, margin: float | None = None,
     higher_is_better: bool = True, phi: float = DEFAULT_PHI,
-    family: Hashable = None, comparison: Hashable = None,
+    family: Hashable = None, comparison: Hashable = None, method: str | None = None,
 ) -> SequentialResult:
     """Decide one comparison from its deltas (n,) (n = 0 allowed: inconclusive), with its CS
-    at alpha/m (Bonferroni over the m comparisons of the family)."""
+    at alpha/m (Bonferroni over the m comparisons of the family), by `method` (a
+    SEQUENTIAL_METHODS name; default DEFAULT_METHOD)."""
+    how = get_method(method)
     alpha_each = bonferroni_alpha(alpha, m)
     margin = check_margin(margin)
     d = np.asarray(deltas, dtype=float).reshape(-1)
     if d.size == 0:
         return SequentialResult(family, comparison, 0, NAN, -math.inf, math.inf, INCONCLUSIVE,
                                 1.0, float(alpha), alpha_each, int(m), margin,
-                                bool(higher_is_better), None)
-    path = confidence_sequence(d, alpha_each, phi)
-    low, high = float(path.low[-1]), float(path.high[-1])
+                                bool(higher_is_better), None, how.name)
+    path = how.path(d, alpha_each, phi)
+    decision = str(how.decisions(d, alpha_each, margin, higher_is_better, phi)[-1])
     return SequentialResult(
-        family, comparison, path.n, float(path.mean[-1]), low, high,
-        sequential_decision(low, high, margin, higher_is_better), float(path.p_anytime[-1]),
-        float(alpha), alpha_each, int(m), margin, bool(higher_is_better), path)
+        family, comparison, path.n, float(path.mean[-1]), float(path.low[-1]),
+        float(path.high[-1]), decision, float(path.p_anytime[-1]), float(alpha), alpha_each,
+        int(m), margin, bool(higher_is_better), path, how.name)
 
 
 @dataclass(frozen=True, eq=False)
@@ -380,6 +567,7 @@ class SequentialPlan:
     max_seeds: int
     seed_batch: int
     phi: float
+    method: str = "normal-mixture"
 
     def for_family(self, family: Hashable) -> tuple[SequentialResult, ...]:
         return tuple(r for r in self.results if r.family == family)
@@ -390,7 +578,7 @@ def stopping_rule(
     margin: float | None | Mapping[Hashable, float | None] = None,
     higher_is_better: bool = True, max_seeds: int = DEFAULT_MAX_SEEDS,
     seed_batch: int = DEFAULT_SEED_BATCH, seeds_run: Mapping[Hashable, int] | None = None,
-    m: int | None = None, phi: float = DEFAULT_PHI,
+    m: int | None = None, phi: float = DEFAULT_PHI, method: str | None = None,
 ) -> SequentialPlan:
     """Which families need more seeds, and does the adaptive sweep stop?
 
@@ -401,7 +589,8 @@ def stopping_rule(
     the family); the budget is spent when seeds_run >= max_seeds. m: the Bonferroni family
     size; default the number of comparisons passed in. Pass the number the sweep planned
     before its first round when some comparison may not have deltas yet: m must not change
-    between rounds.
+    between rounds. method: a SEQUENTIAL_METHODS name (default DEFAULT_METHOD, the betting
+    CS, valid for any distribution of Δ in [-1, 1]).
 
     A family is decided when every comparison is better, worse or equivalent at its
     running-intersection CS at alpha/m; otherwise it gets min(seed_batch, max_seeds -
@@ -420,12 +609,13 @@ def stopping_rule(
     m = m_total if m is None else _check_int(m, "m (comparisons in the family)", 1)
     if m < m_total:
         raise AnalysisError(f"m must count every comparison passed in ({m_total}), got {m}")
-    phi = check_phi(phi)
+    phi, method = check_phi(phi), get_method(method).name
     results, undecided, exhausted, add, run = [], [], [], {}, {}
     for fam, comps in families.items():
         fam_margin = margin.get(fam) if isinstance(margin, Mapping) else margin
         res = [sequential_result(d, alpha=alpha, m=m, margin=fam_margin, phi=phi,
-                                 higher_is_better=higher_is_better, family=fam, comparison=c)
+                                 higher_is_better=higher_is_better, family=fam, comparison=c,
+                                 method=method)
                for c, d in comps.items()]
         results += res
         run[fam] = _seeds_run(fam, res, seeds_run)
@@ -438,7 +628,7 @@ def stopping_rule(
             add[fam] = min(seed_batch, max_seeds - run[fam])
     return SequentialPlan(tuple(results), tuple(undecided), tuple(exhausted), add, run,
                           not undecided, alpha, bonferroni_alpha(alpha, m), m, max_seeds,
-                          seed_batch, phi)
+                          seed_batch, phi, method)
 
 
 def _seeds_run(fam: Hashable, res: list[SequentialResult],
@@ -461,22 +651,89 @@ def _jsonable_key(key: Hashable) -> object:
     return list(key) if isinstance(key, tuple) else key
 
 
-def from_comparisons(comps: Sequence[Mapping], alpha: float, phi: float = DEFAULT_PHI
+def from_comparisons(comps: Sequence[Mapping], alpha: float, m: int,
+                     method: str | None = None, phi: float = DEFAULT_PHI
                      ) -> list[SequentialResult]:
     """The sequential decision of each comparison of an adaptive sweep's report.
 
-    comps: the report's comparison entries of ONE metric (each with `seeds`, `deltas` =
-    arm − reference per seed, `equivalence_margin`, `higher_is_better`, `dataset`, `variant`,
-    `baseline_variant`). m = len(comps): the Bonferroni family `launch --until-decided` used
-    (every comparison of the sweep against its baseline). Deltas are taken in seed order, the
-    order in which the sweep added them.
+    comps: the report's comparison entries of ONE metric that belong to the launch's
+    comparison family (each with `seeds`, `deltas` = arm − reference per seed,
+    `equivalence_margin`, `higher_is_better`, `dataset`, `variant`, `baseline_variant`).
+    m: the family size the LAUNCH fixed (Bonferroni over every comparison of the sweep),
+    never the number shown: filtering what is shown must not loosen alpha/m. Deltas are taken
+    in seed order, the order in which the sweep added them.
     """
     out = []
     for c in comps:
         order = np.argsort(np.asarray(c["seeds"], dtype=int), kind="stable")
         deltas = np.asarray(c["deltas"], dtype=float)[order]  # (n,)
         out.append(sequential_result(
-            deltas, alpha=alpha, m=max(len(comps), 1), margin=c["equivalence_margin"],
+            deltas, alpha=alpha, m=m, margin=c["equivalence_margin"],
             higher_is_better=bool(c["higher_is_better"]), phi=phi, family=c["dataset"],
-            comparison=f"{c['variant']} vs {c['baseline_variant']}"))
+            comparison=f"{c['variant']} vs {c['baseline_variant']}", method=method))
     return out
+
+
+# ---------------------------------------------------------------------------------------
+# The methods: name -> class. Each gives a comparison's CS path and its decision after every
+# seed (vectorized over leading axes: the benchmark simulates whole sweeps with it).
+
+class SequentialMethod(Protocol):
+    name: str
+    assumption: str  # what its decisions rest on, said beside every decision
+
+    def path(self, d: np.ndarray, alpha: float, phi: float) -> ConfidenceSequence: ...
+
+    def decisions(self, d: np.ndarray, alpha: float, margin: float | None,
+                  higher_is_better: bool, phi: float) -> np.ndarray: ...
+
+
+class Betting:
+    """Hedged-capital betting CS of the mean Δ in [-1, 1] (the default)."""
+
+    name = "betting"
+    assumption = ("distribution-free: valid for any per-seed Δ in [-1, 1] (betting CS, "
+                  "Waudby-Smith & Ramdas)")
+
+    @staticmethod
+    def path(d: np.ndarray, alpha: float, phi: float = DEFAULT_PHI) -> ConfidenceSequence:
+        return betting_confidence_sequence(d, alpha)
+
+    @staticmethod
+    def decisions(d: np.ndarray, alpha: float, margin: float | None, higher_is_better: bool,
+                  phi: float = DEFAULT_PHI) -> np.ndarray:
+        return betting_decisions(d, alpha, margin, higher_is_better)
+
+
+class NormalMixture:
+    """Normal-mixture t-based CS (opt-in): narrow, valid only for normal Δ."""
+
+    name = "normal-mixture"
+    assumption = ("assumes per-seed Δ are i.i.d. normal (normal-mixture CS); not valid when "
+                  "a variant fails on some seeds (bimodal or skewed Δ)")
+
+    @staticmethod
+    def path(d: np.ndarray, alpha: float, phi: float = DEFAULT_PHI) -> ConfidenceSequence:
+        return confidence_sequence(d, alpha, phi)
+
+    @staticmethod
+    def decisions(d: np.ndarray, alpha: float, margin: float | None, higher_is_better: bool,
+                  phi: float = DEFAULT_PHI) -> np.ndarray:
+        low, high = cs_bounds(d, alpha, phi)
+        return sequential_decisions(low, high, margin, higher_is_better)
+
+
+def get_method(name: str | None) -> SequentialMethod:
+    """The registry entry (None: DEFAULT_METHOD), or an AnalysisError naming the choices."""
+    name = DEFAULT_METHOD if name is None else name
+    if name not in SEQUENTIAL_METHODS:
+        raise AnalysisError(f"unknown sequential method {name!r}; choose from "
+                            f"{', '.join(SEQUENTIAL_METHODS)}")
+    return SEQUENTIAL_METHODS[name]
+
+
+SEQUENTIAL_METHODS: dict[str, SequentialMethod] = {Betting.name: Betting,
+                                                   NormalMixture.name: NormalMixture}
+DEFAULT_METHOD = Betting.name
+# What an adaptive sweep launched before the method was recorded used.
+LEGACY_METHOD = NormalMixture.name
