@@ -34,7 +34,9 @@ from typing import Any, Mapping, TextIO
 import numpy as np
 
 
-from fusion_sweep.analysis.sequential import DEFAULT_MAX_SEEDS, DEFAULT_SEED_BATCH  # noqa: E402  one home
+from fusion_sweep.analysis.sequential import (  # noqa: E402  one home
+    DEFAULT_MAX_SEEDS, DEFAULT_METHOD, DEFAULT_SEED_BATCH, SEQUENTIAL_METHODS, get_method,
+)
 
 DEFAULT_ALPHA = 0.05
 
@@ -46,6 +48,7 @@ class AdaptiveSettings:
     max_seeds: int = DEFAULT_MAX_SEEDS
     seed_batch: int = DEFAULT_SEED_BATCH
     alpha: float = DEFAULT_ALPHA
+    method: str = DEFAULT_METHOD  # a fusion_sweep.analysis.sequential.SEQUENTIAL_METHODS name
 
     def errors(self, initial_seeds: int) -> list[str]:
         errs = []
@@ -56,11 +59,14 @@ class AdaptiveSettings:
                         f"got {self.max_seeds!r}")
         if not 0.0 < self.alpha < 1.0:
             errs.append(f"alpha must be in (0, 1), got {self.alpha!r}")
+        if self.method not in SEQUENTIAL_METHODS:
+            errs.append(f"--sequential-method must be one of {', '.join(SEQUENTIAL_METHODS)}, "
+                        f"got {self.method!r}")
         return errs
 
     def to_json(self) -> str:
         return json.dumps({"max_seeds": self.max_seeds, "seed_batch": self.seed_batch,
-                           "alpha": self.alpha}, sort_keys=True)
+                           "alpha": self.alpha, "method": self.method}, sort_keys=True)
 
 
 @dataclass
@@ -106,6 +112,17 @@ def families(space: Any) -> list[Family]:
     return out
 
 
+def family_record(space: Any, fams: list[Family]) -> dict:
+    """The comparison family fixed at launch: {"m", "members": [{"dataset", "family",
+    "variant", "baseline_variant"}]}, one member per comparison (arm vs its family's
+    reference). Bonferroni's m is len(members) for the whole sweep, whatever `stats` shows."""
+    members = [{"dataset": f.dataset, "family": list(f.key),
+                "variant": variant_label(space, f.dataset, arm),
+                "baseline_variant": variant_label(space, f.dataset, f.reference)}
+               for f in fams for arm in f.arms]
+    return {"m": len(members), "members": members}
+
+
 def family_points(space: Any, fam: Family, seeds: list[int], code: str) -> list:
     """GridPoints of every arm of `fam` at `seeds`: built as the space's grid builds its
     points (`SearchSpace.trial_config`), so a new seed trial is an ordinary trial."""
@@ -125,6 +142,9 @@ class AdaptiveState:
     higher_is_better: bool
     margin: Mapping[str, float | None]  # dataset -> equivalence margin (None: never equivalent)
     reserved_seeds: frozenset[int] = frozenset()  # tuning seeds: never added
+    # The multiplicity family fixed at launch (family_record): logged on the parent run
+    # (schema.COMPARISON_FAMILY); `stats` reads m from it and never re-derives it.
+    family: dict = field(default_factory=dict)
     rounds: int = 0
     last: list[dict] = field(default_factory=list)  # the last round's decisions, for the summary
 
@@ -140,7 +160,8 @@ class AdaptiveState:
         directions = space.metric_directions()
         return cls(settings, fams, space.metric, directions.get(space.metric, "higher") == "higher",
                    {d: space.equivalence_margin_for(d) for d in space.datasets},
-                   frozenset(space.tune.seeds) if space.tune is not None else frozenset())
+                   frozenset(space.tune.seeds) if space.tune is not None else frozenset(),
+                   family_record(space, fams))
 
     @property
     def n_comparisons(self) -> int:
@@ -151,9 +172,9 @@ class AdaptiveState:
         s = self.settings
         return (f"adaptive seeds (--until-decided): {len(self.families)} families, "
                 f"{self.n_comparisons} comparisons; +{s.seed_batch} seeds per round to each "
-                f"undecided family, at most {s.max_seeds} seeds; anytime-valid confidence "
-                f"sequences at alpha {s.alpha} (Bonferroni over the {self.n_comparisons} "
-                f"comparisons)")
+                f"undecided family, at most {s.max_seeds} seeds; anytime-valid {s.method} "
+                f"confidence sequences at alpha {s.alpha} (Bonferroni over the "
+                f"{self.n_comparisons} comparisons; {get_method(s.method).assumption})")
 
     def next_seeds(self, fam: Family) -> list[int]:
         """The next `seed_batch` seeds of a family, capped at `max_seeds` in all."""
@@ -213,11 +234,12 @@ def next_round(pf: Any, out: TextIO) -> list:
                          higher_is_better=state.higher_is_better,
                          max_seeds=state.settings.max_seeds, seed_batch=state.settings.seed_batch,
                          seeds_run={f.key: len(f.seeds) for f in state.families},
-                         m=state.n_comparisons)
+                         m=state.n_comparisons, method=state.settings.method)
     state.rounds += 1
     state.last = [{"dataset": r.family[0], "comparison": str(r.comparison), "n": r.n,
                    "mean_delta": r.mean_delta, "cs_low": r.cs_low, "cs_high": r.cs_high,
-                   "decision": r.decision} for r in plan.results]
+                   "decision": r.decision, "decision_label": r.decision_label}
+                  for r in plan.results]
     new_points = []
     for fam in state.families:
         seeds = state.next_seeds(fam)[:plan.seeds_to_add.get(fam.key, 0)]
@@ -231,9 +253,10 @@ def next_round(pf: Any, out: TextIO) -> list:
 def format_round(state: AdaptiveState, more: bool) -> str:
     lines = [f"adaptive round {state.rounds}: "
              + ("adding seeds to undecided families" if more else
-                "every comparison decided or out of seeds: done")]
+                "every comparison decided or out of seeds: done")
+             + f" ({state.settings.method} CS: {get_method(state.settings.method).assumption})"]
     for r in state.last:
         lines.append(f"  {r['dataset']:<26} {r['comparison']:<58} n={r['n']:<3} "
                      f"mean Δ {r['mean_delta']:+.3f}  CS [{r['cs_low']:+.3f}, {r['cs_high']:+.3f}]"
-                     f"  {r['decision']}")
+                     f"  {r['decision_label']}")
     return "\n".join(lines)

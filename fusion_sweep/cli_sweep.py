@@ -83,6 +83,10 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("--seed-batch", type=_positive_int, metavar="K",
                    help="with --until-decided: seeds added per round to each undecided family "
                         "(default 5)")
+    p.add_argument("--sequential-method", choices=("betting", "normal-mixture"), default=None,
+                   help="with --until-decided: the confidence sequence that decides (default "
+                        "betting: valid for any per-seed delta of a proportion; normal-mixture: "
+                        "narrower, but assumes normal deltas; docs/sequential.md)")
     p.set_defaults(func=run_launch)
 
     p = subparsers.add_parser(
@@ -139,13 +143,16 @@ def _adaptive_settings(args: argparse.Namespace) -> Any:
     from fusion_sweep.adaptive import DEFAULT_MAX_SEEDS, DEFAULT_SEED_BATCH, AdaptiveSettings
 
     max_seeds, batch = getattr(args, "max_seeds", None), getattr(args, "seed_batch", None)
+    method = getattr(args, "sequential_method", None)
     if not getattr(args, "until_decided", False):
-        given = [f for f, v in (("--max-seeds", max_seeds), ("--seed-batch", batch)) if v is not None]
+        given = [f for f, v in (("--max-seeds", max_seeds), ("--seed-batch", batch),
+                                ("--sequential-method", method)) if v is not None]
         if given:
             raise ValueError(f"{' and '.join(given)}: only with --until-decided (adaptive seeds)")
         return None
     return AdaptiveSettings(max_seeds=max_seeds or DEFAULT_MAX_SEEDS,
-                            seed_batch=batch or DEFAULT_SEED_BATCH)
+                            seed_batch=batch or DEFAULT_SEED_BATCH,
+                            **({"method": method} if method else {}))
 
 
 def run_tune(args: argparse.Namespace) -> int:

@@ -102,6 +102,11 @@ ERROR = "fusion_sweep.error"
 # Parent-run tag of an adaptive sweep (`launch --until-decided`): JSON {max_seeds, seed_batch,
 # alpha}. `stats` then reports the sequential decisions and labels fixed-n tests descriptive.
 ADAPTIVE = "fusion_sweep.adaptive"
+# Parent-run tag of an adaptive sweep: the multiplicity family fixed at launch, JSON {"m": int,
+# "members": [{"dataset", "family", "variant", "baseline_variant"}]}. `stats` takes m from it
+# (never from what a --dataset/--pairs selection shows). ADAPTIVE also carries "method", the
+# sequential method (absent: "normal-mixture", the only one before it was recorded).
+COMPARISON_FAMILY = "fusion_sweep.comparison_family"
 
 EPOCH_METRICS: tuple[str, ...] = ("train_loss", "train_acc", "val_loss", "val_acc")
 FINAL_METRICS: tuple[str, ...] = ("test_acc", "best_val_acc", "test_macro_f1",

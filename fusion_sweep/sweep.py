@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, TextIO
 
-from fusion_sweep.schema import ADAPTIVE, IDENTITY_FIELDS
+from fusion_sweep.schema import ADAPTIVE, COMPARISON_FAMILY, IDENTITY_FIELDS
 from fusion_sweep.space import SearchSpace, load_space
 
 DEFAULT_STORAGE_DIRNAME = "ray_results"
@@ -510,6 +510,7 @@ def _open_parent(pf: Preflight, out: TextIO):
                 "max_failures": space.max_failures})
     if pf.adaptive is not None:
         pf.tracker.client.set_tag(parent_id, ADAPTIVE, pf.adaptive.settings.to_json())
+        pf.tracker.client.set_tag(parent_id, COMPARISON_FAMILY, json.dumps(pf.adaptive.family))
     orphans = pf.tracker.reconcile_orphans(pf.name)
     if orphans:
         print(f"marked {len(orphans)} MLflow run(s) left RUNNING by an earlier driver as KILLED",

@@ -214,7 +214,9 @@ def _round(space, values_by_fusion, max_seeds=10):
 
     code = code_fingerprint()
     runs = [_Run(c.trial_key(code), values_by_fusion[c.fusion](c.seed)) for c in space.grid()]
-    state = AdaptiveState.for_space(space, AdaptiveSettings(max_seeds=max_seeds, seed_batch=3))
+    # the normal mixture: the round mechanics at effects it decides within a few seeds
+    state = AdaptiveState.for_space(space, AdaptiveSettings(max_seeds=max_seeds, seed_batch=3,
+                                                            method="normal-mixture"))
     pf = SimpleNamespace(adaptive=state, space=space, name="s", code=code,
                          tracker=SimpleNamespace(trial_runs=lambda sweep: runs))
     out = io.StringIO()

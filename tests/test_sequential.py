@@ -12,6 +12,8 @@ from fusion_sweep.analysis import sequential as sq
 from fusion_sweep.analysis import sequential_report as sr
 from fusion_sweep.analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, VERDICTS, WORSE, AnalysisError
 
+NM = sq.NormalMixture.name  # the tests of the normal-mixture method name it (not the default)
+
 
 def _paths(seed: int, paths: int, n: int, mu: float, sigma: float) -> np.ndarray:
     return np.random.default_rng(seed).normal(mu, sigma, (paths, n))  # (paths, n)
@@ -92,12 +94,13 @@ def test_unbounded_before_a_variance_estimate_and_wider_than_fixed_n() -> None:
     assert np.all(np.isfinite(mult)) and np.all(mult > sps.t.isf(0.025, n - 1))
     same = sq.cs_bounds(np.full(8, 0.02), 0.05)  # SD 0: no information, inconclusive
     assert np.all(np.isinf(same[0])) and np.all(np.isinf(same[1]))
-    assert sq.sequential_result(np.full(8, 0.02), margin=0.05).decision == INCONCLUSIVE
+    assert sq.sequential_result(np.full(8, 0.02), margin=0.05,
+                                method=NM).decision == INCONCLUSIVE
 
 
 def test_bonferroni_width_grows_with_m() -> None:
     d = _paths(3, 1, 20, 0.1, 0.1)[0]
-    widths = [sq.sequential_result(d, m=m).path for m in (1, 6, 30)]
+    widths = [sq.sequential_result(d, m=m, method=NM).path for m in (1, 6, 30)]
     w = [p.high[-1] - p.low[-1] for p in widths]
     assert w[0] < w[1] < w[2]
     assert sq.bonferroni_alpha(0.05, 6) == pytest.approx(0.05 / 6)
@@ -124,35 +127,39 @@ def test_sequential_decision(low: float, high: float, margin: float | None, hib:
 def test_stopping_rule_stops_on_clear_effects_and_continues_when_undecided() -> None:
     clear = {("short", "sinusoidal"): {"concat": _paths(4, 1, 10, 0.3, 0.05)[0],
                                        "gate": _paths(5, 1, 10, -0.3, 0.05)[0]}}
-    plan = sq.stopping_rule(clear, alpha=0.05, margin=0.01)
+    plan = sq.stopping_rule(clear, alpha=0.05, margin=0.01, method=NM)
     assert plan.stop and not plan.undecided and not plan.seeds_to_add
     assert [r.decision for r in plan.results] == [BETTER, WORSE]
     assert plan.m == 2 and plan.alpha_each == pytest.approx(0.025)
 
     mixed = {**clear, ("long", "sinusoidal"): {"concat": _paths(6, 1, 10, 0.0, 0.1)[0],
                                                "gate": _paths(7, 1, 10, 0.3, 0.05)[0]}}
-    plan = sq.stopping_rule(mixed, alpha=0.05, margin=0.01, seed_batch=5, max_seeds=50)
+    plan = sq.stopping_rule(mixed, alpha=0.05, margin=0.01, seed_batch=5, max_seeds=50,
+                            method=NM)
     assert not plan.stop
     assert plan.undecided == (("long", "sinusoidal"),)  # only the undecided family grows
     assert plan.seeds_to_add == {("long", "sinusoidal"): 5}
     assert plan.for_family(("long", "sinusoidal"))[0].decision == INCONCLUSIVE
     assert plan.m == 4
 
-    capped = sq.stopping_rule(mixed, max_seeds=12, seeds_run={("long", "sinusoidal"): 10})
+    capped = sq.stopping_rule(mixed, max_seeds=12, seeds_run={("long", "sinusoidal"): 10},
+                              method=NM)
     assert capped.seeds_to_add == {("long", "sinusoidal"): 2}
-    spent = sq.stopping_rule(mixed, max_seeds=10)
+    spent = sq.stopping_rule(mixed, max_seeds=10, method=NM)
     assert spent.stop and spent.exhausted == (("long", "sinusoidal"),) and not spent.undecided
 
 
 def test_stopping_rule_equivalence_margin_per_family_and_fixed_m() -> None:
     tiny = _paths(8, 1, 40, 0.0, 0.004)[0]
     fams = {"a": {"x": tiny}, "b": {"x": tiny}}
-    plan = sq.stopping_rule(fams, margin={"a": 0.01}, max_seeds=50)  # "b" has no margin: never equivalent
+    # "b" has no margin: never equivalent
+    plan = sq.stopping_rule(fams, margin={"a": 0.01}, max_seeds=50, method=NM)
     assert [r.decision for r in plan.results] == [EQUIVALENT, INCONCLUSIVE]
     assert plan.undecided == ("b",)
-    wider = sq.stopping_rule(fams, margin=0.01, m=20)  # planned m, not the m passed in
+    wider = sq.stopping_rule(fams, margin=0.01, m=20, method=NM)  # planned m, not the m passed in
     assert wider.m == 20 and wider.results[0].alpha_each == pytest.approx(0.0025)
-    assert sq.stopping_rule({"a": {"x": []}}).results[0].decision == INCONCLUSIVE  # no pairs yet
+    # no pairs yet
+    assert sq.stopping_rule({"a": {"x": []}}, method=NM).results[0].decision == INCONCLUSIVE
 
 
 @pytest.mark.parametrize("call, match", [
@@ -179,7 +186,7 @@ def test_bad_inputs_are_refused_with_a_clear_message(call, match: str) -> None:
 
 def test_results_are_json_ready() -> None:
     plan = sq.stopping_rule({("d", "pe"): {("concat", "add"): [0.1, 0.12, 0.09, 0.11, 0.1, 0.13]}},
-                            margin=0.01)
+                            margin=0.01, method=NM)
     out = json.loads(json.dumps(plan.results[0].to_dict(), allow_nan=False))
     assert out["family"] == ["d", "pe"] and out["n"] == 6 and out["decision"] in VERDICTS
     assert out["path"]["low"][0] is None  # unbounded at n = 1
@@ -190,10 +197,12 @@ def test_report_table_and_figure(tmp_path) -> None:
     fams = {("synthetic-short", "sinusoidal"): {
         "concat vs add": _paths(9, 1, 15, 0.2, 0.05)[0],
         "gate-scalar vs add": _paths(10, 1, 15, 0.0, 0.1)[0]}}
-    plan = sq.stopping_rule(fams, margin=0.01)
+    plan = sq.stopping_rule(fams, margin=0.01, method=NM)
     table = sr.sequential_table(plan.results)
     assert table.headers == sr.SEQUENTIAL_HEADERS and len(table.rows) == 2
-    assert table.rows[0][-1] == BETTER and table.rows[1][-1] == INCONCLUSIVE
+    # every decision of the normal mixture states its assumption beside it
+    assert table.rows[0][-1] == f"{BETTER} (assumes normal Δ)"
+    assert table.rows[1][-1] == f"{INCONCLUSIVE} (assumes normal Δ)"
     assert any(sr.DESCRIPTIVE_LABEL in f for f in table.footnotes)
     md = sr.markdown_rows(plan.results)
     assert md[0].startswith("| family") and len(md) == 4

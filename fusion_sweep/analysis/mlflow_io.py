@@ -30,7 +30,8 @@ from typing import Any
 
 import pandas as pd
 from fusion_sweep.schema import (
-    ADAPTIVE, CODE_FINGERPRINT, DEFAULT_EXPERIMENT, FINGERPRINT_TAGS, IDENTITY_FIELDS, IDENTITY_TAG,
+    ADAPTIVE, CODE_FINGERPRINT, COMPARISON_FAMILY, DEFAULT_EXPERIMENT, FINGERPRINT_TAGS,
+    IDENTITY_FIELDS, IDENTITY_TAG,
     PARENT, ROLE, SWEEP, TRIAL_KEY, decode_param, encode_param, resolve_tracking_uri,
 )
 
@@ -155,6 +156,8 @@ def load_sweep(
               "code_fingerprint": parent.data.tags.get(CODE_FINGERPRINT)}
     if parent.data.tags.get(ADAPTIVE):  # launched with --until-decided: seeds chosen adaptively
         source["adaptive"] = decode_param(parent.data.tags[ADAPTIVE])
+    if parent.data.tags.get(COMPARISON_FAMILY):  # the multiplicity family fixed at launch
+        source["comparison_family"] = decode_param(parent.data.tags[COMPARISON_FAMILY])
     df = rows_to_frame(complete, f"MLflow sweep {name!r} (experiment {experiment!r}, parent run "
                                  f"{parent.info.run_id})")
     return df, source, warnings

@@ -43,7 +43,9 @@ from fusion_sweep.analysis.chance import METHOD as CHANCE_METHOD
 from fusion_sweep.analysis.chance import arm_state, chance_level, chance_tests, class_counts
 from fusion_sweep.analysis.load import select
 from fusion_sweep.analysis.metrics import check_direction_value, resolve_direction
-from fusion_sweep.analysis.pairing import Paired, cells_for, pair_trials, supersede
+from fusion_sweep.analysis.pairing import (
+    Paired, cells_for, pair_trials, supersede, variant_series,
+)
 from fusion_sweep.analysis.regimes import Regime, interaction_tests, lengths_known, regimes_for
 from fusion_sweep.analysis.schema import (
     ARM_KEYS, BETTER, COMPARISON_KEYS, COST_METRICS, DEFAULT_ENCODER, EQUIVALENT, INCONCLUSIVE,
@@ -236,6 +238,7 @@ def analyze(
     settings.validate()
     source = source or {"kind": "table"}
     axis = settings.axis
+    everything = df  # an adaptive sweep's family is the launch's, never the selection's
     df = select(df, settings.metrics, axis, settings.datasets, settings.pes, settings.encoders)
     for metric in settings.metrics:  # an unknown direction fails before any statistics
         settings.higher_is_better(metric)
@@ -274,30 +277,72 @@ def analyze(
     if settings.claims is not None:
         from fusion_sweep.analysis.claims import evaluate, get_claim_set
         claims = evaluate(get_claim_set(settings.claims), df, settings, counts, regimes)
-    sequential, seq_results = sequential_section(comps, settings, source)
+    sequential, seq_results = sequential_section(comps, settings, source, everything)
     return Report(source, settings, regimes, comps, dropped, warnings, interaction, df,
                   {"method": CHANCE_METHOD, "tests": arms},
                   arm_summaries(df, settings, regimes, by_arm), claims, sequential, seq_results)
 
 
-def sequential_section(comps: list[dict], s: Settings, source: dict) -> tuple[dict | None, list]:
+def sequential_section(comps: list[dict], s: Settings, source: dict,
+                       everything: pd.DataFrame | None = None) -> tuple[dict | None, list]:
     """For a sweep launched with --until-decided (source["adaptive"]): each comparison's
-    anytime-valid decision and seeds used, on the sweep's metric, with the multiplicity the
-    launch used. Fixed-n statistics of such a sweep are then only descriptive: the seed count
-    depended on the data (optional stopping), which fixed-n p-values and Holm do not allow."""
+    anytime-valid decision and seeds used, on the sweep's metric, by the launch's method and
+    with the multiplicity the launch fixed (source["comparison_family"]; for an older launch
+    that recorded none, every baseline comparison of the whole input `everything`, before any
+    --dataset/--pe/--encoder filter). Only members of that family get a sequential decision;
+    --dataset and --pairs change what is shown, never m. Fixed-n statistics of such a sweep
+    are then only descriptive: the seed count depended on the data (optional stopping), which
+    fixed-n p-values and Holm do not allow."""
     adaptive = source.get("adaptive")
     if not adaptive:
         return None, []
-    from fusion_sweep.analysis.sequential import from_comparisons
+    from fusion_sweep.analysis.sequential import LEGACY_METHOD, from_comparisons, get_method
     from fusion_sweep.analysis.sequential_report import DESCRIPTIVE_LABEL
 
     metric = (source.get("space") or {}).get("metric") or s.metrics[0]
     alpha = float(adaptive.get("alpha", s.alpha))
-    mine = [c for c in comps if c["metric"] == metric]
-    results = from_comparisons(mine, alpha)
-    return {"adaptive": dict(adaptive), "metric": metric, "alpha": alpha, "m": len(mine),
-            "fixed_n_label": DESCRIPTIVE_LABEL,
+    method = get_method(adaptive.get("method", LEGACY_METHOD))
+    family, family_source = launch_family(source, s, everything)
+    members = {(m["dataset"], m["variant"], m["baseline_variant"]) for m in family["members"]}
+    mine = [c for c in comps if c["metric"] == metric
+            and (c["dataset"], c["variant"], c["baseline_variant"]) in members]
+    results = from_comparisons(mine, alpha, max(int(family["m"]), 1), method.name)
+    return {"adaptive": dict(adaptive), "metric": metric, "alpha": alpha, "m": int(family["m"]),
+            "family_source": family_source, "method": method.name,
+            "assumption": method.assumption, "fixed_n_label": DESCRIPTIVE_LABEL,
             "results": [r.to_dict() for r in results]}, results
+
+
+FAMILY_RECORDED = "recorded by the launch"
+FAMILY_RECONSTRUCTED = ("reconstructed from every trial of the input (the launch recorded "
+                        "none): every arm vs its reference, all datasets")
+
+
+def launch_family(source: dict, s: Settings, everything: pd.DataFrame | None
+                  ) -> tuple[dict, str]:
+    """The comparison family of an adaptive sweep ({"m", "members"}) and where it came from.
+
+    The launch's record when present. Otherwise rebuilt from the whole input table with the
+    launch's rule (each arm vs its group's reference, every dataset), so that no selection
+    flag can shrink or grow m."""
+    recorded = source.get("comparison_family")
+    if isinstance(recorded, dict) and isinstance(recorded.get("m"), int) \
+            and isinstance(recorded.get("members"), list):
+        return recorded, FAMILY_RECORDED
+    if everything is None:
+        raise AnalysisError("an adaptive sweep without a recorded comparison family needs the "
+                            "whole input table to rebuild it")
+    axis = s.axis
+    variant = variant_series(everything)
+    members = []
+    for key, rows in everything.groupby(["dataset", *axis.free], sort=True):
+        dataset, *group = key if isinstance(key, tuple) else (key,)
+        present = set(variant[rows.index])
+        for arm, ref in axis.pairs(present, tuple(group), "baseline"):
+            if ref in present:
+                members.append({"dataset": dataset, "family": [dataset, *group],
+                                "variant": arm.label, "baseline_variant": ref.label})
+    return {"m": len(members), "members": members}, FAMILY_RECONSTRUCTED
 
 
 def arm_summaries(df: pd.DataFrame, s: Settings, regimes: list[Regime],

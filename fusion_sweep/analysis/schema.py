@@ -119,8 +119,12 @@ ARM_KEYS: tuple[str, ...] = (
 # baseline_variant null (it is a run, not a pair).
 # `sequential`: the sweep's adaptive settings, the multiplicity, the label of the fixed-n
 # statistics, and one fusion_sweep.analysis.sequential.SequentialResult.to_dict() per comparison.
-SEQUENTIAL_KEYS: tuple[str, ...] = ("adaptive", "metric", "alpha", "m", "fixed_n_label",
-                                    "results")
+# m: the Bonferroni family size fixed at launch (never what a --dataset/--pairs selection
+# shows); family_source: where m came from (the launch's record, or every trial of the input
+# when an older launch recorded none); method/assumption: the sequential method and what its
+# decisions rest on; results: only the comparisons of the launch's family that are shown.
+SEQUENTIAL_KEYS: tuple[str, ...] = ("adaptive", "metric", "alpha", "m", "family_source",
+                                    "method", "assumption", "fixed_n_label", "results")
 DROPPED_KEYS: tuple[str, ...] = (
     "dataset", "encoder", "pe", "metric", "fusion", "baseline", "variant", "baseline_variant",
     "seed", "reason", "detail",

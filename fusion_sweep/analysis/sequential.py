@@ -503,6 +503,12 @@ class SequentialResult:
         return get_method(self.method).assumption
 
     @property
+    def decision_label(self) -> str:
+        """The decision with its method's assumption beside it: 'better (assumes normal Δ)'."""
+        tag = get_method(self.method).tag
+        return f"{self.decision} ({tag})" if tag else self.decision
+
+    @property
     def p_bonferroni(self) -> float:
         """min(1, m * p_anytime): the CS at alpha/m excludes 0 exactly when this is <= alpha."""
         return min(1.0, self.m * self.p_anytime)
@@ -517,7 +523,7 @@ class SequentialResult:
                 "p_bonferroni": _finite(self.p_bonferroni), "alpha": self.alpha,
                 "alpha_each": self.alpha_each, "m": self.m, "margin": self.margin,
                 "higher_is_better": self.higher_is_better, "method": self.method,
-                "assumption": self.assumption,
+                "assumption": self.assumption, "decision_label": self.decision_label,
                 "path": self.path.to_dict() if self.path is not None else None}
 
 
@@ -680,6 +686,7 @@ def from_comparisons(comps: Sequence[Mapping], alpha: float, m: int,
 
 class SequentialMethod(Protocol):
     name: str
+    tag: str  # a few words beside each decision ('' when it rests on nothing beyond the range)
     assumption: str  # what its decisions rest on, said beside every decision
 
     def path(self, d: np.ndarray, alpha: float, phi: float) -> ConfidenceSequence: ...
@@ -692,6 +699,7 @@ class Betting:
     """Hedged-capital betting CS of the mean Δ in [-1, 1] (the default)."""
 
     name = "betting"
+    tag = ""  # nothing to add beside a decision: no distributional assumption
     assumption = ("distribution-free: valid for any per-seed Δ in [-1, 1] (betting CS, "
                   "Waudby-Smith & Ramdas)")
 
@@ -709,6 +717,7 @@ class NormalMixture:
     """Normal-mixture t-based CS (opt-in): narrow, valid only for normal Δ."""
 
     name = "normal-mixture"
+    tag = "assumes normal Δ"  # beside every decision it makes
     assumption = ("assumes per-seed Δ are i.i.d. normal (normal-mixture CS); not valid when "
                   "a variant fails on some seeds (bimodal or skewed Δ)")
 

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from fusion_sweep.analysis.schema import VERDICT_COLORS
-from fusion_sweep.analysis.sequential import SequentialResult
+from fusion_sweep.analysis.sequential import NormalMixture, SequentialResult
 from fusion_sweep.analysis.tables import Table, fci, fnum, fp
 
 # Said wherever fixed-n statistics are shown for an adaptive sweep (issue 13 §4).
@@ -39,7 +39,7 @@ def sequential_rows(results: Sequence[SequentialResult], digits: int = 4) -> lis
     is shown as -inf/+inf (too few seeds for alpha/m so far)."""
     return [[key_label(r.family), key_label(r.comparison), str(r.n),
              fnum(r.mean_delta, digits, signed=True), _fci_inf(r.cs_low, r.cs_high, digits),
-             fp(r.p_bonferroni), r.decision] for r in results]
+             fp(r.p_bonferroni), r.decision_label] for r in results]
 
 
 def sequential_table(results: Sequence[SequentialResult], title: str | None = None) -> Table:
@@ -48,11 +48,14 @@ def sequential_table(results: Sequence[SequentialResult], title: str | None = No
     if results:
         r = results[0]
         margin = f"±{r.margin:g}" if r.margin is not None else "none (never equivalent)"
+        how = (f"normal mixture, unknown variance; phi = {_phi(results)}"
+               if r.method == NormalMixture.name else
+               "betting, hedged capital with predictable plug-in bets, Δ in [-1, 1]")
         footnotes = [
-            f"Anytime-valid confidence sequences (normal mixture, unknown variance; "
-            f"phi = {_phi(results)}), each at 1 - alpha/m = {1 - r.alpha_each:.4g} "
-            f"(Bonferroni over m = {r.m} comparisons, family-wise alpha = {r.alpha:g}), "
-            "running intersection over seeds; valid at any stopping time.",
+            f"Anytime-valid confidence sequences ({how}), each at 1 - alpha/m = "
+            f"{1 - r.alpha_each:.4g} (Bonferroni over m = {r.m} comparisons fixed at launch, "
+            f"family-wise alpha = {r.alpha:g}), running intersection over seeds; valid at any "
+            f"stopping time. Every decision here: {r.assumption}.",
             f"better/worse: the CS excludes 0; equivalent: the whole CS lies inside the margin "
             f"({margin}); inconclusive: undecided when the seed budget ran out.",
             f"Fixed-n statistics of these comparisons are {DESCRIPTIVE_LABEL}.",
@@ -117,7 +120,7 @@ def _cs_panel(ax, r: SequentialResult) -> None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     # "arm vs reference" on its own lines: variant labels are too long for one panel width
     comparison = key_label(r.comparison).replace(" vs ", "\nvs ")
-    ax.set_title(f"{key_label(r.family)}: {r.decision} (n = {r.n})\n{comparison}",
+    ax.set_title(f"{key_label(r.family)}: {r.decision_label} (n = {r.n})\n{comparison}",
                  fontsize=7, color=color)
     ax.set_xlabel("seeds", fontsize=7)
     ax.set_ylabel("Δ (mean, CS)", fontsize=7)
@@ -161,5 +164,5 @@ def _end(v: float, digits: int) -> str:
 
 
 def _phi(results: Sequence[SequentialResult]) -> str:
-    phis = {r.path.phi for r in results if r.path is not None}
+    phis = {r.path.phi for r in results if r.path is not None and r.path.phi is not None}
     return ", ".join(f"{p:g}" for p in sorted(phis)) or "—"
