@@ -1,77 +1,127 @@
-"""Is the adaptive-seed stopping rule valid, and how many seeds does it save? (issue 13 §3)
+"""Is the adaptive-seed stopping rule valid under the seed noise this project produces, and what
+does validity cost in seeds? (issue 13 §3, issue 20)
 
     python benchmarks/sequential_validity.py [--quick] [--sims N] [--seed S] [--alpha 0.05]
         [--sigma 0.10] [--margin 0.01] [--phi 0.25] [--start 5] [--batch 5] [--max-seeds 20]
+        [--methods betting normal-mixture]
 
-Simulates whole adaptive sweeps with the rule of `fusion-sweep launch --until-decided`
-(fusion_sweep.analysis.sequential): 3 regimes (the stopping families) x 2 comparisons (two fusions vs one
-baseline: the default sweep's design), so m = 6 and every CS is at alpha/6 (Bonferroni).
-Each family starts with `--start` seeds; after each round a family whose comparisons are not
-all decided (better / worse / equivalent within ±margin) gets `--batch` more, up to
-`--max-seeds`. Decisions use the running-intersection confidence sequence, exactly as
-`fusion_sweep.analysis.sequential.stopping_rule` (the first sweeps of every scenario are replayed through
-that function and must agree).
+A simulation (CPU, seconds to minutes), not a timing benchmark. It simulates whole adaptive
+sweeps with the rule of `fusion-sweep launch --until-decided`
+(fusion_sweep.analysis.sequential): 3 regimes (the stopping families) x 2 comparisons (two
+fusions vs one baseline: the default sweep's design), so m = 6 and every CS is at alpha/6
+(Bonferroni). Each family starts with `--start` seeds; after each round a family whose
+comparisons are not all decided (better / worse / equivalent within ±margin) gets `--batch`
+more, up to `--max-seeds`. Decisions are each method's running-intersection decisions
+(`SEQUENTIAL_METHODS[name].decisions`), exactly what `stopping_rule` uses: the first sweeps of
+every scenario are replayed through `stopping_rule` and must agree.
 
-Per seed, the two fusions and the baseline get independent N(0, σ²/2) noise, so each paired
-Δ has SD σ and the two Δ of a family correlate 0.5 (shared baseline). σ = 0.10: the default
-sweep's per-seed SDs of single arms are 0.003-0.125 (README table), so paired deltas of
-about 0.1 are typical; the CS and the t-test are scale-free, so σ matters only next to the
-equivalence margin (0.01, the default sweep's: 0.1 σ, not reachable within the seed budget).
+Methods: every entry of SEQUENTIAL_METHODS (the default `betting`, distribution-free for Δ in
+[-1, 1]; `normal-mixture`, which assumes normal Δ), plus `fixed-n t (peeking)`: the same rule
+on fixed-n t-intervals at alpha/m at every look, the invalid practice a CS replaces.
 
-Scenarios: the null (every Δ has mean 0): the rate of sweeps with any false better/worse,
-with its exact binomial 95% upper bound, and the same rule with fixed-n t-intervals at each
-look (what peeking does without a CS); effects d_z = 0.5, 1, 2 on every comparison (mean Δ =
-d_z σ): mean seeds per family, decision rates, and the fixed-n design with the same power:
-the smallest n where a paired t-test at alpha/6 (Bonferroni, statsmodels TTestPower) and
-Holm over the 6 comparisons (simulated) reach the sequential design's power.
+Null scenarios (per-seed Δ of each comparison, i.i.d. over seeds, independent across
+comparisons; the error is a sweep with ANY false claim):
+
+- gaussian: N(0, σ²);
+- t2: σ · t with 2 degrees of freedom (heavy tails), clipped to [-1, 1] (symmetric: mean 0);
+- ties: N(0, σ²) rounded to the 1/100 grid (accuracy on 100 test documents);
+- skewed: σ (1 - Exp(1)): occasional bad runs, mean 0;
+- bimodal-10: the variant fails on 10% of seeds (Δ = -0.4), else +0.0444 (mean exactly 0),
+  each mode with per-seed noise N(0, 0.01²);
+- bimodal-5: fails on 5% (-0.4), else +0.02105, noise as above;
+- reference-fails: this project's own default sweep, where the reference arm `add` on
+  synthetic-long ranged 0.500-0.884 over seeds (some seeds stay at chance 0.5): the
+  REFERENCE fails on 20% of seeds (Δ = +0.384), else Δ = -0.096 (mean 0), noise as above;
+- collapse: mean -0.0296 (10% of seeds collapse to -0.3, else 0 or +0.001): the truth is
+  `worse`; a false claim is `better` or `equivalent` within --margin (0.01).
+
+False claims under a mean-0 null are better/worse (equivalent is true there).
+
+Power: Gaussian Δ with mean d_z σ for d_z = 0.5, 1, 2: mean seeds per family and the rate of
+correct `better`; and, per method, the fewest seeds that decide a steady effect (Δ = e with
+per-seed SD 0.03) for e = 0.1, 0.2, 0.3, 0.5.
 
 Every random draw comes from one np.random.Generator seeded by --seed. `--quick`: 500 sims.
-Last stdout line: one JSON object (n_sims, alpha, null_error_rate, mean_seeds, ...).
+Last stdout line: one JSON object with, per method, `null_error_rate_by_scenario`,
+`null_error_upper95_by_scenario` (exact Clopper-Pearson one-sided 95% bound), `mean_seeds`,
+`power` and `seeds_to_decide_steady_effect`.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-import time
-import warnings
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from scipy import stats as sps
-from statsmodels.stats.power import TTestPower
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fusion_sweep.analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, WORSE  # noqa: E402
 from fusion_sweep.analysis.sequential import (  # noqa: E402
-    DEFAULT_MAX_SEEDS, DEFAULT_PHI, bonferroni_alpha, cs_bounds, sequential_decisions,
-    stopping_rule,
+    DEFAULT_MAX_SEEDS, DEFAULT_METHOD, DEFAULT_PHI, SEQUENTIAL_METHODS, bonferroni_alpha,
+    sequential_decisions, stopping_rule,
 )
 
 FAMILIES, PER_FAMILY = 3, 2  # 3 regimes x (concat, gate-scalar) vs add
 EFFECTS = (0.5, 1.0, 2.0)
-REPLAY = 25  # sweeps per scenario replayed through fusion_sweep.analysis.sequential.stopping_rule
+STEADY = (0.1, 0.2, 0.3, 0.5)
+REPLAY = 10  # sweeps per scenario and method replayed through stopping_rule
+PEEKING = "fixed-n t (peeking)"
+JITTER = 0.01  # per-seed noise of each mode of a bimodal scenario
+Shape = tuple[int, ...]
 
 
-def simulate_deltas(rng: np.random.Generator, sims: int, n: int, sigma: float,
-                    effect: float) -> np.ndarray:
-    """Paired deltas (sims, FAMILIES, PER_FAMILY, n): fusion - shared baseline, SD sigma."""
-    arms = rng.standard_normal((sims, FAMILIES, PER_FAMILY + 1, n)) * sigma / np.sqrt(2)
-    return arms[:, :, 1:, :] - arms[:, :, :1, :] + effect * sigma
+def _bimodal(low: float, p_low: float) -> Callable[[np.random.Generator, Shape, float], np.ndarray]:
+    high = -low * p_low / (1 - p_low)  # mean exactly 0
+
+    def draw(rng: np.random.Generator, shape: Shape, sigma: float) -> np.ndarray:
+        fail = rng.random(shape) < p_low
+        return np.where(fail, low, high) + JITTER * rng.standard_normal(shape)
+    return draw
 
 
-def adaptive_sweeps(low: np.ndarray, high: np.ndarray, looks: np.ndarray, margin: float | None
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def _collapse(rng: np.random.Generator, shape: Shape, sigma: float) -> np.ndarray:
+    return np.where(rng.random(shape) < 0.1, -0.3, 0.001 * rng.integers(0, 2, shape))
+
+
+# name -> (draw(rng, shape, sigma) -> Δ, true mean, what a false claim is)
+SCENARIOS: dict[str, tuple[Callable, float, tuple[str, ...]]] = {
+    "gaussian": (lambda r, s, sg: sg * r.standard_normal(s), 0.0, (BETTER, WORSE)),
+    "t2": (lambda r, s, sg: np.clip(sg * r.standard_t(2, s), -1, 1), 0.0, (BETTER, WORSE)),
+    "ties": (lambda r, s, sg: np.round(sg * r.standard_normal(s) * 100) / 100, 0.0,
+             (BETTER, WORSE)),
+    "skewed": (lambda r, s, sg: np.clip(sg * (1 - r.exponential(1.0, s)), -1, 1), 0.0,
+               (BETTER, WORSE)),
+    "bimodal-10": (_bimodal(-0.4, 0.10), 0.0, (BETTER, WORSE)),
+    "bimodal-5": (_bimodal(-0.4, 0.05), 0.0, (BETTER, WORSE)),
+    "reference-fails": (_bimodal(0.384, 0.20), 0.0, (BETTER, WORSE)),
+    "collapse": (_collapse, -0.0296, (BETTER, EQUIVALENT)),
+}
+
+
+def decisions_by_method(d: np.ndarray, method: str, alpha_each: float, margin: float | None,
+                        phi: float) -> np.ndarray:
+    """Running decisions (..., n) of one method on deltas (..., n)."""
+    if method == PEEKING:
+        low, high = naive_bounds(d, alpha_each)
+        return sequential_decisions(np.maximum.accumulate(low, -1),
+                                    np.minimum.accumulate(high, -1), margin, True)
+    return SEQUENTIAL_METHODS[method].decisions(d, alpha_each, margin, True, phi)
+
+
+def adaptive_sweeps(dec: np.ndarray, looks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Seeds per family (sims, F) and final decisions (sims, F, C) of the adaptive rule.
 
-    low/high: (sims, F, C, N) running-intersection bounds; looks: seed counts after each
-    round. A family stops at its first look where no comparison is inconclusive (families
-    never wait for each other: each is extended only while it is undecided).
+    dec: (sims, F, C, N) running decisions; looks: seed counts after each round. A family
+    stops at its first look where no comparison is inconclusive (families never wait for
+    each other: each is extended only while it is undecided).
     """
-    dec = sequential_decisions(low[..., looks - 1], high[..., looks - 1], margin, True)
-    decided = np.all(dec != INCONCLUSIVE, axis=2)  # (sims, F, L)
+    at = dec[..., looks - 1]
+    decided = np.all(at != INCONCLUSIVE, axis=2)  # (sims, F, L)
     stop = np.where(decided.any(axis=-1), decided.argmax(axis=-1), looks.size - 1)
-    final = np.take_along_axis(dec, stop[:, :, None, None].repeat(dec.shape[2], 2), -1)[..., 0]
+    final = np.take_along_axis(at, stop[:, :, None, None].repeat(at.shape[2], 2), -1)[..., 0]
     return looks[stop], final
 
 
@@ -82,18 +132,18 @@ def naive_bounds(d: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     var = (np.cumsum(d * d, -1) - n * mean**2) / np.maximum(n - 1, 1)
     with np.errstate(invalid="ignore", divide="ignore"):
         half = sps.t.isf(alpha / 2, np.maximum(n - 1, 1)) * np.sqrt(np.maximum(var, 0) / n)
-    half = np.where(n >= 2, half, np.inf)
+    half = np.where((n >= 2) & (var > 1e-24), half, np.inf)
     return mean - half, mean + half
 
 
 def replay(d: np.ndarray, looks: np.ndarray, alpha: float, margin: float | None, phi: float,
-           max_seeds: int, batch: int) -> tuple[np.ndarray, np.ndarray]:
+           max_seeds: int, batch: int, method: str) -> tuple[np.ndarray, np.ndarray]:
     """One sweep d (F, C, N) round by round through fusion_sweep.analysis.sequential.stopping_rule."""
     run = {f: int(looks[0]) for f in range(d.shape[0])}
     while True:
         fams = {f: {c: d[f, c, :run[f]] for c in range(d.shape[1])} for f in run}
         plan = stopping_rule(fams, alpha=alpha, margin=margin, max_seeds=max_seeds,
-                             seed_batch=batch, seeds_run=run, phi=phi)
+                             seed_batch=batch, seeds_run=run, phi=phi, method=method)
         if plan.stop:
             break
         for f, k in plan.seeds_to_add.items():
@@ -102,47 +152,20 @@ def replay(d: np.ndarray, looks: np.ndarray, alpha: float, margin: float | None,
     return seeds, np.array([[r.decision for r in plan.for_family(f)] for f in range(d.shape[0])])
 
 
-def fixed_n_holm_power(rng: np.random.Generator, sims: int, effect: float, alpha: float,
-                       n_max: int) -> np.ndarray:
-    """Per-comparison power (correct-sign Holm rejection) of the fixed-n design, n = 1..n_max."""
-    d = simulate_deltas(rng, sims, n_max, 1.0, effect).reshape(sims, FAMILIES * PER_FAMILY, n_max)
-    n = np.arange(1, n_max + 1, dtype=float)
-    mean = np.cumsum(d, -1) / n
-    var = (np.cumsum(d * d, -1) - n * mean**2) / np.maximum(n - 1, 1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        t = mean / np.sqrt(var / n)
-    p = np.where(n >= 2, 2 * sps.t.sf(np.abs(t), np.maximum(n - 1, 1)), 1.0)
-    m = p.shape[1]
-    order = np.argsort(p, axis=1)
-    p_sorted = np.take_along_axis(p, order, 1)
-    adj = np.maximum.accumulate(np.minimum(1, p_sorted * (m - np.arange(m))[None, :, None]), 1)
-    p_holm = np.empty_like(adj)
-    np.put_along_axis(p_holm, order, adj, 1)
-    return ((p_holm < alpha) & (t > 0)).mean(axis=(0, 1))
-
-
-def smallest_n(power_by_n: np.ndarray, target: float) -> int | None:
-    """Smallest n (1-based) whose power reaches target; None when none does."""
-    ok = np.nonzero(power_by_n >= target)[0]
-    return int(ok[0] + 1) if ok.size else None
-
-
-def bonferroni_n(effect: float, alpha_each: float, target: float) -> float | None:
-    """Paired t-test n for `target` power at alpha_each (statsmodels TTestPower), ceiled."""
-    if not 0 < target < 1:
-        return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            n = float(TTestPower().solve_power(effect_size=effect, power=target, alpha=alpha_each))
-        except Exception:
-            return None
-    return int(np.ceil(n - 1e-9)) if np.isfinite(n) else None
-
-
 def binom_upper(k: int, n: int) -> float:
     """Exact (Clopper-Pearson) one-sided 95% upper bound of a binomial rate."""
     return float(sps.binomtest(k, n).proportion_ci(0.90, method="exact").high)
+
+
+def steady_seeds(rng: np.random.Generator, method: str, alpha_each: float, phi: float,
+                 effect: float, n_max: int = 200, sims: int = 200) -> float | None:
+    """Median seeds until `better` for a steady effect (Δ ~ N(effect, 0.03²)); None when not
+    decided within n_max in most runs."""
+    d = np.clip(effect + 0.03 * rng.standard_normal((sims, n_max)), -1, 1)
+    dec = decisions_by_method(d, method, alpha_each, None, phi) == BETTER  # (sims, n)
+    first = np.where(dec.any(-1), dec.argmax(-1) + 1, np.inf)
+    med = float(np.median(first))
+    return med if np.isfinite(med) else None
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -159,7 +182,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--max-seeds", type=int, default=DEFAULT_MAX_SEEDS,
                     help=f"seed budget per family (default {DEFAULT_MAX_SEEDS}, launch's)")
     ap.add_argument("--effects", type=float, nargs="+", default=list(EFFECTS),
-                    help="d_z values to simulate besides the null (0.5 1 2)")
+                    help="d_z values for the power scenarios (0.5 1 2)")
+    ap.add_argument("--methods", nargs="+", default=[*SEQUENTIAL_METHODS, PEEKING],
+                    help="methods to simulate (default: every sequential method and peeking)")
     args = ap.parse_args(argv)
     sims = args.sims or (500 if args.quick else 2000)
     margin = args.margin if args.margin > 0 else None
@@ -167,74 +192,78 @@ def main(argv: list[str] | None = None) -> dict:
     m = FAMILIES * PER_FAMILY
     alpha_each = bonferroni_alpha(args.alpha, m)
     looks = np.unique(np.r_[np.arange(args.start, args.max_seeds, args.batch), args.max_seeds])
-    t0 = time.perf_counter()
+    shape = (sims, FAMILIES, PER_FAMILY, args.max_seeds)
     print(f"{sims} adaptive sweeps per scenario: {FAMILIES} families x {PER_FAMILY} comparisons "
-          f"(m = {m}), alpha {args.alpha} -> each CS at {alpha_each:.5f}; phi {args.phi}; "
-          f"sigma {args.sigma}; margin {margin}; seeds {args.start} + {args.batch}/round "
-          f"up to {args.max_seeds}\n")
+          f"(m = {m}), alpha {args.alpha} -> each CS at {alpha_each:.5f}; sigma {args.sigma}; "
+          f"margin {margin}; seeds {args.start} + {args.batch}/round up to {args.max_seeds}; "
+          f"default method: {DEFAULT_METHOD}\n")
 
-    rows, mean_seeds, out = [], {}, {}
-    for effect in (0.0, *args.effects):
-        d = simulate_deltas(rng, sims, args.max_seeds, args.sigma, effect)
-        low, high = cs_bounds(d, alpha_each, args.phi)
-        seeds, final = adaptive_sweeps(low, high, looks, margin)
-        for i in range(min(REPLAY, sims)):  # the vectorized rule IS the library's rule
-            s_ref, f_ref = replay(d[i], looks, args.alpha, margin, args.phi, args.max_seeds,
-                                  args.batch)
-            assert np.array_equal(s_ref, seeds[i]) and np.array_equal(f_ref, final[i]), i
-        rate = {v: float((final == v).mean()) for v in (BETTER, WORSE, EQUIVALENT, INCONCLUSIVE)}
-        key = "null" if effect == 0 else f"{effect:g}"
-        entry = {"mean_seeds": float(seeds.mean()), "mean_sweep_seeds": float(seeds.max(1).mean()),
-                 "rates": rate}
-        if effect == 0:
-            k = int(np.any((final == BETTER) | (final == WORSE), axis=(1, 2)).sum())
-            entry.update(false_decisions=k, null_error_rate=k / sims,
-                         null_error_upper95=binom_upper(k, sims))
-            nl, nh = naive_bounds(d, alpha_each)
-            _, naive_final = adaptive_sweeps(np.maximum.accumulate(nl, -1),
-                                             np.minimum.accumulate(nh, -1), looks, margin)
-            kn = int(np.any(naive_final != INCONCLUSIVE, axis=(1, 2)).sum())
-            entry["naive_t_null_error_rate"] = kn / sims
-        else:
-            power = rate[BETTER]
-            target = min(power, 1 - 0.5 / (sims * m))  # power 1.0 in the sims: the MC limit
-            holm = fixed_n_holm_power(rng, max(sims, 2000), effect, args.alpha, 200)
-            entry.update(power=power, fixed_n_bonferroni=bonferroni_n(effect, alpha_each, target),
-                         fixed_n_holm=smallest_n(holm, target))
-            mean_seeds[key] = entry["mean_seeds"]
-        out[key] = entry
-        rows.append((key, entry))
+    out: dict[str, dict] = {k: {"null_error_rate_by_scenario": {},
+                                "null_error_upper95_by_scenario": {},
+                                "null_mean_seeds_by_scenario": {}, "mean_seeds": {},
+                                "power": {}} for k in args.methods}
+    print("| scenario (false claim) | " + " | ".join(args.methods) + " |")
+    print("|---|" + "---|" * len(args.methods))
+    for name, (draw, _mean, false) in SCENARIOS.items():
+        d = draw(rng, shape, args.sigma)
+        cells = []
+        for method in args.methods:
+            dec = decisions_by_method(d, method, alpha_each, margin, args.phi)
+            seeds, final = adaptive_sweeps(dec, looks)
+            if method != PEEKING:
+                for i in range(min(REPLAY, sims)):  # the vectorized rule IS the library's rule
+                    s_ref, f_ref = replay(d[i], looks, args.alpha, margin, args.phi,
+                                          args.max_seeds, args.batch, method)
+                    assert np.array_equal(s_ref, seeds[i]), (name, method, i)
+                    assert np.array_equal(f_ref, final[i]), (name, method, i)
+            k = int(np.any(np.isin(final, false), axis=(1, 2)).sum())
+            o = out[method]
+            o["null_error_rate_by_scenario"][name] = k / sims
+            o["null_error_upper95_by_scenario"][name] = binom_upper(k, sims)
+            o["null_mean_seeds_by_scenario"][name] = float(seeds.mean())
+            cells.append(f"{k / sims:.4f} (≤ {binom_upper(k, sims):.4f}; "
+                         f"{seeds.mean():.1f} seeds)")
+        print(f"| {name} ({'/'.join(false)}) | " + " | ".join(cells) + " |")
 
-    print("| scenario | mean seeds / family | mean seeds / sweep (max family) | better | worse "
-          "| equivalent | inconclusive | fixed n, same power (Bonferroni t / Holm t) |")
-    print("|---|---|---|---|---|---|---|---|")
-    for key, e in rows:
-        r = e["rates"]
-        fixed = (f"{e['fixed_n_bonferroni']} / {e['fixed_n_holm']}" if key != "null" else "—")
-        label = ("null (Δ = 0)" if key == "null"
-                 else f"d_z = {key} (Δ = {float(key) * args.sigma:.3g})")
-        print(f"| {label} | {e['mean_seeds']:.1f} | {e['mean_sweep_seeds']:.1f} | "
-              f"{r[BETTER]:.3f} | {r[WORSE]:.3f} | {r[EQUIVALENT]:.3f} | "
-              f"{r[INCONCLUSIVE]:.3f} | {fixed} |")
-    null = out["null"]
-    print(f"\nnull: {null['false_decisions']} of {sims} sweeps with any false better/worse: "
-          f"rate {null['null_error_rate']:.4f}, exact 95% upper bound "
-          f"{null['null_error_upper95']:.4f} (alpha {args.alpha}); the same rule on fixed-n "
-          f"t-intervals at alpha/m: {null['naive_t_null_error_rate']:.4f}")
-    print(f"replayed {min(REPLAY, sims)} sweeps per scenario through "
+    print("\n| power: Gaussian Δ, d_z (mean Δ) | " + " | ".join(args.methods) + " |")
+    print("|---|" + "---|" * len(args.methods))
+    for effect in args.effects:
+        d = SCENARIOS["gaussian"][0](rng, shape, args.sigma) + effect * args.sigma
+        cells = []
+        for method in args.methods:
+            seeds, final = adaptive_sweeps(
+                decisions_by_method(d, method, alpha_each, margin, args.phi), looks)
+            power = float((final == BETTER).mean())
+            out[method]["power"][f"{effect:g}"] = power
+            out[method]["mean_seeds"][f"{effect:g}"] = float(seeds.mean())
+            cells.append(f"{power:.3f} ({seeds.mean():.1f} seeds)")
+        print(f"| d_z = {effect:g} (Δ = {effect * args.sigma:.3g}) | " + " | ".join(cells) + " |")
+
+    print("\n| steady effect Δ (SD 0.03): median seeds to `better` | "
+          + " | ".join(args.methods) + " |")
+    print("|---|" + "---|" * len(args.methods))
+    for method in args.methods:
+        out[method]["seeds_to_decide_steady_effect"] = {
+            f"{e:g}": steady_seeds(rng, method, alpha_each, args.phi, e) for e in STEADY}
+    for e in STEADY:
+        cells = [str(out[mm]["seeds_to_decide_steady_effect"][f"{e:g}"] or "> 200")
+                 for mm in args.methods]
+        print(f"| {e:g} | " + " | ".join(cells) + " |")
+
+    default = out[DEFAULT_METHOD]["null_error_rate_by_scenario"]
+    upper_ok = {s: binom_upper(round(r * sims), sims) for s, r in default.items()}
+    mc = {s: r <= args.alpha + 2 * np.sqrt(args.alpha * (1 - args.alpha) / sims)
+          for s, r in default.items()}
+    print(f"\ndefault method {DEFAULT_METHOD}: null error <= alpha {args.alpha} within Monte "
+          f"Carlo error (2 SE) in every scenario: {all(mc.values())}")
+    print(f"replayed {min(REPLAY, sims)} sweeps per scenario and method through "
           "fusion_sweep.analysis.sequential.stopping_rule: identical seeds and decisions")
-    print(f"{time.perf_counter() - t0:.1f} s")
     result = {
         "n_sims": sims, "alpha": args.alpha, "alpha_each": alpha_each, "m": m,
         "phi": args.phi, "sigma": args.sigma, "margin": margin, "seed": args.seed,
         "start": args.start, "batch": args.batch, "max_seeds": args.max_seeds,
-        "null_error_rate": null["null_error_rate"],
-        "null_error_upper95": null["null_error_upper95"],
-        "naive_t_null_error_rate": null["naive_t_null_error_rate"],
-        "mean_seeds": mean_seeds,
-        "power": {k: out[k]["power"] for k in mean_seeds},
-        "fixed_n_bonferroni": {k: out[k]["fixed_n_bonferroni"] for k in mean_seeds},
-        "fixed_n_holm": {k: out[k]["fixed_n_holm"] for k in mean_seeds},
+        "default_method": DEFAULT_METHOD, "default_valid_in_every_scenario": all(mc.values()),
+        "default_upper95_by_scenario": upper_ok, "methods": out,
     }
     print(json.dumps(result))
     return result
