@@ -158,7 +158,7 @@ def binom_upper(k: int, n: int) -> float:
 
 
 def steady_seeds(rng: np.random.Generator, method: str, alpha_each: float, phi: float,
-                 effect: float, n_max: int = 200, sims: int = 200) -> float | None:
+                 effect: float, sims: int, n_max: int = 200) -> float | None:
     """Median seeds until `better` for a steady effect (Δ ~ N(effect, 0.03²)); None when not
     decided within n_max in most runs."""
     d = np.clip(effect + 0.03 * rng.standard_normal((sims, n_max)), -1, 1)
@@ -183,6 +183,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help=f"seed budget per family (default {DEFAULT_MAX_SEEDS}, launch's)")
     ap.add_argument("--effects", type=float, nargs="+", default=list(EFFECTS),
                     help="d_z values for the power scenarios (0.5 1 2)")
+    ap.add_argument("--replay", type=int, default=REPLAY,
+                    help=f"sweeps per scenario and method replayed through stopping_rule ({REPLAY})")
     ap.add_argument("--methods", nargs="+", default=[*SEQUENTIAL_METHODS, PEEKING],
                     help="methods to simulate (default: every sequential method and peeking)")
     args = ap.parse_args(argv)
@@ -211,7 +213,7 @@ def main(argv: list[str] | None = None) -> dict:
             dec = decisions_by_method(d, method, alpha_each, margin, args.phi)
             seeds, final = adaptive_sweeps(dec, looks)
             if method != PEEKING:
-                for i in range(min(REPLAY, sims)):  # the vectorized rule IS the library's rule
+                for i in range(min(args.replay, sims)):  # the vectorized rule IS the library's rule
                     s_ref, f_ref = replay(d[i], looks, args.alpha, margin, args.phi,
                                           args.max_seeds, args.batch, method)
                     assert np.array_equal(s_ref, seeds[i]), (name, method, i)
@@ -244,7 +246,8 @@ def main(argv: list[str] | None = None) -> dict:
     print("|---|" + "---|" * len(args.methods))
     for method in args.methods:
         out[method]["seeds_to_decide_steady_effect"] = {
-            f"{e:g}": steady_seeds(rng, method, alpha_each, args.phi, e) for e in STEADY}
+            f"{e:g}": steady_seeds(rng, method, alpha_each, args.phi, e, min(sims, 200))
+            for e in STEADY}
     for e in STEADY:
         cells = [str(out[mm]["seeds_to_decide_steady_effect"][f"{e:g}"] or "> 200")
                  for mm in args.methods]
@@ -256,7 +259,7 @@ def main(argv: list[str] | None = None) -> dict:
           for s, r in default.items()}
     print(f"\ndefault method {DEFAULT_METHOD}: null error <= alpha {args.alpha} within Monte "
           f"Carlo error (2 SE) in every scenario: {all(mc.values())}")
-    print(f"replayed {min(REPLAY, sims)} sweeps per scenario and method through "
+    print(f"replayed {min(args.replay, sims)} sweeps per scenario and method through "
           "fusion_sweep.analysis.sequential.stopping_rule: identical seeds and decisions")
     result = {
         "n_sims": sims, "alpha": args.alpha, "alpha_each": alpha_each, "m": m,

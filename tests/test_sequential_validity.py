@@ -1,0 +1,170 @@
+"""Issue 20, sequential part: the default (betting) confidence sequence is valid without
+normality, the normal mixture states its assumption, and m is the launch's."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import optimize
+
+from fusion_sweep.analysis import sequential as sq
+from fusion_sweep.analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, WORSE, AnalysisError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _direct_log_capital(d: np.ndarray, mu0: float, alpha: float, c: float = sq.BETTING_C,
+                        theta: float = sq.BETTING_THETA) -> tuple[list[float], list[float]]:
+    """The hedged capital written out seed by seed from Waudby-Smith & Ramdas (Theorem 3,
+    predictable plug-in bets), in plain Python: the reference the vectorized code must match."""
+    lo, hi = sq.BETTING_BOUNDS
+    m = (mu0 - lo) / (hi - lo)
+    up, down, ups, downs = 0.0, 0.0, [], []
+    sum_z, sum_dev = 0.0, 0.0
+    for i, delta in enumerate(d, start=1):
+        z = (delta - lo) / (hi - lo)
+        var_prev = (0.25 + sum_dev) / i  # σ̂²_{i-1} = (1/4 + Σ_{j<i}(z_j - μ̂_j)²) / i
+        lam = math.sqrt(2 * math.log(2 / alpha) / (var_prev * i * math.log(1 + i)))
+        lam_up = min(lam, c / m) if m > 0 else lam
+        lam_down = min(lam, c / (1 - m)) if m < 1 else lam
+        up += math.log(1 + lam_up * (z - m))
+        down += math.log(1 - lam_down * (z - m))
+        ups.append(math.log(theta) + up)
+        downs.append(math.log(1 - theta) + down)
+        sum_z += z
+        mu_i = (0.5 + sum_z) / (i + 1)  # μ̂_i includes z_i
+        sum_dev += (z - mu_i) ** 2
+    return ups, downs
+
+
+def _bimodal(rng: np.random.Generator, shape: tuple, p_fail: float) -> np.ndarray:
+    """The issue's bimodal null: fails on p_fail of seeds (-0.4), else slightly better; mean 0."""
+    high = 0.4 * p_fail / (1 - p_fail)
+    return np.where(rng.random(shape) < p_fail, -0.4, high) + 0.01 * rng.standard_normal(shape)
+
+
+@pytest.mark.parametrize("mu0", [-0.3, 0.0, 0.05, 0.4])
+def test_betting_capital_matches_the_wealth_process_computed_seed_by_seed(mu0: float) -> None:
+    d = _bimodal(np.random.default_rng(3), (25,), 0.1)
+    up, down = sq.betting_log_capital(d, mu0, 0.05 / 6)
+    ref_up, ref_down = _direct_log_capital(np.round(d, 12), mu0, 0.05 / 6)
+    np.testing.assert_allclose(up, ref_up, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(down, ref_down, rtol=1e-12, atol=1e-12)
+
+
+def test_betting_bounds_are_the_roots_of_the_direct_wealth() -> None:
+    """Each CS end is where the hedged capital crosses 1/alpha (brentq on the direct loop)."""
+    d = np.random.default_rng(4).normal(0.3, 0.05, 30)
+    alpha = 0.01
+    low, high = sq.betting_bounds(d, alpha)
+    for t in (12, 20, 30):
+        up = lambda m: _direct_log_capital(d[:t], m, alpha)[0][-1] + math.log(alpha)  # noqa: E731
+        down = lambda m: _direct_log_capital(d[:t], m, alpha)[1][-1] + math.log(alpha)  # noqa: E731
+        assert low[t - 1] == pytest.approx(optimize.brentq(up, -0.999999, 0.999999), abs=1e-9)
+        assert high[t - 1] == pytest.approx(optimize.brentq(down, -0.999999, 0.999999), abs=1e-9)
+        # each end is a rejected mean (up to rounding): the interval is never narrower
+        assert up(low[t - 1]) >= -1e-9 and down(high[t - 1]) >= -1e-9
+
+
+def test_betting_bounds_agree_with_ville() -> None:
+    """ville 0.1.0's BettingCS (BSD-3, a test-only reference) on a grid of 200,001 means."""
+    ville = pytest.importorskip("ville")
+    d = _bimodal(np.random.default_rng(1), (40,), 0.1)
+    ref = ville.BettingCS(bounds=(-1, 1), alpha=0.01, c=sq.BETTING_C, grid=200_001,
+                          intersect=False).fit(d)
+    low, high = sq.betting_bounds(d, 0.01)
+    grid_step = 2 / 200_000  # ville widens each end to the adjacent grid point
+    assert np.max(np.abs(ref.lower_ - low)) <= 2 * grid_step
+    assert np.max(np.abs(ref.upper_ - high)) <= 2 * grid_step
+
+
+def _sweeps(draw, n_sweeps: int, method: str | None, margin: float | None = 0.01) -> list:
+    """Whole adaptive sweeps (3 families x 2 comparisons, 5 + 5 per round up to 20 seeds)
+    through the project's stopping_rule, round by round: the final decisions of each."""
+    rng = np.random.default_rng(20)
+    out = []
+    for _ in range(n_sweeps):
+        d = draw(rng, (3, 2, 20))
+        run = {f: 5 for f in range(3)}
+        while True:
+            fams = {f: {c: d[f, c, :run[f]] for c in range(2)} for f in run}
+            plan = sq.stopping_rule(fams, alpha=0.05, margin=margin, seeds_run=run,
+                                    method=method)
+            if plan.stop:
+                break
+            for f, k in plan.seeds_to_add.items():
+                run[f] += k
+        out.append([r.decision for r in plan.results])
+    return out
+
+
+# The issue's table: true per-seed Δ, what would be a false claim.
+NULLS = {
+    "gaussian": (lambda r, s: 0.1 * r.standard_normal(s), (BETTER, WORSE)),
+    "t2": (lambda r, s: np.clip(0.1 * r.standard_t(2, s), -1, 1), (BETTER, WORSE)),
+    "ties": (lambda r, s: np.round(10 * r.standard_normal(s)) / 100, (BETTER, WORSE)),
+    "skewed": (lambda r, s: np.clip(0.1 * (1 - r.exponential(1.0, s)), -1, 1), (BETTER, WORSE)),
+    "bimodal-10": (lambda r, s: _bimodal(r, s, 0.10), (BETTER, WORSE)),
+    "bimodal-5": (lambda r, s: _bimodal(r, s, 0.05), (BETTER, WORSE)),
+    "collapse": (lambda r, s: np.where(r.random(s) < 0.1, -0.3, 0.001 * r.integers(0, 2, s)),
+                 (BETTER, EQUIVALENT)),
+}
+
+
+@pytest.mark.parametrize("scenario", list(NULLS))
+def test_the_default_stopping_rule_makes_no_false_claim_under_the_issues_nulls(scenario):
+    """Before (normal mixture by default): bimodal-10/-5 and collapse gave a false claim in
+    ~99% of sweeps. After (betting by default): none in these sweeps, in every scenario."""
+    draw, false = NULLS[scenario]
+    finals = _sweeps(draw, 12, None)
+    assert not any(d in false for sweep in finals for d in sweep)
+
+
+@pytest.mark.parametrize("scenario", ["bimodal-10", "bimodal-5", "collapse"])
+def test_the_normal_mixture_fails_there_and_says_what_it_assumes(scenario):
+    draw, false = NULLS[scenario]
+    finals = _sweeps(draw, 12, sq.NormalMixture.name)
+    assert np.mean([any(d in false for d in s) for s in finals]) > 0.5  # why it is opt-in
+    r = sq.sequential_result(draw(np.random.default_rng(0), (20,)), m=6,
+                             method=sq.NormalMixture.name)
+    assert "normal" in r.to_dict()["assumption"] and r.decision_label.endswith("(assumes normal Δ)")
+
+
+def test_the_betting_method_decides_large_effects_and_refuses_unbounded_deltas() -> None:
+    d = np.random.default_rng(5).normal(0.5, 0.03, 20)
+    assert sq.sequential_result(d, m=6).decision == BETTER  # the default sweep's short regime
+    assert sq.sequential_result(-d, m=6).decision == WORSE
+    assert sq.sequential_result(d[:5], m=6).decision == INCONCLUSIVE
+    res = sq.sequential_result(d, m=6)
+    assert res.method == sq.DEFAULT_METHOD == "betting" and res.decision_label == BETTER
+    assert res.cs_low > 0 and "distribution-free" in res.assumption
+    with pytest.raises(AnalysisError, match=r"within \[-1, 1\].*normal-mixture"):
+        sq.sequential_result([0.5, 1.5, 0.2], m=1)
+    with pytest.raises(AnalysisError, match="unknown sequential method 'x'; choose from betting"):
+        sq.stopping_rule({"a": {"b": [0.1, 0.2]}}, method="x")
+
+
+def test_anytime_p_of_the_betting_method_is_the_inverse_running_capital() -> None:
+    d = np.random.default_rng(6).normal(0.4, 0.05, 15)
+    up, down = sq.betting_log_capital(d, 0.0, 0.05)
+    expected = np.minimum(1, np.exp(-np.maximum.accumulate(np.maximum(up, down))))
+    np.testing.assert_allclose(sq.betting_p_values(d), expected)
+
+
+def test_the_benchmark_covers_every_scenario_and_the_default_is_valid() -> None:
+    spec = importlib.util.spec_from_file_location("seqval", ROOT / "benchmarks" /
+                                                  "sequential_validity.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    res = mod.main(["--sims", "40", "--replay", "2", "--methods", "betting", "normal-mixture"])
+    json.dumps(res)
+    rates = res["methods"]["betting"]["null_error_rate_by_scenario"]
+    assert set(rates) >= set(NULLS) | {"reference-fails"}
+    assert res["default_method"] == "betting" and res["default_valid_in_every_scenario"]
+    assert max(rates.values()) <= 0.05
+    assert res["methods"]["normal-mixture"]["null_error_rate_by_scenario"]["bimodal-10"] > 0.5
+    assert set(res["methods"]["betting"]["power"]) == {"0.5", "1", "2"}
