@@ -32,7 +32,7 @@ EXTRA_KEYS = [
     "equivalence_margin", "notes", "tost_p_holm", "holm_first_step_alpha",
     "power_at_holm_alpha", "seeds_for_80_power_at_holm_alpha", "chance_level", "learned",
     "baseline_learned", "encoder", "variant", "baseline_variant", "ratio", "ratio_ci_low",
-    "ratio_ci_high", "ratio_p", "ratio_p_holm", "ratio_verdict",
+    "ratio_ci_high", "ratio_p", "ratio_p_holm", "ratio_verdict", "verdict_flags",
 ]
 FAST = ["--bootstrap", "500"]
 
@@ -478,7 +478,8 @@ def _tost_table() -> pd.DataFrame:
     rows = [dict(dataset="imdb", pe="sin", fusion="add", seed=s, test_acc=base[s]) for s in range(10)]
     rows += [dict(dataset="imdb", pe="sin", fusion=f, seed=s, test_acc=base[s] + d[s])
              for f, d in deltas.items() for s in range(10)]
-    return pd.DataFrame(rows)
+    # the class count: without it no arm's chance level is known, and no 'equivalent' is given
+    return pd.DataFrame(rows).assign(num_classes=2)
 
 
 def test_tost_is_holm_adjusted_and_verdict_uses_it() -> None:

@@ -35,7 +35,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from fusion_sweep.analysis.schema import ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS, KEY_COLUMNS
+from fusion_sweep.analysis.schema import (
+    ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS, KEY_COLUMNS, SEED_FP_COLUMNS,
+)
 from fusion_sweep.analysis.variants import Axis, Variant, parse_baseline
 
 CellKey = tuple  # (dataset, encoder, pe, fusion, seed): KEY_COLUMNS order
@@ -79,6 +81,10 @@ class Paired:
     seeds: np.ndarray
     x: np.ndarray  # the arm's metric per seed
     y: np.ndarray  # the reference's metric per seed
+    # Pairs dropped although both runs finished with a finite metric (a fingerprint, code or
+    # copy check failed): (seed, x, y) each. Never used for the verdict; the report says when
+    # putting them back would change it.
+    unchecked: tuple[tuple[int, float, float], ...] = ()
 
     @property
     def pe(self) -> str:
@@ -145,10 +151,42 @@ def _cell(cols: _Columns, idx: np.ndarray, metric: str) -> Cell:
 
 
 def cells_for(df: pd.DataFrame, metric: str) -> dict[CellKey, Cell]:
-    """Map (dataset, encoder, pe, fusion, seed) -> Cell for every slot with a row."""
+    """Map (dataset, encoder, pe, fusion, seed) -> Cell for every slot with a row; copied
+    seeds (:func:`copied_seeds`) are unusable cells (`duplicate_fingerprint`)."""
     cols = _Columns(df, metric)
     groups = df.groupby(list(KEY_COLUMNS), sort=True).indices
-    return {key: _cell(cols, np.asarray(idx), metric) for key, idx in sorted(groups.items())}
+    cells = {key: _cell(cols, np.asarray(idx), metric) for key, idx in sorted(groups.items())}
+    return copied_seeds(cells)
+
+
+def copied_seeds(cells: dict[CellKey, Cell]) -> dict[CellKey, Cell]:
+    """Mark every usable cell whose arm has another seed with the same value of a
+    seed-dependent fingerprint (SEED_FP_COLUMNS) as `duplicate_fingerprint`.
+
+    Two trials of different seeds cannot share their batch order or initial weights unless
+    one is a copy of the other; which one is the original cannot be told, so every copy is
+    dropped (its value is kept for the sensitivity check of the report)."""
+    seen: dict[tuple, list[CellKey]] = {}
+    for key, cell in cells.items():
+        if not cell.ok:
+            continue
+        for name, value in cell.fps:
+            if name in SEED_FP_COLUMNS and isinstance(value, str) and value:
+                seen.setdefault((key[:4], name, value), []).append(key)
+    out = dict(cells)
+    for (_, name, value), keys in seen.items():
+        seeds = sorted({int(k[4]) for k in keys})
+        if len(seeds) < 2:
+            continue
+        for k in keys:
+            c = out[k]
+            if c.ok:
+                out[k] = Cell(value=c.value, fps=c.fps, code=c.code,
+                              reason="duplicate_fingerprint",
+                              detail=f"seeds {', '.join(map(str, seeds))} share the "
+                                     f"{name.removeprefix('fp_')} fingerprint {value[:10]} "
+                                     "(copied runs)")
+    return out
 
 
 def supersede(df: pd.DataFrame, current_code: str | None) -> tuple[pd.DataFrame, list[dict]]:
@@ -232,7 +270,7 @@ def pair_one(
     seeds: list[int], axis: Axis, group: tuple[str, ...] = (),
 ) -> tuple[Paired, list[dict]]:
     """Pair arm vs ref over `seeds`; return the Paired data and the dropped records."""
-    kept, dropped = [], []
+    kept, dropped, unchecked = [], [], []
     a_name, b_name = axis.short(arm), axis.short(ref)
     for seed in seeds:
         a = cells.get(cell_key(dataset, arm, seed), MISSING)
@@ -241,10 +279,12 @@ def pair_one(
         if reason is None:
             kept.append((seed, a.value, b.value))
             continue
+        if np.isfinite(a.value) and np.isfinite(b.value):
+            unchecked.append((int(seed), a.value, b.value))
         dropped.append(dropped_record(dataset, metric, arm, ref, b_name, seed, reason, detail))
     arr = np.array(kept, dtype=float).reshape(-1, 3)
     paired = Paired(dataset, metric, arm, ref, b_name, group, arr[:, 0].astype(int),
-                    arr[:, 1], arr[:, 2])
+                    arr[:, 1], arr[:, 2], tuple(unchecked))
     return paired, dropped
 
 

@@ -49,7 +49,7 @@ from fusion_sweep.analysis.pairing import (
 from fusion_sweep.analysis.regimes import Regime, interaction_tests, lengths_known, regimes_for
 from fusion_sweep.analysis.schema import (
     ARM_KEYS, BETTER, COMPARISON_KEYS, COST_METRICS, DEFAULT_ENCODER, EQUIVALENT, INCONCLUSIVE,
-    KEY_COLUMNS, NOT_LEARNED, TOP_LEVEL_KEYS, WORSE, AnalysisError,
+    KEY_COLUMNS, NORMALITY_BELOW_N, NOT_LEARNED, TOP_LEVEL_KEYS, WORSE, AnalysisError,
 )
 from fusion_sweep.analysis.variants import Axis, Variant, parse_baseline
 
@@ -278,6 +278,11 @@ def analyze(
         from fusion_sweep.analysis.claims import evaluate, get_claim_set
         claims = evaluate(get_claim_set(settings.claims), df, settings, counts, regimes)
     sequential, seq_results = sequential_section(comps, settings, source, everything)
+    if sequential is not None:  # every fixed-n verdict of an adaptive sweep is descriptive
+        for c in comps:
+            c["verdict_flags"].insert(0, "descriptive")
+        if claims is not None:
+            claims["method"] = f"{sequential['fixed_n_label']}: {claims['method']}"
     return Report(source, settings, regimes, comps, dropped, warnings, interaction, df,
                   {"method": CHANCE_METHOD, "tests": arms},
                   arm_summaries(df, settings, regimes, by_arm), claims, sequential, seq_results)
@@ -397,7 +402,8 @@ def _compare(p: Paired, s: Settings, regime: Regime, by_arm: dict) -> dict:
         "learned": arm_state(by_arm, p.dataset, p.arm, p.metric),
         "baseline_learned": arm_state(by_arm, p.dataset, p.ref, p.metric),
         "encoder": p.arm.encoder, "variant": p.arm.label, "baseline_variant": p.ref.label,
-        "group": p.group, **_ratio(p, s),
+        "group": p.group, **_ratio(p, s), "verdict_flags": [], "_unchecked": p.unchecked,
+        "_x": p.x, "_y": p.y,
     }
 
 
@@ -432,12 +438,77 @@ def _holm_and_verdicts(comps: list[dict], s: Settings) -> None:
                                      c["tost_p_holm"], s.alpha, c["higher_is_better"],
                                      not_learned=not_learned)
         c["notes"] = c["notes"] + _verdict_notes(c, s.alpha)
+        _qualify(c, s, not_learned)
         ratio = c.pop("_ratio")
         if ratio is not None:
             c["ratio_p_holm"] = float(rp)
             c["ratio_verdict"] = stats.ratio_verdict(ratio, float(rp), s.alpha,
                                                      c["higher_is_better"])
             c["notes"] = c["notes"] + ([f"ratio: {ratio.note}"] if ratio.note else [])
+
+
+def _qualify(c: dict, s: Settings, not_learned: bool) -> None:
+    """The rules that qualify a fixed-n verdict (issue 20), each said beside it in
+    `verdict_flags` and explained in `notes`:
+
+    - no better/equivalent while an arm's learned? state is unknown (its class count is
+      unknown, or it has the same value on every seed, so the chance test is undefined): a
+      comparison with a model that may sit at chance cannot show an improvement or no effect;
+    - fewer than NORMALITY_BELOW_N pairs: the verdict rests on the t-test's normality;
+    - the verdict with the pairs dropped by fingerprint/code/copy checks put back, when it
+      differs (the verdict itself never uses them)."""
+    flags = c["verdict_flags"]
+    why = _unknown_arm(c)
+    if why and c["verdict"] in (BETTER, EQUIVALENT):
+        flags.append(f"no '{c['verdict']}': {why}")
+        c["notes"] = c["notes"] + [f"verdict withheld ('{c['verdict']}' -> 'inconclusive'): "
+                                   f"{why}; a model that may sit at chance can show neither an "
+                                   "improvement nor the absence of an effect"]
+        c["verdict"] = INCONCLUSIVE
+    if c["verdict"] in (BETTER, WORSE, EQUIVALENT) and c["n"] < NORMALITY_BELOW_N:
+        flags.append(f"rests on normality (n = {c['n']} < {NORMALITY_BELOW_N})")
+        c["notes"] = c["notes"] + [
+            f"only {c['n']} pairs: the verdict rests on the paired t-test's normality "
+            "assumption; no exact test can reach alpha at this n"]
+    x, y, unchecked = c.pop("_x"), c.pop("_y"), c.pop("_unchecked")
+    if unchecked:
+        _sensitivity(c, s, np.asarray(x, float), np.asarray(y, float), unchecked, not_learned)
+
+
+def _unknown_arm(c: dict) -> str:
+    """Why an arm's chance state is unknown ('' when both are known or not applicable)."""
+    for label, state in ((c["variant"], c["learned"]), (c["baseline_variant"],
+                                                          c["baseline_learned"])):
+        if state != "unknown":
+            continue
+        if not np.isfinite(c["chance_level"]):
+            return f"chance level unknown for {label} (class count unknown)"
+        return (f"{label} has the same {c['metric']} on every seed (or fewer than 2 seeds): "
+                "whether it beats chance is unknown")
+    return ""
+
+
+def _sensitivity(c: dict, s: Settings, x: np.ndarray, y: np.ndarray, unchecked: tuple,
+                 not_learned: bool) -> None:
+    """Recompute the verdict with the dropped-but-finished pairs put back (the same Holm
+    step as the comparison's own p); note it when it differs."""
+    seeds = c["seeds"] + [int(u[0]) for u in unchecked]
+    x = np.r_[x, [v for _, v, _ in unchecked]]  # (n + k,)
+    y = np.r_[y, [v for _, _, v in unchecked]]
+    t = stats.paired_t(x, y, s.alpha)
+    step = c["p_holm"] / c["t_p"] if np.isfinite(c["t_p"]) and c["t_p"] > 0 else 1.0
+    tost = stats.tost_p(x, y, c["equivalence_margin"])
+    tstep = (c["tost_p_holm"] / c["tost_p"] if np.isfinite(c["tost_p"]) and c["tost_p"] > 0
+             else 1.0)
+    other = stats.verdict(t.mean, t.low, t.high, min(1.0, t.p * step), min(1.0, tost * tstep),
+                          s.alpha, c["higher_is_better"], not_learned=not_learned)
+    if other == c["verdict"] or (other in (BETTER, EQUIVALENT) and _unknown_arm(c)):
+        return
+    c["verdict_flags"].append(f"with all {len(seeds)} pairs: {other}")
+    c["notes"] = c["notes"] + [
+        f"sensitivity: with the {len(unchecked)} pair(s) dropped by the fingerprint/code/copy "
+        f"checks put back ({len(seeds)} pairs), the verdict would be '{other}' (paired-t p "
+        f"{t.p:.3g}, Holm step as above); the verdict uses the {c['n']} checked pairs only"]
 
 
 def _nan(v: object) -> float:

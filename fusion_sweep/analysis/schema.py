@@ -96,6 +96,11 @@ EXTRA_COMPARISON_KEYS: tuple[str, ...] = (
     # with the exponentiated t-interval of the mean log ratio, its paired-t p, the Holm p
     # over the report's ratio tests, and the verdict on the ratio.
     "ratio", "ratio_ci_low", "ratio_ci_high", "ratio_p", "ratio_p_holm", "ratio_verdict",
+    # What qualifies the verdict, shown beside it (empty: nothing): "descriptive" (an
+    # adaptive sweep's fixed-n verdict), "rests on normality (n < 5)", why a better/equivalent
+    # was withheld (an arm's chance level unknown, or an arm constant), and the verdict with
+    # the pairs dropped for fingerprint/code reasons put back when that verdict differs.
+    "verdict_flags",
 )
 COMPARISON_KEYS: tuple[str, ...] = REQUIRED_COMPARISON_KEYS + EXTRA_COMPARISON_KEYS
 
@@ -191,7 +196,20 @@ CLAIM_TEST_KEYS: tuple[str, ...] = (
 DROP_REASONS: tuple[str, ...] = (
     "missing_trial", "failed_trial", "non_finite_metric", "duplicate_seed",
     "fingerprint_mismatch", "superseded_code", "code_mismatch",
+    # two different seeds of one arm with an identical seed-dependent fingerprint
+    # (SEED_FP_COLUMNS): a copied run, not an independent replication; every copy is dropped
+    "duplicate_fingerprint",
 )
+# Fingerprints that differ between two seeds of one arm by construction (batch order,
+# initial weights, dropout stream): identical values on two seeds reveal a copied run. The
+# split is left out: it depends on the dataset's data seed, not the trial seed, so every
+# seed of a dataset shares it.
+SEED_FP_COLUMNS: tuple[str, ...] = tuple(
+    c for c in (*FP_COLUMNS, *ENCODER_FP_COLUMNS) if c != "fp_split")
+# A fixed-n verdict at fewer pairs rests on the t-test's normality: the exact sign-flip and
+# Wilcoxon tests cannot reach p < 0.05 below 5 pairs (2/2^n >= 0.0625), so nothing
+# distribution-free backs it; the verdict says so beside it.
+NORMALITY_BELOW_N = 5
 
 
 class AnalysisError(ValueError):

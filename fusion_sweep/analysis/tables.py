@@ -117,7 +117,7 @@ def comparison_table(report: Report, metric: str, regime: str, group: tuple,
                      fnum(c["dz"], 2, signed=True), f"{c['n_positive']}/{c['n']}",
                      fnum(c["power"], 2), _seeds(c["seeds_for_80_power_at_holm_alpha"]),
                      _seeds(c["seeds_for_80_power"]), fp(c["tost_p_holm"]), learned_cell(c),
-                     c["verdict"]] + (ratio_cells(c) if cost else []))
+                     verdict_cell(c)] + (ratio_cells(c) if cost else []))
     foot = [f"† Wilcoxon method: {m}" for m in notes]
     if any(c["boot_descriptive"] for c in comps):
         foot.append("* descriptive: fewer than 10 pairs")
@@ -145,6 +145,12 @@ def fratio(x: object) -> str:
     if x is None or not math.isfinite(float(x)):
         return DASH
     return f"{x:.4g}×"
+
+
+def verdict_cell(c: dict) -> str:
+    """The verdict with what qualifies it beside it: 'better [rests on normality (n = 2 < 5)]'."""
+    flags = c.get("verdict_flags") or []
+    return c["verdict"] + (f" [{'; '.join(flags)}]" if flags else "")
 
 
 def ratio_cells(c: dict) -> list[str]:
