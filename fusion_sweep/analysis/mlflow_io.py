@@ -223,6 +223,19 @@ def _margin(value: Any) -> float | dict[str, float] | None:
                             "--equivalence-margin") from None
 
 
+def verdict_counts(report: Any) -> dict[str, int]:
+    """The `stats` run's verdict metrics. A fixed-seed sweep: n_<verdict> over the fixed-n
+    verdicts. An adaptive sweep: n_<decision> over the sequential decisions (its verdicts),
+    and the fixed-n counts only as descriptive_n_<verdict>."""
+    fixed = pd.Series([c["verdict"] for c in report.comparisons], dtype=object)
+    name = lambda v: v.replace(" ", "_")  # noqa: E731
+    if report.sequential is None:
+        return {f"n_{name(v)}": int((fixed == v).sum()) for v in VERDICTS}
+    seq = pd.Series([r["decision"] for r in report.sequential["results"]], dtype=object)
+    return {**{f"n_{name(v)}": int((seq == v).sum()) for v in VERDICTS},
+            **{f"descriptive_n_{name(v)}": int((fixed == v).sum()) for v in VERDICTS}}
+
+
 def log_stats_run(source: dict, report_dir: str | Path, report: Any) -> str:
     """Log report_dir as artifacts of a new run `stats` nested under the sweep's parent."""
     from mlflow.entities import RunStatus
@@ -236,15 +249,15 @@ def log_stats_run(source: dict, report_dir: str | Path, report: Any) -> str:
             text = (",".join(map(str, v)) if isinstance(v, tuple)
                     else encode_param(v) if isinstance(v, dict) else str(v))
             client.log_param(rid, k, text)
-        verdicts = pd.Series([c["verdict"] for c in report.comparisons], dtype=object)
         client.log_metric(rid, "n_comparisons", len(report.comparisons))
         client.log_metric(rid, "n_dropped_pairs", len(report.dropped))
-        for v in VERDICTS:
-            client.log_metric(rid, f"n_{v.replace(' ', '_')}", int((verdicts == v).sum()))
+        for name, value in verdict_counts(report).items():
+            client.log_metric(rid, name, value)
         if report.claims is not None:  # per claim test: how many support the paper, ...
             support = pd.Series([t["support"] for t in report.claims["tests"]], dtype=object)
+            prefix = "descriptive_" if report.sequential is not None else ""  # fixed-n tests
             for v in SUPPORT_STATES:
-                client.log_metric(rid, f"n_claims_{v.lower().replace(' ', '_')}",
+                client.log_metric(rid, f"{prefix}n_claims_{v.lower().replace(' ', '_')}",
                                   int((support == v).sum()))
         client.log_artifacts(rid, str(report_dir))
     except Exception:

@@ -72,10 +72,10 @@ def build_blocks(report: Report, out: Path) -> list[Block]:
     b += _comparison_blocks(report, out)
     b += _interaction_blocks(report, out)
     b.append(("h2", "Seeds needed"))
-    b.append(("table", seeds_needed_table(report)))
+    b.append(("table", descriptive(report, seeds_needed_table(report))))
     if report.chance["tests"]:
         b.append(("h2", "Chance level"))
-        b.append(("table", chance_table(report)))
+        b.append(("table", descriptive(report, chance_table(report))))
     b.append(("h2", "Paper tables"))
     b += [("table", t) for t in variant_by_dataset_tables(report) + fusion_by_dataset_tables(report)
           + pe_by_fusion_tables(report)]
@@ -114,12 +114,13 @@ def _interaction_blocks(report: Report, out: Path) -> list[Block]:
         name = plots.slug("forest", *parts, metric) + ".png"
         where = " · ".join(p for p in (axis.title(group), metric) if p)
         margins = {c["equivalence_margin"] for c in comps}  # one band only if one margin
-        plots.forest_plot(comps, f"Δ vs reference across datasets · {where}",
+        label = f" ({report.sequential['fixed_n_label']})" if report.sequential else ""
+        plots.forest_plot(comps, f"Δ vs reference across datasets · {where}{label}",
                           margins.pop() if len(margins) == 1 else None, out / name, axis)
         alt = where.replace(" · ", ", ")
         b.append(("img", name, f"forest plot of mean delta with CIs, {alt}"))
     if report.interaction["tests"]:
-        b.append(("table", interaction_table(report)))
+        b.append(("table", descriptive(report, interaction_table(report))))
     else:
         b.append(("p", "Interaction test not run: it needs a comparison present in at least "
                        "two datasets with at least two pairs each."))
@@ -130,6 +131,9 @@ def build_claims_blocks(report: Report, out: Path) -> list[Block]:
     """The claims document: the claims beside their results, a figure, every claim test."""
     claims = report.claims
     b: list[Block] = [("h1", f"fusion-sweep claims: {claims['title']}")]
+    if report.sequential is not None:
+        b.append(("p", f"Every claim test below is {report.sequential['fixed_n_label']}: "
+                       "fixed-n tests on a sweep whose seed count depended on the data."))
     b.append(("p", f"Paper: {claims['paper']}. Source: {source_line(report.source)}. "
                    f"alpha = {claims['alpha']}; Holm over the family of "
                    f"m = {claims['family_size']} claim tests; TOST (equivalence margin "

@@ -45,19 +45,21 @@ def format_text(report: Report) -> str:
         seq = report.sequential
         parts.append(layout(sequential_table(
             report.sequential_results,
-            f"Sequential decisions (adaptive seeds, {seq['metric']}): the verdicts of this sweep")))
+            f"Sequential decisions (adaptive seeds, {seq['metric']}, {seq['method']}): the "
+            f"verdicts of this sweep; m = {seq['m']} comparisons fixed at launch "
+            f"({seq['family_source']})")))
     for metric, regime, group, comps in blocks_by_regime(report):
         parts.append(layout(descriptive(report, comparison_table(report, metric, regime, group,
                                                                  comps))))
     if report.interaction["tests"]:
-        parts.append(layout(interaction_table(report)))
+        parts.append(layout(descriptive(report, interaction_table(report))))
     else:
         parts.append("Across datasets: the test needs one comparison in >= 2 datasets "
                      "with >= 2 pairs each")
     parts.append(layout(dropped_table(report)))
     parts.append(VERDICT_RULE)
     if report.claims is not None:
-        parts.append(format_claims(report.claims))
+        parts.append(format_claims(report.claims, descriptive_label(report)))
     return "\n\n".join(parts) + "\n"
 
 
@@ -70,9 +72,15 @@ def descriptive(report: Report, table: Table) -> Table:
                  table.rows, table.footnotes)
 
 
-def format_claims(claims: dict) -> str:
-    """The claims report: each claim's words beside its result, then every claim test."""
-    out = [f"CLAIMS · {claims['title']} · {claims['paper']}",
+def descriptive_label(report: Report) -> str | None:
+    """The adaptive sweep's label of every fixed-n output, or None for a fixed-seed sweep."""
+    return report.sequential["fixed_n_label"] if report.sequential is not None else None
+
+
+def format_claims(claims: dict, label: str | None = None) -> str:
+    """The claims report: each claim's words beside its result, then every claim test.
+    label: said in the header when the claim tests are descriptive (an adaptive sweep)."""
+    out = [f"CLAIMS · {claims['title']} · {claims['paper']}" + (f" ({label})" if label else ""),
            f"Holm over the family of m = {claims['family_size']} claim tests "
            f"(alpha = {claims['alpha']}); TOST over {claims['tost_family_size']}"]
     for c in claims["claims"]:
