@@ -64,7 +64,33 @@ TWO_SIDED, GREATER = "two-sided", "greater"
 MEAN_DIFF, RATIO, DIFF_OF_DIFFS = ("mean difference", "geometric-mean ratio",
                                    "difference of mean differences")
 SHUFFLED_SUFFIX = "-shuffled"  # a structure-noise probe "X-shuffled" shuffles regime "X"
-LONG_PART = "long"  # a long-context regime: the dataset's name contains it
+# Probe suffixes: "X-shuffled" re-tests the models trained on regime X on other test
+# documents. A probe is the same training as its regime: claim tallies count trainings, and
+# a regime filter never picks a probe.
+PROBE_SUFFIXES: tuple[str, ...] = (SHUFFLED_SUFFIX,)
+LONG_PART = "long"  # a long-context regime: a whole word of the regime's name
+NAME_WORD_SEPARATORS = ("-", "_")
+
+
+def regime_of(dataset: str) -> str:
+    """The training regime of a dataset: its name minus a probe suffix ('synthetic-long' for
+    'synthetic-long-shuffled'; a clean regime is its own)."""
+    for suffix in PROBE_SUFFIXES:
+        if dataset.endswith(suffix):
+            return dataset[:-len(suffix)]
+    return dataset
+
+
+def is_probe(dataset: str) -> bool:
+    return regime_of(dataset) != dataset
+
+
+def name_has_word(name: str, word: str) -> bool:
+    """True when `word` is one whole word of `name` (words split at '-' and '_'):
+    'long' is a word of 'synthetic-long', not of 'longformer-news'."""
+    for sep in NAME_WORD_SEPARATORS[1:]:
+        name = name.replace(sep, NAME_WORD_SEPARATORS[0])
+    return word in name.split(NAME_WORD_SEPARATORS[0])
 
 
 # ------------------------------------------------------------------------------ plans
@@ -98,6 +124,7 @@ class Plan:
     terms: tuple[Term, ...] = ()
     pairs: tuple[tuple[Term, Term], ...] = ()
     log: bool = False
+    negligible: bool = False  # decided by equivalence within the margin (Negligible)
     alternative: str = TWO_SIDED
     estimate_kind: str = MEAN_DIFF
     holds_if: tuple[str, ...] = (BETTER,)
@@ -175,15 +202,16 @@ def _pair_terms(arm: Variant, ref: Variant, dataset: str) -> tuple[Term, Term]:
 # ------------------------------------------------------------------------------ kinds
 @dataclass(frozen=True)
 class Beats:
-    """metric(arm) - metric(reference), per regime (all, or those whose name contains
-    `only_containing`); two-sided, TOST with the sweep's margin."""
+    """metric(arm) - metric(reference), per regime (all, or the clean regimes whose name has
+    the whole word `only_word`; probes excluded); two-sided, TOST with the sweep's margin."""
 
     arm: Variant
     ref: Variant
     metric: str = "test_acc"
-    only_containing: str | None = None
+    only_word: str | None = None
     holds_if: tuple[str, ...] = (BETTER,)
     contradicted_if: tuple[str, ...] = (WORSE, EQUIVALENT)
+    negligible: bool = False
 
     def variants(self) -> tuple[Variant, ...]:
         return (self.arm, self.ref)
@@ -192,14 +220,15 @@ class Beats:
         return (self.metric,)
 
     def _datasets(self, sweep: Sweep) -> list[str]:
-        part = self.only_containing
-        return [d for d in sweep.datasets if part is None or part in d]
+        word = self.only_word
+        return [d for d in sweep.datasets
+                if word is None or (not is_probe(d) and name_has_word(d, word))]
 
     def plans(self, claim: str, sweep: Sweep) -> list[Plan]:
         datasets = self._datasets(sweep)
         if not datasets:
             return [_not_run(claim, claim, self.metric,
-                             [f"no regime whose dataset name contains {self.only_containing!r}"],
+                             [f"no regime whose name has the word {self.only_word!r}"],
                              self.describe())]
 
         def make(metric: str, d: str) -> Plan:
@@ -208,12 +237,19 @@ class Beats:
                         f"{metric}({self.arm.label}) − {metric}({self.ref.label}) on {d}",
                         pair, (pair,), holds_if=self.holds_if,
                         contradicted_if=self.contradicted_if, arm=self.arm.label,
-                        reference=self.ref.label)
+                        reference=self.ref.label, negligible=self.negligible)
         return _per_regime(claim, self, sweep, (self.metric,), datasets, make)
 
     def describe(self) -> str:
-        where = ("every regime" if self.only_containing is None else
-                 f"each regime whose dataset name contains {self.only_containing!r}")
+        where = ("every regime" if self.only_word is None else
+                 f"each regime whose name has the word {self.only_word!r} (its probes are the "
+                 "same training and are left out)")
+        if self.negligible:
+            return (f"{self.metric}: {self.arm.label} vs {self.ref.label}, paired by seed, on "
+                    f"{where}; 'negligible impact' is equivalence: TOST within the sweep's "
+                    "margin (Holm over the set's TOST tests) supports it, as does 'better'; it "
+                    "is contradicted only when the whole t-interval lies beyond the margin on "
+                    "the worse side; no margin: does not decide")
         holds = " or ".join(self.holds_if)
         return (f"{self.metric}: {self.arm.label} vs {self.ref.label}, paired by seed, on "
                 f"{where}; two-sided paired t (Holm over the claim family), TOST with the "
@@ -477,13 +513,15 @@ def _statistics(r: _Result, s: "Settings", by_arm: Mapping) -> dict:
             "learned": {}, "verdict": NOT_RUN, "support": NOT_RUN, "missing": list(p.missing),
             "dropped": r.dropped, "notes": [], "_p_opposite": stats.NAN, "_ratio": None,
             "_higher": True, "_not_learned": False, "_holds": p.holds_if,
-            "_contra": p.contradicted_if}
+            "_contra": p.contradicted_if, "_negligible": p.negligible, "_arm_states": {}}
     if p.missing:
         return base
     base["learned"] = {t.arm: arm_state(by_arm, t.dataset, t.variant, p.metric)
                        for t in {t for pair in p.pairs for t in pair} | set(p.terms)}
     base["_not_learned"] = any(base["learned"][a.arm] == base["learned"][b.arm] == "no"
                                for a, b in p.pairs)
+    # the arm the claim is about (first of each compared pair): its own learned? state
+    base["_arm_states"] = {a.arm: base["learned"][a.arm] for a, _ in p.pairs}
     base["_higher"] = s.higher_is_better(p.metric) if p.alternative == TWO_SIDED else True
     if p.log:
         ratio = stats.ratio_test(r.x, r.y, s.alpha)
@@ -528,16 +566,58 @@ def _holm(tests: list[dict], alpha: float) -> tuple[int, int]:
         t["verdict"] = _verdict(t, alpha, max(m, 1))
         t["support"] = (SUPPORTS if t["verdict"] in t["_holds"] else
                         CONTRADICTS if t["verdict"] in t["_contra"] else UNDECIDED)
+        _no_support_from_the_reference(t)
     for t in tests:
         for k in [k for k in t if k.startswith("_")]:
             t.pop(k)
     return m, int(np.isfinite(tost).sum())
 
 
+def _no_support_from_the_reference(t: dict) -> None:
+    """A claim about an arm cannot be SUPPORTED while that arm did not learn (or may not
+    have): its 'advantage' can only come from the reference's loss (issue 20, C3)."""
+    bad = {a: st for a, st in t["_arm_states"].items() if st in ("no", "unknown")}
+    if t["support"] != SUPPORTS or not bad:
+        return
+    if any(st == "no" for st in bad.values()):
+        t["verdict"] = NOT_LEARNED
+    t["support"] = UNDECIDED
+    listing = ", ".join(f"{a} ({'at chance' if st == 'no' else 'chance state unknown'})"
+                        for a, st in sorted(bad.items()))
+    t["notes"] = t["notes"] + [
+        f"cannot support the claim: the claimed arm did not beat chance ({listing}); its "
+        "advantage comes from the reference's loss, not from the arm learning"]
+
+
+def _negligible_verdict(t: dict, alpha: float) -> str:
+    """'Negligible impact' (C4): equivalent when TOST (Holm over the set's TOST tests) shows
+    |Δ| < margin, even when the t-interval excludes 0 (a real but negligible difference);
+    worse only when the whole t-interval lies beyond the margin on the worse side; better
+    by the report's rule; else inconclusive. No margin: nothing to decide it by."""
+    margin = t["equivalence_margin"]
+    if margin is None:
+        t["notes"] = t["notes"] + ["'negligible impact' needs an equivalence margin "
+                                   "(--equivalence-margin or the sweep's): not decided"]
+        return INCONCLUSIVE
+    if np.isfinite(t["tost_p_holm"]) and t["tost_p_holm"] < alpha:
+        return EQUIVALENT
+    low, high = (t["ci_low"], t["ci_high"]) if t["_higher"] else (-t["ci_high"], -t["ci_low"])
+    if np.isfinite(high) and high < -margin:
+        t["notes"] = t["notes"] + [f"worse by more than the margin ±{margin:g}: the whole "
+                                   "t-interval lies beyond it"]
+        return WORSE
+    if np.isfinite(low) and low > 0 and np.isfinite(t["p_holm"]) and t["p_holm"] < alpha:
+        return BETTER
+    return INCONCLUSIVE
+
+
 def _verdict(t: dict, alpha: float, m: int) -> str:
-    """The report's rule; ratios on the log scale; one-sided: see the module docstring."""
+    """The report's rule; ratios on the log scale; one-sided: see the module docstring;
+    'negligible impact' by equivalence (:func:`_negligible_verdict`)."""
     if t["_not_learned"]:
         return NOT_LEARNED
+    if t["_negligible"]:
+        return _negligible_verdict(t, alpha)
     if t["_ratio"] is not None:
         return stats.ratio_verdict(t["_ratio"], t["p_holm"], alpha, t["_higher"])
     if t["alternative"] == GREATER:
@@ -549,11 +629,37 @@ def _verdict(t: dict, alpha: float, m: int) -> str:
                          t["tost_p_holm"], alpha, t["_higher"])
 
 
+def training_unit(t: dict) -> str:
+    """The trained models a claim test looks at: its name with each probe dataset replaced
+    by its regime ('C1 · synthetic-long-shuffled' -> 'C1 · synthetic-long')."""
+    name = t["test"]
+    for d in sorted(t["datasets"], key=len, reverse=True):
+        name = name.replace(d, regime_of(d))
+    return name
+
+
+def _per_training(run: list[dict]) -> list[str]:
+    """One support state per training: its tests (a regime and its probes re-test the same
+    models, so they are not independent replications) SUPPORT when some support and none
+    contradict, CONTRADICT when some contradict and none support, else do not decide."""
+    units: dict[str, list[str]] = {}
+    for t in run:
+        units.setdefault(training_unit(t), []).append(t["support"])
+    out = []
+    for states in units.values():
+        sup, con = SUPPORTS in states, CONTRADICTS in states
+        out.append(SUPPORTS if sup and not con else CONTRADICTS if con and not sup
+                   else UNDECIDED)
+    return out
+
+
 def _summary(c: Claim, tests: list[dict]) -> dict:
-    """A CLAIM_KEYS dict: the claim, its operationalisation, the tally of its tests."""
+    """A CLAIM_KEYS dict: the claim, its operationalisation, the tally of its tests, counted
+    per training (independent replications), not per test set."""
     run = [t for t in tests if t["verdict"] != NOT_RUN]
-    sup = sum(t["support"] == SUPPORTS for t in run)
-    con = sum(t["support"] == CONTRADICTS for t in run)
+    units = _per_training(run)
+    sup = sum(u == SUPPORTS for u in units)
+    con = sum(u == CONTRADICTS for u in units)
     # The tally's reading; the counts beside it say how many regimes decided.
     support = (NOT_RUN if not run else MIXED if sup and con else SUPPORTS if sup
                else CONTRADICTS if con else UNDECIDED)
@@ -561,8 +667,9 @@ def _summary(c: Claim, tests: list[dict]) -> dict:
            "operationalisation": c.kind.describe(),
            "variants": [v.label for v in c.kind.variants()],
            "missing": sorted({m for t in tests for m in t["missing"]}),
-           "n_tests": len(run), "n_supports": sup, "n_contradicts": con,
-           "n_undecided": len(run) - sup - con, "support": support}
+           "n_tests": len(units), "n_supports": sup, "n_contradicts": con,
+           "n_undecided": len(units) - sup - con, "support": support,
+           "n_claim_tests": len(run)}
     assert tuple(out) == CLAIM_KEYS
     return out
 
@@ -602,7 +709,8 @@ RESSFORMER = ClaimSet(
         Claim("C4", "ASAM: equal or better accuracy",
               "This reduces time and memory complexity … with negligible impact on performance",
               "§3.2 (eq. 6)",
-              Beats(_RESS, _NO_ASAM, holds_if=(BETTER, EQUIVALENT), contradicted_if=(WORSE,))),
+              Beats(_RESS, _NO_ASAM, holds_if=(BETTER, EQUIVALENT), contradicted_if=(WORSE,),
+                    negligible=True)),
         Claim("C5", "ASAM: at lower cost",
               "ASAM simultaneously enhances attention sharpness, improves computational "
               "efficiency",
@@ -611,7 +719,7 @@ RESSFORMER = ClaimSet(
         Claim("C6", "R2MU: better long-context retention",
               "recurrence boosts long-context retention",
               "§4.6",
-              Beats(_RESS, _NO_R2MU, only_containing=LONG_PART)),
+              Beats(_RESS, _NO_R2MU, only_word=LONG_PART)),
         Claim("C7", "Ablation order: SOES > ASAM > R2MU",
               "The largest degradation occurs when SOES is disabled … R2MU and ASAM also "
               "provide clear benefits",

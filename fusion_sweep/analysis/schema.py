@@ -176,6 +176,9 @@ CLAIM_SET_KEYS: tuple[str, ...] = (
 CLAIM_KEYS: tuple[str, ...] = (
     "claim", "title", "quote", "where", "operationalisation", "variants", "missing",
     "n_tests", "n_supports", "n_contradicts", "n_undecided", "support",
+    # n_tests/n_supports/...: per TRAINING (a regime with its probes such as X-shuffled, which
+    # re-test the same models, counts once); n_claim_tests: the claim tests themselves.
+    "n_claim_tests",
 )
 # One entry per claim test (a claim is tested once per regime, or per cost metric).
 #   estimate_kind: "mean difference" | "geometric-mean ratio" | "difference of mean

@@ -358,8 +358,8 @@ def learned_summary(t: dict) -> str:
 
 def claims_table(claims: dict) -> Table:
     """One row per claim: the paper's words beside what the sweep measured."""
-    headers = ["claim", "paper says", "where", "tested as", "tests", "supports", "contradicts",
-               "undecided", "paper's claim"]
+    headers = ["claim", "paper says", "where", "tested as", "trainings", "supports",
+               "contradicts", "undecided", "paper's claim"]
     rows = [[f"{c['claim']} {c['title']}", f"“{c['quote']}”", c["where"],
              c["operationalisation"] + (f" — not run: {'; '.join(c['missing'])}"
                                         if c["missing"] else ""),

@@ -85,7 +85,8 @@ def format_claims(claims: dict, label: str | None = None) -> str:
            f"(alpha = {claims['alpha']}); TOST over {claims['tost_family_size']}"]
     for c in claims["claims"]:
         tally = (f"{c['n_supports']} support, {c['n_contradicts']} contradict, "
-                 f"{c['n_undecided']} undecided of {c['n_tests']} tests" if c["n_tests"] else
+                 f"{c['n_undecided']} undecided of {c['n_tests']} trainings; "
+                 f"{c['n_claim_tests']} claim tests" if c["n_tests"] else
                  "not run: " + "; ".join(c["missing"]))
         out.append(f"{c['claim']} {c['title']}: {c['support']} ({tally})\n"
                    f"    paper ({c['where']}): “{c['quote']}”\n"
