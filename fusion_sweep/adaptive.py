@@ -37,8 +37,7 @@ import numpy as np
 from fusion_sweep.analysis.sequential import (  # noqa: E402  one home
     DEFAULT_MAX_SEEDS, DEFAULT_METHOD, DEFAULT_SEED_BATCH, SEQUENTIAL_METHODS, get_method,
 )
-
-DEFAULT_ALPHA = 0.05
+from fusion_sweep.analysis.settings import DEFAULT_ALPHA  # noqa: E402  one home
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ from scipy import stats as sps
 
 from fusion_sweep.analysis import sequential as sq
 from fusion_sweep.analysis import sequential_report as sr
-from fusion_sweep.analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, VERDICTS, WORSE, AnalysisError
+from fusion_sweep.analysis.schema import (
+    BETTER, DESCRIPTIVE_LABEL, EQUIVALENT, INCONCLUSIVE, VERDICTS, WORSE, AnalysisError,
+)
 
 NM = sq.NormalMixture.name  # the tests of the normal-mixture method name it (not the default)
 
@@ -203,7 +205,7 @@ def test_report_table_and_figure(tmp_path) -> None:
     # every decision of the normal mixture states its assumption beside it
     assert table.rows[0][-1] == f"{BETTER} (assumes normal Δ)"
     assert table.rows[1][-1] == f"{INCONCLUSIVE} (assumes normal Δ)"
-    assert any(sr.DESCRIPTIVE_LABEL in f for f in table.footnotes)
+    assert any(DESCRIPTIVE_LABEL in f for f in table.footnotes)
     md = sr.markdown_rows(plan.results)
     assert md[0].startswith("| family") and len(md) == 4
     blocks = sr.sequential_blocks(plan.results, tmp_path)

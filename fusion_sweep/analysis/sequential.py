@@ -78,6 +78,7 @@ from typing import Hashable, Mapping, Protocol, Sequence
 import numpy as np
 
 from fusion_sweep.analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, WORSE, AnalysisError
+from fusion_sweep.analysis.settings import DEFAULT_ALPHA
 from fusion_sweep.analysis.stats import DELTA_DECIMALS
 
 # Mixture precision φ of the Gaussian prior on the standardized effect d_z: prior SD of d_z
@@ -201,7 +202,7 @@ def anytime_p_values(deltas: object, mu0: float = 0.0, phi: float = DEFAULT_PHI)
 
 
 def cs_bounds(
-    deltas: object, alpha: float = 0.05, phi: float = DEFAULT_PHI, intersect: bool = True,
+    deltas: object, alpha: float = DEFAULT_ALPHA, phi: float = DEFAULT_PHI, intersect: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(low, high), each (..., n): the (1 - alpha) CS for the mean after k = 1..n deltas.
 
@@ -313,9 +314,9 @@ def betting_p_values(deltas: object, mu0: float = 0.0,
                      bounds: tuple[float, float] = BETTING_BOUNDS) -> np.ndarray:
     """Anytime-valid p for mean Δ = mu0 after k seeds: min(1, 1 / max_{j<=k} K_j), (..., n).
 
-    The bets depend on α through λ_i; they are placed at α = 0.05 here (the p-value of a
-    test martingale is valid for any fixed bets)."""
-    log_up, log_down = betting_log_capital(deltas, mu0, 0.05, bounds)
+    The bets depend on α through λ_i; they are placed at DEFAULT_ALPHA here (the p-value of
+    a test martingale is valid for any fixed bets)."""
+    log_up, log_down = betting_log_capital(deltas, mu0, DEFAULT_ALPHA, bounds)
     log_k = np.maximum.accumulate(np.maximum(log_up, log_down), axis=-1)
     return np.minimum(1.0, np.exp(-log_k))
 
@@ -384,7 +385,7 @@ class ConfidenceSequence:
 
 
 def confidence_sequence(
-    deltas: object, alpha: float = 0.05, phi: float = DEFAULT_PHI,
+    deltas: object, alpha: float = DEFAULT_ALPHA, phi: float = DEFAULT_PHI,
 ) -> ConfidenceSequence:
     """The CS of mean Δ for one comparison's deltas (n,), n >= 1, in seed order."""
     d = check_deltas(deltas)
@@ -399,7 +400,8 @@ def confidence_sequence(
         method=NormalMixture.name)
 
 
-def betting_confidence_sequence(deltas: object, alpha: float = 0.05) -> ConfidenceSequence:
+def betting_confidence_sequence(deltas: object, alpha: float = DEFAULT_ALPHA
+                                ) -> ConfidenceSequence:
     """The betting CS of mean Δ for one comparison's deltas (n,) in [-1, 1], in seed order."""
     d = check_deltas(deltas)
     if d.ndim != 1:
@@ -530,7 +532,7 @@ class SequentialResult:
 
 
 def sequential_result(
-    deltas: object, *, alpha: float = 0.05, m: int = 1, margin: float | None = None,
+    deltas: object, *, alpha: float = DEFAULT_ALPHA, m: int = 1, margin: float | None = None,
     higher_is_better: bool = True, phi: float = DEFAULT_PHI,
     family: Hashable = None, comparison: Hashable = None, method: str | None = None,
 ) -> SequentialResult:
@@ -582,7 +584,7 @@ class SequentialPlan:
 
 
 def stopping_rule(
-    families: Mapping[Hashable, Mapping[Hashable, object]], *, alpha: float = 0.05,
+    families: Mapping[Hashable, Mapping[Hashable, object]], *, alpha: float = DEFAULT_ALPHA,
     margin: float | None | Mapping[Hashable, float | None] = None,
     higher_is_better: bool = True, max_seeds: int = DEFAULT_MAX_SEEDS,
     seed_batch: int = DEFAULT_SEED_BATCH, seeds_run: Mapping[Hashable, int] | None = None,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from fusion_sweep.analysis.report import Report
+from fusion_sweep.analysis.sequential_report import sequential_table
 from fusion_sweep.analysis.tables import (
     Table, arms_table, blocks_by_regime, claim_tests_table, comparison_table, dropped_table,
     interaction_table,
@@ -40,13 +41,11 @@ def format_text(report: Report) -> str:
     if report.arms:
         parts.append(layout(arms_table(report)))
     if report.sequential is not None:
-        from fusion_sweep.analysis.sequential_report import sequential_table
-
         seq = report.sequential
         parts.append(layout(sequential_table(
             report.sequential_results,
-            f"Sequential decisions (adaptive seeds, {seq['metric']}, {seq['method']}): the "
-            f"verdicts of this sweep; m = {seq['m']} comparisons fixed at launch "
+            f"Sequential decisions (adaptive seeds, {seq['metric']}) by the {seq['method']} "
+            f"CS: the verdicts of this sweep; m = {seq['m']} comparisons fixed at launch "
             f"({seq['family_source']})")))
     for metric, regime, group, comps in blocks_by_regime(report):
         parts.append(layout(descriptive(report, comparison_table(report, metric, regime, group,
