@@ -84,6 +84,7 @@ def test_copied_seeds_are_dropped_as_duplicate_fingerprint(tmp_path, capsys):
     out = _stats(tmp_path, df, capsys)
     (c,) = out["comparisons"]
     assert c["verdict"] != "better" and c["seeds"] == [1, 3]
+    assert not any("with all" in f for f in c["verdict_flags"])  # copies are never put back
     dup = sorted({d["seed"] for d in out["dropped"] if d["reason"] == "duplicate_fingerprint"})
     assert dup == [0, 2, 4, 5, 6, 7]
     assert any("share the batch_order fingerprint" in d["detail"] for d in out["dropped"])

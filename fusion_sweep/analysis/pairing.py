@@ -81,8 +81,8 @@ class Paired:
     seeds: np.ndarray
     x: np.ndarray  # the arm's metric per seed
     y: np.ndarray  # the reference's metric per seed
-    # Pairs dropped although both runs finished with a finite metric (a fingerprint, code or
-    # copy check failed): (seed, x, y) each. Never used for the verdict; the report says when
+    # Pairs dropped although both runs finished with a finite metric (a fingerprint or code
+    # check failed; copies excluded): (seed, x, y) each. Never used for the verdict; the report says when
     # putting them back would change it.
     unchecked: tuple[tuple[int, float, float], ...] = ()
 
@@ -286,7 +286,8 @@ def pair_one(
         if reason is None:
             kept.append((seed, a.value, b.value))
             continue
-        if np.isfinite(a.value) and np.isfinite(b.value):
+        # a copy is not data: only pairs failing a fingerprint or code check are re-added
+        if reason != "duplicate_fingerprint" and np.isfinite(a.value) and np.isfinite(b.value):
             unchecked.append((int(seed), a.value, b.value))
         dropped.append(dropped_record(dataset, metric, arm, ref, b_name, seed, reason, detail))
     arr = np.array(kept, dtype=float).reshape(-1, 3)

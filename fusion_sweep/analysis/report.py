@@ -367,8 +367,8 @@ def _qualify(c: dict, s: Settings, not_learned: bool) -> None:
       unknown, or it has the same value on every seed, so the chance test is undefined): a
       comparison with a model that may sit at chance cannot show an improvement or no effect;
     - fewer than NORMALITY_BELOW_N pairs: the verdict rests on the t-test's normality;
-    - the verdict with the pairs dropped by fingerprint/code/copy checks put back, when it
-      differs (the verdict itself never uses them)."""
+    - the verdict with the pairs dropped by fingerprint/code checks put back, when it
+      differs (the verdict itself never uses them; copied seeds are never put back)."""
     flags = c["verdict_flags"]
     why = _unknown_arm(c)
     if why and c["verdict"] in (BETTER, EQUIVALENT):
@@ -418,7 +418,7 @@ def _sensitivity(c: dict, s: Settings, x: np.ndarray, y: np.ndarray, unchecked: 
         return
     c["verdict_flags"].append(f"with all {len(seeds)} pairs: {other}")
     c["notes"] = c["notes"] + [
-        f"sensitivity: with the {len(unchecked)} pair(s) dropped by the fingerprint/code/copy "
+        f"sensitivity: with the {len(unchecked)} pair(s) dropped by the fingerprint/code "
         f"checks put back ({len(seeds)} pairs), the verdict would be '{other}' (paired-t p "
         f"{t.p:.3g}, Holm step as above); the verdict uses the {c['n']} checked pairs only"]
 
