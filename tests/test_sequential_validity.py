@@ -210,3 +210,36 @@ def test_stats_uses_the_family_the_launch_recorded_and_says_so() -> None:
     assert seq["m"] == 12 and seq["family_source"] == "recorded by the launch"
     assert all(r["alpha_each"] == pytest.approx(0.05 / 12) for r in seq["results"])
     assert "m = 12 comparisons fixed at launch" in format_text(rep)
+
+
+# -------------------------------------------------------------- the launch records the family
+def test_the_launch_fixes_the_family_and_the_method() -> None:
+    import yaml
+
+    from fusion_sweep.adaptive import AdaptiveSettings, AdaptiveState
+    from fusion_sweep.space import SPACE_DIR, parse_space
+
+    d = yaml.safe_load((SPACE_DIR / "default.yaml").read_text())
+    d.pop("tune", None)
+    space = parse_space(d)
+    state = AdaptiveState.for_space(space, AdaptiveSettings())
+    fam = state.family
+    assert fam["m"] == state.n_comparisons == len(fam["members"]) > 1
+    assert {tuple(sorted(m)) for m in fam["members"]} == {
+        ("baseline_variant", "dataset", "family", "variant")}
+    assert json.loads(json.dumps(fam)) == fam  # what the parent run's tag carries
+    settings = json.loads(AdaptiveSettings().to_json())
+    assert settings["method"] == "betting"
+    with pytest.raises(ValueError, match=r"--sequential-method must be one of betting, "
+                                         r"normal-mixture, got 'x'"):
+        AdaptiveState.for_space(space, AdaptiveSettings(method="x"))
+
+
+def test_the_sequential_method_flag_needs_until_decided(capsys) -> None:
+    from fusion_sweep.cli import main
+
+    assert main(["launch", "smoke", "--sequential-method", "normal-mixture", "--dry-run"]) == 2
+    assert "error: --sequential-method: only with --until-decided" in capsys.readouterr().err
+    assert main(["launch", "smoke", "--until-decided", "--sequential-method", "normal-mixture",
+                 "--dry-run"]) == 0
+    assert "normal-mixture confidence sequences" in capsys.readouterr().out
