@@ -186,7 +186,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--effects", type=float, nargs="+", default=list(EFFECTS),
                     help="d_z values for the power scenarios (0.5 1 2)")
     ap.add_argument("--replay", type=int, default=REPLAY,
-                    help=f"sweeps per scenario and method replayed through stopping_rule ({REPLAY})")
+                    help=f"sweeps per scenario and method replayed through stopping_rule "
+                         f"({REPLAY})")
     ap.add_argument("--methods", nargs="+", default=[*SEQUENTIAL_METHODS, PEEKING],
                     help="methods to simulate (default: every sequential method and peeking)")
     args = ap.parse_args(argv)

@@ -131,7 +131,8 @@ def test_the_normal_mixture_fails_there_and_says_what_it_assumes(scenario):
     assert np.mean([any(d in false for d in s) for s in finals]) > 0.5  # why it is opt-in
     r = sq.sequential_result(draw(np.random.default_rng(0), (20,)), m=6,
                              method=sq.NormalMixture.name)
-    assert "normal" in r.to_dict()["assumption"] and r.decision_label.endswith("(assumes normal Δ)")
+    assert "normal" in r.to_dict()["assumption"]
+    assert r.decision_label.endswith("(assumes normal Δ)")
 
 
 def test_the_betting_method_decides_large_effects_and_refuses_unbounded_deltas() -> None:

@@ -142,7 +142,7 @@ def test_every_fixed_n_output_of_an_adaptive_sweep_is_labelled_descriptive(tmp_p
     title = interaction_table(rep).title
     assert f"{title} ({DESCRIPTIVE_LABEL})" in text
     paths = write_report(rep, tmp_path)
-    md = paths["markdown"].read_text() if "markdown" in paths else (tmp_path / "report.md").read_text()
+    md = (tmp_path / "report.md").read_text()
     for heading in ("Seeds needed", "Chance level"):
         block = md.split(f"## {heading}", 1)[1].split("\n## ", 1)[0]
         assert DESCRIPTIVE_LABEL in block, heading

@@ -82,8 +82,8 @@ class Paired:
     x: np.ndarray  # the arm's metric per seed
     y: np.ndarray  # the reference's metric per seed
     # Pairs dropped although both runs finished with a finite metric (a fingerprint or code
-    # check failed; copies excluded): (seed, x, y) each. Never used for the verdict; the report says when
-    # putting them back would change it.
+    # check failed; copies excluded): (seed, x, y) each. Never used for the verdict; the
+    # report says when putting them back would change it.
     unchecked: tuple[tuple[int, float, float], ...] = ()
 
     @property
