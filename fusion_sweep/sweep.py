@@ -375,6 +375,7 @@ class LaunchSummary:
     parent_run_id: str = ""
     experiment_path: str = ""
     results_csv: str = ""
+    platforms: dict[str, int] = field(default_factory=dict)  # platform label -> trials
     failed_trials: list[str] = field(default_factory=list)
     tune_errors: list[str] = field(default_factory=list)
 
@@ -908,6 +909,9 @@ def _summarize(s: LaunchSummary, tracker, points: list[GridPoint], ctx, out: Tex
             row.update({"fp_" + k: r.data.tags.get(tag, "")
                         for k, tag in tracking.FINGERPRINT_TAGS.items()})
             row[PLATFORM_LABEL_COLUMN] = platform_label(platform_from_tags(r.data.tags))
+            if row[PLATFORM_LABEL_COLUMN]:
+                label = row[PLATFORM_LABEL_COLUMN]
+                s.platforms[label] = s.platforms.get(label, 0) + 1
             row["attempts"] = int(r.data.tags.get(tracking.ATTEMPTS) or 1)
             touched = r.data.tags.get(tracking.LAUNCH_ID) == ctx.launch_id
             s.trained_now += touched
@@ -956,6 +960,10 @@ def format_summary(s: LaunchSummary, space_ref: str) -> str:
         lines.append(f"  ... and {len(s.failed_trials) - 10} more failed (see the results table)")
     if s.tune_errors and not s.failed_trials:
         lines.append(f"  Ray Tune errors ({len(s.tune_errors)}), first: {s.tune_errors[0]}")
+    if len(s.platforms) > 1:  # pairs across platforms are dropped by stats (platform_mismatch)
+        lines.append(f"  warning: the trials ran on {len(s.platforms)} platforms; `stats` pairs "
+                     f"trials only on one: " + "; ".join(f"{k} ({v} trials)"
+                                                         for k, v in s.platforms.items()))
     if s.orphans_reconciled:
         lines.append(f"  reconciled {s.orphans_reconciled} orphaned RUNNING run(s) to KILLED")
     if s.results_csv:

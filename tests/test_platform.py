@@ -309,3 +309,15 @@ def test_node_platform_is_cpu_side_fields() -> None:
     p = plat.node_platform()
     assert set(p) == {"torch", "cpu_capability", "cpu_model"}
     assert set(p) | {"gpu"} == set(placement.NODE_FIELDS)
+
+
+def test_launch_summary_warns_when_trials_ran_on_several_platforms() -> None:
+    from fusion_sweep.sweep import LaunchSummary, format_summary
+
+    one = LaunchSummary(name="s", total=4, finished=4, platforms={"torch 2, CPU AVX2": 4})
+    assert "platforms" not in format_summary(one, "smoke")
+    two = LaunchSummary(name="s", total=4, finished=4,
+                        platforms={"torch 2, CPU AVX2": 3, "torch 2, CPU AVX512": 1})
+    text = format_summary(two, "smoke")
+    assert "warning: the trials ran on 2 platforms; `stats` pairs trials only on one" in text
+    assert "torch 2, CPU AVX512 (1 trials)" in text
