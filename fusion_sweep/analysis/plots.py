@@ -244,19 +244,25 @@ def _zero_and_margin(ax: Axes, margin: float | None, horizontal: bool) -> None:
 MARGIN_COLOR, MARGIN_ALPHA = "#0969da", 0.08
 
 
-def fit_titles(fig: Figure) -> None:
-    """Wrap every axes title onto as many lines as it needs to fit the figure's width."""
+def fit_titles(fig: Figure) -> bool:
+    """Wrap every axes title that sticks out of the figure onto more lines, until it fits
+    inside the figure's width; True when any title changed."""
     renderer = fig.canvas.get_renderer()
+    box, changed = fig.bbox, False
     for ax in fig.axes:
         title = ax.title
-        text = title.get_text().replace("\n", " ")
-        if not text:
-            continue
+        text = " ".join(title.get_text().split())
         width = len(text)
-        title.set_text(text)
-        while width > 20 and title.get_window_extent(renderer).width > 0.96 * fig.bbox.width:
+
+        def out() -> bool:
+            e = title.get_window_extent(renderer)
+            return e.x0 < box.x0 + 2 or e.x1 > box.x1 - 2
+
+        while text and width > 20 and out():
             width = int(width * 0.85)
             title.set_text("\n".join(textwrap.wrap(text, width, break_on_hyphens=False)))
+            changed = True
+    return changed
 
 
 def text_outside(fig: Figure, tolerance: float = 1.0) -> list[str]:
@@ -264,9 +270,10 @@ def text_outside(fig: Figure, tolerance: float = 1.0) -> list[str]:
     figure, i.e. that the saved PNG would clip; [] when everything fits."""
     renderer = fig.canvas.get_renderer()
     box = fig.bbox
+    hidden = {id(t) for ax in fig.axes for t in _undrawn_tick_labels(ax)}
     out = []
     for t in fig.findobj(Text):
-        if not t.get_visible() or not t.get_text().strip():
+        if not t.get_visible() or not t.get_text().strip() or id(t) in hidden:
             continue
         e = t.get_window_extent(renderer)
         if (e.x0 < box.x0 - tolerance or e.y0 < box.y0 - tolerance
@@ -275,11 +282,46 @@ def text_outside(fig: Figure, tolerance: float = 1.0) -> list[str]:
     return out
 
 
+def _undrawn_tick_labels(ax: Axes) -> list[Text]:
+    """Tick labels whose tick lies outside the view limits (matplotlib keeps but never
+    draws them)."""
+    out = []
+    for axis in (ax.xaxis, ax.yaxis):
+        low, high = sorted(axis.get_view_interval())
+        for major in (True, False):
+            locs = axis.get_majorticklocs() if major else axis.get_minorticklocs()
+            labels = axis.get_majorticklabels() if major else axis.get_minorticklabels()
+            out += [t for x, t in zip(locs, labels) if not low - 1e-9 <= x <= high + 1e-9]
+    return out
+
+
 def _save(fig: Figure, path: Path, layout: bool = True) -> Path:
-    """Fit the titles, lay out (unless the caller did), write the PNG."""
+    """Lay out (unless the caller did), wrap titles that stick out, widen the figure for
+    anything still outside (a legend beside the axes), write the PNG: nothing clipped."""
     path = Path(path)
-    fit_titles(fig)
-    if layout:
-        fig.tight_layout()
+    relayout = fig.tight_layout if layout else (lambda: None)
+    relayout()
+    for _ in range(3):
+        if not fit_titles(fig):
+            break
+        relayout()
+    _widen_to_fit(fig)
     fig.savefig(path, format="png")
     return path
+
+
+def _widen_to_fit(fig: Figure) -> None:
+    """Grow the figure's width until every artist lies inside it, keeping each axes' size
+    and place in inches (a legend beside the axes that the layout left hanging out)."""
+    for _ in range(3):
+        tight = fig.get_tightbbox(fig.canvas.get_renderer())  # inches
+        w, h = fig.get_size_inches()
+        left, right = max(0.0, -tight.x0), max(0.0, tight.x1 - w)
+        if left + right <= 0.01:
+            return
+        new_w, shift = w + left + right + 0.1, left + 0.05
+        boxes = [(ax, ax.get_position()) for ax in fig.axes]
+        fig.set_size_inches(new_w, h)
+        for ax, pos in boxes:
+            ax.set_position([(pos.x0 * w + shift) / new_w, pos.y0, pos.width * w / new_w,
+                             pos.height])

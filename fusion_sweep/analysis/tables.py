@@ -306,18 +306,20 @@ def _short_interaction_table(report: Report) -> Table:
     level = f"{100 * (1 - report.settings.alpha):.0f}%"
     axis, cols = report.settings.axis, group_columns(report)
     tests = report.interaction["tests"]
-    headers = [axis.noun, "vs", *cols, "metric", "n", "p_holm", "Δ long − Δ short",
+    headers = [axis.noun, "vs", *cols, "metric", "n", "p_holm", "Δ difference",
                f"{level} Welch CI", "verdict"]
     rows = [[axis.short(arm_of(t)), t["baseline"], *(t[f] for f in cols), t["metric"],
              "/".join(map(str, t["n_per_dataset"])), fp(t["p_holm"]),
              fnum(t["diff_in_deltas"], signed=True), fci(t["diff_ci_low"], t["diff_ci_high"]),
              interaction_verdict(t, report.settings.alpha)] for t in tests]
-    order = ("datasets short → long: " + " < ".join(tests[0]["datasets"])
-             if tests and lengths_known(report.regimes) else "datasets by name (lengths unknown)")
+    known = lengths_known(report.regimes)
+    order = ("datasets short → long: " if known else "datasets (by name; lengths unknown): ")
+    contrasts = sorted({f"Δ {t['long_dataset']} − Δ {t['short_dataset']}" for t in tests})
     return Table(f"Does the {axis.noun} effect differ across these datasets?", headers, rows,
-                 [order + "; p_holm: Welch one-way ANOVA of the per-seed deltas, Holm across "
-                  "tests; Δ long − Δ short: Welch t-interval (`--wide`: every column)",
-                  INTERACTION_VERDICT_RULE])
+                 [order + (" < " if known else ", ").join(tests[0]["datasets"] if tests else [])
+                  + "; p_holm: Welch one-way ANOVA of the per-seed deltas, Holm across tests; "
+                  f"Δ difference: {'; '.join(contrasts)}, with its Welch t-interval (`--wide`: "
+                  "every column)", INTERACTION_VERDICT_RULE])
 
 
 DIFFERS = "differs"
