@@ -10,6 +10,7 @@ from __future__ import annotations
 import textwrap
 
 from fusion_sweep.analysis.report import Report
+from fusion_sweep.analysis.sequential_report import sequential_table
 from fusion_sweep.analysis.tables import (
     Table, arms_table, blocks_by_regime, claim_tests_table, comparison_table, compact_grid_table,
     dropped_table, interaction_table, short_comparison_table,
@@ -94,8 +95,6 @@ def format_text(report: Report, wide: bool = False) -> str:
     if report.arms:
         parts.append(layout(arms_table(report, short=not wide), width=width))
     if report.sequential is not None:
-        from fusion_sweep.analysis.sequential_report import sequential_table
-
         seq = report.sequential
         parts.append(layout(sequential_table(
             report.sequential_results,
