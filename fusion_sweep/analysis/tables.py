@@ -107,18 +107,26 @@ def fpct(level: object) -> str:
     return f"{100 * level:.1f}%"
 
 
-def grid_cell(c: dict | None, digits: int = 4) -> tuple[str, str]:
+# The terminal grid's short marks for an arm that does not beat chance (NOT_LEARNED: neither).
+SHORT_MARKS = {"arm not learned": "†", "reference not learned": "‡"}
+
+
+def grid_cell(c: dict | None, digits: int = 4, short: bool = False) -> tuple[str, str]:
     """(headline, detail) of one grid cell: ('+0.0040 better', '[+0.0010, +0.0070] 99.4% · n=5').
 
-    The interval is the one the verdict uses (Holm-consistent, at the cell's own level)."""
+    The interval is the one the verdict uses (Holm-consistent, at the cell's own level).
+    short (the terminal): a one-arm-not-learned mark is SHORT_MARKS' sign on the headline."""
     if c is None:
         return DASH, ""
     mark = not_learned_mark(c)
+    mark = mark if mark and c["verdict"] != mark else ""
     head = f"{fnum(c['mean_delta'], digits, signed=True)} {c['verdict']}"
     ci = fci(c["verdict_ci_low"], c["verdict_ci_high"], digits)
     detail = (f"{ci} {fpct(c['verdict_ci_level'])} · n={c['n']}" if ci != DASH
               else f"n={c['n']}")
-    return head, detail + (f" · {mark}" if mark and c["verdict"] != mark else "")
+    if short:
+        return head + SHORT_MARKS.get(mark, ""), detail
+    return head, detail + (f" · {mark}" if mark else "")
 
 
 def grid_footnotes(report: Report) -> list[str]:
@@ -152,13 +160,20 @@ def compact_grid_table(report: Report) -> Table:
     regimes = grid_regimes(report)
     headers = ["comparison"] + [_short_regime(r) for r in regimes]
     rows = []
-    for row in _grid_rows(report, None):
-        cells = [grid_cell(row.cells.get(r.dataset), 3) for r in regimes]
+    grid = _grid_rows(report, None)
+    refs = {c["baseline"] for row in grid for c in row.cells.values()}
+    one_ref = len(refs) == 1  # then "vs REF" goes into the title, not into every row
+    for row in grid:
+        cells = [grid_cell(row.cells.get(r.dataset), 3, short=True) for r in regimes]
         pair, _, group = _row_label(report, row).partition(", ")  # group on the 2nd line
+        if one_ref:
+            pair = pair.rsplit(" vs ", 1)[0]
         rows.append([pair] + [h for h, _ in cells])
         rows.append([group] + [d for _, d in cells])
-    return Table("Verdict grid (Δ and verdict; below: the interval the verdict uses, n)",
-                 headers, rows, grid_footnotes(report))
+    vs = f" vs {refs.pop()}" if one_ref else ""
+    marks = "; ".join(f"{sign}: {words}" for words, sign in SHORT_MARKS.items())
+    return Table(f"Verdict grid{vs} (Δ and verdict; below: the interval the verdict uses, n)",
+                 headers, rows, grid_footnotes(report) + [marks])
 
 
 def _grid_rows(report: Report, metric: str | None) -> list[GridRow]:
@@ -182,13 +197,17 @@ def short_comparison_table(report: Report, metric: str, regime: str, group: tupl
     (`--wide`: comparison_table, every column)."""
     axis = report.settings.axis
     direction = "higher is better" if comps and comps[0]["higher_is_better"] else "lower is better"
-    headers = [axis.noun, "vs", "n", "mean Δ", "CI the verdict uses", "level", "p_holm",
-               "p_tost_holm", "power", "learned?", "verdict"]
-    rows = [[axis.short(arm_of(c)), c["baseline"], str(c["n"]), fnum(c["mean_delta"], signed=True),
+    refs = {c["baseline"] for c in comps}
+    one_ref = len(refs) == 1  # then the reference goes into the title, not a column
+    headers = [axis.noun, *([] if one_ref else ["vs"]), "n", "mean Δ", "CI the verdict uses",
+               "level", "p_holm", "p_tost_holm", "power", "learned?", "verdict"]
+    rows = [[axis.short(arm_of(c)), *([] if one_ref else [c["baseline"]]), str(c["n"]),
+             fnum(c["mean_delta"], signed=True),
              fci(c["verdict_ci_low"], c["verdict_ci_high"]), fpct(c["verdict_ci_level"]),
              fp(c["p_holm"]), fp(c["tost_p_holm"]), fnum(c["power_at_holm_alpha"], 2),
              learned_cell(c), c["verdict"]] for c in comps]
-    title = " · ".join(p for p in (regime, axis.title(group), f"{metric} ({direction})") if p)
+    vs = f"vs {refs.pop()}" if one_ref else ""
+    title = " · ".join(p for p in (regime, axis.title(group), vs, f"{metric} ({direction})") if p)
     return Table(title, headers, rows, [power_footnote(comps, report.settings.alpha)])
 
 

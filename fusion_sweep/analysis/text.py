@@ -17,7 +17,7 @@ from fusion_sweep.analysis.tables import (
 )
 
 WIDTH = 120  # the terminal width the default output fits
-MIN_WRAPPED = 16  # a wrapped text column never gets narrower than this
+MIN_WRAPPED = 10  # a wrapped text column never gets narrower than this
 
 
 def layout(table: Table, indent: str = "  ", width: int | None = None) -> str:
@@ -28,21 +28,70 @@ def layout(table: Table, indent: str = "  ", width: int | None = None) -> str:
     widths = [max(len(str(v)) for v in col) for col in cols]
     if width is not None:
         widths = _fit(cols, widths, width - len(indent))
+        if _total(widths) > width - len(indent) and len(widths) > 2:
+            natural = [min(max(len(str(v)) for v in col), (width - len(indent)) // 2)
+                       for col in cols]
+            return _in_parts(table, natural, indent, width)
 
     def lines(vals: list[str]) -> list[str]:
-        parts = [textwrap.wrap(v, w, break_on_hyphens=False) or [""] if len(v) > w else [v]
-                 for v, w in zip(vals, widths)]
+        parts = [_wrap_cell(v, w) if len(v) > w else [v] for v, w in zip(vals, widths)]
+        right = [is_numeric_cell(v) for v in vals]  # a wrapped cell keeps its alignment
         out = []
         for k in range(max(len(p) for p in parts)):
             cells = [(p[k] if k < len(p) else "") for p in parts]
-            cells = [v.rjust(w) if is_numeric_cell(v) else v.ljust(w) for v, w in zip(cells, widths)]
+            cells = [v.rjust(w) if r else v.ljust(w) for v, w, r in zip(cells, widths, right)]
             out.append(indent + "  ".join(cells).rstrip())
         return out
 
-    out = _wrap(table.title, width, "") + lines(table.headers)
+    out = _wrap_title(table.title, width) + lines(table.headers)
     out.append(indent + "  ".join("-" * w for w in widths))
     out += [ln for r in table.rows for ln in lines(r)] or [indent + "(none)"]
     out += [ln for f in table.footnotes for ln in _wrap(f, width, indent)]
+    return "\n".join(out)
+
+
+def _wrap_cell(text: str, width: int) -> list[str]:
+    """A cell's text on lines of at most `width`: at spaces, else after '/' or '-'."""
+    spaced = text.replace("/", "/\x00").replace("-", "-\x00")
+    words = [w for chunk in spaced.split(" ") for w in (chunk.split("\x00") + [" "])][:-1]
+    lines, cur = [], ""
+    for w in words:
+        if w == " ":
+            cur += " " if cur and len(cur) < width else ""
+            continue
+        if len(cur) + len(w) > width and cur.strip():
+            lines.append(cur.rstrip())
+            cur = ""
+        while len(w) > width:  # a piece longer than the column: cut it
+            lines.append(w[:width])
+            w = w[width:]
+        cur += w
+    if cur.strip():
+        lines.append(cur.rstrip())
+    return lines or [""]
+
+
+def _total(widths: list[int]) -> int:
+    return sum(widths) + 2 * (len(widths) - 1)
+
+
+def _in_parts(table: Table, widths: list[int], indent: str, width: int) -> str:
+    """A table too wide even with wrapped text: its columns in consecutive blocks, each
+    repeating the first (label) column, each fitting `width`."""
+    parts, current = [], [0]
+    for i in range(1, len(widths)):
+        if len(current) > 1 and _total([widths[j] for j in current + [i]]) > width - len(indent):
+            parts.append(current)
+            current = [0]
+        current.append(i)
+    parts.append(current)
+    out = []
+    for k, cols in enumerate(parts):
+        pick = lambda row: [row[j] for j in cols]  # noqa: E731
+        title = table.title if k == 0 else f"{table.title} (continued)"
+        foot = table.footnotes if k == len(parts) - 1 else []
+        out.append(layout(Table(title, pick(table.headers), [pick(r) for r in table.rows], foot),
+                          indent, width))
     return "\n".join(out)
 
 
@@ -58,6 +107,25 @@ def _fit(cols: list, widths: list[int], width: int) -> list[int]:
         i = max(wide, key=lambda j: widths[j])
         widths[i] -= 1
     return widths
+
+
+def _wrap_title(title: str, width: int | None) -> list[str]:
+    """A title on lines of at most `width`, broken at its ' · ' separators first, so a
+    part (a regime, a group, 'metric (direction) (label)') stays whole where it fits."""
+    if width is None or len(title) <= width:
+        return [title]
+    lines, cur = [], ""
+    for part in title.split(" · "):
+        joined = f"{cur} · {part}" if cur else part
+        if len(joined) <= width:
+            cur = joined
+            continue
+        if cur:
+            lines.append(cur + " ·")
+        cur = "  " + part if len(part) + 2 <= width else ""
+        if not cur:
+            lines += _wrap(part, width, "  ")
+    return lines + ([cur] if cur else [])
 
 
 def _wrap(text: str, width: int | None, indent: str) -> list[str]:
@@ -129,9 +197,10 @@ def descriptive(report: Report, table: Table) -> Table:
 
 def format_claims(claims: dict, width: int | None = None) -> str:
     """The claims report: each claim's words beside its result, then every claim test."""
-    out = [f"CLAIMS · {claims['title']} · {claims['paper']}",
-           f"Holm over the family of m = {claims['family_size']} claim tests "
-           f"(alpha = {claims['alpha']}); TOST over {claims['tost_family_size']}"]
+    out = ["\n".join(_wrap(f"CLAIMS · {claims['title']} · {claims['paper']}", width, "")
+                     + _wrap(f"Holm over the family of m = {claims['family_size']} claim tests "
+                             f"(alpha = {claims['alpha']}); TOST over "
+                             f"{claims['tost_family_size']}", width, ""))]
     for c in claims["claims"]:
         tally = (f"{c['n_supports']} support, {c['n_contradicts']} contradict, "
                  f"{c['n_undecided']} undecided of {c['n_tests']} tests" if c["n_tests"] else
