@@ -103,11 +103,13 @@ def add_parsers(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "ui", help="start the MLflow UI on the local store, bound to 127.0.0.1",
         description="Serve the MLflow UI for the local store (sqlite:///<cwd>/mlflow.db) on "
-                    "127.0.0.1 and print the URL of the sweeps' trial runs: the Runs table in "
-                    "MLflow's model-training layout, grouped by sweep, with dataset, pe, fusion, "
-                    "seed and test_acc as columns. Ctrl-C (or SIGTERM) stops the server and every "
-                    "process it started. On a cluster, the head node's server is reached with "
-                    "`ray attach cluster.yaml -p 5000` instead.")
+                    "127.0.0.1 and print the URL of one sweep's trial runs (--sweep, default the "
+                    "newest): the Runs table in MLflow's model-training layout, sorted short -> "
+                    "long regime, then variant, then seed, with dataset, encoder, pe, fusion, "
+                    "seed and the final metrics as columns. The plain root URL and every run's "
+                    "page open in the same layout. Ctrl-C (or SIGTERM) stops the server and "
+                    "every process it started. On a cluster, the head node's server is reached "
+                    "with `ray attach cluster.yaml -p 5000` instead.")
     p.add_argument("--port", type=_port, default=5000, help="port (default 5000)")
     p.add_argument("--host", default="127.0.0.1",
                    help="interface to bind (default 127.0.0.1: only this machine; anything else "

@@ -494,6 +494,9 @@ def write_predictions_csv(pred: Mapping[str, list], path: Path) -> Path:
 # `genai` — not from the experiment tag `mlflow.experimentKind` (the tag is read only when
 # that switch is off, which 3.17 hard-codes on). So the printed URL carries
 # `workflowType=machine_learning`; the tag is still set for MLflow versions that read it.
+# A URL without the parameter (the plain root, a run's own page) would open the GenAI layout;
+# `fusion-sweep ui` therefore serves mlflow behind fusion_sweep.ui_proxy, which stores the
+# training layout in the browser's localStorage and sends a bare root to the trials view.
 # Columns, filter, sort and grouping are UI state, not URL parameters: MLflow keeps shareable
 # views as experiment tags `mlflow.sharedViewState.<id>` and opens one with
 # `?viewStateShareKey=<id>`; `mark_training_experiment` writes such a view of the trials.
