@@ -124,6 +124,8 @@ def grid_cell(c: dict | None, digits: int = 4, short: bool = False) -> tuple[str
     ci = fci(c["verdict_ci_low"], c["verdict_ci_high"], digits)
     detail = (f"{ci} {fpct(c['verdict_ci_level'])} · n={c['n']}" if ci != DASH
               else f"n={c['n']}")
+    flags = c.get("verdict_flags") or []  # what qualifies the verdict, beside it
+    detail += "".join(f" · {f}" for f in flags)
     if short:
         return head + SHORT_MARKS.get(mark, ""), detail
     return head, detail + (f" · {mark}" if mark else "")
