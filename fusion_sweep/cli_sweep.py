@@ -6,8 +6,12 @@ and argument errors stay instant.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import Any
+
+from fusion_sweep import signals, tracking
+from fusion_sweep.space_files import shipped_spaces
 
 
 def _positive_int(text: str) -> int:
@@ -41,8 +45,6 @@ def _ray_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(subparsers: Any) -> None:
-    from fusion_sweep.space import shipped_spaces
-
     shipped = ", ".join(shipped_spaces())
     p = subparsers.add_parser(
         "launch", help="run a search space's grid on Ray Tune, tracked in MLflow (resumes)",
@@ -159,11 +161,6 @@ def run_tune(args: argparse.Namespace) -> int:
 def run_ui(args: argparse.Namespace) -> int:
     """Serve the store's MLflow UI on 127.0.0.1 until Ctrl-C / SIGTERM / SIGHUP, then stop the
     server with every process it started (its process group), leaving the port free."""
-    import signal
-    import threading
-
-    from fusion_sweep import tracking
-
     store = args.backend_store_uri or tracking.default_ui_store()
     db = tracking.sqlite_path(store)
     if db is None:  # mlflow server would die with a traceback
@@ -195,32 +192,22 @@ def run_ui(args: argparse.Namespace) -> int:
         print(f"note: no experiment {experiment!r} in {store}; opening the experiment list",
               file=sys.stderr)
 
-    def _stop(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    main = threading.current_thread() is threading.main_thread()
-    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} \
-        if main else {}
-    for s in old:  # SIGINT too: a `&`-started process inherits it ignored
-        signal.signal(s, _stop)
+    # SIGINT too: a `&`-started process inherits it ignored
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     server = tracking.UIServer(store, args.host, args.port)
-    try:
-        server.start()
-        if not server.wait_ready():
-            code = server.proc.poll()
-            why = f"exited with code {code}" if code is not None else "did not answer in 120 s"
-            print(f"fusion-sweep ui: mlflow server {why}", file=sys.stderr)
-            return code or 1
-        print(f"MLflow UI: {tracking.ui_url(server.base_url, exp_id)}\n"
-              f"  (store {store}; experiment {experiment!r}; Ctrl-C to stop)", flush=True)
-        return server.proc.wait()
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        for s in old:  # a second Ctrl-C must not cut the cleanup short
-            signal.signal(s, signal.SIG_IGN)
+    with signals.interrupting(stops):
         try:
-            server.stop()
+            server.start()
+            if not server.wait_ready():
+                code = server.proc.poll()
+                why = f"exited with code {code}" if code is not None else "did not answer in 120 s"
+                print(f"fusion-sweep ui: mlflow server {why}", file=sys.stderr)
+                return code or 1
+            print(f"MLflow UI: {tracking.ui_url(server.base_url, exp_id)}\n"
+                  f"  (store {store}; experiment {experiment!r}; Ctrl-C to stop)", flush=True)
+            return server.proc.wait()
+        except KeyboardInterrupt:
+            return 0
         finally:
-            for s, h in old.items():
-                signal.signal(s, h)
+            signals.ignore(stops)  # a second Ctrl-C must not cut the cleanup short
+            server.stop()

@@ -16,12 +16,13 @@ can never disagree. Imports neither torch nor Ray: only the standard library.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 # ---------------------------------------------------------------------------- identity
 IDENTITY_FIELDS: tuple[str, ...] = ("dataset", "encoder", "pe", "fusion", "seed")
@@ -41,6 +42,21 @@ PAIRING_FIELDS: tuple[str, ...] = tuple(f for f in IDENTITY_FIELDS if f != "seed
 NON_SEMANTIC_FIELDS: tuple[str, ...] = ("device", "num_threads", "cache_dir", "latency_repeats",
                                         "save_checkpoint")
 
+
+
+def variant_label(identity: Mapping[str, Any]) -> str:
+    """What a comparison compares within a dataset: "encoder/pe/fusion" of an identity."""
+    return "/".join(str(identity[k]) for k in VARIANT_FIELDS)
+
+
+def trial_label(identity: Mapping[str, Any]) -> str:
+    """One trial in messages: "dataset/[encoder/]pe/fusion/seed N"; the encoder is left out
+    when it is DEFAULT_ENCODER (or absent: inputs from before the encoder axis)."""
+    enc = identity.get("encoder", DEFAULT_ENCODER)
+    enc = "" if enc == DEFAULT_ENCODER else f"{enc}/"
+    return f"{identity['dataset']}/{enc}{identity['pe']}/{identity['fusion']}/seed {identity['seed']}"
+
+
 # ------------------------------------------------------------------------- fingerprints
 # Shared by every pair of trials of one seed and dataset, whatever the variants: the split,
 # the batch order, the embedding + classifier initial weights, the dropout stream.
@@ -51,29 +67,73 @@ FINGERPRINT_TAGS: dict[str, str] = {k: f"fp.{k}" for k in FINGERPRINTS + ENCODER
 FINGERPRINT_COLUMNS: tuple[str, ...] = tuple(f"fp_{k}" for k in FINGERPRINTS)
 ENCODER_FINGERPRINT_COLUMNS: tuple[str, ...] = tuple(f"fp_{k}" for k in ENCODER_FINGERPRINTS)
 
-# Source that computes a trial's numbers (relative to the package). Orchestration, tracking
-# and the CLI are left out: changing them cannot change a trial's result.
-_NUMERIC_SOURCES: tuple[str, ...] = ("trial",)
+# The folder whose source computes a trial's numbers (relative to the package): every .py
+# under it counts, a new file included. Orchestration, tracking, the statistics and the CLI
+# live outside it: changing them cannot change a trial's result.
+NUMERIC_SOURCE = "trial"
 
 
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """sha256 (16 hex) over the package's numeric source files, by relative path and content.
+    """The code version of a trial's numbers: `source_fingerprint` of fusion_sweep/trial/.
 
     Unlike a git commit it needs no checkout (a wheel install has one too) and ignores edits
     to docs, tests and orchestration; unlike the package version it changes with every edit
     that can change a trial's numbers.
     """
-    root = Path(__file__).resolve().parent
-    files: list[Path] = []
-    for rel in _NUMERIC_SOURCES:
-        p = root / rel
-        files.extend(sorted(p.rglob("*.py")) if p.is_dir() else [p])
+    return source_fingerprint(Path(__file__).resolve().parent / NUMERIC_SOURCE)
+
+
+def source_fingerprint(folder: Path) -> str:
+    """sha256 (16 hex) of the normalised code of every .py under `folder`.
+
+    What counts is the code as Python parses it (`ast.dump`), not its text: comments,
+    docstrings and formatting do not change the fingerprint, and neither does moving a
+    definition from one file to another. Each file's top-level statements are dumped with
+    their docstrings removed and imports of the package's own modules reduced to the names
+    they bind (which module a name comes from is wiring, not computation); the fingerprint
+    hashes the sorted dumps of all files, plus the set of third-party imports. A changed
+    constant, expression or new definition changes it. `ast.dump` can differ between Python
+    versions, so nodes meant to run one sweep should run one Python version.
+    """
+    statements: list[str] = []
+    external: set[str] = set()
+    for path in sorted(folder.rglob("*.py")):
+        tree = _Normalise().visit(ast.parse(path.read_text(encoding="utf-8")))
+        for node in tree.body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                if not _own_import(node):
+                    external.add(ast.dump(node))
+            else:
+                statements.append(ast.dump(node))
     h = hashlib.sha256()
-    for f in files:
-        h.update(f.relative_to(root).as_posix().encode() + b"\0")
-        h.update(f.read_bytes() + b"\0")
+    for text in sorted(external) + ["\0"] + sorted(statements):
+        h.update(text.encode() + b"\0")
     return h.hexdigest()[:16]
+
+
+def _own_import(node: ast.Import | ast.ImportFrom) -> bool:
+    if isinstance(node, ast.ImportFrom):
+        return node.level > 0 or (node.module or "").split(".")[0] == __package__
+    return all(a.name.split(".")[0] == __package__ for a in node.names)
+
+
+class _Normalise(ast.NodeTransformer):
+    """Docstrings out; `from <own module> import x` anywhere reduced to the names it binds."""
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        node = super().generic_visit(node)
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) \
+                and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+        return node
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST:
+        if _own_import(node):
+            return ast.ImportFrom(module=__package__, names=node.names, level=0)
+        return node
 
 
 def trial_key(config: Mapping[str, Any], code: str) -> str:
@@ -81,6 +141,20 @@ def trial_key(config: Mapping[str, Any], code: str) -> str:
     semantic = {k: v for k, v in config.items() if k not in NON_SEMANTIC_FIELDS}
     payload = json.dumps({"config": semantic, "code": code}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+# ------------------------------------------------------------------ the run of a trial key
+FINISHED = "FINISHED"  # the MLflow run status of a trial that completed (RunStatus.FINISHED)
+_Run = TypeVar("_Run")
+
+
+def run_of_key(runs: Sequence[_Run], status: Callable[[_Run], str]) -> _Run | None:
+    """The run that stands for one trial key, among that key's runs oldest first: the oldest
+    FINISHED run (the resume rule: a finished trial is never trained again), else the newest
+    run (the one a retry re-attaches to). None without runs. Two runs of one key should not
+    exist (a trial re-attaches to its run); this settles it the same way everywhere."""
+    finished = [r for r in runs if status(r) == FINISHED]
+    return finished[0] if finished else (runs[-1] if runs else None)
 
 
 # ------------------------------------------------------------------------------ MLflow

@@ -45,7 +45,6 @@ are optional)::
 from __future__ import annotations
 
 import difflib
-import importlib.resources
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -56,10 +55,13 @@ import yaml
 
 from fusion_sweep.schema import (DEFAULT_EXPERIMENT, DIRECTIONS, IDENTITY_FIELDS,
                                  METRIC_DIRECTIONS)
+from fusion_sweep.space_files import SPACE_DIR, shipped_spaces
+from fusion_sweep.trial.config import ConfigError, TrialConfig
+from fusion_sweep.trial.data.registry import DATASETS
+from fusion_sweep.trial.models.encoder import ENCODERS
+from fusion_sweep.trial.models.fusion import FUSIONS
+from fusion_sweep.trial.models.positional import POSITIONAL
 
-# Shipped spaces are package data (found the same way from a checkout, an editable install
-# or a wheel); the repository's top-level `search_spaces` is a link to this folder.
-SPACE_DIR = Path(str(importlib.resources.files("fusion_sweep") / "search_spaces"))
 
 TOP_LEVEL_KEYS = (
     "name", "description", "experiment", "datasets", "pes", "fusions", "variants", "seeds",
@@ -196,15 +198,13 @@ class SearchSpace:
             return [dict(v) for v in self.variants]
         return [{"pe": p, "fusion": f} for p, f in itertools.product(self.pes, self.fusions)]
 
-    def trial_config(self, dataset: str, variant: Mapping[str, Any], seed: int) -> Any:
+    def trial_config(self, dataset: str, variant: Mapping[str, Any], seed: int) -> TrialConfig:
         """The TrialConfig of one grid point (also of a seed adaptive seeding adds)."""
-        from fusion_sweep.trial.config import TrialConfig
-
         return TrialConfig.build(dataset, space_all=self.hyperparameters.get("all"),
                                  space_dataset=self.hyperparameters.get(dataset),
                                  **variant, seed=seed, num_threads=self.num_threads)
 
-    def grid(self) -> list:
+    def grid(self) -> list[TrialConfig]:
         """One `TrialConfig` per (dataset, variant, seed), in that nesting order."""
         return [self.trial_config(d, v, s) for d, v, s in
                 itertools.product(self.datasets, self.variant_list(), self.seeds)]
@@ -253,10 +253,6 @@ class SearchSpace:
 
 
 # ---------------------------------------------------------------------- loading
-def shipped_spaces() -> list[str]:
-    return sorted(p.stem for p in SPACE_DIR.glob("*.yaml"))
-
-
 def resolve_space_path(name_or_path: str | Path) -> Path:
     """A path to a YAML file, or the name of a shipped space (`default` → search_spaces/default.yaml)."""
     p = Path(name_or_path).expanduser()
@@ -378,8 +374,6 @@ def _seed_list(v: Any, key: str, errors: list[str]) -> list[int]:
 
 def _build_errors(dataset: str, threads: int, overrides: Mapping[str, Any]) -> list[str]:
     """The problems `TrialConfig.build` finds, one message per problem."""
-    from fusion_sweep.trial.config import ConfigError, TrialConfig
-
     try:
         TrialConfig.build(dataset, num_threads=threads, **overrides)
     except ConfigError as e:
@@ -391,10 +385,6 @@ def _build_errors(dataset: str, threads: int, overrides: Mapping[str, Any]) -> l
 
 def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
     """Every problem of a raw space appended to `errors`; the space when there are none."""
-    from fusion_sweep.trial.data.registry import DATASETS
-    from fusion_sweep.trial.models.fusion import FUSIONS
-    from fusion_sweep.trial.models.positional import POSITIONAL
-
     if not isinstance(raw, Mapping):
         errors.append(f"the file must hold a mapping with keys {list(TOP_LEVEL_KEYS)}, "
                       f"got {type(raw).__name__}")
@@ -429,7 +419,7 @@ def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
 
     tune_spec = None
     if raw.get("tune") is not None:
-        allowed_fields = [f for f in _config_fields() if f not in RESERVED_FIELDS]
+        allowed_fields = [f for f in TrialConfig.field_names() if f not in RESERVED_FIELDS]
         if "/" in str(baseline):
             errors.append(f"tune: `fusion-sweep tune` tunes the baseline fusion; baseline "
                           f"{baseline!r} is a variant label: give a fusion name as the baseline "
@@ -457,8 +447,6 @@ def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
 
 def _validate_variants(v: Any, errors: list[str]) -> list[dict[str, Any]]:
     """`variants: [{encoder?, pe, fusion, <encoder field>...}]` -> the well-formed entries."""
-    from fusion_sweep.trial.models.encoder import ENCODERS
-
     # every encoder's own fields (its registry entry's OPTION_FIELDS), in registry order
     encoder_fields = dict.fromkeys(f for e in ENCODERS.values() for f in e.OPTION_FIELDS)
     valid = [*VARIANT_KEYS, *encoder_fields]
@@ -488,19 +476,11 @@ def _validate_variants(v: Any, errors: list[str]) -> list[dict[str, Any]]:
 def _variant_labels(datasets: list[str], variants: list[dict[str, Any]],
                     hparams: dict[str, dict[str, Any]], threads: int) -> list[str]:
     """Each variant's label "encoder/pe/fusion" (the encoder as its variant label)."""
-    from fusion_sweep.trial.config import TrialConfig
-
     if not datasets:
         return []
     d = datasets[0]
     return [TrialConfig.build(d, space_all=hparams.get("all"), space_dataset=hparams.get(d),
                               **v, num_threads=threads).variant_label() for v in variants]
-
-
-def _config_fields() -> tuple[str, ...]:
-    from fusion_sweep.trial.config import TrialConfig
-
-    return TrialConfig.field_names()
 
 
 def _validate_header(raw: Mapping, errors: list[str]) -> Any:
@@ -556,8 +536,6 @@ def _validate_comparison(raw: Mapping, datasets: list[str], fusions: list[str],
     """What `stats` compares: -> (baseline, metric, equivalence_margin, directions).
 
     labels: the variants' labels "encoder/pe/fusion" (None when the grid has errors)."""
-    from fusion_sweep.trial.models.fusion import FUSIONS
-
     baseline = raw.get("baseline", "add")
     if isinstance(baseline, str) and "/" in baseline:
         if labels is not None and baseline not in labels:
@@ -596,10 +574,8 @@ def _validate_comparison(raw: Mapping, datasets: list[str], fusions: list[str],
 def _validate_hyperparameters(raw: Mapping, datasets: list[str],
                               errors: list[str]) -> dict[str, dict[str, Any]]:
     """`hyperparameters: {all|<dataset>: {field: value}}` -> the valid groups."""
-    from fusion_sweep.trial.data.registry import DATASETS
-
     hp_raw = raw.get("hyperparameters") or {}
-    allowed_fields = [f for f in _config_fields() if f not in RESERVED_FIELDS]
+    allowed_fields = [f for f in TrialConfig.field_names() if f not in RESERVED_FIELDS]
     hparams: dict[str, dict[str, Any]] = {}
     if not isinstance(hp_raw, Mapping):
         errors.append(f"hyperparameters: must be a mapping {{all|<dataset>: {{field: value}}}}, "

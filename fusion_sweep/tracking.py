@@ -41,9 +41,9 @@ from fusion_sweep.schema import (ATTEMPTS, CODE_FINGERPRINT, CODE_HISTORY,  # no
                                  DEFAULT_EXPERIMENT, EPOCH_METRICS, ERROR, FINAL_METRICS,
                                  FINGERPRINT_TAGS, GIT_COMMIT, GRID_HASH, IDENTITY_FIELDS,
                                  IDENTITY_TAG,
-                                 LAUNCH_ID, PARENT, ROLE, SWEEP, TRIAL_KEY, VERSION,
+                                 FINISHED, LAUNCH_ID, PARENT, ROLE, SWEEP, TRIAL_KEY, VERSION,
                                  code_fingerprint, default_tracking_uri, encode_param,
-                                 resolve_tracking_uri)
+                                 resolve_tracking_uri, run_of_key)
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +134,10 @@ def _client(uri: str):
     return MlflowClient(tracking_uri=uri)
 
 
+def _status(run: "Run") -> str:
+    return run.info.status
+
+
 def _q(value: str) -> str:
     return "'" + str(value).replace("'", "\\'") + "'"
 
@@ -217,6 +221,7 @@ class SweepTracker:
         self.experiment = experiment
         self.client = _client(tracking_uri)
         self._experiment_id: str | None = None
+        self._by_key: dict[str, dict[str, "Run"]] = {}
 
     @property
     def experiment_id(self) -> str:
@@ -316,6 +321,35 @@ class SweepTracker:
             if not token:
                 return out
 
+    def runs_by_key(self, sweep: str) -> dict[str, "Run"]:
+        """{trial key: the key's run (`schema.run_of_key`)} of the sweep; cached for the length
+        of one launch round (`forget` drops the cache once the round's trials have run)."""
+        if sweep not in self._by_key:
+            grouped: dict[str, list] = {}
+            for r in self.trial_runs(sweep):  # oldest first
+                grouped.setdefault(r.data.tags.get(TRIAL_KEY, ""), []).append(r)
+            self._by_key[sweep] = {k: run_of_key(rs, _status) for k, rs in grouped.items()}
+        return self._by_key[sweep]
+
+    def forget(self) -> None:
+        """Read MLflow afresh on the next `runs_by_key` (trials have run since)."""
+        self._by_key.clear()
+
+    def trial_status(self, sweep: str, key: str) -> tuple[str, str]:
+        """(status, run id) of the trial's run, ("", "") when it has none: the resume rule's
+        one question."""
+        r = self.runs_by_key(sweep).get(key)
+        return (r.info.status, r.info.run_id) if r is not None else ("", "")
+
+    def finished_values(self, sweep: str, metric: str) -> dict[str, float]:
+        """{trial key: metric} of the sweep's FINISHED trials with a finite metric."""
+        out: dict[str, float] = {}
+        for key, r in self.runs_by_key(sweep).items():
+            v = r.data.metrics.get(metric)
+            if r.info.status == FINISHED and v is not None and math.isfinite(v):
+                out[key] = float(v)
+        return out
+
     def reconcile_orphans(self, sweep: str) -> list[str]:
         """Mark this sweep's runs still RUNNING (their driver died) as KILLED.
 
@@ -328,6 +362,7 @@ class SweepTracker:
                                     "RUNNING at launch; its driver or node died")
                 self.client.set_terminated(run.info.run_id, "KILLED")
                 killed.append(run.info.run_id)
+        self.forget()
         return killed
 
     def fail_dead_trials(self, sweep: str, reasons: Mapping[str, str]) -> list[str]:
@@ -342,6 +377,7 @@ class SweepTracker:
                 _retry(self.client.set_tag, run.info.run_id, ERROR, reason[:4000])
                 _retry(self.client.set_terminated, run.info.run_id, "FAILED")
                 failed.append(run.info.run_id)
+        self.forget()
         return failed
 
 
@@ -364,10 +400,9 @@ class TrialRun:
             filter_string=(f"tags.`{ROLE}` = 'trial' and tags.`{SWEEP}` = {_q(ctx.sweep)} "
                            f"and tags.`{TRIAL_KEY}` = {_q(key)}"),
             order_by=["attributes.start_time ASC"], max_results=10)
-        if len(runs) > 1:  # should never happen; prefer a finished one, then the oldest
+        if len(runs) > 1:  # should never happen (see schema.run_of_key)
             log.warning("trial %s has %d MLflow runs in sweep %s", key, len(runs), ctx.sweep)
-            runs = sorted(runs, key=lambda r: r.info.status != "FINISHED")
-        return runs[0] if runs else None
+        return run_of_key(runs, _status)
 
     @classmethod
     def open(cls, ctx: TrackingContext, config: "TrialConfig", key: str,

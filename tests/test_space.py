@@ -251,7 +251,8 @@ def test_dry_run_prints_grid_without_starting_ray(tmp_path):
 
 
 def test_trial_memory_is_declared_or_estimated(tmp_path):
-    from fusion_sweep.sweep import _check_local_resources, plan, trial_memory_bytes
+    from fusion_sweep.grid import plan
+    from fusion_sweep.sweep import _check_local_resources, trial_memory_bytes
 
     d = yaml.safe_load((SPACE_DIR / "smoke.yaml").read_text())
     s = parse_space(d, "smoke.yaml")

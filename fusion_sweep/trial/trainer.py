@@ -30,15 +30,15 @@ import torch.nn.functional as F
 from fusion_sweep.trial.batching import (eval_batches, epoch_batches, pad_batch, pad_batches,
                                    schedule_hash, truncated_lengths)
 from fusion_sweep.trial.config import TrialConfig
+from fusion_sweep.trial.data import load_encoded
+from fusion_sweep.trial.data.registry import DATASETS
 from fusion_sweep.trial.data.types import EncodedData, EncodedSplit, validate_encoded
 from fusion_sweep.trial.models.encoder import (ENCODERS, FusionClassifier, count_parameters,
                                          encoder_init_hash, initialize, shared_init_hash)
+from fusion_sweep.trial.optim import OPTIMIZERS
 
 # Appended, never reordered: a stream's seed depends on its index (`derive_seed`).
 STREAMS = ("data_order", "shared_init", "fusion_init", "pe_init", "dropout", "encoder_init")
-# The optimizer registry: `TrialConfig.optimizer` names one of these.
-OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {"adam": torch.optim.Adam,
-                                                      "adamw": torch.optim.AdamW}
 
 
 @dataclass(frozen=True)
@@ -120,8 +120,6 @@ def stream_dataset(config: TrialConfig) -> str:
     """The dataset name a trial's random streams are derived from: its own, except for a
     structure-noise probe, which trains exactly as its clean regime (same init, batch order and
     dropout; `DatasetSpec.stream_name`) so the two differ only in the perturbed test set."""
-    from fusion_sweep.trial.data.registry import DATASETS
-
     return DATASETS[config.dataset].stream_name
 
 
@@ -452,8 +450,6 @@ def measure_latency(model: nn.Module, split: EncodedSplit, config: TrialConfig, 
 
 # ------------------------------------------------------------------------------ the trial
 def load_data(config: TrialConfig) -> EncodedData:
-    from fusion_sweep.trial.data import load_encoded
-
     return load_encoded(config.dataset, data_dir=config.data_dir, data_seed=config.data_seed,
                         cache_dir=config.cache_dir, limit_train=config.limit_train,
                         limit_eval=config.limit_eval)
