@@ -7,9 +7,10 @@
 3. open (or re-attach to) the sweep's MLflow parent run and mark runs orphaned by a
    killed driver KILLED;
 4. start a local Ray sized to the machine, or connect to `--address`;
-5. run the grid through `ray.tune.Tuner(reuse_actors=True)` with `FailureConfig` retries,
-   or `Tuner.restore` it when the sweep already exists: finished trials are never re-run,
-   interrupted and errored ones run again;
+5. run the grid points not yet FINISHED in MLflow through a fresh
+   `ray.tune.Tuner(reuse_actors=True)` with `FailureConfig` retries: finished trials are
+   never re-run, interrupted and errored ones run again (with `--until-decided`, further
+   rounds of seed points, `fusion_sweep.adaptive`);
 6. print a summary (done / failed / retried, where results are, what to run next).
 
 Resume has one rule: a grid point whose MLflow run (found by its trial key) is FINISHED is

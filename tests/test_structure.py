@@ -155,3 +155,12 @@ def test_the_checks_see_a_planted_cycle_and_a_foreign_import(tmp_path: Path) -> 
     assert cycles(import_graph(pkg)) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
     (pkg / "d.py").write_text("import numpy\nimport os.path\ndef f():\n    import analysis_not_installed\n")
     assert foreign_imports(pkg, tmp_path) == ["pkg/d.py imports analysis_not_installed"]
+
+
+def test_the_launch_docstring_describes_what_launch_does() -> None:
+    """Every launch runs a fresh Tuner over the points still to train; `Tuner.restore` was
+    dropped, and the module docstring must not describe it any more (issue 18)."""
+    from fusion_sweep import sweep
+
+    assert "Tuner.restore" not in sweep.__doc__
+    assert "fresh Tuner" in sweep.__doc__

@@ -16,6 +16,7 @@ import pytest
 from fusion_sweep import tracking
 from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.space import load_space
+from fusion_sweep.trial.models.encoder import ENCODERS
 from fusion_sweep.trial.trainer import EpochRecord, TrialResult
 
 
@@ -259,6 +260,24 @@ def test_code_change_refused_unless_allowed_and_recorded(store, capsys):
     assert tags[tracking.CODE_FINGERPRINT] == "beef" and tags[tracking.CODE_HISTORY] == "c0de,beef"
     # the trial key changes with the code, so the old run is never found for the new code
     assert cfg.trial_key("beef") != cfg.trial_key("c0de")
+
+
+@pytest.mark.parametrize("encoder", sorted(ENCODERS))
+def test_a_trial_run_logs_only_its_own_encoders_fields(store, encoder):
+    """A standard-encoder run carries no ReSSFormer switches (soes, asam, topk, ...): a user
+    filtering on params.soes must not find standard trials (issue 18); each encoder's own
+    fields are logged."""
+    sweep = f"sweep-enc-{encoder}"
+    parent = start(store, sweep)
+    ctx = ctx_for(store, sweep, parent)
+    cfg = config().replace(encoder=encoder, pe="none")  # pe none: valid for every encoder
+    run = tracking.TrialRun.open(ctx, cfg, cfg.trial_key(ctx.code_fingerprint))
+    params = store.client.get_run(run.run_id).data.params
+    others = {f for name, e in ENCODERS.items() if name != encoder for f in e.OPTION_FIELDS}
+    assert set(ENCODERS[encoder].OPTION_FIELDS) <= set(params)
+    assert not others & set(params)
+    assert ("soes" in params) == ("soes" in ENCODERS[encoder].OPTION_FIELDS)
+    assert params["encoder"] == encoder
 
 
 # ------------------------------------------------------------------ the code fingerprint

@@ -142,8 +142,12 @@ class TrialConfig:
 
     def hyperparameters(self) -> dict[str, Any]:
         """Every semantic field except the identity fields (the encoder's registry name and
-        switches stay: the identity carries only their variant label)."""
-        skip = (set(IDENTITY_FIELDS) - {"encoder"}) | set(NON_SEMANTIC_FIELDS)
+        switches stay: the identity carries only their variant label) and the fields of the
+        other encoders (at their defaults, read by nobody: a standard-encoder trial has no
+        ReSSFormer switches). What a trial's MLflow run logs as params."""
+        skip = (set(IDENTITY_FIELDS) - {"encoder"}) | set(NON_SEMANTIC_FIELDS) \
+            | {f for name, e in ENCODERS.items() if name != self.encoder for f in e.OPTION_FIELDS}
+        skip -= set(ENCODERS[self.encoder].OPTION_FIELDS)
         return {k: v for k, v in self.to_dict().items() if k not in skip}
 
     def encoder_variant(self) -> str:
