@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from fusion_sweep import signals, tracking
+from fusion_sweep.schema import LOOPBACK_HOSTS
 from fusion_sweep.space_files import shipped_spaces
 
 
@@ -176,7 +177,7 @@ def run_ui(args: argparse.Namespace) -> int:
     if not tracking.port_free(args.host, args.port):
         raise ValueError(f"--port {args.port}: {args.host}:{args.port} is already in use "
                          f"(another MLflow UI?); choose another with --port")
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
+    if args.host not in LOOPBACK_HOSTS:
         print(f"warning: --host {args.host} exposes the MLflow UI and its REST API on port "
               f"{args.port} to the network, without authentication: anyone who can reach this "
               f"machine can read, change and delete every run, metric and artifact in {store}",

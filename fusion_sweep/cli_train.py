@@ -79,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
 
 def format_config(config, sources: dict[str, str]) -> str:
     """One line per field: name, resolved value, the chain layer it came from."""
-    rows = [("dataset", repr(config.dataset), "command line")]
+    from fusion_sweep.trial.config import COMMAND_LINE
+
+    rows = [("dataset", repr(config.dataset), COMMAND_LINE)]
     rows += [(k, repr(v), sources.get(k, "built-in")) for k, v in config.to_dict().items()
              if k != "dataset"]
     w0, w1 = max(len(r[0]) for r in rows), max(len(r[1]) for r in rows)

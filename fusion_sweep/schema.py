@@ -4,7 +4,7 @@ Imported by the sweep/tracking layer (the writer) and by `analysis` (the reader)
 can never disagree. Imports neither torch nor Ray: only the standard library.
 
 * **Identity.** `IDENTITY_FIELDS` is what is compared; two trials with the same identity are
-  the same trial. `PAIRING_FIELDS` is the identity minus the seed: trials of one variant.
+  the same trial.
 * **Trial key.** `trial_key(semantic_config, code)` hashes every field that can change a
   trial's numbers plus the code fingerprint, so a resumed sweep finds finished trials by key
   and a code change can never be mistaken for the same trial.
@@ -20,6 +20,7 @@ import ast
 import hashlib
 import json
 import os
+import urllib.request
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
@@ -36,7 +37,6 @@ IDENTITY_TAG = "fusion_sweep.identity"
 DEFAULT_ENCODER = "standard"
 # Variant fields: what a comparison compares within one dataset.
 VARIANT_FIELDS: tuple[str, ...] = ("encoder", "pe", "fusion")
-PAIRING_FIELDS: tuple[str, ...] = tuple(f for f in IDENTITY_FIELDS if f != "seed")
 # Fields that never change a trial's numbers (where it runs, how many threads): left out of
 # the trial key so a resumed sweep on other hardware re-attaches to its runs.
 NON_SEMANTIC_FIELDS: tuple[str, ...] = ("device", "num_threads", "cache_dir", "latency_repeats",
@@ -191,8 +191,31 @@ METRIC_DIRECTIONS: dict[str, str] = {
     "tokens_per_second": "higher", "flops_per_token": "lower",
 }
 DIRECTIONS: tuple[str, ...] = ("higher", "lower")
-# Parent-run params that `stats` reads back; structured values are JSON (json.dumps).
-SPACE_PARAMS: tuple[str, ...] = ("baseline", "metric", "equivalence_margin", "directions")
+# Parent-run params that `stats` reads back (launch logs the space's choices; every
+# parent-run param value is JSON: `encode_param`).
+BASELINE_PARAM = "baseline"
+METRIC_PARAM = "metric"
+MARGIN_PARAM = "equivalence_margin"
+DIRECTIONS_PARAM = "directions"
+# Parent-run tags and metrics beyond the schema above.
+N_TRIALS = "fusion_sweep.n_trials"
+PARENT_METRICS: tuple[str, ...] = ("trials_finished", "trials_failed",
+                                   "trials_trained_this_launch", "trials_retried",
+                                   "launch_seconds")
+# Trial-run tags of where and how a trial ran (never part of its identity or key).
+HOSTNAME = "fusion_sweep.hostname"
+NODE_ID = "fusion_sweep.node_id"
+NODE_IP = "fusion_sweep.node_ip"
+NUM_THREADS = "fusion_sweep.num_threads"
+RAY_TRIAL_ID = "fusion_sweep.ray_trial_id"
+DEVICE = "fusion_sweep.device"
+RECONCILED = "fusion_sweep.reconciled"  # set on a run a later launch found RUNNING
+# Per-epoch metrics beyond EPOCH_METRICS, and what the sweep layer measures around a trial.
+EPOCH_EXTRA_METRICS: tuple[str, ...] = ("epoch_seconds", "epoch_tokens_per_second")
+PEAK_RSS = "peak_rss_mb"
+# MLflow's own tags that fusion-sweep sets.
+MLFLOW_GIT_COMMIT = "mlflow.source.git.commit"
+MLFLOW_NOTE = "mlflow.note.content"
 
 
 def encode_param(value: Any) -> str:
@@ -218,3 +241,34 @@ def default_tracking_uri(cwd: str | Path | None = None) -> str:
 def resolve_tracking_uri(uri: str | None = None) -> str:
     """`--tracking-uri`, else `MLFLOW_TRACKING_URI`, else the local store under the cwd."""
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+
+
+# ------------------------------------------------------------------------- the store
+# Host names that reach only this machine: a tracking URI on one of them is unreachable from
+# other nodes; a UI bound to one is not exposed to the network.
+LOOPBACK_HOSTS: tuple[str, ...] = ("127.0.0.1", "localhost", "::1")
+SQLITE_PREFIX = "sqlite:///"
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a `sqlite:///PATH` URI (absolute: `sqlite:////abs/path.db`), else
+    None. Relative paths are taken from the current directory, as SQLAlchemy does."""
+    if not uri.startswith(SQLITE_PREFIX):
+        return None
+    return Path(uri[len(SQLITE_PREFIX):].split("?", 1)[0])
+
+
+def is_server(uri: str) -> bool:
+    """An MLflow tracking server (http/https), as opposed to a local store."""
+    return uri.startswith(("http://", "https://"))
+
+
+def server_unreachable(uri: str, timeout: float = 5.0) -> str | None:
+    """Why the tracking server at `uri` does not answer its /health check, or None when it
+    does: asked before MLflow, which would retry a dead server for minutes."""
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as r:
+            return None if r.status == 200 else f"HTTP {r.status}"
+    except OSError as e:  # urllib.error.URLError is an OSError
+        return str(getattr(e, "reason", e))
+

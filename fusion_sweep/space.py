@@ -47,6 +47,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import math
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -71,6 +72,7 @@ TOP_LEVEL_KEYS = (
 REQUIRED_KEYS = ("name", "datasets", "seeds")  # and `pes` + `fusions`, or `variants`
 VARIANT_KEYS = ("encoder", "pe", "fusion")  # plus the encoders' own fields (OPTION_FIELDS)
 RESOURCE_KEYS = ("cpu", "gpu", "memory_gb")
+DEFAULT_RESOURCES: dict[str, float] = {"cpu": 1, "gpu": 0}  # per trial
 TUNE_KEYS = ("seeds", "budget", "search", "pe")
 
 
@@ -152,7 +154,7 @@ class SearchSpace:
     fusions: tuple[str, ...]
     seeds: tuple[int, ...]
     hyperparameters: dict[str, dict[str, Any]] = field(default_factory=dict)
-    resources: dict[str, float] = field(default_factory=lambda: {"cpu": 1, "gpu": 0})
+    resources: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RESOURCES))
     max_failures: int = 2
     baseline: str = "add"
     metric: str = "test_acc"
@@ -170,11 +172,11 @@ class SearchSpace:
     # ------------------------------------------------------------------ the grid
     @property
     def cpu(self) -> float:
-        return float(self.resources.get("cpu", 1))
+        return float(self.resources.get("cpu", DEFAULT_RESOURCES["cpu"]))
 
     @property
     def gpu(self) -> float:
-        return float(self.resources.get("gpu", 0))
+        return float(self.resources.get("gpu", DEFAULT_RESOURCES["gpu"]))
 
     @property
     def memory_gb(self) -> float | None:
@@ -250,6 +252,13 @@ class SearchSpace:
         if self.tuned is not None:
             d["tuned"] = self.tuned
         return d
+
+
+def _default(name: str) -> Any:
+    """A space key's default when the file omits it: the SearchSpace field's default (the
+    dataclass is the one home of the space's defaults; `_validate` reads them from it)."""
+    f = SearchSpace.__dataclass_fields__[name]
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
 # ---------------------------------------------------------------------- loading
@@ -439,7 +448,8 @@ def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
         max_failures=max_failures, baseline=baseline, metric=metric,
         equivalence_margin=dict(margin) if isinstance(margin, Mapping) else margin,
         directions=dict(directions),
-        experiment=raw.get("experiment", DEFAULT_EXPERIMENT), description=raw.get("description", ""),
+        experiment=raw.get("experiment", _default("experiment")),
+        description=raw.get("description", _default("description")),
         tune=tune_spec, tuned=dict(tuned) if tuned else None, source=source, raw=dict(raw),
         variants=tuple(dict(v) for v in variants) if "variants" in raw else (),
     )
@@ -502,13 +512,13 @@ def _validate_header(raw: Mapping, errors: list[str]) -> Any:
 
 def _validate_resources(raw: Mapping, errors: list[str]) -> tuple[dict[str, Any], Any]:
     """-> (resources per trial, max_failures)."""
-    resources: dict[str, Any] = {"cpu": 1, "gpu": 0}
+    resources: dict[str, Any] = _default("resources")
     res = raw.get("resources", {})
     if not isinstance(res, Mapping):
         errors.append(f"resources: must be a mapping with keys {list(RESOURCE_KEYS)}, got {res!r}")
     else:
         _unknown_keys(res, RESOURCE_KEYS, "resources.", errors)
-        cpu, gpu = res.get("cpu", 1), res.get("gpu", 0)
+        cpu, gpu = res.get("cpu", resources["cpu"]), res.get("gpu", resources["gpu"])
         if not _is_num(cpu) or cpu <= 0:
             errors.append(f"resources.cpu: must be a positive number, got {cpu!r}")
         if not _is_num(gpu) or gpu < 0:
@@ -524,7 +534,7 @@ def _validate_resources(raw: Mapping, errors: list[str]) -> tuple[dict[str, Any]
                               f"omit it to estimate from the trial's config), got {mem!r}")
             else:
                 resources["memory_gb"] = mem
-    max_failures = raw.get("max_failures", 2)
+    max_failures = raw.get("max_failures", _default("max_failures"))
     if not _is_int(max_failures) or max_failures < -1:
         errors.append(f"max_failures: must be an integer >= 0 (-1 = retry forever), got {max_failures!r}")
     return resources, max_failures
@@ -536,7 +546,7 @@ def _validate_comparison(raw: Mapping, datasets: list[str], fusions: list[str],
     """What `stats` compares: -> (baseline, metric, equivalence_margin, directions).
 
     labels: the variants' labels "encoder/pe/fusion" (None when the grid has errors)."""
-    baseline = raw.get("baseline", "add")
+    baseline = raw.get("baseline", _default("baseline"))
     if isinstance(baseline, str) and "/" in baseline:
         if labels is not None and baseline not in labels:
             errors.append(f"baseline: variant {baseline!r} is not one of this space's variants; "
@@ -547,7 +557,7 @@ def _validate_comparison(raw: Mapping, datasets: list[str], fusions: list[str],
     elif fusions and baseline not in fusions:
         errors.append(f"baseline: {baseline!r} is not in fusions {fusions}; the comparison "
                       f"needs the baseline's trials")
-    metric = raw.get("metric", "test_acc")
+    metric = raw.get("metric", _default("metric"))
     if metric not in METRICS:
         errors.append(f"metric: unknown metric {metric!r}; choose from {list(METRICS)}")
     margin = raw.get("equivalence_margin")

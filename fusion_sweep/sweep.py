@@ -37,13 +37,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, TextIO
 
-from fusion_sweep import signals, tracking
+from fusion_sweep import schema, signals, tracking
 from fusion_sweep.adaptive import AdaptiveSettings, AdaptiveState, next_round
 from fusion_sweep.diskwatch import DiskWatch
 from fusion_sweep.grid import GridPoint, format_grid, grid_hash, plan
 from fusion_sweep.progress import SweepProgress
 from fusion_sweep.ray_setup import check_ray_address, configure_ray_env, init_ray, resolve_storage
-from fusion_sweep.schema import ADAPTIVE, ERROR, FINISHED, IDENTITY_FIELDS, code_fingerprint
+from fusion_sweep.schema import (ADAPTIVE, ERROR, FINISHED, IDENTITY_FIELDS, LOOPBACK_HOSTS,
+                                 code_fingerprint)
 from fusion_sweep.space import SearchSpace, load_space
 from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.trial.data.registry import DATASETS
@@ -100,10 +101,10 @@ class SweepLock:
 def _node_tags() -> dict[str, str]:
     import ray
 
-    tags = {"fusion_sweep.hostname": socket.gethostname()}
+    tags = {schema.HOSTNAME: socket.gethostname()}
     if ray.is_initialized():
-        tags["fusion_sweep.node_id"] = ray.get_runtime_context().get_node_id()
-        tags["fusion_sweep.node_ip"] = ray.util.get_node_ip_address()
+        tags[schema.NODE_ID] = ray.get_runtime_context().get_node_id()
+        tags[schema.NODE_IP] = ray.util.get_node_ip_address()
     return tags
 
 
@@ -163,8 +164,8 @@ def run_trial(config: dict, *, ctx, configs: dict) -> None:
                            f"the driver's is {ctx.code_fingerprint}: install the same checkout "
                            f"on every node (cluster.yaml's file_mounts/setup_commands)")
     key = tc.trial_key(ctx.code_fingerprint)
-    tags = {**_node_tags(), "fusion_sweep.num_threads": str(tc.num_threads),
-            "fusion_sweep.ray_trial_id": tune.get_context().get_trial_id() or ""}
+    tags = {**_node_tags(), schema.NUM_THREADS: str(tc.num_threads),
+            schema.RAY_TRIAL_ID: tune.get_context().get_trial_id() or ""}
     run = tracking.TrialRun.open(ctx, tc, key, tags=tags)
     if run.finished:  # finished after Tune's last state snapshot: report, don't re-train
         tune.report({**run.final_metrics(), "trained": 0, "mlflow_run_id": run.run_id})
@@ -177,7 +178,7 @@ def run_trial(config: dict, *, ctx, configs: dict) -> None:
 
     try:
         result = train_trial(tc, callback=on_epoch)
-        run.log_result(result, {"peak_rss_mb": peak_rss_mb()})
+        run.log_result(result, {schema.PEAK_RSS: peak_rss_mb()})
     except BaseException as e:
         run.fail(e)
         raise
@@ -311,9 +312,9 @@ def _open_parent(pf: Preflight, out: TextIO):
         params={"space": space.source, "datasets": list(space.datasets),
                 "pes": list(space.pes), "fusions": list(space.fusions),
                 "variants": [dict(v) for v in space.variant_list()],
-                "seeds": list(space.seeds), "baseline": space.baseline,
-                "metric": space.metric, "equivalence_margin": space.equivalence_margin,
-                "directions": space.metric_directions(),
+                "seeds": list(space.seeds), schema.BASELINE_PARAM: space.baseline,
+                schema.METRIC_PARAM: space.metric, schema.MARGIN_PARAM: space.equivalence_margin,
+                schema.DIRECTIONS_PARAM: space.metric_directions(),
                 "resources.cpu": space.cpu, "resources.gpu": space.gpu,
                 "max_failures": space.max_failures})
     if pf.adaptive is not None:
@@ -379,10 +380,10 @@ def _run_sweep(pf: Preflight, auth: str, max_concurrent: int | None, verbose: bo
         if status == "FINISHED" and not summary.ok:
             status = "FAILED" if summary.failed or summary.tune_errors else "KILLED"
         artifacts = [Path(summary.results_csv)] if summary.results_csv else []
-        pf.tracker.finish_parent(ctx.parent_run_id, status, {
-            "trials_finished": summary.finished, "trials_failed": summary.failed,
-            "trials_trained_this_launch": summary.trained_now, "trials_retried": summary.retried,
-            "launch_seconds": time.time() - t0}, artifacts)
+        counts = (summary.finished, summary.failed, summary.trained_now, summary.retried,
+                  time.time() - t0)
+        pf.tracker.finish_parent(ctx.parent_run_id, status,
+                                 dict(zip(schema.PARENT_METRICS, counts)), artifacts)
     return summary
 
 
@@ -476,7 +477,8 @@ def _planned_actions(space: SearchSpace, points: list[GridPoint], name: str,
                      ) -> list[tuple[str, str]] | None:
     """Per grid point (action, detail), or None when the sweep has no MLflow record yet."""
     uri = tracking.resolve_tracking_uri(tracking_uri)
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+    db = tracking.sqlite_path(uri)
+    if db is not None and not db.is_file():
         return None
     tracking.check_tracking_uri(uri)
     tracker = tracking.SweepTracker(uri, experiment or space.experiment)
@@ -598,7 +600,7 @@ def _warn_resources(space: SearchSpace, uri: str, out: TextIO) -> None:
               f"CPU={res.get('CPU', 0):g}, GPU={res.get('GPU', 0):g} now; trials wait until an "
               f"autoscaler adds such a node", file=out)
     hosts = {n.get("NodeManagerAddress") for n in nodes}
-    loopback = urllib.parse.urlparse(uri).hostname in ("127.0.0.1", "localhost", "::1")
+    loopback = urllib.parse.urlparse(uri).hostname in LOOPBACK_HOSTS
     if len(hosts) > 1 and loopback:
         print(f"warning: the tracking URI {uri} is this machine's loopback address, but trials "
               f"also run on other machines ({len(hosts)} node IPs); give an address they can "

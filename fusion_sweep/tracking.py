@@ -38,12 +38,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # The schema's one home (tag names, fingerprints, identity): fusion_sweep.schema.
 from fusion_sweep.schema import (ATTEMPTS, CODE_FINGERPRINT, CODE_HISTORY,  # noqa: E402,F401
-                                 DEFAULT_EXPERIMENT, EPOCH_METRICS, ERROR, FINAL_METRICS,
+                                 DEFAULT_EXPERIMENT, DEVICE, EPOCH_EXTRA_METRICS, EPOCH_METRICS,
+                                 ERROR, FINAL_METRICS, MLFLOW_GIT_COMMIT, MLFLOW_NOTE, N_TRIALS,
+                                 PARENT_METRICS, RECONCILED,
                                  FINGERPRINT_TAGS, GIT_COMMIT, GRID_HASH, IDENTITY_FIELDS,
                                  IDENTITY_TAG,
                                  FINISHED, LAUNCH_ID, PARENT, ROLE, SWEEP, TRIAL_KEY, VERSION,
                                  code_fingerprint, default_tracking_uri, encode_param,
-                                 resolve_tracking_uri, run_of_key)
+                                 is_server, resolve_tracking_uri, run_of_key, server_unreachable,
+                                 sqlite_path)
 
 log = logging.getLogger(__name__)
 
@@ -55,22 +58,17 @@ def is_local_store(uri: str) -> bool:
 
 def check_tracking_uri(uri: str, timeout: float = 5.0) -> None:
     """Fail fast (ValueError) when the tracking store cannot be reached — before any trial."""
-    if uri.startswith(("http://", "https://")):
-        url = uri.rstrip("/") + "/health"
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as r:
-                if r.status != 200:
-                    raise OSError(f"HTTP {r.status}")
-        except (OSError, urllib.error.URLError) as e:
-            reason = getattr(e, "reason", e)
+    db = sqlite_path(uri)
+    if is_server(uri):
+        reason = server_unreachable(uri, timeout)
+        if reason is not None:
             raise ValueError(
                 f"MLflow tracking server {uri} is not reachable ({reason}). Start it (e.g. "
                 f"`mlflow server --host 127.0.0.1 --port 5000 --backend-store-uri "
                 f"sqlite:///mlflow.db`), fix --tracking-uri / MLFLOW_TRACKING_URI, or leave both "
                 f"unset to use the local store {default_tracking_uri()}"
             ) from None
-    elif uri.startswith("sqlite:///"):
-        db = Path(uri[len("sqlite:///"):])
+    elif db is not None:
         if not db.parent.is_dir() or not os.access(db.parent, os.W_OK):
             raise ValueError(f"tracking store {uri}: directory {db.parent} does not exist or is "
                              f"not writable")
@@ -246,9 +244,8 @@ class SweepTracker:
             return exp.experiment_id
         # A local store keeps artifacts next to mlflow.db; a server decides for itself
         # (`--serve-artifacts` proxies uploads from every node).
-        location = None
-        if self.tracking_uri.startswith("sqlite:///"):
-            location = (Path(self.tracking_uri[len("sqlite:///"):]).parent / "mlartifacts").as_uri()
+        db = sqlite_path(self.tracking_uri)
+        location = (db.parent / "mlartifacts").as_uri() if db is not None else None
         try:
             return self.client.create_experiment(self.experiment, artifact_location=location)
         except Exception:  # created concurrently
@@ -277,10 +274,10 @@ class SweepTracker:
         code = code or code_fingerprint()
         tags = {ROLE: "sweep", SWEEP: sweep, GRID_HASH: grid_hash, GIT_COMMIT: commit,
                 CODE_FINGERPRINT: code, CODE_HISTORY: code_history or code,
-                VERSION: fusion_sweep.__version__, "mlflow.source.git.commit": commit.split("-")[0],
-                "fusion_sweep.n_trials": str(n_trials)}
+                VERSION: fusion_sweep.__version__, MLFLOW_GIT_COMMIT: commit.split("-")[0],
+                N_TRIALS: str(n_trials)}
         if description:
-            tags["mlflow.note.content"] = description
+            tags[MLFLOW_NOTE] = description
         if run is None:
             run = self.client.create_run(self.experiment_id, run_name=sweep, tags=tags)
             from mlflow.entities import Param
@@ -304,7 +301,7 @@ class SweepTracker:
         self.client.set_terminated(run_id, status)
 
     def _next_step(self, run_id: str) -> int:
-        hist = self.client.get_metric_history(run_id, "trials_finished")
+        hist = self.client.get_metric_history(run_id, PARENT_METRICS[0])
         return max((m.step for m in hist), default=-1) + 1
 
     # trial runs ---------------------------------------------------------------------
@@ -358,7 +355,7 @@ class SweepTracker:
         killed = []
         for run in self.trial_runs(sweep):
             if run.info.status == "RUNNING":
-                self.client.set_tag(run.info.run_id, "fusion_sweep.reconciled",
+                self.client.set_tag(run.info.run_id, RECONCILED,
                                     "RUNNING at launch; its driver or node died")
                 self.client.set_terminated(run.info.run_id, "KILLED")
                 killed.append(run.info.run_id)
@@ -434,7 +431,7 @@ class TrialRun:
             GIT_COMMIT: ctx.git_commit, VERSION: fusion_sweep.__version__,
             CODE_FINGERPRINT: ctx.code_fingerprint,
             IDENTITY_TAG: json.dumps(config.identity(), sort_keys=True),
-            "mlflow.source.git.commit": ctx.git_commit.split("-")[0],
+            MLFLOW_GIT_COMMIT: ctx.git_commit.split("-")[0],
             ATTEMPTS: "1", **extra,
         }
         ident = c.identity()
@@ -450,8 +447,7 @@ class TrialRun:
 
         now = int(time.time() * 1000)
         values = {k: getattr(record, k) for k in EPOCH_METRICS}
-        values["epoch_seconds"] = record.seconds
-        values["epoch_tokens_per_second"] = record.tokens_per_second
+        values.update(zip(EPOCH_EXTRA_METRICS, (record.seconds, record.tokens_per_second)))
         _retry(self.client.log_batch, self.run_id, metrics=[
             Metric(k, float(v), now, int(record.epoch)) for k, v in values.items()])
 
@@ -468,7 +464,7 @@ class TrialRun:
             raise ValueError(f"TrialResult.metrics() lacks {missing}")
         tags = [RunTag(FINGERPRINT_TAGS[k], str(v)) for k, v in result.fingerprints.items()
                 if k in FINGERPRINT_TAGS]
-        tags.append(RunTag("fusion_sweep.device", result.device))
+        tags.append(RunTag(DEVICE, result.device))
         _retry(self.client.log_batch, self.run_id, tags=tags, metrics=[
             Metric(k, float(v), now, 0) for k, v in metrics.items()
             if v is not None and not (isinstance(v, float) and math.isnan(v))])
@@ -536,14 +532,6 @@ SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
 TRIALS_VIEW_ID = "fusion-sweep-trials"
 TRIALS_VIEW_NAME = "fusion-sweep: trials by sweep"
 UI_COLUMNS_METRICS = ("test_acc", "best_val_acc", "test_macro_f1", "train_seconds")
-
-
-def sqlite_path(uri: str) -> Path | None:
-    """The database file of a `sqlite:///PATH` URI (absolute: `sqlite:////abs/path.db`), else
-    None. Relative paths are taken from the current directory, as SQLAlchemy does."""
-    if not uri.startswith("sqlite:///"):
-        return None
-    return Path(uri[len("sqlite:///"):].split("?", 1)[0])
 
 
 def default_ui_store() -> str:

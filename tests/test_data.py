@@ -21,10 +21,16 @@ from fusion_sweep.trial.data import (
 )
 from fusion_sweep.trial.data import synthetic as syn
 from fusion_sweep.trial.data import tokenize as tok
-from fusion_sweep.trial.data.cache import read_entry, read_vocab, write_entry
+from fusion_sweep.trial.data.cache import read_entry, write_entry
 from fusion_sweep.trial.data.types import EncodedData
 
 HUB = sorted(n for n, s in DATASETS.items() if not s.generated)
+
+
+
+def read_vocab(path: Path) -> list[str]:
+    """The token list of a cache entry (index = id)."""
+    return (path / "vocab.txt").read_text(encoding="utf-8").splitlines()
 
 
 def cache_entry(name: str, *, data_dir: str = "", data_seed: int = 0, cache_dir: str = "",

@@ -32,7 +32,8 @@ UNSET: Any = None
 CHAIN_FIELDS = ("max_len", "d_model", "heads", "layers", "dim_ff", "dropout", "attn_dropout",
                 "activation", "norm_first", "gate_cnn_kernel", "batch_size", "epochs",
                 "optimizer", "lr", "weight_decay", "grad_clip", "patience", "min_delta")
-LAYERS = ("dataset defaults", "space all:", "space <dataset>:", "command line")
+# The last layer of the chain (`resolve_hyperparameters`), as `train --show-config` names it.
+COMMAND_LINE = "command line"
 
 
 class ConfigError(ValueError):
@@ -251,7 +252,7 @@ def resolve_hyperparameters(dataset: str, *, space_all: Mapping[str, Any] | None
     layers = (("dataset defaults", DATASETS[dataset].defaults()),
               ("space all:", space_all or {}),
               (f"space {dataset}:", space_dataset or {}),
-              ("command line", overrides or {}))
+              (COMMAND_LINE, overrides or {}))
     for layer, given in layers:
         unknown = sorted(set(given) - set(names))
         if unknown:

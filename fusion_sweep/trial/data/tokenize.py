@@ -25,10 +25,6 @@ TOKENIZER_VERSION = "lower-wsplit-v1"
 PAD, UNK = "<pad>", "<unk>"
 PAD_ID, UNK_ID = 0, 1
 
-# Incremented on every encode() call; tests use it to prove a cache hit skips tokenization.
-ENCODE_CALLS = 0
-
-
 @dataclass(frozen=True)
 class TokenizerSettings:
     """Everything that changes the produced ids; part of the cache key."""
@@ -80,8 +76,6 @@ def encode(texts: Sequence[str], vocab: Sequence[str]) -> tuple[np.ndarray, np.n
     Unknown tokens map to UNK_ID. A document with no tokens becomes a single <unk> so
     masked mean pooling always has at least one position to average over.
     """
-    global ENCODE_CALLS
-    ENCODE_CALLS += 1
     return _pack(_encode_python(texts, vocab), len(texts))
 
 
