@@ -645,7 +645,8 @@ def _validate_grid_points(datasets: list[str], variants: list[dict[str, Any]],
 def _validate_tune(t: Any, seeds: list[int], datasets: list[str], pes: list[str], baseline: str,
                    hparams: dict, allowed_fields: list[str], threads: int, errors: list[str],
                    base_errors: dict[str, set[str]]) -> HPSearchSpec | None:
-
+    """The `tune:` section: tuning seeds apart from the sweep's, a budget, a pe of the space,
+    and `search` ranges whose every probed value gives a valid trial."""
     if not isinstance(t, Mapping):
         errors.append(f"tune: must be a mapping with keys {list(TUNE_KEYS)}, got {t!r}")
         return None
@@ -666,43 +667,55 @@ def _validate_tune(t: Any, seeds: list[int], datasets: list[str], pes: list[str]
         errors.append(f"tune.pe: {pe!r} is not in pes {pes}")
 
     search = t.get("search") or {}
-    clean: dict[str, dict[str, list]] = {}
     if not isinstance(search, Mapping) or ("search" in t and not search):
         errors.append(f"tune.search: must be a non-empty mapping {{field: {{distribution: args}}}} "
                       f"with distributions {list(DISTRIBUTIONS)}")
         search = {}
+    # the trial the search tunes: the baseline fusion with the tuned pe, on every dataset
+    tune_pe = pe or (pes[0] if pes else TrialConfig.__dataclass_fields__["pe"].default)
+    bases = {d: {**hparams.get("all", {}), **hparams.get(d, {}), "fusion": baseline, "pe": tune_pe}
+             for d in datasets}
+    clean: dict[str, dict[str, list]] = {}
     for k, spec in search.items():
-        where = f"tune.search.{k}"
-        if k in RESERVED_FIELDS or k not in allowed_fields:
-            errors.append(f"{where}: not a tunable hyperparameter{_suggest(k, allowed_fields)}; "
-                          f"valid: {sorted(allowed_fields)}")
-            continue
-        if not isinstance(spec, Mapping) or len(spec) != 1:
-            errors.append(f"{where}: must be one {{distribution: args}} with distribution from "
-                          f"{list(DISTRIBUTIONS)}, got {spec!r}")
-            continue
-        (dist, args), = spec.items()
-        if dist not in DISTRIBUTIONS:
-            errors.append(f"{where}: unknown distribution {dist!r}{_suggest(dist, DISTRIBUTIONS)}; "
-                          f"choose from {list(DISTRIBUTIONS)}")
-            continue
-        kind = DISTRIBUTIONS[dist]
-        if not isinstance(args, list) or not args or not kind.valid(args):
-            errors.append(f"{where}.{dist}: expects {kind.expects}, got {args!r}")
-            continue
-        probes = kind.probes(args)
-        # every value the distribution can produce must make a valid trial config
-        tune_pe = pe or (pes[0] if pes else "sinusoidal")
-        for d in datasets:
-            base = {**hparams.get("all", {}), **hparams.get(d, {}), "fusion": baseline, "pe": tune_pe}
-            known = set(_build_errors(d, threads, base))  # reported elsewhere already
-            bad = [f"{where}.{dist}: value {v!r} gives an invalid trial ({d}): {m}"
-                   for v in probes for m in _build_errors(d, threads, {**base, k: v})
-                   if m not in known]
-            if bad:
-                errors.extend(bad)
-                break
-        clean[k] = {dist: list(args)}
+        entry = _validate_search_entry(k, spec, allowed_fields, bases, threads, errors)
+        if entry is not None:
+            clean[k] = entry
     if not _is_int(budget) or budget < 1:
         return None
     return HPSearchSpec(seeds=tuple(tseeds), budget=budget, search=clean, pe=pe)
+
+
+def _validate_search_entry(k: str, spec: Any, allowed_fields: list[str],
+                           bases: Mapping[str, Mapping[str, Any]], threads: int,
+                           errors: list[str]) -> dict[str, list] | None:
+    """One `tune.search` entry `field: {distribution: args}` -> itself, cleaned; None when
+    the field or the distribution is invalid. Every value the distribution can produce
+    (its probes) must make a valid trial config on every dataset."""
+    where = f"tune.search.{k}"
+    if k in RESERVED_FIELDS or k not in allowed_fields:
+        errors.append(f"{where}: not a tunable hyperparameter{_suggest(k, allowed_fields)}; "
+                      f"valid: {sorted(allowed_fields)}")
+        return None
+    if not isinstance(spec, Mapping) or len(spec) != 1:
+        errors.append(f"{where}: must be one {{distribution: args}} with distribution from "
+                      f"{list(DISTRIBUTIONS)}, got {spec!r}")
+        return None
+    (dist, args), = spec.items()
+    if dist not in DISTRIBUTIONS:
+        errors.append(f"{where}: unknown distribution {dist!r}{_suggest(dist, DISTRIBUTIONS)}; "
+                      f"choose from {list(DISTRIBUTIONS)}")
+        return None
+    kind = DISTRIBUTIONS[dist]
+    if not isinstance(args, list) or not args or not kind.valid(args):
+        errors.append(f"{where}.{dist}: expects {kind.expects}, got {args!r}")
+        return None
+    probes = kind.probes(args)
+    for d, base in bases.items():
+        known = set(_build_errors(d, threads, base))  # reported elsewhere already
+        bad = [f"{where}.{dist}: value {v!r} gives an invalid trial ({d}): {m}"
+               for v in probes for m in _build_errors(d, threads, {**base, k: v})
+               if m not in known]
+        if bad:
+            errors.extend(bad)
+            break
+    return {dist: list(args)}

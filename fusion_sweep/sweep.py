@@ -332,37 +332,18 @@ def _open_parent(pf: Preflight, out: TextIO):
 
 def _run_sweep(pf: Preflight, auth: str, max_concurrent: int | None, verbose: bool,
                out: TextIO) -> LaunchSummary:
-    """Train every grid point not FINISHED in MLflow; always close the parent run."""
+    """Train every grid point not FINISHED in MLflow, round by round (one round unless
+    adaptive seeding adds more); always close the parent run."""
     ctx, orphans = _open_parent(pf, out)
     summary = LaunchSummary(name=pf.name, total=len(pf.points), orphans_reconciled=len(orphans),
                             tracking_uri=pf.uri, experiment=pf.experiment,
                             parent_run_id=ctx.parent_run_id, experiment_path=pf.exp_path)
-    status, started_ray, t0 = "FAILED", False, time.time()
+    driver = _Driver(pf, auth, ctx, max_concurrent, verbose, out)
+    status, t0 = "FAILED", time.time()
     batch, round_no = list(pf.points), 0
     try:
         while batch:
-            pending = [p for p in batch
-                       if pf.tracker.trial_status(pf.name, p.key)[0] != FINISHED]
-            if not pending:
-                print(f"all {len(batch)} trials of sweep {pf.name!r}"
-                      f"{' in this round' if pf.adaptive else ''} already finished: nothing "
-                      f"to run", file=out)
-            else:
-                if len(pending) < len(batch):
-                    print(f"resuming sweep {pf.name!r}: {len(batch) - len(pending)} of "
-                          f"{len(batch)} trials already finished (found by trial key in "
-                          f"MLflow); {len(pending)} to train", file=out)
-                if not started_ray:
-                    started_ray = init_ray(pf.address, out)
-                    signals.reclaim()
-                    _warn_resources(pf.space, pf.uri, out)
-                    print(f"MLflow: {pf.uri} (experiment {pf.experiment!r}); Ray auth: {auth}",
-                          file=out)
-                with _disk_watch(pf, out):
-                    results = _run_tuner(pf.space, pending, pf.exp_path, ctx, max_concurrent,
-                                         verbose, out, round_no)
-                summary.tune_errors += [error_reason(e) for e in results.errors]
-                _fail_dead_trials(results, pf)
+            summary.tune_errors += driver.train(batch, round_no)
             batch = _next_round(pf, out) if pf.adaptive is not None else []
             pf.points.extend(batch)
             round_no += 1
@@ -372,19 +353,62 @@ def _run_sweep(pf: Preflight, auth: str, max_concurrent: int | None, verbose: bo
         status = "KILLED"
         print("\ninterrupted: run the same command again to resume", file=out)
     finally:
-        if started_ray or pf.address is not None:
+        if driver.started_ray or pf.address is not None:
             import ray
 
             ray.shutdown()  # a no-op when Ray never started
-        _summarize(summary, pf.tracker, pf.points, ctx, out)
-        if status == "FINISHED" and not summary.ok:
-            status = "FAILED" if summary.failed or summary.tune_errors else "KILLED"
-        artifacts = [Path(summary.results_csv)] if summary.results_csv else []
-        counts = (summary.finished, summary.failed, summary.trained_now, summary.retried,
-                  time.time() - t0)
-        pf.tracker.finish_parent(ctx.parent_run_id, status,
-                                 dict(zip(schema.PARENT_METRICS, counts)), artifacts)
+        _close_parent(pf, summary, ctx, status, t0, out)
     return summary
+
+
+class _Driver:
+    """Runs one round's grid points on Ray Tune, starting Ray the first time it is needed."""
+
+    def __init__(self, pf: Preflight, auth: str, ctx: tracking.TrackingContext,
+                 max_concurrent: int | None, verbose: bool, out: TextIO) -> None:
+        self.pf, self.auth, self.ctx, self.out = pf, auth, ctx, out
+        self.max_concurrent, self.verbose = max_concurrent, verbose
+        self.started_ray, self.ray_up = False, False
+
+    def train(self, batch: list[GridPoint], round_no: int) -> list[str]:
+        """Train the points of `batch` not FINISHED in MLflow; returns Tune's error lines."""
+        pf, out = self.pf, self.out
+        pending = [p for p in batch if pf.tracker.trial_status(pf.name, p.key)[0] != FINISHED]
+        if not pending:
+            print(f"all {len(batch)} trials of sweep {pf.name!r}"
+                  f"{' in this round' if pf.adaptive else ''} already finished: nothing "
+                  f"to run", file=out)
+            return []
+        if len(pending) < len(batch):
+            print(f"resuming sweep {pf.name!r}: {len(batch) - len(pending)} of "
+                  f"{len(batch)} trials already finished (found by trial key in "
+                  f"MLflow); {len(pending)} to train", file=out)
+        if not self.ray_up:
+            self.started_ray = init_ray(pf.address, out)
+            self.ray_up = True
+            signals.reclaim()
+            _warn_resources(pf.space, pf.uri, out)
+            print(f"MLflow: {pf.uri} (experiment {pf.experiment!r}); Ray auth: {self.auth}",
+                  file=out)
+        with _disk_watch(pf, out):
+            results = _run_tuner(pf.space, pending, pf.exp_path, self.ctx, self.max_concurrent,
+                                 self.verbose, out, round_no)
+        errors = [error_reason(e) for e in results.errors]
+        _fail_dead_trials(results, pf)
+        return errors
+
+
+def _close_parent(pf: Preflight, summary: LaunchSummary, ctx: tracking.TrackingContext,
+                  status: str, t0: float, out: TextIO) -> None:
+    """Fill the summary from MLflow, then end the parent run with the sweep's outcome."""
+    _summarize(summary, pf.tracker, pf.points, ctx, out)
+    if status == "FINISHED" and not summary.ok:
+        status = "FAILED" if summary.failed or summary.tune_errors else "KILLED"
+    artifacts = [Path(summary.results_csv)] if summary.results_csv else []
+    counts = (summary.finished, summary.failed, summary.trained_now, summary.retried,
+              time.time() - t0)
+    pf.tracker.finish_parent(ctx.parent_run_id, status,
+                             dict(zip(schema.PARENT_METRICS, counts)), artifacts)
 
 
 def _next_round(pf: Preflight, out: TextIO) -> list[GridPoint]:

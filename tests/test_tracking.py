@@ -361,3 +361,37 @@ def test_code_fingerprint_includes_a_new_file_and_only_the_trial_folder(trial_co
     (copy / "models" / "newpe.py").write_text('"""A new numeric module."""\nSCALE = 2.0\n')
     assert schema.source_fingerprint(copy) != fp
     assert schema.NUMERIC_SOURCE == "trial" and TRIAL.parent.name == "fusion_sweep"
+
+
+# ------------------------------------------------------------- the run of a trial key
+def _fake_run(key: str, status: str, start: int, run_id: str):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(info=SimpleNamespace(status=status, start_time=start, run_id=run_id),
+                           data=SimpleNamespace(tags={tracking.TRIAL_KEY: key}))
+
+
+@pytest.mark.parametrize("runs, chosen", [
+    ([("FAILED", "a"), ("FINISHED", "b"), ("FINISHED", "c")], "b"),  # the oldest FINISHED
+    ([("KILLED", "a"), ("FAILED", "b")], "b"),  # none finished: the newest
+    ([("FINISHED", "a"), ("RUNNING", "b")], "a"),
+])
+def test_every_reader_takes_the_same_run_of_a_trial_key(runs, chosen, monkeypatch):
+    """The resume rule (SweepTracker.trial_status), the launch summary (runs_by_key), the
+    adaptive values (finished_values), re-attaching (TrialRun.find) and `stats`
+    (analysis.mlflow_io.runs_of_keys) all pick one run per key by schema.run_of_key."""
+    from fusion_sweep.analysis.mlflow_io import runs_of_keys
+
+    fakes = [_fake_run("k1", st, i, rid) for i, (st, rid) in enumerate(runs)]
+    assert [r.info.run_id for r in runs_of_keys(list(reversed(fakes)))] == [chosen]
+    tracker = object.__new__(tracking.SweepTracker)
+    tracker._by_key = {}
+    monkeypatch.setattr(tracker, "trial_runs", lambda sweep: fakes, raising=False)
+    assert tracker.trial_status("s", "k1")[1] == chosen
+    assert tracker.runs_by_key("s")["k1"].info.run_id == chosen
+
+    class Client:
+        def search_runs(self, *a, **kw):
+            return fakes
+    ctx = tracking.TrackingContext("sqlite:///x.db", "0", "p", "s", "c", "g", "l")
+    assert tracking.TrialRun.find(ctx, "k1", Client()).info.run_id == chosen

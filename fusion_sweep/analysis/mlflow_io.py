@@ -32,7 +32,7 @@ import pandas as pd
 from fusion_sweep.schema import (
     ADAPTIVE, BASELINE_PARAM, CODE_FINGERPRINT, DIRECTIONS_PARAM, MARGIN_PARAM, METRIC_PARAM, DEFAULT_EXPERIMENT, FINGERPRINT_TAGS, IDENTITY_FIELDS, IDENTITY_TAG,
     PARENT, ROLE, SWEEP, TRIAL_KEY, decode_param, encode_param, is_server, resolve_tracking_uri,
-    server_unreachable, sqlite_path,
+    run_of_key, server_unreachable, sqlite_path,
 )
 
 from fusion_sweep.analysis.load import rows_to_frame
@@ -129,6 +129,16 @@ def trial_row(run: Any) -> dict:
     return row
 
 
+def runs_of_keys(runs: list[Any]) -> list[Any]:
+    """One run per trial key, chosen by the resume rule's `schema.run_of_key` (the oldest
+    FINISHED run, else the newest), so `stats` reads the runs `launch` resumed from and
+    counted; runs without a key are kept as they are."""
+    by_key: dict[str, list[Any]] = {}
+    for r in sorted(runs, key=lambda r: r.info.start_time or 0):  # oldest first
+        by_key.setdefault(r.data.tags.get(TRIAL_KEY) or r.info.run_id, []).append(r)
+    return [run_of_key(rs, lambda r: r.info.status) for rs in by_key.values()]
+
+
 def load_sweep(
     tracking_uri: str | None, experiment: str | None, sweep: str | None,
 ) -> tuple[pd.DataFrame, dict, list[dict]]:
@@ -138,7 +148,7 @@ def load_sweep(
     exp, parent = find_sweep(client, experiment, sweep)
     children = _search_all(client, exp.experiment_id,
                            f"tags.`{PARENT}` = '{parent.info.run_id}'")
-    trials = [r for r in children if r.data.tags.get(ROLE) == "trial"]
+    trials = runs_of_keys([r for r in children if r.data.tags.get(ROLE) == "trial"])
     rows = [trial_row(r) for r in trials]
     complete = [r for r in rows if all(r[k] is not None for k in REQUIRED_IDENTITY)]
     warnings = []
