@@ -48,6 +48,8 @@ from fusion_sweep.schema import (ADAPTIVE, ERROR, FINISHED, IDENTITY_FIELDS, LOO
 from fusion_sweep.space import SearchSpace, load_space
 from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.trial.data.registry import DATASETS
+from fusion_sweep.trial.data.synthetic import SyntheticParams
+from fusion_sweep.trial.data.tokenize import TokenizerSettings
 from fusion_sweep.trial.models.encoder import ENCODERS
 from fusion_sweep.trial.trainer import train_trial
 
@@ -602,7 +604,8 @@ def trial_memory_bytes(space: SearchSpace, config: Any) -> int:
         return int(space.memory_gb * 2**30)
     c = config
     spec = DATASETS[c.dataset]
-    vocab = int(spec.synthetic.get("filler_vocab", 500)) + 64 if spec.generated else 50_000
+    vocab = SyntheticParams.from_mapping(spec.synthetic).filler_vocab + 64 if spec.generated \
+        else TokenizerSettings.max_size  # the vocabulary cap
     params = vocab * c.d_model + c.layers * (4 * c.d_model ** 2 + 2 * c.d_model * c.dim_ff) \
         + 3 * c.d_model ** 2 + c.max_len * c.d_model
     if space.gpu > 0:

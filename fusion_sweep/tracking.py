@@ -50,6 +50,10 @@ from fusion_sweep.schema import (ATTEMPTS, CODE_FINGERPRINT, CODE_HISTORY,  # no
 
 log = logging.getLogger(__name__)
 
+# A local store keeps its runs' artifacts in this folder next to its database file (the
+# sweep's experiment and the `fusion-sweep ui` server agree on it).
+LOCAL_ARTIFACTS = "mlartifacts"
+
 
 # ------------------------------------------------------------------ where runs go
 def is_local_store(uri: str) -> bool:
@@ -245,7 +249,7 @@ class SweepTracker:
         # A local store keeps artifacts next to mlflow.db; a server decides for itself
         # (`--serve-artifacts` proxies uploads from every node).
         db = sqlite_path(self.tracking_uri)
-        location = (db.parent / "mlartifacts").as_uri() if db is not None else None
+        location = (db.parent / LOCAL_ARTIFACTS).as_uri() if db is not None else None
         try:
             return self.client.create_experiment(self.experiment, artifact_location=location)
         except Exception:  # created concurrently
@@ -649,7 +653,7 @@ class UIServer:
         self.store, self.host, self.port, self.quiet = store, host, port, quiet
         if artifacts is None:
             db = sqlite_path(store)
-            artifacts = (db.resolve().parent if db is not None else Path.cwd()) / "mlartifacts"
+            artifacts = (db.resolve().parent if db is not None else Path.cwd()) / LOCAL_ARTIFACTS
         self.artifacts = artifacts
         self.proc: subprocess.Popen | None = None
 

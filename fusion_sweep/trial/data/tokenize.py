@@ -48,7 +48,8 @@ def split_words(text: str) -> list[str]:
 
 
 # --------------------------------------------------------------------------- vocabulary
-def build_vocab(texts: Sequence[str], *, min_freq: int = 2, max_size: int = 50_000) -> list[str]:
+def build_vocab(texts: Sequence[str], *, min_freq: int = TokenizerSettings.min_freq,
+                max_size: int = TokenizerSettings.max_size) -> list[str]:
     """Token list; a token's id is its index. Call on the TRAIN split only."""
     if max_size < 2:
         raise ValueError(f"max_size must be >= 2 (for {PAD} and {UNK}), got {max_size}")
