@@ -49,12 +49,17 @@ def variant_label(identity: Mapping[str, Any]) -> str:
     return "/".join(str(identity[k]) for k in VARIANT_FIELDS)
 
 
+def shown(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Identity fields as messages and labels show them: the encoder is left out when it is
+    DEFAULT_ENCODER (every trial before the encoder axis ran it; naming it is noise)."""
+    return {k: v for k, v in fields.items() if not (k == "encoder" and v == DEFAULT_ENCODER)}
+
+
 def trial_label(identity: Mapping[str, Any]) -> str:
-    """One trial in messages: "dataset/[encoder/]pe/fusion/seed N"; the encoder is left out
-    when it is DEFAULT_ENCODER (or absent: inputs from before the encoder axis)."""
-    enc = identity.get("encoder", DEFAULT_ENCODER)
-    enc = "" if enc == DEFAULT_ENCODER else f"{enc}/"
-    return f"{identity['dataset']}/{enc}{identity['pe']}/{identity['fusion']}/seed {identity['seed']}"
+    """One trial in messages: "dataset/[encoder/]pe/fusion/seed N" (`shown`: the default
+    encoder, or none at all in inputs from before the encoder axis, is left out)."""
+    named = shown({k: identity[k] for k in IDENTITY_FIELDS if k in identity or k != "encoder"})
+    return "/".join(str(v) if k != "seed" else f"seed {v}" for k, v in named.items())
 
 
 # ------------------------------------------------------------------------- fingerprints
