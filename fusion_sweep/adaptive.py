@@ -34,11 +34,10 @@ from typing import Any, Mapping, TextIO
 import numpy as np
 
 from fusion_sweep.analysis.sequential import DEFAULT_MAX_SEEDS, DEFAULT_SEED_BATCH, stopping_rule
+from fusion_sweep.analysis.settings import DEFAULT_ALPHA
 from fusion_sweep.analysis.variants import Variant, parse_baseline
 from fusion_sweep.grid import GridPoint, points_of
 from fusion_sweep.space import SearchSpace
-
-DEFAULT_ALPHA = 0.05
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from fusion_sweep.analysis.settings import DEFAULT_BASELINE, DEFAULT_METRIC
 from fusion_sweep.schema import (DEFAULT_EXPERIMENT, DIRECTIONS, IDENTITY_FIELDS,
                                  METRIC_DIRECTIONS)
 from fusion_sweep.space_files import SPACE_DIR, shipped_spaces
@@ -156,8 +157,8 @@ class SearchSpace:
     hyperparameters: dict[str, dict[str, Any]] = field(default_factory=dict)
     resources: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RESOURCES))
     max_failures: int = 2
-    baseline: str = "add"
-    metric: str = "test_acc"
+    baseline: str = DEFAULT_BASELINE  # `stats`' defaults: one home (analysis/settings.py)
+    metric: str = DEFAULT_METRIC
     equivalence_margin: float | dict[str, float] | None = None
     directions: dict[str, str] = field(default_factory=dict)  # on top of METRIC_DIRECTIONS
     experiment: str = DEFAULT_EXPERIMENT
