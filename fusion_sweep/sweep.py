@@ -562,7 +562,7 @@ def _local_gpus() -> int:
 
 def _check_local_resources(space: SearchSpace, points: list[GridPoint]) -> None:
     """Refuse, before Ray starts, a space whose trial needs more than this machine has: the
-    local instance is sized to it (`_init_ray`), so such a trial could never start."""
+    local instance is sized to it (`ray_setup.init_ray`), so such a trial could never start."""
     ncpu = os.cpu_count() or 1
     ngpu = _local_gpus() if space.gpu > 0 else 0
     if space.cpu > ncpu or space.gpu > ngpu:
