@@ -4,13 +4,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fusion_sweep import __version__
+from fusion_sweep import __version__, cli_sweep, cli_train
+from fusion_sweep.analysis import cli as stats_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fusion_sweep.analysis import cli as stats_cli
-    from fusion_sweep import cli_sweep, cli_train
-
     parser = argparse.ArgumentParser(
         prog="fusion-sweep",
         description="Does the way positional encodings are fused with token embeddings change "

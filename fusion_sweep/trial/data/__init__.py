@@ -23,6 +23,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from fusion_sweep.trial.data import synthetic
 from fusion_sweep.trial.data.cache import cache_root, content_key, entry_path, get_or_build
 from fusion_sweep.trial.data.hub import DatasetUnavailableError, RawSplits, Source, open_source
 from fusion_sweep.trial.data.registry import DATASETS, DatasetSpec, get_spec
@@ -105,8 +106,6 @@ def _open(spec: DatasetSpec, data_dir: str, data_seed: int,
 
 def _synthetic_source(spec: DatasetSpec, data_seed: int,
                       overrides: Mapping[str, Any] | None) -> Source:
-    from fusion_sweep.trial.data import synthetic
-
     params = synthetic.SyntheticParams.from_mapping({**spec.synthetic, **(overrides or {})})
     identity = {"kind": "synthetic", "generator": synthetic.GENERATOR_VERSION,
                 "params": dataclasses.asdict(params)}
