@@ -25,6 +25,7 @@ import numpy as np
 
 from fusion_sweep.trial.data.cache import cache_root, content_key, entry_path, get_or_build
 from fusion_sweep.trial.data.hub import DatasetUnavailableError, RawSplits, Source, open_source
+from fusion_sweep.trial.data.package import package_source
 from fusion_sweep.trial.data.registry import DATASETS, DatasetSpec, get_spec
 from fusion_sweep.trial.data.tokenize import PAD_ID, UNK_ID, TokenizerSettings, build_vocab, encode
 from fusion_sweep.trial.data.types import EncodedData, EncodedSplit
@@ -61,7 +62,7 @@ def _plan(name: str, data_dir: str, data_seed: int, cache_dir: str, limit_train:
     """Validate the arguments, open the raw source and name its cache entry."""
     spec = get_spec(name)
     _check_args(spec, data_dir, data_seed, limit_train, limit_eval, synthetic_overrides)
-    source = _open(spec, data_dir, data_seed, synthetic_overrides)
+    source = _open(spec, data_dir, data_seed, cache_dir, synthetic_overrides)
     key = content_key({"dataset": name, "num_classes": spec.num_classes, "source": source.identity,
                        "tokenizer": TokenizerSettings().key(), "data_seed": data_seed,
                        "validation": [spec.val_split, VAL_FRACTION], "pipeline": PIPELINE_VERSION})
@@ -76,7 +77,7 @@ def _check_args(spec: DatasetSpec, data_dir: str, data_seed: int, limit_train: i
             raise ValueError(f"{field} must be a non-negative integer, got {v!r}")
     if spec.generated and data_dir:
         hub = sorted(n for n, s in DATASETS.items() if not s.generated)
-        raise ValueError(f"data_dir applies only to hub datasets {hub}; dataset {spec.name!r} is "
+        raise ValueError(f"data_dir applies only to hub and package datasets {hub}; dataset {spec.name!r} is "
                          f"generated from data_seed")
     if not spec.generated and synthetic_overrides:
         raise ValueError(f"synthetic_overrides apply only to synthetic datasets, not {spec.name!r}")
@@ -96,10 +97,12 @@ def check_split(dataset: str, split: str, labels: np.ndarray, num_classes: int) 
 
 
 # --------------------------------------------------------------------------- building
-def _open(spec: DatasetSpec, data_dir: str, data_seed: int,
+def _open(spec: DatasetSpec, data_dir: str, data_seed: int, cache_dir: str,
           synthetic_overrides: Mapping[str, Any] | None) -> Source:
     if spec.generated:
         return _synthetic_source(spec, data_seed, synthetic_overrides)
+    if spec.kind == "package":
+        return package_source(spec, data_dir, data_seed, cache_dir)
     return open_source(spec, data_dir)
 
 
