@@ -11,7 +11,8 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "train", help="train and evaluate one (dataset, encoder, pe, fusion, seed) trial",
         description="Train one trial with the dataset's fixed hyperparameters (see `--show-config`).")
-    p.add_argument("--dataset", required=True, help="dataset name (see `--dataset list`)")
+    p.add_argument("--dataset", required=True,
+                   help="dataset name; `--dataset list` prints them all (as `fusion-sweep datasets`)")
     p.add_argument("--encoder", default="standard",
                    help="encoder body: standard or ressformer (its switches and hyperparameters "
                         "are ordinary config fields: --override soes=false iterations=2)")
@@ -40,6 +41,10 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.dataset == "list":
+        from fusion_sweep.cli_datasets import print_listing
+
+        return print_listing(args.json)
     from fusion_sweep.trial.config import TrialConfig, resolve_hyperparameters
 
     overrides = parse_overrides(args.override)

@@ -99,6 +99,13 @@ GRID_HASH = "fusion_sweep.grid_hash"
 ATTEMPTS = "fusion_sweep.attempts"
 LAUNCH_ID = "fusion_sweep.launch_id"
 ERROR = "fusion_sweep.error"
+# Trial-run tags the claims report reads (TrialConfig.label_tags): what the dataset's label
+# depends on ("order" / "content" / "both") and how much token order the model sees ("none" /
+# "segments" / "tokens"). A claim whose arm cannot see order, on an order-only dataset, is not
+# testable there. Read back as the columns LABEL_COLUMNS of the tidy table.
+LABEL_DEPENDS_TAG = "fusion_sweep.label_depends"
+ORDER_ACCESS_TAG = "fusion_sweep.order_access"
+LABEL_COLUMNS: tuple[str, ...] = ("label_depends", "order_access")
 # Parent-run tag of an adaptive sweep (`launch --until-decided`): JSON {max_seeds, seed_batch,
 # alpha}. `stats` then reports the sequential decisions and labels fixed-n tests descriptive.
 ADAPTIVE = "fusion_sweep.adaptive"

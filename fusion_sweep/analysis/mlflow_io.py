@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from typing import Any
 import pandas as pd
 from fusion_sweep.schema import (
     ADAPTIVE, CODE_FINGERPRINT, DEFAULT_EXPERIMENT, FINGERPRINT_TAGS, IDENTITY_FIELDS, IDENTITY_TAG,
-    PARENT, ROLE, SWEEP, TRIAL_KEY, decode_param, encode_param, resolve_tracking_uri,
+    LABEL_DEPENDS_TAG, ORDER_ACCESS_TAG, PARENT, ROLE, SWEEP, TRIAL_KEY, decode_param, encode_param, resolve_tracking_uri,
 )
 
 from fusion_sweep.analysis.load import rows_to_frame
@@ -128,6 +129,7 @@ def trial_row(run: Any) -> dict:
                 "trial_key": tags.get(TRIAL_KEY),
                 "code_fingerprint": tags.get(CODE_FINGERPRINT)})
     row.update({f"fp_{name}": tags.get(tag) for name, tag in FINGERPRINT_TAGS.items()})
+    row.update(label_depends=tags.get(LABEL_DEPENDS_TAG), order_access=tags.get(ORDER_ACCESS_TAG))
     return row
 
 
@@ -241,7 +243,8 @@ def log_stats_run(source: dict, report_dir: str | Path, report: Any) -> str:
         if report.claims is not None:  # per claim test: how many support the paper, ...
             support = pd.Series([t["support"] for t in report.claims["tests"]], dtype=object)
             for v in SUPPORT_STATES:
-                client.log_metric(rid, f"n_claims_{v.lower().replace(' ', '_')}",
+                # MLflow metric names allow no parentheses: "not testable here (…)"
+                client.log_metric(rid, "n_claims_" + re.sub(r"[^0-9a-z]+", "_", v.lower()).strip("_"),
                                   int((support == v).sum()))
         client.log_artifacts(rid, str(report_dir))
     except Exception:
