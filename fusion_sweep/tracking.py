@@ -44,6 +44,8 @@ from fusion_sweep.schema import (ATTEMPTS, CODE_FINGERPRINT, CODE_HISTORY,  # no
                                  LAUNCH_ID, PARENT, ROLE, SWEEP, TRIAL_KEY, VERSION,
                                  code_fingerprint, default_tracking_uri, encode_param,
                                  resolve_tracking_uri)
+from fusion_sweep.schema import KNOWN_DATASETS, PLATFORM_FIELD_TAGS  # noqa: E402
+from fusion_sweep.trial.data.registry import DATASETS  # noqa: E402  (stdlib only)
 
 log = logging.getLogger(__name__)
 
@@ -273,7 +275,8 @@ class SweepTracker:
         tags = {ROLE: "sweep", SWEEP: sweep, GRID_HASH: grid_hash, GIT_COMMIT: commit,
                 CODE_FINGERPRINT: code, CODE_HISTORY: code_history or code,
                 VERSION: fusion_sweep.__version__, "mlflow.source.git.commit": commit.split("-")[0],
-                "fusion_sweep.n_trials": str(n_trials)}
+                "fusion_sweep.n_trials": str(n_trials),
+                KNOWN_DATASETS: json.dumps(sorted(DATASETS))}
         if description:
             tags["mlflow.note.content"] = description
         if run is None:
@@ -435,6 +438,9 @@ class TrialRun:
         tags = [RunTag(FINGERPRINT_TAGS[k], str(v)) for k, v in result.fingerprints.items()
                 if k in FINGERPRINT_TAGS]
         tags.append(RunTag("fusion_sweep.device", result.device))
+        # The platform's fields, readable (its hash is the fp.platform fingerprint above).
+        tags += [RunTag(PLATFORM_FIELD_TAGS[k], str(v)) for k, v in result.platform.items()
+                 if k in PLATFORM_FIELD_TAGS]
         _retry(self.client.log_batch, self.run_id, tags=tags, metrics=[
             Metric(k, float(v), now, 0) for k, v in metrics.items()
             if v is not None and not (isinstance(v, float) and math.isnan(v))])

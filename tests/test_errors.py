@@ -42,6 +42,8 @@ FILES: dict[str, str | bytes] = {
     "neg-seeds.yaml": SMOKE_OK.replace("seeds: [0, 1]", "seeds: [0, -3]"),
     "incompatible.yaml": SMOKE_OK.replace("pes: [sinusoidal]", "pes: [alibi]"),
     "too-big.yaml": SMOKE_OK + "resources: {cpu: 4096, gpu: 64}\n",
+    "bad-pin.yaml": SMOKE_OK + "resources: {accelerator_type: 'A 10G', node_label: g5}\n",
+    "gpu-pin.yaml": SMOKE_OK + "resources: {accelerator_type: A10G}\n",
     "dotdot-name.yaml": SMOKE_OK.replace("name: x", "name: '..'"),
     "slash-name.yaml": SMOKE_OK.replace("name: x", "name: a/b"),
     "no-tune.yaml": SMOKE_OK,
@@ -174,6 +176,15 @@ CASES: list[Case] = [
        lambda e: ["launch", e.f("too-big.yaml")],
        r"resources: one trial needs cpu=4096, gpu=64, but the local Ray instance has this "
        r"machine's CPU=\d+, GPU=\d+, so no trial could ever start"),
+    _c("launch-bad-pin", "launch", "`resources` pin that is not a Ray accelerator type / node label",
+       lambda e: ["launch", e.f("bad-pin.yaml")],
+       r"2 errors in search space .*bad-pin\.yaml:\n  - .*resources\.accelerator_type: must "
+       r"be a Ray accelerator type, e\.g\. 'A10G'.*got 'A 10G'\n  - .*resources\.node_label: "
+       r"must be a non-empty mapping of Ray node labels.*got 'g5'"),
+    _c("launch-pin-local", "launch", "`resources.accelerator_type` with local Ray and no GPU",
+       lambda e: ["launch", e.f("gpu-pin.yaml")],
+       r"resources\.accelerator_type: 'A10G' pins every trial to nodes with that GPU, but the "
+       r"local Ray instance is this machine, which has no GPU, so no trial could ever start"),
     _c("launch-tracking-ftp", "launch", "`--tracking-uri` with an unknown scheme (ftp)",
        lambda e: ["launch", "smoke", "--tracking-uri", "ftp://x"],
        r"tracking URI 'ftp://x': unsupported scheme 'ftp'; use an http\(s\):// MLflow server or "

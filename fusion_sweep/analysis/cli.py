@@ -155,6 +155,7 @@ def _run(args: argparse.Namespace) -> int:
     from fusion_sweep.analysis.report import analyze  # heavy imports after argument parsing
     settings_from(args)  # flags first: a bad --alpha fails before any I/O
     df, source, load_warnings = _load(args)
+    _check_datasets(args, df, source)
     settings = settings_from(args, source.get("space"))
     report = analyze(df, settings, source, extra_warnings=load_warnings)
     if args.format == "json":
@@ -166,6 +167,27 @@ def _run(args: argparse.Namespace) -> int:
         print(format_text(report), end="")
     _write_outputs(args, report, source)
     return 0
+
+
+def _check_datasets(args: argparse.Namespace, df, source: dict) -> None:
+    """A --dataset the sweep lacks: say whether the name is known and where it is."""
+    missing = [d for d in args.dataset if d not in set(df["dataset"])]
+    if not missing or source.get("kind") != "mlflow":
+        return  # a results file: select() names the values present
+    d = missing[0]
+    present = ", ".join(sorted(set(df["dataset"])))
+    known = source.get("known_datasets")  # None: a sweep launched before the tag existed
+    if known is not None and d not in known:
+        raise AnalysisError(f"unknown --dataset {d!r}; choose from {sorted(known)} "
+                            f"(sweep {source['sweep']!r} has {present})")
+    from fusion_sweep.analysis.mlflow_io import sweeps_with_dataset
+    others = sweeps_with_dataset(args.tracking_uri, args.experiment, d)
+    where = (f"{d} is a known dataset but sweep {source['sweep']!r} has none"
+             if known is not None else f"sweep {source['sweep']!r} has no {d} trials")
+    raise AnalysisError(f"{where} (it has {present}); sweeps with {d}: "
+                        f"{', '.join(others) or 'none'}"
+                        + (f" (pass --sweep {others[0]})" if others else
+                           " (launch a search space that lists it under `datasets`)"))
 
 
 def _load(args: argparse.Namespace) -> tuple:

@@ -44,6 +44,7 @@ from fusion_sweep.analysis.chance import arm_state, chance_level, chance_tests, 
 from fusion_sweep.analysis.load import select
 from fusion_sweep.analysis.claims import evaluate, get_claim_set
 from fusion_sweep.analysis.pairing import Paired, pair_trials, supersede, usable_values
+from fusion_sweep.analysis.platforms import platform_warnings, platforms_of
 from fusion_sweep.analysis.regimes import Regime, interaction_tests, lengths_known, regimes_for
 from fusion_sweep.analysis.schema import (
     ARM_KEYS, BETTER, COMPARISON_KEYS, COST_METRICS, DEFAULT_ENCODER, DESCRIPTIVE_LABEL,
@@ -155,6 +156,7 @@ def analyze(
     for metric in settings.metrics:  # an unknown direction fails before any statistics
         settings.higher_is_better(metric)
     df, superseded = supersede(df, source.get("code_fingerprint"))
+    source = {**source, "platforms": platforms_of(df)}  # named in the report's source line
     regimes, regime_warns = regimes_for(df)
     pairing = pair_trials(df, list(settings.metrics), axis, settings.pairs)
     dropped = superseded + pairing.dropped
@@ -170,7 +172,10 @@ def analyze(
     _holm_and_verdicts(comps, settings)
     tests, inter_warns = interaction_tests(comps, regimes, settings.alpha, axis)
     warnings = (_design_warnings(comps, settings) + _not_learned_warnings(comps, axis)
-                + _code_mismatch_warning(pairing.dropped, axis) + pairing.warnings
+                + _code_mismatch_warning(pairing.dropped, axis)
+                + platform_warnings(source["platforms"], pairing.dropped,
+                                    lambda d: where(d, axis))
+                + pairing.warnings
                 + regime_warns + chance_warns + _margin_warnings(comps, settings)
                 + list(extra_warnings or []) + _degenerate_warnings(comps, axis)
                 + _dropped_warning(dropped) + inter_warns)

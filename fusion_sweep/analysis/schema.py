@@ -18,6 +18,9 @@ fp_dropout         str|NA    dropout-stream fingerprint (optional)
 fp_encoder_init    str|NA    encoder-body initial weights (optional; compared only between
                              two trials with the same encoder label)
 code_fingerprint   str|NA    hash of the code that computed the trial (optional)
+fp_platform        str|NA    hash of the platform the trial ran on (optional; pairs are kept
+                             on one platform, else dropped as platform_mismatch)
+platform           str|NA    that platform, readable (fusion_sweep.schema.platform_label)
 median_tokens      float     median test-doc token length of the dataset (optional, NaN)
 num_classes        float     the dataset's class count, for the chance level (optional, NaN)
 run_id             str|NA    MLflow run id (MLflow input only)
@@ -34,6 +37,7 @@ from fusion_sweep.schema import (  # DEFAULT_ENCODER: re-exported for the analys
     DEFAULT_ENCODER, ENCODER_FINGERPRINT_COLUMNS, FINGERPRINT_COLUMNS, IDENTITY_FIELDS,
     LABEL_COLUMNS, VARIANT_FIELDS,
 )  # noqa: F401
+from fusion_sweep.schema import PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN  # noqa: F401
 
 KEY_COLUMNS: tuple[str, ...] = IDENTITY_FIELDS
 # What is compared within a dataset; the comparison axis is built from these (variants.py).
@@ -45,7 +49,7 @@ FP_COLUMNS: tuple[str, ...] = FINGERPRINT_COLUMNS
 ENCODER_FP_COLUMNS: tuple[str, ...] = ENCODER_FINGERPRINT_COLUMNS
 META_COLUMNS: tuple[str, ...] = ("status", *FP_COLUMNS, *ENCODER_FP_COLUMNS, "code_fingerprint",
                                  "median_tokens", "num_classes", "run_id", "trial_key",
-                                 *LABEL_COLUMNS)
+                                 PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN, *LABEL_COLUMNS)
 NON_METRIC_COLUMNS: frozenset[str] = frozenset((*KEY_COLUMNS, *META_COLUMNS))
 
 FINISHED = "FINISHED"
@@ -194,7 +198,7 @@ CLAIM_TEST_KEYS: tuple[str, ...] = (
 
 DROP_REASONS: tuple[str, ...] = (
     "missing_trial", "failed_trial", "non_finite_metric", "duplicate_seed",
-    "fingerprint_mismatch", "superseded_code", "code_mismatch",
+    "fingerprint_mismatch", "superseded_code", "code_mismatch", "platform_mismatch",
 )
 
 

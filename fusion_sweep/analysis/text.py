@@ -1,6 +1,7 @@
 """Plain-text terminal output: warnings first, then one table per regime (and the claims)."""
 from __future__ import annotations
 
+from fusion_sweep.analysis.platforms import platform_line
 from fusion_sweep.analysis.report import Report
 from fusion_sweep.analysis.sequential_report import sequential_table
 from fusion_sweep.analysis.tables import (
@@ -93,7 +94,10 @@ VERDICT_RULE = (
 
 
 def source_line(src: dict) -> str:
+    """Where the results come from, and the platform(s) they ran on when recorded."""
+    where = platform_line(src.get("platforms") or [])
+    where = f", {where}" if where else ""
     if src.get("kind") == "mlflow":
         return (f"MLflow {src.get('tracking_uri')} experiment={src.get('experiment')} "
-                f"sweep={src.get('sweep')} ({src.get('n_runs')} trial runs)")
-    return str(src.get("path", src.get("kind", "table")))
+                f"sweep={src.get('sweep')} ({src.get('n_runs')} trial runs){where}")
+    return str(src.get("path", src.get("kind", "table"))) + where
