@@ -151,6 +151,9 @@ KNOWN_DATASETS = "fusion_sweep.known_datasets"
 # Parent-run tag of an adaptive sweep (`launch --until-decided`): JSON {max_seeds, seed_batch,
 # alpha}. `stats` then reports the sequential decisions and labels fixed-n tests descriptive.
 ADAPTIVE = "fusion_sweep.adaptive"
+# Trial-run tag `fusion-sweep ui` writes so the runs table sorts short -> long, then by
+# variant and seed: "<regime rank, 2 digits>/<encoder/pe/fusion>/<seed, 6 digits>".
+UI_ORDER = "fusion_sweep.ui_order"
 
 EPOCH_METRICS: tuple[str, ...] = ("train_loss", "train_acc", "val_loss", "val_acc")
 FINAL_METRICS: tuple[str, ...] = ("test_acc", "best_val_acc", "test_macro_f1",

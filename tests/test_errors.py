@@ -66,7 +66,7 @@ FILES: dict[str, str | bytes] = {
 @dataclass(frozen=True)
 class Case:
     id: str
-    cmd: str  # the subcommand: train | launch | tune | stats | ui
+    cmd: str  # the subcommand: train | launch | tune | stats | ui | sweeps
     what: str  # the bad input, in words (docs/errors.md's first column)
     argv: Callable[["Env"], list[str]]
     message: str  # regex on stderr
@@ -286,6 +286,15 @@ CASES: list[Case] = [
     _c("ui-store-not-sqlite", "ui", "`--backend-store-uri` not a sqlite store",
        lambda e: ["ui", "--backend-store-uri", "ftp://x"],
        r"--backend-store-uri ftp://x: not a sqlite:/// store"),
+    _c("ui-unknown-sweep", "ui", "`--sweep` that is not in the store",
+       lambda e: ["ui", "--sweep", "nope", "--backend-store-uri", e.store, "--port", str(e.port)],
+       r"--sweep nope: no such sweep in experiment 'fusion-sweep' of sqlite:///.*; sweeps: none "
+       r"\(`fusion-sweep sweeps` lists them\)"),
+    # ------------------------------------------------------------------------ sweeps
+    _c("sweeps-no-store", "sweeps", "`--tracking-uri` store that does not exist",
+       lambda e: ["sweeps", "--tracking-uri", f"sqlite:///{e.f('nodir/m.db')}"],
+       r"--tracking-uri sqlite:///.*nodir/m\.db: no store at .*nodir/m\.db \(no sweep launched "
+       r"here"),
 ]
 
 

@@ -114,6 +114,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out = p.add_argument_group("output")
     out.add_argument("--format", choices=("text", "json"), default="text",
                      help="stdout format (default text)")
+    out.add_argument("--wide", action="store_true",
+                     help="text: every column of every table, one line per row however long "
+                          "(default: fit 120 columns with the verdict grid and a short table "
+                          "per regime; JSON and --report always carry every column)")
     out.add_argument("--report", metavar="DIR", help="write report.md, report.html, PNGs, stats.json")
     out.add_argument("--no-mlflow-log", action="store_true",
                      help="with MLflow input, do not log the report as a `stats` run")
@@ -164,7 +168,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"warning: [{w['code']}] {w['message']}", file=sys.stderr)
     else:
         from fusion_sweep.analysis.text import format_text
-        print(format_text(report), end="")
+        print(format_text(report, wide=args.wide), end="")
     _write_outputs(args, report, source)
     return 0
 

@@ -101,6 +101,10 @@ EXTRA_COMPARISON_KEYS: tuple[str, ...] = (
     # with the exponentiated t-interval of the mean log ratio, its paired-t p, the Holm p
     # over the report's ratio tests, and the verdict on the ratio.
     "ratio", "ratio_ci_low", "ratio_ci_high", "ratio_p", "ratio_p_holm", "ratio_verdict",
+    # The interval the verdict uses: the t-interval at level 1 - alpha * t_p / p_holm, which
+    # excludes 0 exactly when p_holm < alpha (stats.holm_consistent_interval); what the
+    # verdict grid and the figures draw. The t_ci_* above are unadjusted (1 - alpha).
+    "verdict_ci_low", "verdict_ci_high", "verdict_ci_level",
 )
 COMPARISON_KEYS: tuple[str, ...] = REQUIRED_COMPARISON_KEYS + EXTRA_COMPARISON_KEYS
 
@@ -112,6 +116,16 @@ TOP_LEVEL_KEYS: tuple[str, ...] = (
     # An adaptive sweep (`launch --until-decided`): the anytime-valid sequential decision of
     # each comparison (SEQUENTIAL_KEYS); null for a fixed-seed sweep.
     "sequential",
+    # The answer at a glance: one cell per comparison (VERDICT_GRID_KEYS), metric as given,
+    # regime short -> long; the first thing every report format shows.
+    "verdict_grid",
+)
+# One cell of `verdict_grid`: arm/reference are variant labels (encoder/pe/fusion); delta
+# the mean paired difference; [ci_low, ci_high] the interval the verdict uses, at level
+# ci_level (per cell: 1 - alpha * p / p_holm); arm_learned/reference_learned LEARNED_STATES.
+VERDICT_GRID_KEYS: tuple[str, ...] = (
+    "dataset", "arm", "reference", "delta", "ci_low", "ci_high", "ci_level", "n", "verdict",
+    "metric", "regime", "arm_learned", "reference_learned",
 )
 # One entry per arm (dataset, variant, metric): the per-seed spread that every paired
 # comparison is judged against. sd is the sample SD over seeds (ddof 1; null for n < 2).
