@@ -13,7 +13,7 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "train", help="train and evaluate one (dataset, encoder, pe, fusion, seed) trial",
         description="Train one trial with the dataset's fixed hyperparameters (see `--show-config`).")
-    p.add_argument("--dataset", required=True, help="dataset name (see `--dataset list`)")
+    p.add_argument("--dataset", required=True, help="dataset name; `--dataset list` prints them all (as `fusion-sweep datasets`)")
     # No argparse defaults: what is not given keeps the trial config's own default, and
     # --show-config reports it as such, not as set on the command line.
     p.add_argument("--encoder",
@@ -46,6 +46,10 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.dataset == "list":
+        from fusion_sweep.cli_datasets import print_listing
+
+        return print_listing(args.json)
     from fusion_sweep.trial.config import TrialConfig, resolve_hyperparameters
 
     flags = {k: getattr(args, k) for k in ("encoder", "fusion", "pe", "seed")}

@@ -217,6 +217,13 @@ GRID_HASH = "fusion_sweep.grid_hash"
 ATTEMPTS = "fusion_sweep.attempts"
 LAUNCH_ID = "fusion_sweep.launch_id"
 ERROR = "fusion_sweep.error"
+# Trial-run tags the claims report reads (TrialConfig.label_tags): what the dataset's label
+# depends on ("order" / "content" / "both") and how much token order the model sees ("none" /
+# "segments" / "tokens"). A claim whose arm cannot see order, on an order-only dataset, is not
+# testable there. Read back as the columns LABEL_COLUMNS of the tidy table.
+LABEL_DEPENDS_TAG = "fusion_sweep.label_depends"
+ORDER_ACCESS_TAG = "fusion_sweep.order_access"
+LABEL_COLUMNS: tuple[str, ...] = ("label_depends", "order_access")
 # Parent-run tag: every dataset name the launching version knows (JSON list), so `stats`
 # can tell "a dataset this sweep lacks" from "no such dataset" without the dataset registry.
 KNOWN_DATASETS = "fusion_sweep.known_datasets"

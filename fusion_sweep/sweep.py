@@ -603,7 +603,8 @@ def trial_memory_bytes(space: SearchSpace, config: Any) -> int:
     them (scores, probabilities, dropout mask, gradient) when attention dropout forces the
     materialising path, else 1 — × 1.5 for the allocator's slack. A GPU trial keeps its activations in GPU
     memory, which Ray's `memory` resource does not count. Embedding rows are bounded by the
-    50k-token vocabulary cap (synthetic regimes: their filler vocabulary).
+    50k-token vocabulary cap (synthetic regimes: their filler vocabulary). L is max_len, or the
+    dataset's own cap on a document's length where it has one (`DatasetSpec.length_cap`).
     """
     if space.memory_gb is not None:
         return int(space.memory_gb * 2**30)
@@ -615,7 +616,8 @@ def trial_memory_bytes(space: SearchSpace, config: Any) -> int:
         + 3 * c.d_model ** 2 + c.max_len * c.d_model
     if space.gpu > 0:
         return int(ACTOR_BASE_BYTES + 2 * 4 * params)  # a host copy of weights and checkpoint
-    B, L, H = c.batch_size, c.max_len, c.heads
+    # A batch is padded to its longest document, which the dataset may bound below max_len.
+    B, L, H = c.batch_size, min(c.max_len, spec.length_cap() or c.max_len), c.heads
     attn = 4 if c.attn_dropout > 0 else 1
     maps = ENCODERS[c.encoder].attention_maps(c)  # attention-sized tensors per step
     acts = maps * 16 * B * L * max(c.d_model, c.dim_ff // 2) + attn * maps * B * H * L * L

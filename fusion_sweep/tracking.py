@@ -422,6 +422,7 @@ class TrialRun:
         client = _client(ctx.tracking_uri)
         run = cls.find(ctx, key, client)
         extra = {k: str(v) for k, v in (tags or {}).items()}
+        extra.update(config.label_tags())
         extra[LAUNCH_ID] = ctx.launch_id
         if run is not None:
             if run.info.status == "FINISHED":

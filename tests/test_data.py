@@ -24,7 +24,7 @@ from fusion_sweep.trial.data import tokenize as tok
 from fusion_sweep.trial.data.cache import read_entry, write_entry
 from fusion_sweep.trial.data.types import EncodedData
 
-HUB = sorted(n for n, s in DATASETS.items() if not s.generated)
+HUB = sorted(n for n, s in DATASETS.items() if s.kind == "hub")
 
 
 
@@ -307,7 +307,7 @@ def test_bad_data_dir(setup: str, pattern: str, tmp_path: Path, cache: str) -> N
 
 
 def test_bad_arguments(cache: str) -> None:
-    with pytest.raises(ValueError, match=r"data_dir applies only to hub datasets \['agnews', 'arxiv', 'imdb'\]"):
+    with pytest.raises(ValueError, match=r"data_dir applies only to hub and package datasets \['agnews', 'arxiv', 'bbc-topic'"):
         load_encoded("synthetic-short", data_dir="/tmp", cache_dir=cache)
     with pytest.raises(ValueError, match=r"limit_eval must be a non-negative integer, got -1"):
         load_encoded("synthetic-short", limit_eval=-1, cache_dir=cache)
@@ -334,9 +334,11 @@ def test_offline_hub_fails_fast_with_instructions(name: str, cache: str, tmp_pat
 @pytest.mark.parametrize("name", sorted(DATASETS))
 def test_registry_entry_is_complete(name: str) -> None:
     spec = DATASETS[name]
-    assert spec.name == name and spec.num_classes >= 2 and spec.kind in ("hub", "synthetic")
+    assert spec.name == name and spec.num_classes >= 2 and spec.kind in ("hub", "synthetic", "package")
     defaults = spec.defaults()
-    if spec.kind == "hub":
+    if spec.kind == "package":  # tests/test_real_text.py checks these entries
+        assert spec.artefact is not None and not spec.synthetic
+    elif spec.kind == "hub":
         assert spec.hf_path and spec.val_split in ("from-train", "split") and not spec.synthetic
     else:
         params = syn.SyntheticParams.from_mapping(spec.synthetic)

@@ -11,7 +11,8 @@ import yaml
 from fusion_sweep.space import (SPACE_DIR, SpaceError, dump_space, load_space, parse_space,
                                 resolve_space_path, shipped_spaces)
 
-SHIPPED = ["default", "paper-table1", "paper-table2", "paper-table3", "ressformer", "smoke"]
+SHIPPED = ["default", "paper-table1", "paper-table2", "paper-table3", "real", "real-ressformer",
+           "ressformer", "smoke"]
 
 
 def write(tmp_path: Path, data: dict, name: str = "space.yaml") -> Path:

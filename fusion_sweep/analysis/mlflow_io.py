@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 import pandas as pd
 from fusion_sweep.schema import (
     ADAPTIVE, BASELINE_PARAM, CODE_FINGERPRINT, DIRECTIONS_PARAM, MARGIN_PARAM, METRIC_PARAM, DEFAULT_EXPERIMENT, FINGERPRINT_TAGS, IDENTITY_FIELDS, IDENTITY_TAG,
+    LABEL_DEPENDS_TAG, ORDER_ACCESS_TAG,
     PARENT, ROLE, SWEEP, TRIAL_KEY, decode_param, encode_param, is_server, resolve_tracking_uri,
     run_of_key, server_unreachable, sqlite_path,
 )
@@ -141,6 +143,7 @@ def trial_row(run: Any) -> dict:
                 "trial_key": tags.get(TRIAL_KEY),
                 "code_fingerprint": tags.get(CODE_FINGERPRINT)})
     row.update({f"fp_{name}": tags.get(tag) for name, tag in FINGERPRINT_TAGS.items()})
+    row.update(label_depends=tags.get(LABEL_DEPENDS_TAG), order_access=tags.get(ORDER_ACCESS_TAG))
     row[PLATFORM_LABEL_COLUMN] = platform_label(platform_from_tags(tags)) or None
     return row
 
@@ -267,7 +270,8 @@ def log_stats_run(source: dict, report_dir: str | Path, report: Any) -> str:
         if report.claims is not None:  # per claim test: how many support the paper, ...
             support = pd.Series([t["support"] for t in report.claims["tests"]], dtype=object)
             for v in SUPPORT_STATES:
-                client.log_metric(rid, f"n_claims_{v.lower().replace(' ', '_')}",
+                # MLflow metric names allow no parentheses: "not testable here (…)"
+                client.log_metric(rid, "n_claims_" + re.sub(r"[^0-9a-z]+", "_", v.lower()).strip("_"),
                                   int((support == v).sum()))
         client.log_artifacts(rid, str(report_dir))
     except Exception:

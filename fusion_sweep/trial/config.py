@@ -155,6 +155,21 @@ class TrialConfig:
         """The identity's `encoder`: the registry name plus its switches ("ressformer-no-asam")."""
         return ENCODERS[self.encoder].variant(self)
 
+    def label_tags(self) -> dict[str, str]:
+        """What the claims report needs to know about this trial's task and model, as MLflow
+        tags (schema.LABEL_DEPENDS_TAG, schema.ORDER_ACCESS_TAG): what the dataset's label
+        depends on (registry LABEL_DEPENDS), and how much token order the model can see:
+        "none" (permutation-invariant), "segments" (ReSSFormer's R2MU: which tokens share a
+        memory segment, no direction) or "tokens" (a positional encoding)."""
+        from fusion_sweep.schema import LABEL_DEPENDS_TAG, ORDER_ACCESS_TAG
+        from fusion_sweep.trial.data.registry import DATASETS
+        from fusion_sweep.trial.models.encoder import ENCODERS
+
+        seen = ENCODERS[self.encoder].order_visibility(self)  # "no: ..." / "segment ..." / else
+        access = "none" if seen.startswith("no") else "segments" if seen.startswith("segment") \
+            else "tokens"
+        return {LABEL_DEPENDS_TAG: DATASETS[self.dataset].label_depends, ORDER_ACCESS_TAG: access}
+
     def variant_label(self) -> str:
         """What a comparison compares within a dataset: "encoder/pe/fusion"."""
         return variant_label(self.identity())
