@@ -33,11 +33,14 @@ from typing import Any, Mapping, TextIO
 
 import numpy as np
 
-
-from fusion_sweep.analysis.sequential import (  # noqa: E402  one home
+from fusion_sweep.analysis.sequential import (  # one home
     DEFAULT_MAX_SEEDS, DEFAULT_METHOD, DEFAULT_SEED_BATCH, SEQUENTIAL_METHODS, get_method,
+    stopping_rule,
 )
-from fusion_sweep.analysis.settings import DEFAULT_ALPHA  # noqa: E402  one home
+from fusion_sweep.analysis.settings import DEFAULT_ALPHA
+from fusion_sweep.analysis.variants import Variant, parse_baseline
+from fusion_sweep.grid import GridPoint, points_of
+from fusion_sweep.space import SearchSpace
 
 
 @dataclass(frozen=True)
@@ -86,16 +89,14 @@ class Family:
         return [self.reference, *self.arms]
 
 
-def variant_label(space: Any, dataset: str, variant: Mapping[str, Any]) -> str:
+def variant_label(space: SearchSpace, dataset: str, variant: Mapping[str, Any]) -> str:
     """"encoder/pe/fusion" of a space variant (the encoder as its variant label)."""
     return space.trial_config(dataset, variant, 0).variant_label()
 
 
-def families(space: Any) -> list[Family]:
+def families(space: SearchSpace) -> list[Family]:
     """The space's comparison families (see the module docstring), each with the space's
     seeds: grouped by the same comparison axis `stats` uses (`fusion_sweep.analysis.variants`)."""
-    from fusion_sweep.analysis.variants import Variant, parse_baseline
-
     axis = parse_baseline(space.baseline)
     out: list[Family] = []
     for d in space.datasets:
@@ -122,13 +123,12 @@ def family_record(space: Any, fams: list[Family]) -> dict:
     return {"m": len(members), "members": members}
 
 
-def family_points(space: Any, fam: Family, seeds: list[int], code: str) -> list:
+def family_points(space: SearchSpace, fam: Family, seeds: list[int], code: str
+                  ) -> list[GridPoint]:
     """GridPoints of every arm of `fam` at `seeds`: built as the space's grid builds its
     points (`SearchSpace.trial_config`), so a new seed trial is an ordinary trial."""
-    from fusion_sweep.sweep import GridPoint
-
-    configs = [space.trial_config(fam.dataset, v, s) for v in fam.variants() for s in seeds]
-    return [GridPoint(c, c.trial_key(code)) for c in configs]
+    return points_of((space.trial_config(fam.dataset, v, s) for v in fam.variants() for s in seeds),
+                     code)
 
 
 @dataclass
@@ -148,7 +148,7 @@ class AdaptiveState:
     last: list[dict] = field(default_factory=list)  # the last round's decisions, for the summary
 
     @classmethod
-    def for_space(cls, space: Any, settings: AdaptiveSettings) -> "AdaptiveState":
+    def for_space(cls, space: SearchSpace, settings: AdaptiveSettings) -> "AdaptiveState":
         errors = settings.errors(len(space.seeds))
         if errors:
             raise ValueError("; ".join(errors))
@@ -186,19 +186,7 @@ class AdaptiveState:
         return out
 
 
-def finished_values(tracker: Any, sweep: str, metric: str) -> dict[str, float]:
-    """{trial key: metric} of the sweep's FINISHED trial runs with a finite metric."""
-    from fusion_sweep.schema import TRIAL_KEY
-
-    out: dict[str, float] = {}
-    for r in tracker.trial_runs(sweep):
-        v = r.data.metrics.get(metric)
-        if r.info.status == "FINISHED" and v is not None and np.isfinite(v):
-            out[r.data.tags.get(TRIAL_KEY, "")] = float(v)
-    return out
-
-
-def family_deltas(space: Any, fam: Family, values: Mapping[str, float], code: str
+def family_deltas(space: SearchSpace, fam: Family, values: Mapping[str, float], code: str
                   ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{arm label: (seeds (n,), Δ = arm − reference (n,))} over the seeds both have finished."""
     ref_label = variant_label(space, fam.dataset, fam.reference)
@@ -217,16 +205,16 @@ def family_deltas(space: Any, fam: Family, values: Mapping[str, float], code: st
     return out
 
 
-def next_round(pf: Any, out: TextIO) -> list:
-    """Decide every comparison on what has finished (`fusion_sweep.analysis.sequential.stopping_rule`, the
-    rule benchmarks/sequential_validity.py simulates); print the round's decisions; extend the
-    undecided families' seeds and return their new grid points ([] = the sweep is done)."""
-    from fusion_sweep.analysis.sequential import stopping_rule
+def next_round(state: AdaptiveState, space: SearchSpace, values: Mapping[str, float], code: str,
+               out: TextIO) -> list[GridPoint]:
+    """Decide every comparison on what has finished (`fusion_sweep.analysis.sequential.stopping_rule`,
+    the rule benchmarks/sequential_validity.py simulates); print the round's decisions; extend
+    the undecided families' seeds and return their new grid points ([] = the sweep is done).
 
-    state: AdaptiveState = pf.adaptive
-    values = finished_values(pf.tracker, pf.name, state.metric)
+    values: {trial key: the metric} of the sweep's finished trials with a finite metric
+    (`tracking.SweepTracker.finished_values`); code: the sweep's code fingerprint."""
     deltas = {f.key: {label: d for label, (_, d) in
-                      family_deltas(pf.space, f, values, pf.code).items()}
+                      family_deltas(space, f, values, code).items()}
               for f in state.families}
     plan = stopping_rule(deltas, alpha=state.settings.alpha,
                          margin={f.key: state.margin.get(f.dataset) for f in state.families},
@@ -243,7 +231,7 @@ def next_round(pf: Any, out: TextIO) -> list:
     for fam in state.families:
         seeds = state.next_seeds(fam)[:plan.seeds_to_add.get(fam.key, 0)]
         if seeds:
-            new_points += family_points(pf.space, fam, seeds, pf.code)
+            new_points += family_points(space, fam, seeds, code)
             fam.seeds += seeds
     print(format_round(state, bool(new_points)), file=out)
     return new_points
