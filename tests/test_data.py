@@ -320,6 +320,7 @@ def test_offline_hub_fails_fast_with_instructions(name: str, cache: str, tmp_pat
         raise OSError("network refused by the test")
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", lambda host, *a, **kw: refuse(None, host))
     with pytest.raises(DatasetUnavailableError, match=r"(?s)Offline mode is on.*--override data_dir=PATH"
                                                       r".*\.csv, \.jsonl, \.json, \.parquet.*save_to_disk"):
         load_encoded(name, cache_dir=cache)

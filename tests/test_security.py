@@ -153,46 +153,65 @@ def test_local_ray_uses_token_auth(monkeypatch):
     assert os.environ["RAY_AUTH_MODE"] == "token"
 
 
-def _session_processes(session_dir: str) -> list[str]:
-    """Command lines of the processes that name this Ray session's directory."""
-    out = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
+_NO_DASHBOARD_PROBE = r"""
+import io, json, os, pathlib
+from fusion_sweep import sweep
+sweep.configure_ray_env(None)           # what `launch` does, in a fresh process like the CLI
+assert sweep._init_ray(None, io.StringIO()) is True
+import ray
+
+def listening():  # socket inode -> "hexaddr:hexport" of every TCP socket in LISTEN state
+    out = {}
+    for f in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in pathlib.Path(f).read_text().splitlines()[1:]:
+            parts = line.split()
+            if parts[3] == "0A":
+                out[parts[9]] = parts[1]
+    return out
+
+try:
+    node = ray._private.worker.global_worker.node
+    session, socks, procs = node.get_session_dir_path(), listening(), []
+    for p in pathlib.Path("/proc").iterdir():
         try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            fds = [os.readlink(fd) for fd in (p / "fd").iterdir()]
         except OSError:
             continue
-        if session_dir in cmd:
-            out.append(cmd)
-    return out
+        if p.name.isdigit() and session in cmd:
+            ports = [socks[f[8:-1]] for f in fds if f.startswith("socket:[") and f[8:-1] in socks]
+            procs.append({"cmd": cmd, "listens": ports})
+    print(json.dumps({"procs": procs, "webui_url": node.address_info.get("webui_url")}))
+finally:
+    ray.shutdown()
+"""
 
 
 @pytest.mark.slow
-def test_local_ray_starts_no_dashboard(monkeypatch):
+def test_local_ray_starts_no_dashboard(tmp_path):
     """The local Ray instance `launch` starts (sweep._init_ray) really runs without the
-    dashboard: no dashboard process in its session and no dashboard URL."""
-    import io
+    dashboard: no dashboard URL, and the only dashboard process in its session is Ray's
+    minimal head (usage stats, `--disable-frontend`) listening on no port - no web UI, no
+    job-submission REST API."""
+    import json
+    import uuid
 
-    import ray
-
-    from fusion_sweep import sweep
-
-    for var in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED", "RAY_AIR_NEW_OUTPUT", "RAY_ADDRESS"):
-        monkeypatch.setenv(var, "x")
-        monkeypatch.delenv(var)
-    sweep.configure_ray_env(None)
-    assert sweep._init_ray(None, io.StringIO()) is True
-    try:
-        node = ray._private.worker.global_worker.node
-        session = node.get_session_dir_path()
-        procs = _session_processes(session)
-        assert any("gcs_server" in c for c in procs), procs  # the scan sees this session
-        head = [c for c in procs if "dashboard/dashboard.py" in c]
-        assert head == [], f"a dashboard runs in this Ray session: {head}"
-        assert not node.address_info.get("webui_url"), node.address_info
-    finally:
-        ray.shutdown()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS", "RAY_AUTH_TOKEN")}
+    token = tmp_path / "auth_token"  # this test's own token: ~/.ray is shared with other runs
+    token.write_text(uuid.uuid4().hex)
+    env["RAY_AUTH_TOKEN_PATH"] = str(token)
+    r = subprocess.run([sys.executable, "-c", _NO_DASHBOARD_PROBE], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    procs = got["procs"]
+    assert any("gcs_server" in p["cmd"] and p["listens"] for p in procs), procs  # scan works
+    heads = [p for p in procs if "dashboard/dashboard.py" in p["cmd"]]
+    for p in heads:
+        assert "--minimal" in p["cmd"] and "--disable-frontend" in p["cmd"], p["cmd"]
+        assert p["listens"] == [], f"the dashboard process listens on {p['listens']}"
+    assert not got["webui_url"], got["webui_url"]
 
 
 def test_torch_load_always_weights_only():
