@@ -250,3 +250,78 @@ def test_resume_rule_a_finished_run_wins_whatever_came_after() -> None:
     assert trial_status(tr, "s", "k4") == ("", "")
     assert trial_status(tr, "other", "k1") == ("", "")
     assert tr.calls == 2  # one MLflow query per sweep and launch, then cached
+
+
+# ---------------------------------------------------------------- 8. the fusion operators
+def _cat(E, P):
+    return np.concatenate([E, np.broadcast_to(P, E.shape)], axis=-1)  # (B, L, 2d)
+
+
+def _lin(x, layer):
+    return x @ layer.weight.detach().numpy().T + layer.bias.detach().numpy()
+
+
+def _sig(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _mix(g, E, P):
+    return g * E + (1.0 - g) * P
+
+
+def _gate_cnn(f, E, P, mask):
+    """Depth-wise conv of width 2K+1 over P (zeroed at pads, zero-padded at the ends), mean
+    over features plus the scalar bias, sigmoid: one gate per position."""
+    w = f.conv.weight.detach().numpy()[:, 0, :]  # (d, 2K+1)
+    K = w.shape[1] // 2
+    Pm = np.broadcast_to(P, E.shape) * mask[..., None]  # (B, L, d)
+    padded = np.pad(Pm, ((0, 0), (K, K), (0, 0)))
+    L = E.shape[1]
+    c = sum(padded[:, k:k + L, :] * w[:, k] for k in range(2 * K + 1))  # (B, L, d)
+    g = _sig(c.mean(-1, keepdims=True) + f.bias.detach().numpy())
+    return _mix(g, E, P)
+
+
+REFERENCE = {
+    "add": lambda f, E, P, m: E + P,
+    "mul": lambda f, E, P, m: E * P,
+    "concat": lambda f, E, P, m: _lin(_cat(E, P), f.proj),
+    "gate-scalar": lambda f, E, P, m: _mix(_sig(_lin(_cat(E, P), f.gate)), E, P),
+    "gate-vector": lambda f, E, P, m: _mix(_sig(_lin(_cat(E, P), f.gate)), E, P),
+    "gate-mlp": lambda f, E, P, m: _mix(
+        _sig(_lin(np.maximum(_lin(_cat(E, P), f.fc1), 0), f.fc2)), E, P),
+    "mlp": lambda f, E, P, m: _lin(np.maximum(_lin(_cat(E, P), f.fc1), 0), f.fc2),
+    "gate-cnn": _gate_cnn,
+}
+
+
+def test_every_fusion_operator_has_a_reference_formula() -> None:
+    from fusion_sweep.trial.models.fusion import FUSIONS
+
+    assert set(REFERENCE) == set(FUSIONS)
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE))
+def test_fusion_operator_computes_its_formula(name: str) -> None:
+    """H from the operator equals its formula (paper eq. 1-6) computed by hand in numpy from
+    the operator's own parameters, all randomised (a zero bias would hide a dropped term)."""
+    import torch
+
+    from fusion_sweep.trial.models.fusion import build_fusion
+
+    gen = torch.Generator().manual_seed(0)
+    d, B, L = 6, 2, 7
+    f = build_fusion(name, d, gate_cnn_kernel=3)
+    with torch.no_grad():
+        for p in f.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen))
+    rng = np.random.default_rng(1)
+    E = rng.normal(size=(B, L, d)).astype(np.float32)
+    P = rng.normal(size=(1, L, d)).astype(np.float32)
+    mask = np.ones((B, L), bool)
+    mask[1, 5:] = False  # the second document is padded
+    with torch.no_grad():
+        H = f(torch.from_numpy(E), torch.from_numpy(P), torch.from_numpy(mask)).numpy()
+    want = REFERENCE[name](f, E.astype(np.float64), P.astype(np.float64), mask)
+    assert H.shape == (B, L, d)
+    np.testing.assert_allclose(H, want, rtol=1e-4, atol=1e-5)
