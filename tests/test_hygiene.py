@@ -102,3 +102,16 @@ def test_skips_say_why_and_hard_dependencies_are_imported(path: Path) -> None:
             if c.args and isinstance(c.args[0], ast.Constant)
             and str(c.args[0].value).split(".")[0] in HARD_DEPENDENCIES]
     assert not bad, f"{path.name}: " + "; ".join(bad)
+
+
+def test_pytest_lists_every_skip_with_its_reason() -> None:
+    """`.ci/run` runs README's `pytest -q`; -ra in pyproject's addopts makes it print the
+    skip summary, so a check that did not run is never silent."""
+    import shlex
+    import tomllib
+
+    cfg = tomllib.loads((TESTS.parent / "pyproject.toml").read_text())
+    addopts = cfg["tool"]["pytest"]["ini_options"]["addopts"]
+    opts = shlex.split(addopts) if isinstance(addopts, str) else list(addopts)
+    assert any(o.startswith("-r") and ("a" in o or "s" in o) for o in opts), addopts
+    assert "pytest" in (TESTS.parent / ".ci" / "run").read_text()
