@@ -66,8 +66,9 @@ CORE: tuple[Module, ...] = (
             "learned or chance or class_count")),
     Module("pairing", "fusion_sweep/analysis/pairing.py",
            ("_cell", "fingerprint_mismatch", "pair_problem", "pair_one", "supersede"),
-           ("tests/test_analysis.py", "tests/test_claims.py", "-k",
-            f"(pair or fingerprint or supersede or drop or seed or duplicate) and {NOT_RENDERING}")),
+           ("tests/test_core_rules.py", "tests/test_analysis.py", "tests/test_claims.py", "-k",
+            f"(pair or fingerprint or supersede or drop or seed or duplicate) and {NOT_RENDERING} "
+            "and not trial_file")),
     Module("schema", "fusion_sweep/schema.py",
            ("code_fingerprint", "trial_key"),
            ("tests/test_core_rules.py", "tests/test_tracking.py", "tests/test_trainer.py",

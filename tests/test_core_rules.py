@@ -56,6 +56,34 @@ def test_report_calls_a_tight_small_effect_inside_the_margin_better() -> None:
                      ALPHA) == "better"
 
 
+@pytest.mark.parametrize("higher,want", [(False, "better"), (True, "worse")])
+def test_ratio_verdict_applies_the_rule_on_the_log_scale(higher: bool, want: str) -> None:
+    """A cost 0.8x the baseline's on every seed with noise: the log-ratio t-interval excludes
+    0, so better when lower is better; an undefined interval is inconclusive, never a call."""
+    y = np.array([1.0, 1.2, 0.9, 1.1, 1.05])
+    x = y * np.array([0.8, 0.82, 0.79, 0.81, 0.8])
+    r = S.ratio_test(x, y, ALPHA)
+    assert not r.exact and r.high < 1 and r.p < ALPHA  # the case's premise
+    assert S.ratio_verdict(r, r.p, ALPHA, higher) == want
+    assert S.ratio_verdict(r, 0.5, ALPHA, higher) == "inconclusive"  # Holm p too large
+    one = S.ratio_test(x[:1], y[:1], ALPHA)  # 1 seed: ratio known, interval undefined
+    assert np.isfinite(one.ratio) and S.ratio_verdict(one, 0.001, ALPHA, higher) == "inconclusive"
+
+
+def test_pairing_compares_encoder_fingerprints_by_default() -> None:
+    """Two runs of one seed whose encoder-body initial weights differ are not a pair unless the
+    caller says the encoders differ (then that fingerprint is expected to differ)."""
+    from fusion_sweep.analysis.pairing import Cell, pair_problem
+
+    fps = lambda enc: (("fp_split", "s"), ("fp_batch_order", "b"), ("fp_shared_init", "i"),  # noqa: E731
+                       ("fp_dropout", "d"), ("fp_encoder_init", enc))
+    a, b = Cell(0.8, fps("e1"), "c"), Cell(0.7, fps("e2"), "c")
+    reason, detail = pair_problem(a, b, "x", "y")
+    assert reason == "fingerprint_mismatch" and "encoder_init (e1 vs e2)" in detail
+    assert pair_problem(a, b, "x", "y", same_encoder=False) == (None, "")
+    assert pair_problem(a, Cell(0.7, fps("e1"), "c"), "x", "y") == (None, "")
+
+
 # ---------------------------------------------------------------- 2. learned? from Holm p
 def _chance_arms(offsets: dict[str, list[float]]) -> pd.DataFrame:
     """One dataset (2 classes, chance 0.5), one arm per fusion with acc = 0.5 + offsets."""
