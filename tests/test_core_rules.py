@@ -226,6 +226,19 @@ def test_test_metrics_come_from_the_best_validation_epoch() -> None:
     assert res.test_acc == float(np.mean(pred == data.test.labels))
 
 
+def test_seed_streams_are_pinned() -> None:
+    """The derivation of every random stream's seed is part of what a published trial seed
+    means: these values must never change silently (a change re-randomises every trial)."""
+    from fusion_sweep.trial.trainer import STREAMS, derive_seed
+
+    assert STREAMS == ("data_order", "shared_init", "fusion_init", "pe_init", "dropout",
+                       "encoder_init")
+    assert [derive_seed(0, s, "synthetic-short") for s in STREAMS] == [
+        1790069401447207592, 5949921529825528188, 528118176088482170, 6510825008474673201,
+        7976294113664144950, 935228173039918870]
+    assert derive_seed(3, "dropout", "imdb") == 2790574095005791431
+
+
 # ------------------------------------------------------------- 6. one-sided claim at alpha/m
 def _one_sided(p: float, p_opposite: float) -> dict:
     return {"p": p, "tost_p": float("nan"), "missing": [], "_not_learned": False,
