@@ -31,6 +31,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -317,17 +318,45 @@ def _pytest(copy: Path, tests: tuple[str, ...], timeout: float) -> tuple[str, st
            "PYTHONHASHSEED": "0"}
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-o",
            "addopts=", "-m", "not slow", "--no-header", *tests]
+    proc = subprocess.Popen(cmd, cwd=copy, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    with _LOCK:
+        _RUNNING.add(proc)
     try:
-        r = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True,
-                           timeout=timeout)
+        out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        _kill(proc)
         return "timeout", ""
-    tail = (r.stdout + r.stderr)[-600:]
-    if r.returncode == 0:
+    finally:
+        with _LOCK:
+            _RUNNING.discard(proc)
+    tail = out[-600:]
+    if proc.returncode == 0:
         return "passed", tail
-    if r.returncode == 1:
+    if proc.returncode == 1:
         return "failed", tail
     return "error", tail
+
+
+_RUNNING: set[subprocess.Popen] = set()
+_LOCK = threading.Lock()
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """The test run and everything it started (its own session: Ray, servers, Chromium)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _kill_all(*_: object) -> None:
+    with _LOCK:
+        procs = list(_RUNNING)
+    for proc in procs:
+        _kill(proc)
+    raise SystemExit(130)
 
 
 def _check_copy(copy: Path) -> None:
@@ -444,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(mutants)} mutants")
         return 0
     print(f"{len(mutants)} mutants over {len(modules)} modules, {args.jobs} at a time", flush=True)
+    signal.signal(signal.SIGTERM, _kill_all)  # never leave test runs behind
+    signal.signal(signal.SIGINT, _kill_all)
     result = run(modules, mutants, args.jobs, args.timeout, args.verbose)
     print(json.dumps(result))
     return 0
