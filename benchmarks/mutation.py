@@ -351,7 +351,11 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+_STOP = threading.Event()
+
+
 def _kill_all(*_: object) -> None:
+    _STOP.set()  # no further mutant starts
     with _LOCK:
         procs = list(_RUNNING)
     for proc in procs:
@@ -406,6 +410,8 @@ def run(modules: list[Module], mutants: list[Mutant], jobs: int, timeout: float,
         results: dict[str, str] = {}
 
         def one(mu: Mutant) -> None:
+            if _STOP.is_set():
+                return
             with lock:
                 copy = free.pop()
             target = copy / mu.path
