@@ -68,6 +68,11 @@ def test_ratio_verdict_applies_the_rule_on_the_log_scale(higher: bool, want: str
     assert S.ratio_verdict(r, 0.5, ALPHA, higher) == "inconclusive"  # Holm p too large
     one = S.ratio_test(x[:1], y[:1], ALPHA)  # 1 seed: ratio known, interval undefined
     assert np.isfinite(one.ratio) and S.ratio_verdict(one, 0.001, ALPHA, higher) == "inconclusive"
+    # a deterministic cost (the same ratio on every seed) is decided by the ratio itself
+    exact = S.ratio_test(0.8 * y, y, ALPHA)
+    assert exact.exact and S.ratio_verdict(exact, float("nan"), ALPHA, higher) == want
+    same = S.ratio_test(y, y, ALPHA)
+    assert same.exact and S.ratio_verdict(same, float("nan"), ALPHA, higher) == "inconclusive"
 
 
 def test_pairing_compares_encoder_fingerprints_by_default() -> None:
