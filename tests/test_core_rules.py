@@ -220,6 +220,7 @@ def test_test_metrics_come_from_the_best_validation_epoch() -> None:
     vals = [r.val_acc for r in res.curve]
     assert res.best_epoch < res.epochs_run, vals  # the case's premise: not the last epoch
     assert res.best_val_acc == max(vals) == vals[res.best_epoch - 1]
+    assert res.best_epoch == vals.index(max(vals)) + 1  # a later tie does not replace it
     model = build_model(cfg, data.vocab_size, data.num_classes, data.pad_id)
     model.load_state_dict(res.checkpoint)
     with torch.no_grad():
