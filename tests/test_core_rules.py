@@ -170,6 +170,20 @@ def test_editing_any_trial_file_changes_the_code_fingerprint(package_copy: Path,
         f.write_text(src)
 
 
+def test_renaming_a_trial_file_changes_the_code_fingerprint(package_copy: Path) -> None:
+    """A module's path is part of the code (imports name it): the same bytes under another
+    name hash differently."""
+    before = _fingerprint_of(package_copy)
+    src = package_copy / "fusion_sweep" / "trial" / "batching.py"
+    dst = src.with_name("batching_.py")  # keeps the file's place in the sorted order
+    src.rename(dst)
+    try:
+        assert _fingerprint_of(package_copy) != before
+    finally:
+        dst.rename(src)
+    assert _fingerprint_of(package_copy) == before
+
+
 # ---------------------------------------------------------- 4. the sequential report's m
 def _comp(i: int, deltas: list[float]) -> dict:
     return {"seeds": list(range(len(deltas))), "deltas": deltas, "equivalence_margin": None,
