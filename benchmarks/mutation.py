@@ -105,6 +105,10 @@ CORE: tuple[Module, ...] = (
 EQUIVALENT: dict[str, str] = {
     "fusion_sweep/trial/trainer.py:derive_seed:2->3#0":
         "SeedSequence.generate_state is one stream: word 0 is the same whether 2 or 3 are drawn",
+    "fusion_sweep/trial/trainer.py:_train_and_test:0->1#0":
+        "best_epoch's initial value: always replaced at epoch 1 (best_state is None there)",
+    "fusion_sweep/trial/trainer.py:_train_and_test:0->1#1":
+        "stale's initial value: always reset to 0 at epoch 1 (best_state is None there)",
 }
 
 # Lines left out of every module (regex on the line's text -> why): what tests must not assert.

@@ -211,6 +211,15 @@ def test_sequential_report_decides_at_alpha_over_the_sweeps_m() -> None:
     assert one.decision == "better" and one.m == 1
 
 
+def test_a_family_with_no_seeds_run_yet_gets_its_first_batch() -> None:
+    """seeds_run = 0 (a family planned but not started) is valid: undecided, seed_batch more."""
+    from fusion_sweep.analysis.sequential import stopping_rule
+
+    plan = stopping_rule({"f": {"c": []}}, seeds_run={"f": 0}, max_seeds=10, seed_batch=4)
+    assert plan.undecided == ("f",) and plan.seeds_to_add == {"f": 4} and not plan.stop
+    assert plan.seeds_run == {"f": 0}
+
+
 # ------------------------------------------------------------------ 5. best-epoch restore
 def test_test_metrics_come_from_the_best_validation_epoch() -> None:
     """A run whose best validation epoch is not its last: test predictions equal those of
@@ -244,6 +253,13 @@ def test_test_metrics_come_from_the_best_validation_epoch() -> None:
     assert res.predictions["pred"] == pred.tolist()
     assert np.allclose(res.predictions["probs"], np.round(probs, 6), atol=2e-6)
     assert res.test_acc == float(np.mean(pred == data.test.labels))
+    # evaluation-split statistics: median length and analytic FLOPs per token there
+    from fusion_sweep.trial.batching import truncated_lengths
+
+    median = float(np.median(truncated_lengths(data.test, cfg.max_len)))
+    n = max(int(round(median)), 1)
+    assert res.median_tokens == median
+    assert res.flops_per_token == pytest.approx(model.forward_flops(n) / n)
 
 
 def test_seed_streams_are_pinned() -> None:
@@ -386,3 +402,25 @@ def test_fusion_operator_computes_its_formula(name: str) -> None:
     want = REFERENCE[name](f, E.astype(np.float64), P.astype(np.float64), mask)
     assert H.shape == (B, L, d)
     np.testing.assert_allclose(H, want, rtol=1e-4, atol=1e-5)
+
+
+def test_gate_cnn_of_width_one_is_a_pointwise_gate() -> None:
+    """gate_cnn_kernel = 1 (K = 0) is a valid, if degenerate, Gate-CNN: each position's gate
+    from its own P only."""
+    import torch
+
+    from fusion_sweep.trial.models.fusion import build_fusion
+
+    f = build_fusion("gate-cnn", 4, gate_cnn_kernel=1)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in f.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen))
+    rng = np.random.default_rng(2)
+    E, P = rng.normal(size=(1, 5, 4)).astype(np.float32), rng.normal(size=(1, 5, 4)).astype(np.float32)
+    mask = np.ones((1, 5), bool)
+    with torch.no_grad():
+        H = f(torch.from_numpy(E), torch.from_numpy(P), torch.from_numpy(mask)).numpy()
+    np.testing.assert_allclose(H, _gate_cnn(f, E.astype(float), P.astype(float), mask),
+                               rtol=1e-4, atol=1e-5)
+
