@@ -1,4 +1,4 @@
-"""`fusion-sweep` command line: train | launch | tune | ui | stats."""
+"""`fusion-sweep` command line: train | launch | tune | ui | sweeps | stats."""
 from __future__ import annotations
 
 import argparse

@@ -6,6 +6,8 @@ import json
 import sys
 from typing import Any
 
+from fusion_sweep.schema import platform_label
+
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -69,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
           f"{result.flops_per_token:,.0f} FLOPs/token   "
           f"{result.tokens_per_second:,.0f} train tok/s   latency {m['latency_ms_per_sample']:.3f} ms/doc")
     print("  fingerprints " + "  ".join(f"{k}={v}" for k, v in result.fingerprints.items()))
+    print(f"  platform     {platform_label(result.platform)}  (results are identical only on "
+          f"the same platform)")
     return 0
 
 

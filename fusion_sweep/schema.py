@@ -11,6 +11,8 @@ can never disagree. Imports neither torch nor Ray: only the standard library.
 * **Fingerprints.** `FINGERPRINTS` are hashes of what two trials of one seed must share
   (split, batch order, shared initial weights, dropout stream); `stats` pairs two trials only
   when all agree. `code_fingerprint()` hashes the source that computes a trial's numbers.
+  The platform fingerprint (`PLATFORM_FIELDS`, hashed by `platform_fingerprint`) names where a
+  trial ran; pairs are kept on one platform, but it is not part of the trial key.
 * **MLflow.** Tag, param and metric names of the parent (sweep) run and the child (trial)
   runs, and the default experiment / tracking URI.
 """
@@ -47,7 +49,20 @@ NON_SEMANTIC_FIELDS: tuple[str, ...] = ("device", "num_threads", "cache_dir", "l
 FINGERPRINTS: tuple[str, ...] = ("split", "batch_order", "shared_init", "dropout")
 # Shared only by trials of the same encoder variant: the encoder body's initial weights.
 ENCODER_FINGERPRINTS: tuple[str, ...] = ("encoder_init",)
-FINGERPRINT_TAGS: dict[str, str] = {k: f"fp.{k}" for k in FINGERPRINTS + ENCODER_FINGERPRINTS}
+# Where a trial ran, not what it is: a hash of PLATFORM_FIELDS (the sixth fingerprint, tag
+# fp.platform, column fp_platform), with each field also logged as a readable tag
+# (platform.<field>). Float results differ across CPU instruction sets, GPUs and library
+# versions, so `stats` pairs two trials only on one platform (else `platform_mismatch`).
+# It is NOT part of the trial key: a sweep resumed on other hardware keeps its finished runs,
+# and a pair that then spans two platforms is dropped and listed, never silently paired.
+PLATFORM_FINGERPRINT = "platform"
+PLATFORM_FIELDS: tuple[str, ...] = ("torch", "cpu_capability", "cpu_model", "cuda", "cudnn",
+                                    "gpu", "deterministic", "threads")
+PLATFORM_FIELD_TAGS: dict[str, str] = {k: f"platform.{k}" for k in PLATFORM_FIELDS}
+PLATFORM_COLUMN = "fp_platform"  # the hash
+PLATFORM_LABEL_COLUMN = "platform"  # platform_label(): the readable one-liner
+FINGERPRINT_TAGS: dict[str, str] = {k: f"fp.{k}" for k in
+                                    FINGERPRINTS + ENCODER_FINGERPRINTS + (PLATFORM_FINGERPRINT,)}
 FINGERPRINT_COLUMNS: tuple[str, ...] = tuple(f"fp_{k}" for k in FINGERPRINTS)
 ENCODER_FINGERPRINT_COLUMNS: tuple[str, ...] = tuple(f"fp_{k}" for k in ENCODER_FINGERPRINTS)
 
@@ -76,6 +91,30 @@ def code_fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
+def platform_fingerprint(fields: Mapping[str, str]) -> str:
+    """sha256 (16 hex) of a platform description (PLATFORM_FIELDS -> str)."""
+    payload = json.dumps({k: str(fields.get(k, "")) for k in PLATFORM_FIELDS}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def platform_label(fields: Mapping[str, Any]) -> str:
+    """One readable line naming a platform, e.g. 'torch 2.13.0+cpu, CPU AVX2 (AMD EPYC 7B13),
+    2 threads, no GPU, deterministic on'. '' when no field is known (runs logged before it)."""
+    f = {k: str(fields.get(k) or "") for k in PLATFORM_FIELDS}
+    if not any(f.values()):
+        return ""
+    gpu = (f"GPU {f['gpu']} (CUDA {f['cuda'] or '?'}, cuDNN {f['cudnn'] or '?'})"
+           if f["gpu"] not in ("", "none") else "no GPU")
+    return (f"torch {f['torch'] or '?'}, CPU {f['cpu_capability'] or '?'} "
+            f"({f['cpu_model'] or '?'}), {f['threads'] or '?'} threads, {gpu}, "
+            f"deterministic {f['deterministic'] or '?'}")
+
+
+def platform_from_tags(tags: Mapping[str, str]) -> dict[str, str]:
+    """The platform fields of a trial run, from its readable tags ('' where absent)."""
+    return {k: tags.get(tag) or "" for k, tag in PLATFORM_FIELD_TAGS.items()}
+
+
 def trial_key(config: Mapping[str, Any], code: str) -> str:
     """sha256 (16 hex) of every semantic config field and the code fingerprint."""
     semantic = {k: v for k, v in config.items() if k not in NON_SEMANTIC_FIELDS}
@@ -99,9 +138,15 @@ GRID_HASH = "fusion_sweep.grid_hash"
 ATTEMPTS = "fusion_sweep.attempts"
 LAUNCH_ID = "fusion_sweep.launch_id"
 ERROR = "fusion_sweep.error"
+# Parent-run tag: every dataset name the launching version knows (JSON list), so `stats`
+# can tell "a dataset this sweep lacks" from "no such dataset" without the dataset registry.
+KNOWN_DATASETS = "fusion_sweep.known_datasets"
 # Parent-run tag of an adaptive sweep (`launch --until-decided`): JSON {max_seeds, seed_batch,
 # alpha}. `stats` then reports the sequential decisions and labels fixed-n tests descriptive.
 ADAPTIVE = "fusion_sweep.adaptive"
+# Trial-run tag `fusion-sweep ui` writes so the runs table sorts short -> long, then by
+# variant and seed: "<regime rank, 2 digits>/<encoder/pe/fusion>/<seed, 6 digits>".
+UI_ORDER = "fusion_sweep.ui_order"
 
 EPOCH_METRICS: tuple[str, ...] = ("train_loss", "train_acc", "val_loss", "val_acc")
 FINAL_METRICS: tuple[str, ...] = ("test_acc", "best_val_acc", "test_macro_f1",

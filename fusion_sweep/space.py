@@ -27,7 +27,10 @@ are optional)::
       all: {epochs: 3}               # every dataset
       synthetic-short: {d_model: 64} # this dataset (wins over `all`)
     resources: {cpu: 1, gpu: 0}      # per trial; gpu may be fractional (0.25 = 4 per GPU);
-                                     # memory_gb: RAM per trial (default: estimated)
+                                     # memory_gb: RAM per trial (default: estimated);
+                                     # pin every trial to one platform (pairs must share
+                                     # it): accelerator_type: A10G (Ray's GPU type) and/or
+                                     # node_label: {fusion-sweep/platform: g5-a10g}
     max_failures: 2                  # Ray Tune retries per trial
     baseline: add                    # the fusion every other fusion is compared with, or a
                                      # variant label "encoder/pe/fusion" (every other variant)
@@ -48,6 +51,7 @@ import difflib
 import importlib.resources
 import itertools
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -68,7 +72,12 @@ TOP_LEVEL_KEYS = (
 )
 REQUIRED_KEYS = ("name", "datasets", "seeds")  # and `pes` + `fusions`, or `variants`
 VARIANT_KEYS = ("encoder", "pe", "fusion")  # plus the encoders' own fields (OPTION_FIELDS)
-RESOURCE_KEYS = ("cpu", "gpu", "memory_gb")
+RESOURCE_KEYS = ("cpu", "gpu", "memory_gb", "accelerator_type", "node_label")
+# A Ray accelerator type ("A10G", "L4", "H100", "RTX-PRO-6000": ray.util.accelerators) and a
+# node label's key ([prefix/]name, Ray's rule) and value.
+_ACCELERATOR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 TUNE_KEYS = ("seeds", "budget", "search", "pe")
 
 
@@ -173,6 +182,16 @@ class SearchSpace:
     @property
     def gpu(self) -> float:
         return float(self.resources.get("gpu", 0))
+
+    @property
+    def accelerator_type(self) -> str | None:
+        """The Ray accelerator type every trial is pinned to (`resources.accelerator_type`)."""
+        return self.resources.get("accelerator_type")
+
+    @property
+    def node_label(self) -> dict[str, str]:
+        """The Ray node labels every trial's node must carry (`resources.node_label`)."""
+        return dict(self.resources.get("node_label") or {})
 
     @property
     def memory_gb(self) -> float | None:
@@ -520,6 +539,35 @@ def _validate_header(raw: Mapping, errors: list[str]) -> Any:
     return name
 
 
+def _validate_pin(res: Mapping, errors: list[str]) -> dict[str, Any]:
+    """`resources.accelerator_type` / `resources.node_label`: where trials may run (one
+    platform per sweep, so that every pair shares it). -> the valid ones."""
+    out: dict[str, Any] = {}
+    acc = res.get("accelerator_type")
+    if acc is not None:
+        if isinstance(acc, str) and _ACCELERATOR.match(acc):
+            out["accelerator_type"] = acc
+        else:
+            errors.append(f"resources.accelerator_type: must be a Ray accelerator type, e.g. "
+                          f"'A10G', 'L4', 'T4', 'A100', 'H100' (the names in "
+                          f"ray.util.accelerators; `ray status` lists a cluster's as "
+                          f"accelerator_type:NAME), got {acc!r}")
+    labels = res.get("node_label")
+    if labels is not None:
+        bad = (not isinstance(labels, Mapping) or not labels
+               or not all(isinstance(k, str) and _LABEL_KEY.match(k) and isinstance(v, str)
+                          and _LABEL_VALUE.match(v) for k, v in labels.items()))
+        if bad:
+            errors.append(f"resources.node_label: must be a non-empty mapping of Ray node "
+                          f"labels, key -> value strings, e.g. {{fusion-sweep/platform: "
+                          f"g5-a10g}} (keys [prefix/]name, values up to 63 of A-Z a-z 0-9 "
+                          f"- _ .; cluster.yaml sets them per node type under `labels`), "
+                          f"got {labels!r}")
+        else:
+            out["node_label"] = dict(labels)
+    return out
+
+
 def _validate_resources(raw: Mapping, errors: list[str]) -> tuple[dict[str, Any], Any]:
     """-> (resources per trial, max_failures)."""
     resources: dict[str, Any] = {"cpu": 1, "gpu": 0}
@@ -544,6 +592,7 @@ def _validate_resources(raw: Mapping, errors: list[str]) -> tuple[dict[str, Any]
                               f"omit it to estimate from the trial's config), got {mem!r}")
             else:
                 resources["memory_gb"] = mem
+        resources.update(_validate_pin(res, errors))
     max_failures = raw.get("max_failures", 2)
     if not _is_int(max_failures) or max_failures < -1:
         errors.append(f"max_failures: must be an integer >= 0 (-1 = retry forever), got {max_failures!r}")

@@ -40,6 +40,8 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, TextIO
 
 from fusion_sweep.schema import ADAPTIVE, IDENTITY_FIELDS
+from fusion_sweep.schema import PLATFORM_LABEL_COLUMN, platform_from_tags, platform_label
+from fusion_sweep.placement import check_local_pin, trial_resources, warn_mixed_platforms
 from fusion_sweep.space import SearchSpace, load_space
 
 DEFAULT_STORAGE_DIRNAME = "ray_results"
@@ -373,6 +375,7 @@ class LaunchSummary:
     parent_run_id: str = ""
     experiment_path: str = ""
     results_csv: str = ""
+    platforms: dict[str, int] = field(default_factory=dict)  # platform label -> trials
     failed_trials: list[str] = field(default_factory=list)
     tune_errors: list[str] = field(default_factory=list)
 
@@ -547,6 +550,7 @@ def _run_sweep(pf: Preflight, auth: str, max_concurrent: int | None, verbose: bo
                     started_ray = _init_ray(pf.address, out)
                     _reclaim_sigterm()
                     _warn_resources(pf.space, pf.uri, out)
+                    warn_mixed_platforms(pf.space, out)  # one platform per pair
                     print(f"MLflow: {pf.uri} (experiment {pf.experiment!r}); Ray auth: {auth}",
                           file=out)
                 with _disk_watch(pf, out):
@@ -758,6 +762,7 @@ def _check_local_resources(space: SearchSpace, points: list[GridPoint]) -> None:
                          f"the local Ray instance has this machine's CPU={ncpu}, GPU={ngpu}, so "
                          f"no trial could ever start; lower `resources` in {space.source}, or "
                          f"pass --address for a cluster with such nodes")
+    check_local_pin(space, _local_gpus() if space.accelerator_type else 0)
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     need = max(trial_memory_bytes(space, p.config) for p in points)
     if need > RAY_MEMORY_SHARE * total:
@@ -846,7 +851,7 @@ def _run_tuner(space: SearchSpace, points: list[GridPoint], exp_path: str, ctx,
     memory = max(trial_memory_bytes(space, p.config) for p in points)
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, ctx=ctx, configs=configs),
-        {"cpu": space.cpu, "gpu": space.gpu, "memory": memory})
+        trial_resources(space, memory))  # with the space's platform pin, if any
     idents = [dict(zip(IDENTITY_FIELDS, p.ident)) for p in points]
     tuner = tune.Tuner(
         trainable,
@@ -903,6 +908,10 @@ def _summarize(s: LaunchSummary, tracker, points: list[GridPoint], ctx, out: Tex
             row.update({k: r.data.metrics.get(k, "") for k in tracking.FINAL_METRICS})
             row.update({"fp_" + k: r.data.tags.get(tag, "")
                         for k, tag in tracking.FINGERPRINT_TAGS.items()})
+            row[PLATFORM_LABEL_COLUMN] = platform_label(platform_from_tags(r.data.tags))
+            if row[PLATFORM_LABEL_COLUMN]:
+                label = row[PLATFORM_LABEL_COLUMN]
+                s.platforms[label] = s.platforms.get(label, 0) + 1
             row["attempts"] = int(r.data.tags.get(tracking.ATTEMPTS) or 1)
             touched = r.data.tags.get(tracking.LAUNCH_ID) == ctx.launch_id
             s.trained_now += touched
@@ -951,6 +960,10 @@ def format_summary(s: LaunchSummary, space_ref: str) -> str:
         lines.append(f"  ... and {len(s.failed_trials) - 10} more failed (see the results table)")
     if s.tune_errors and not s.failed_trials:
         lines.append(f"  Ray Tune errors ({len(s.tune_errors)}), first: {s.tune_errors[0]}")
+    if len(s.platforms) > 1:  # pairs across platforms are dropped by stats (platform_mismatch)
+        lines.append(f"  warning: the trials ran on {len(s.platforms)} platforms; `stats` pairs "
+                     f"trials only on one: " + "; ".join(f"{k} ({v} trials)"
+                                                         for k, v in s.platforms.items()))
     if s.orphans_reconciled:
         lines.append(f"  reconciled {s.orphans_reconciled} orphaned RUNNING run(s) to KILLED")
     if s.results_csv:

@@ -25,6 +25,8 @@ import traceback
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from datetime import datetime, timezone
+from statistics import median as _median
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
@@ -41,9 +43,11 @@ from fusion_sweep.schema import (ATTEMPTS, CODE_FINGERPRINT, CODE_HISTORY,  # no
                                  DEFAULT_EXPERIMENT, EPOCH_METRICS, ERROR, FINAL_METRICS,
                                  FINGERPRINT_TAGS, GIT_COMMIT, GRID_HASH, IDENTITY_FIELDS,
                                  IDENTITY_TAG,
-                                 LAUNCH_ID, PARENT, ROLE, SWEEP, TRIAL_KEY, VERSION,
+                                 LAUNCH_ID, PARENT, ROLE, SWEEP, TRIAL_KEY, UI_ORDER, VERSION,
                                  code_fingerprint, default_tracking_uri, encode_param,
                                  resolve_tracking_uri)
+from fusion_sweep.schema import KNOWN_DATASETS, PLATFORM_FIELD_TAGS  # noqa: E402
+from fusion_sweep.trial.data.registry import DATASETS  # noqa: E402  (stdlib only)
 
 log = logging.getLogger(__name__)
 
@@ -273,7 +277,8 @@ class SweepTracker:
         tags = {ROLE: "sweep", SWEEP: sweep, GRID_HASH: grid_hash, GIT_COMMIT: commit,
                 CODE_FINGERPRINT: code, CODE_HISTORY: code_history or code,
                 VERSION: fusion_sweep.__version__, "mlflow.source.git.commit": commit.split("-")[0],
-                "fusion_sweep.n_trials": str(n_trials)}
+                "fusion_sweep.n_trials": str(n_trials),
+                KNOWN_DATASETS: json.dumps(sorted(DATASETS))}
         if description:
             tags["mlflow.note.content"] = description
         if run is None:
@@ -434,6 +439,9 @@ class TrialRun:
         tags = [RunTag(FINGERPRINT_TAGS[k], str(v)) for k, v in result.fingerprints.items()
                 if k in FINGERPRINT_TAGS]
         tags.append(RunTag("fusion_sweep.device", result.device))
+        # The platform's fields, readable (its hash is the fp.platform fingerprint above).
+        tags += [RunTag(PLATFORM_FIELD_TAGS[k], str(v)) for k, v in result.platform.items()
+                 if k in PLATFORM_FIELD_TAGS]
         _retry(self.client.log_batch, self.run_id, tags=tags, metrics=[
             Metric(k, float(v), now, 0) for k, v in metrics.items()
             if v is not None and not (isinstance(v, float) and math.isnan(v))])
@@ -492,6 +500,9 @@ def write_predictions_csv(pred: Mapping[str, list], path: Path) -> Path:
 # `genai` — not from the experiment tag `mlflow.experimentKind` (the tag is read only when
 # that switch is off, which 3.17 hard-codes on). So the printed URL carries
 # `workflowType=machine_learning`; the tag is still set for MLflow versions that read it.
+# A URL without the parameter (the plain root, a run's own page) would open the GenAI layout;
+# `fusion-sweep ui` therefore serves mlflow behind fusion_sweep.ui_proxy, which stores the
+# training layout in the browser's localStorage and sends a bare root to the trials view.
 # Columns, filter, sort and grouping are UI state, not URL parameters: MLflow keeps shareable
 # views as experiment tags `mlflow.sharedViewState.<id>` and opens one with
 # `?viewStateShareKey=<id>`; `mark_training_experiment` writes such a view of the trials.
@@ -518,27 +529,117 @@ def default_ui_store() -> str:
     return env if env.startswith("sqlite:") else default_tracking_uri()
 
 
-def trials_view_state() -> dict[str, Any]:
-    """The runs-table view `fusion-sweep ui` opens: trial runs only (no parent to expand),
-    grouped by sweep, sorted by run name (= dataset.pe.fusion.seed), identity params and the
-    final metrics as columns. Keys are MLflow 3.17's runs-page UI state and search facets."""
-    cols = [f"params.`{k}`" for k in IDENTITY_FIELDS] + [f"metrics.`{m}`" for m in UI_COLUMNS_METRICS]
-    widths = dict(zip(cols, (140, 100, 100, 56, 90, 105, 115, 115)))
+def view_columns() -> list[str]:
+    """The runs table's columns after the run name: identity params, then final metrics."""
+    return ([f"params.`{k}`" for k in IDENTITY_FIELDS]
+            + [f"metrics.`{m}`" for m in UI_COLUMNS_METRICS])
+
+
+RUN_NAME_COLUMN = "tags.`mlflow.runName`"
+# Pixels per character of the runs table's font, and room for the header's sort/menu icons.
+_CHAR_PX, _PAD_PX, _MIN_PX, _MAX_PX = 8, 44, 70, 440
+
+
+def column_widths(values: Mapping[str, Iterable[str]] | None = None) -> dict[str, int]:
+    """A width for every view column: wide enough for its header and for every value given
+    (column -> the strings it shows), so no identity value is cut ('con…')."""
+    out = {}
+    for col in [RUN_NAME_COLUMN, *view_columns()]:
+        name = "Run Name" if col == RUN_NAME_COLUMN else col.split("`")[1]
+        longest = max([len(name), *(len(str(v)) for v in (values or {}).get(col, ()))])
+        out[col] = min(_MAX_PX, max(_MIN_PX, _CHAR_PX * longest + _PAD_PX))
+    return out
+
+
+def trials_view_state(sweep: str | None = None,
+                      widths: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The runs-table view `fusion-sweep ui` opens: one sweep's trial runs (every trial
+    without `sweep`), sorted short -> long regime, then variant, then seed (the UI_ORDER
+    tag), identity params and the final metrics as columns, one width per column. No
+    grouping: a group row's aggregates (mean test_acc over every trial, mean seed) mean
+    nothing. Keys are MLflow 3.17's runs-page UI state and search facets."""
+    cols = view_columns()
+    where = f"tags.`{ROLE}` = 'trial'" + (f" and tags.`{SWEEP}` = {_q(sweep)}" if sweep else "")
     return {
-        "searchFilter": f"tags.`{ROLE}` = 'trial'",
-        "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
+        "searchFilter": where,
+        "orderByKey": f"tags.`{UI_ORDER}`", "orderByAsc": True,
         "startTime": "ALL", "lifecycleFilter": "Active", "modelVersionFilter": "All Runs",
         "datasetsFilter": [],
         "selectedColumns": cols,
         # The grid puts metric columns before params unless told; Created/Duration go last.
-        "columnOrder": ["tags.`mlflow.runName`", *cols, "attributes.start_time", "duration"],
-        "columnWidths": widths,
-        "groupBy": {"aggregateFunction": "average",
-                    "groupByKeys": [{"mode": "tag", "groupByData": SWEEP}]},
+        "columnOrder": [RUN_NAME_COLUMN, *cols, "attributes.start_time", "duration"],
+        "columnWidths": dict(widths or column_widths()),
     }
 
 
-def mark_training_experiment(client, experiment_id: str) -> bool:
+def order_trials(client, experiment_id: str, sweep: str) -> dict[str, list[str]]:
+    """Tag each trial run of `sweep` with UI_ORDER (regime short -> long by the median
+    token length it logged, else by dataset name; then encoder/pe/fusion; then seed), and
+    return the identity values shown (view column -> strings), for the column widths."""
+    runs = client.search_runs([experiment_id], max_results=50_000, filter_string=(
+        f"tags.`{ROLE}` = 'trial' and tags.`{SWEEP}` = {_q(sweep)}"))
+    tokens: dict[str, list[float]] = {}
+    for r in runs:
+        t = r.data.metrics.get("median_tokens")
+        if t is not None and math.isfinite(t):
+            tokens.setdefault(r.data.params.get("dataset", ""), []).append(t)
+    datasets = {r.data.params.get("dataset", "") for r in runs}
+    ranked = sorted(datasets, key=lambda d: (_median(tokens.get(d) or [math.inf]), d))
+    rank = {d: i for i, d in enumerate(ranked)}
+    shown: dict[str, list[str]] = {}
+    for r in runs:
+        p = r.data.params
+        variant = "/".join(p.get(k, "") for k in IDENTITY_FIELDS if k not in ("dataset", "seed"))
+        seed = p.get("seed", "")
+        order = f"{rank[p.get('dataset', '')]:02d}/{variant}/{seed.zfill(6)}"
+        if r.data.tags.get(UI_ORDER) != order:
+            _retry(client.set_tag, r.info.run_id, UI_ORDER, order)
+        for k in IDENTITY_FIELDS:
+            shown.setdefault(f"params.`{k}`", []).append(p.get(k, ""))
+        shown.setdefault(RUN_NAME_COLUMN, []).append(r.info.run_name or "")
+    return shown
+
+
+def sweep_runs(client, experiment_id: str) -> list["Run"]:
+    """The experiment's sweep parent runs, newest first."""
+    return client.search_runs([experiment_id], filter_string=f"tags.`{ROLE}` = 'sweep'",
+                              order_by=["attributes.start_time DESC"], max_results=1000)
+
+
+def list_sweeps(store: str, experiment: str = DEFAULT_EXPERIMENT) -> list[dict[str, Any]]:
+    """Every sweep of `experiment` in `store`, newest first: name, state, trial counts by
+    status (and the planned total), code fingerprint, start and end (UTC, ISO); [] when
+    the store or the experiment does not exist."""
+    db = sqlite_path(store)
+    if db is not None and not db.is_file():
+        return []
+    client = _client(store)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None or exp.lifecycle_stage == "deleted":
+        return []
+    out = []
+    for parent in sweep_runs(client, exp.experiment_id):
+        name = parent.data.tags.get(SWEEP, parent.info.run_name)
+        trials = client.search_runs([exp.experiment_id], max_results=50_000, filter_string=(
+            f"tags.`{ROLE}` = 'trial' and tags.`{SWEEP}` = {_q(name)}"))
+        counts: dict[str, int] = {}
+        for t in trials:
+            counts[t.info.status] = counts.get(t.info.status, 0) + 1
+        out.append({"sweep": name, "state": parent.info.status,
+                    "planned": parent.data.tags.get("fusion_sweep.n_trials"),
+                    "trials": counts, "code_fingerprint": parent.data.tags.get(CODE_FINGERPRINT),
+                    "start": _iso(parent.info.start_time), "end": _iso(parent.info.end_time)})
+    return out
+
+
+def _iso(ms: int | None) -> str | None:
+    if not ms:
+        return None
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def mark_training_experiment(client, experiment_id: str, sweep: str | None = None,
+                             widths: Mapping[str, int] | None = None) -> bool:
     """Mark an experiment as model training for the MLflow UI and (re)write the trials view.
 
     Sets `mlflow.experimentKind=custom_model_development` and the experiment tag
@@ -552,7 +653,7 @@ def mark_training_experiment(client, experiment_id: str) -> bool:
     if tags.get(EXPERIMENT_KIND_TAG) != TRAINING_KIND:
         client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
         wrote = True
-    state = json.dumps(trials_view_state(), sort_keys=True)
+    state = json.dumps(trials_view_state(sweep, widths), sort_keys=True)
     key = SHARED_VIEW_PREFIX + TRIALS_VIEW_ID
     try:
         old = json.loads(tags.get(key) or "{}")
@@ -580,18 +681,32 @@ def ui_url(base: str, experiment_id: str | None = None) -> str:
             f"&viewStateShareKey={TRIALS_VIEW_ID}")
 
 
-def prepare_ui_experiment(store: str, experiment: str = DEFAULT_EXPERIMENT) -> str | None:
-    """The id of `experiment` in `store`, marked for the UI (`mark_training_experiment`);
-    None when the store or the experiment does not exist yet (never creates either)."""
+def prepare_ui_experiment(store: str, experiment: str = DEFAULT_EXPERIMENT,
+                          sweep: str | None = None) -> tuple[str | None, str | None]:
+    """(experiment id, sweep) the UI opens on: `experiment` in `store` marked for the UI
+    (`mark_training_experiment`), its trials tagged in order (`order_trials`), the view
+    filtered to `sweep` (default: the newest sweep). (None, None) when the store or the
+    experiment does not exist yet (never creates either); ValueError for an unknown sweep."""
     db = sqlite_path(store)
     if db is not None and not db.is_file():
-        return None
+        if sweep:
+            raise ValueError(f"--sweep {sweep}: no store at {db} (no sweep launched here)")
+        return None, None
     client = _client(store)
     exp = client.get_experiment_by_name(experiment)
     if exp is None or exp.lifecycle_stage == "deleted":
-        return None
-    _retry(mark_training_experiment, client, exp.experiment_id)
-    return exp.experiment_id
+        if sweep:
+            raise ValueError(f"--sweep {sweep}: no experiment {experiment!r} in {store}")
+        return None, None
+    names = [r.data.tags.get(SWEEP, r.info.run_name) for r in sweep_runs(client, exp.experiment_id)]
+    if sweep is not None and sweep not in names:
+        raise ValueError(f"--sweep {sweep}: no such sweep in experiment {experiment!r} of "
+                         f"{store}; sweeps: {', '.join(names) or 'none'} "
+                         f"(`fusion-sweep sweeps` lists them)")
+    sweep = sweep or (names[0] if names else None)
+    shown = _retry(order_trials, client, exp.experiment_id, sweep) if sweep else {}
+    _retry(mark_training_experiment, client, exp.experiment_id, sweep, column_widths(shown))
+    return exp.experiment_id, sweep
 
 
 def port_free(host: str, port: int) -> bool:

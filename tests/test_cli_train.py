@@ -17,13 +17,15 @@ def test_train_json(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
     out = json.loads(capsys.readouterr().out)
     assert {"test_acc", "best_val_acc", "params", "fingerprints"} <= set(out)
     assert set(out["fingerprints"]) == {"split", "batch_order", "shared_init", "dropout",
-                                       "encoder_init"}
+                                       "encoder_init", "platform"}
+    assert out["platform"]["torch"] and out["platform"]["threads"]
     assert out["config"]["seed"] == 3 and out["config"]["fusion"] == "gate-scalar"
 
 
 def test_train_text_summary(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
     assert main(["train", "--dataset", "synthetic-short", *TINY, "-o", f"cache_dir={tmp_path}"]) == 0
-    assert "test_acc" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "test_acc" in out and "platform     torch " in out
 
 
 @pytest.mark.parametrize("argv,pattern", [

@@ -40,6 +40,8 @@ FILES: dict[str, str | bytes] = {
     "neg-seeds.yaml": SMOKE_OK.replace("seeds: [0, 1]", "seeds: [0, -3]"),
     "incompatible.yaml": SMOKE_OK.replace("pes: [sinusoidal]", "pes: [alibi]"),
     "too-big.yaml": SMOKE_OK + "resources: {cpu: 4096, gpu: 64}\n",
+    "bad-pin.yaml": SMOKE_OK + "resources: {accelerator_type: 'A 10G', node_label: g5}\n",
+    "gpu-pin.yaml": SMOKE_OK + "resources: {accelerator_type: A10G}\n",
     "dotdot-name.yaml": SMOKE_OK.replace("name: x", "name: '..'"),
     "slash-name.yaml": SMOKE_OK.replace("name: x", "name: a/b"),
     "no-tune.yaml": SMOKE_OK,
@@ -62,7 +64,7 @@ FILES: dict[str, str | bytes] = {
 @dataclass(frozen=True)
 class Case:
     id: str
-    cmd: str  # the subcommand: train | launch | tune | stats | ui
+    cmd: str  # the subcommand: train | launch | tune | stats | ui | sweeps
     what: str  # the bad input, in words (docs/errors.md's first column)
     argv: Callable[["Env"], list[str]]
     message: str  # regex on stderr
@@ -161,6 +163,15 @@ CASES: list[Case] = [
        lambda e: ["launch", e.f("too-big.yaml")],
        r"resources: one trial needs cpu=4096, gpu=64, but the local Ray instance has this "
        r"machine's CPU=\d+, GPU=\d+, so no trial could ever start"),
+    _c("launch-bad-pin", "launch", "`resources` pin that is not a Ray accelerator type / node label",
+       lambda e: ["launch", e.f("bad-pin.yaml")],
+       r"2 errors in search space .*bad-pin\.yaml:\n  - .*resources\.accelerator_type: must "
+       r"be a Ray accelerator type, e\.g\. 'A10G'.*got 'A 10G'\n  - .*resources\.node_label: "
+       r"must be a non-empty mapping of Ray node labels.*got 'g5'"),
+    _c("launch-pin-local", "launch", "`resources.accelerator_type` with local Ray and no GPU",
+       lambda e: ["launch", e.f("gpu-pin.yaml")],
+       r"resources\.accelerator_type: 'A10G' pins every trial to nodes with that GPU, but the "
+       r"local Ray instance is this machine, which has no GPU, so no trial could ever start"),
     _c("launch-tracking-ftp", "launch", "`--tracking-uri` with an unknown scheme (ftp)",
        lambda e: ["launch", "smoke", "--tracking-uri", "ftp://x"],
        r"tracking URI 'ftp://x': unsupported scheme 'ftp'; use an http\(s\):// MLflow server or "
@@ -262,6 +273,15 @@ CASES: list[Case] = [
     _c("ui-store-not-sqlite", "ui", "`--backend-store-uri` not a sqlite store",
        lambda e: ["ui", "--backend-store-uri", "ftp://x"],
        r"--backend-store-uri ftp://x: not a sqlite:/// store"),
+    _c("ui-unknown-sweep", "ui", "`--sweep` that is not in the store",
+       lambda e: ["ui", "--sweep", "nope", "--backend-store-uri", e.store, "--port", str(e.port)],
+       r"--sweep nope: no such sweep in experiment 'fusion-sweep' of sqlite:///.*; sweeps: none "
+       r"\(`fusion-sweep sweeps` lists them\)"),
+    # ------------------------------------------------------------------------ sweeps
+    _c("sweeps-no-store", "sweeps", "`--tracking-uri` store that does not exist",
+       lambda e: ["sweeps", "--tracking-uri", f"sqlite:///{e.f('nodir/m.db')}"],
+       r"--tracking-uri sqlite:///.*nodir/m\.db: no store at .*nodir/m\.db \(no sweep launched "
+       r"here"),
 ]
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from fusion_sweep.schema import CODE_FINGERPRINT, FINGERPRINT_TAGS
+from fusion_sweep.schema import PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN
 
 from fusion_sweep.analysis.metrics import is_proportion
 from fusion_sweep.analysis.schema import (
@@ -111,7 +112,8 @@ def tidy(raw: pd.DataFrame, source: str = "results") -> pd.DataFrame:
         df[col] = df[col].astype(str).str.strip()
     df["seed"] = _integer_seeds(df["seed"], source)
     df["status"] = _status(df)
-    for col in (*FP_COLUMNS, *ENCODER_FP_COLUMNS, "code_fingerprint"):
+    for col in (*FP_COLUMNS, *ENCODER_FP_COLUMNS, "code_fingerprint", PLATFORM_COLUMN,
+                PLATFORM_LABEL_COLUMN):
         df[col] = _optional_str(df[col]) if col in df.columns else None
     for col in ("median_tokens", "num_classes"):
         df[col] = pd.to_numeric(df[col], errors="coerce") if col in df.columns else np.nan

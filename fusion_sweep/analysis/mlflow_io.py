@@ -33,6 +33,8 @@ from fusion_sweep.schema import (
     ADAPTIVE, CODE_FINGERPRINT, DEFAULT_EXPERIMENT, FINGERPRINT_TAGS, IDENTITY_FIELDS, IDENTITY_TAG,
     PARENT, ROLE, SWEEP, TRIAL_KEY, decode_param, encode_param, resolve_tracking_uri,
 )
+from fusion_sweep.schema import (KNOWN_DATASETS, PLATFORM_LABEL_COLUMN, platform_from_tags,
+                                 platform_label)
 
 from fusion_sweep.analysis.load import rows_to_frame
 from fusion_sweep.analysis.metrics import check_direction_value
@@ -105,6 +107,19 @@ def find_sweep(client: Any, experiment: str, sweep: str | None) -> tuple[Any, An
     return exp, parents[0]  # newest first
 
 
+def sweeps_with_dataset(tracking_uri: str | None, experiment: str | None,
+                        dataset: str) -> list[str]:
+    """Names of the sweeps in the experiment that have a trial run on `dataset`, sorted."""
+    client, _ = _client(tracking_uri)
+    exp = client.get_experiment_by_name(experiment or DEFAULT_EXPERIMENT)
+    if exp is None:
+        return []
+    quoted = dataset.replace("'", "\\'")
+    runs = _search_all(client, exp.experiment_id,
+                       f"tags.`{ROLE}` = 'trial' and params.dataset = '{quoted}'")
+    return sorted({r.data.tags[SWEEP] for r in runs if r.data.tags.get(SWEEP)})
+
+
 def identity(params: dict, tags: dict) -> dict:
     """The trial's identity: the JSON tag when present (and readable), else the params;
     no encoder anywhere -> the standard encoder (runs logged before the encoder axis)."""
@@ -128,6 +143,7 @@ def trial_row(run: Any) -> dict:
                 "trial_key": tags.get(TRIAL_KEY),
                 "code_fingerprint": tags.get(CODE_FINGERPRINT)})
     row.update({f"fp_{name}": tags.get(tag) for name, tag in FINGERPRINT_TAGS.items()})
+    row[PLATFORM_LABEL_COLUMN] = platform_label(platform_from_tags(tags)) or None
     return row
 
 
@@ -153,6 +169,8 @@ def load_sweep(
               "parent_run_id": parent.info.run_id, "experiment_id": exp.experiment_id,
               "n_runs": len(trials), "space": space_choices(parent.data.params),
               "code_fingerprint": parent.data.tags.get(CODE_FINGERPRINT)}
+    if parent.data.tags.get(KNOWN_DATASETS):
+        source["known_datasets"] = decode_param(parent.data.tags[KNOWN_DATASETS])
     if parent.data.tags.get(ADAPTIVE):  # launched with --until-decided: seeds chosen adaptively
         source["adaptive"] = decode_param(parent.data.tags[ADAPTIVE])
     df = rows_to_frame(complete, f"MLflow sweep {name!r} (experiment {experiment!r}, parent run "

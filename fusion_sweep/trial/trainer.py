@@ -8,7 +8,9 @@ different datasets never start from correlated weights. The model is built under
 global RNG, before the dropout stream is seeded: a variant's extra layers therefore cannot
 shift the dropout masks of the layers it shares. The result carries five fingerprints (split,
 batch order, embedding/classifier init, encoder-body init, dropout stream) that the analysis
-checks before pairing (the encoder body's only between trials of one encoder variant).
+checks before pairing (the encoder body's only between trials of one encoder variant), and a
+sixth, the platform it ran on (`fusion_sweep.trial.platform`): pairs are kept on one platform.
+On CUDA the trial runs with deterministic algorithms (`platform.deterministic`).
 """
 from __future__ import annotations
 
@@ -29,10 +31,12 @@ import torch.nn.functional as F
 
 from fusion_sweep.trial.batching import (eval_batches, epoch_batches, pad_batch, pad_batches,
                                    schedule_hash, truncated_lengths)
+from fusion_sweep.schema import PLATFORM_FINGERPRINT, platform_fingerprint
 from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.trial.data.types import EncodedData, EncodedSplit, validate_encoded
 from fusion_sweep.trial.models.encoder import (ENCODERS, FusionClassifier, count_parameters,
                                          encoder_init_hash, initialize, shared_init_hash)
+from fusion_sweep.trial.platform import describe_platform, deterministic
 
 # Appended, never reordered: a stream's seed depends on its index (`derive_seed`).
 STREAMS = ("data_order", "shared_init", "fusion_init", "pe_init", "dropout", "encoder_init")
@@ -158,6 +162,8 @@ class TrialResult:
     predictions: dict[str, list] = field(default_factory=dict)
     device: str = "cpu"
     checkpoint: dict[str, torch.Tensor] | None = None
+    # Where it ran (schema.PLATFORM_FIELDS -> str); its hash is fingerprints["platform"].
+    platform: dict[str, str] = field(default_factory=dict)
 
     num_classes: int = 0
 
@@ -171,6 +177,7 @@ class TrialResult:
         out = {**self.metrics(), "best_epoch": self.best_epoch, "epochs_run": self.epochs_run,
                "params": self.params, "fusion_params": self.fusion_params,
                "fingerprints": dict(self.fingerprints), "device": self.device,
+               "platform": dict(self.platform),
                "config": dict(self.config), "curve": [asdict(r) for r in self.curve]}
         if predictions:
             out["predictions"] = self.predictions
@@ -472,7 +479,7 @@ def train_trial(config: TrialConfig, callback: Callable[[EpochRecord], None] | N
     validate_encoded(data, include_test=config.evaluate_test)
     device = resolve_device(config.device)
     speed = speed if speed is not None else SpeedOptions.from_env()
-    with cpu_threads(config.num_threads):
+    with cpu_threads(config.num_threads), deterministic(device):
         return _run(config, data, device, callback, speed)
 
 
@@ -485,14 +492,18 @@ def _run(config: TrialConfig, data: EncodedData, device: torch.device,
         "shared_init": shared_init_hash(model),
         "encoder_init": encoder_init_hash(model),
     }
+    platform = describe_platform(device)  # inside the thread and determinism settings
+    fingerprints[PLATFORM_FINGERPRINT] = platform_fingerprint(platform)
     schedule = training_schedule(data.train, config)
     fingerprints["batch_order"] = schedule_hash(schedule)
     model.to(device)
     optimizer = build_optimizer(config, model)
     with dropout_stream(derive_seed(config.seed, "dropout", stream_dataset(config)), device) as fp:
         fingerprints["dropout"] = fp
-        return _train_and_test(config, data, device, callback, model, optimizer, schedule,
-                               fingerprints, speed)
+        result = _train_and_test(config, data, device, callback, model, optimizer, schedule,
+                                 fingerprints, speed)
+    result.platform = platform
+    return result
 
 
 def _train_and_test(config: TrialConfig, data: EncodedData, device: torch.device,
