@@ -424,3 +424,35 @@ def test_gate_cnn_of_width_one_is_a_pointwise_gate() -> None:
     np.testing.assert_allclose(H, _gate_cnn(f, E.astype(float), P.astype(float), mask),
                                rtol=1e-4, atol=1e-5)
 
+
+
+# ----------------------------------------------------- 9. the statistics at their edges
+def test_two_seeds_are_enough_for_the_t_tests_and_undefined_below() -> None:
+    """n = 2 with spread: t-test, one-sample t and chance test are defined (df 1); n = 1 or
+    no spread: nan with the df still reported; margin 0 is no equivalence test."""
+    x, y = np.array([0.8, 0.9]), np.array([0.7, 0.75])
+    assert S.has_spread(S.paired_deltas(x, y)) and not S.has_spread(np.array([0.1, 0.1]))
+    t = S.paired_t(x, y, ALPHA)
+    ref = sps.ttest_rel(x, y)
+    assert (t.p, t.df) == pytest.approx((ref.pvalue, 1.0)) and t.sd == pytest.approx(
+        np.std(x - y, ddof=1))
+    one = S.paired_t(x[:1], y[:1], ALPHA)
+    assert np.isnan(one.p) and np.isnan(one.sd) and one.df == 0.0
+    flat = S.paired_t(x, x - 0.1, ALPHA)
+    assert np.isnan(flat.p) and flat.df == 1.0 and flat.sd == pytest.approx(0.0)
+    d = np.array([0.02, 0.05, 0.01, 0.04])
+    o = S.one_sample_t(d, ALPHA)
+    ref1 = sps.ttest_1samp(d, 0.0)
+    assert (o.mean, o.p, o.df) == pytest.approx((d.mean(), ref1.pvalue, 3.0))
+    g = S.one_sample_t(d, ALPHA, "greater")
+    assert g.p == pytest.approx(sps.ttest_1samp(d, 0.0, alternative="greater").pvalue)
+    two = S.one_sample_t(d[:2], ALPHA)
+    assert np.isfinite(two.p) and two.df == 1.0
+    assert np.isnan(S.one_sample_t(d[:1], ALPHA).p) and S.one_sample_t(d[:1], ALPHA).df == 0.0
+    c_t, c_p = S.beats_chance(np.array([0.6, 0.7]), 0.5)
+    assert c_p == pytest.approx(sps.ttest_1samp([0.6, 0.7], 0.5, alternative="greater").pvalue)
+    assert np.isnan(S.tost_p(x, y, 0.0)) and np.isfinite(S.tost_p(x, y, 0.5))
+    with pytest.raises(ValueError, match="1-D of equal length"):
+        S.paired_deltas(x, y[:1])
+    with pytest.raises(ValueError, match="1-D of equal length"):
+        S.paired_deltas(x.reshape(1, 2), y.reshape(1, 2))
