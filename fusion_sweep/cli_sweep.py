@@ -6,8 +6,14 @@ and argument errors stay instant.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import Any
+
+from fusion_sweep import signals, tracking
+from fusion_sweep.schema import LOOPBACK_HOSTS
+from fusion_sweep.space_files import shipped_spaces
+from fusion_sweep.ui_proxy import UIProxy, free_loopback_port
 
 
 def _positive_int(text: str) -> int:
@@ -41,8 +47,6 @@ def _ray_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(subparsers: Any) -> None:
-    from fusion_sweep.space import shipped_spaces
-
     shipped = ", ".join(shipped_spaces())
     p = subparsers.add_parser(
         "launch", help="run a search space's grid on Ray Tune, tracked in MLflow (resumes)",
@@ -173,8 +177,6 @@ def run_tune(args: argparse.Namespace) -> int:
 
 def run_sweeps(args: argparse.Namespace) -> int:
     """Print the store's sweeps as a table (a note on stderr when there are none)."""
-    from fusion_sweep import tracking
-
     store = tracking.resolve_tracking_uri(args.tracking_uri)
     experiment = args.experiment or tracking.DEFAULT_EXPERIMENT
     db = tracking.sqlite_path(store)
@@ -208,11 +210,6 @@ def format_sweeps(sweeps: list[dict]) -> str:
 def run_ui(args: argparse.Namespace) -> int:
     """Serve the store's MLflow UI on 127.0.0.1 until Ctrl-C / SIGTERM / SIGHUP, then stop the
     server with every process it started (its process group), leaving the port free."""
-    import signal
-    import threading
-
-    from fusion_sweep import tracking
-
     store = args.backend_store_uri or tracking.default_ui_store()
     db = tracking.sqlite_path(store)
     if db is None:  # mlflow server would die with a traceback
@@ -228,7 +225,7 @@ def run_ui(args: argparse.Namespace) -> int:
     if not tracking.port_free(args.host, args.port):
         raise ValueError(f"--port {args.port}: {args.host}:{args.port} is already in use "
                          f"(another MLflow UI?); choose another with --port")
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
+    if args.host not in LOOPBACK_HOSTS:
         print(f"warning: --host {args.host} exposes the MLflow UI and its REST API on port "
               f"{args.port} to the network, without authentication: anyone who can reach this "
               f"machine can read, change and delete every run, metric and artifact in {store}",
@@ -247,45 +244,33 @@ def run_ui(args: argparse.Namespace) -> int:
         print(f"note: no experiment {experiment!r} in {store}; opening the experiment list",
               file=sys.stderr)
 
-    def _stop(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    main = threading.current_thread() is threading.main_thread()
-    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} \
-        if main else {}
-    for s in old:  # SIGINT too: a `&`-started process inherits it ignored
-        signal.signal(s, _stop)
+    # SIGINT too: a `&`-started process inherits it ignored
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     # mlflow server on a private loopback port, behind a front on --host:--port that opens
     # the model-training layout (fusion_sweep.ui_proxy explains why).
-    from fusion_sweep.ui_proxy import UIProxy, free_loopback_port
-
     server = tracking.UIServer(store, "127.0.0.1", free_loopback_port())
     front = tracking.UIServer(store, args.host, args.port)  # its base_url: what the user opens
     url = tracking.ui_url(front.base_url, exp_id)
     proxy = None
-    try:
-        server.start()
-        if not server.wait_ready():
-            code = server.proc.poll()
-            why = f"exited with code {code}" if code is not None else "did not answer in 120 s"
-            print(f"fusion-sweep ui: mlflow server {why}", file=sys.stderr)
-            return code or 1
-        proxy = UIProxy(args.host, args.port, server.port,
-                        landing=url[len(front.base_url) + 1:]).start()
-        on = f"sweep {sweep!r}" if sweep else "every sweep"
-        print(f"MLflow UI: {url}\n"
-              f"  (store {store}; experiment {experiment!r}; {on}; {front.base_url}/ opens the "
-              f"same view; Ctrl-C to stop)", flush=True)
-        return server.proc.wait()
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        for s in old:  # a second Ctrl-C must not cut the cleanup short
-            signal.signal(s, signal.SIG_IGN)
+    with signals.interrupting(stops):
         try:
+            server.start()
+            if not server.wait_ready():
+                code = server.proc.poll()
+                why = f"exited with code {code}" if code is not None else "did not answer in 120 s"
+                print(f"fusion-sweep ui: mlflow server {why}", file=sys.stderr)
+                return code or 1
+            proxy = UIProxy(args.host, args.port, server.port,
+                            landing=url[len(front.base_url) + 1:]).start()
+            on = f"sweep {sweep!r}" if sweep else "every sweep"
+            print(f"MLflow UI: {url}\n"
+                  f"  (store {store}; experiment {experiment!r}; {on}; {front.base_url}/ opens "
+                  f"the same view; Ctrl-C to stop)", flush=True)
+            return server.proc.wait()
+        except KeyboardInterrupt:
+            return 0
+        finally:
+            signals.ignore(stops)  # a second Ctrl-C must not cut the cleanup short
             if proxy is not None:
                 proxy.stop()
             server.stop()
-        finally:
-            for s, h in old.items():
-                signal.signal(s, h)

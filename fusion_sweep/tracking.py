@@ -40,16 +40,23 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # The schema's one home (tag names, fingerprints, identity): fusion_sweep.schema.
 from fusion_sweep.schema import (ATTEMPTS, CODE_FINGERPRINT, CODE_HISTORY,  # noqa: E402,F401
-                                 DEFAULT_EXPERIMENT, EPOCH_METRICS, ERROR, FINAL_METRICS,
+                                 DEFAULT_EXPERIMENT, DEVICE, EPOCH_EXTRA_METRICS, EPOCH_METRICS,
+                                 ERROR, FINAL_METRICS, MLFLOW_GIT_COMMIT, MLFLOW_NOTE, N_TRIALS,
+                                 PARENT_METRICS, RECONCILED,
                                  FINGERPRINT_TAGS, GIT_COMMIT, GRID_HASH, IDENTITY_FIELDS,
                                  IDENTITY_TAG,
-                                 LAUNCH_ID, PARENT, ROLE, SWEEP, TRIAL_KEY, UI_ORDER, VERSION,
-                                 code_fingerprint, default_tracking_uri, encode_param,
-                                 resolve_tracking_uri)
+                                 FINISHED, LAUNCH_ID, PARENT, ROLE, SWEEP, TRIAL_KEY, UI_ORDER,
+                                 VERSION, code_fingerprint, default_tracking_uri, encode_param,
+                                 is_server, resolve_tracking_uri, run_of_key, server_unreachable,
+                                 sqlite_path)
 from fusion_sweep.schema import KNOWN_DATASETS, PLATFORM_FIELD_TAGS  # noqa: E402
 from fusion_sweep.trial.data.registry import DATASETS  # noqa: E402  (stdlib only)
 
 log = logging.getLogger(__name__)
+
+# A local store keeps its runs' artifacts in this folder next to its database file (the
+# sweep's experiment and the `fusion-sweep ui` server agree on it).
+LOCAL_ARTIFACTS = "mlartifacts"
 
 
 # ------------------------------------------------------------------ where runs go
@@ -59,22 +66,17 @@ def is_local_store(uri: str) -> bool:
 
 def check_tracking_uri(uri: str, timeout: float = 5.0) -> None:
     """Fail fast (ValueError) when the tracking store cannot be reached — before any trial."""
-    if uri.startswith(("http://", "https://")):
-        url = uri.rstrip("/") + "/health"
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as r:
-                if r.status != 200:
-                    raise OSError(f"HTTP {r.status}")
-        except (OSError, urllib.error.URLError) as e:
-            reason = getattr(e, "reason", e)
+    db = sqlite_path(uri)
+    if is_server(uri):
+        reason = server_unreachable(uri, timeout)
+        if reason is not None:
             raise ValueError(
                 f"MLflow tracking server {uri} is not reachable ({reason}). Start it (e.g. "
                 f"`mlflow server --host 127.0.0.1 --port 5000 --backend-store-uri "
                 f"sqlite:///mlflow.db`), fix --tracking-uri / MLFLOW_TRACKING_URI, or leave both "
                 f"unset to use the local store {default_tracking_uri()}"
             ) from None
-    elif uri.startswith("sqlite:///"):
-        db = Path(uri[len("sqlite:///"):])
+    elif db is not None:
         if not db.parent.is_dir() or not os.access(db.parent, os.W_OK):
             raise ValueError(f"tracking store {uri}: directory {db.parent} does not exist or is "
                              f"not writable")
@@ -136,6 +138,10 @@ def _client(uri: str):
 
     _quiet_mlflow()
     return MlflowClient(tracking_uri=uri)
+
+
+def _status(run: "Run") -> str:
+    return run.info.status
 
 
 def _q(value: str) -> str:
@@ -221,6 +227,7 @@ class SweepTracker:
         self.experiment = experiment
         self.client = _client(tracking_uri)
         self._experiment_id: str | None = None
+        self._by_key: dict[str, dict[str, "Run"]] = {}
 
     @property
     def experiment_id(self) -> str:
@@ -245,9 +252,8 @@ class SweepTracker:
             return exp.experiment_id
         # A local store keeps artifacts next to mlflow.db; a server decides for itself
         # (`--serve-artifacts` proxies uploads from every node).
-        location = None
-        if self.tracking_uri.startswith("sqlite:///"):
-            location = (Path(self.tracking_uri[len("sqlite:///"):]).parent / "mlartifacts").as_uri()
+        db = sqlite_path(self.tracking_uri)
+        location = (db.parent / LOCAL_ARTIFACTS).as_uri() if db is not None else None
         try:
             return self.client.create_experiment(self.experiment, artifact_location=location)
         except Exception:  # created concurrently
@@ -276,11 +282,10 @@ class SweepTracker:
         code = code or code_fingerprint()
         tags = {ROLE: "sweep", SWEEP: sweep, GRID_HASH: grid_hash, GIT_COMMIT: commit,
                 CODE_FINGERPRINT: code, CODE_HISTORY: code_history or code,
-                VERSION: fusion_sweep.__version__, "mlflow.source.git.commit": commit.split("-")[0],
-                "fusion_sweep.n_trials": str(n_trials),
-                KNOWN_DATASETS: json.dumps(sorted(DATASETS))}
+                VERSION: fusion_sweep.__version__, MLFLOW_GIT_COMMIT: commit.split("-")[0],
+                N_TRIALS: str(n_trials), KNOWN_DATASETS: json.dumps(sorted(DATASETS))}
         if description:
-            tags["mlflow.note.content"] = description
+            tags[MLFLOW_NOTE] = description
         if run is None:
             run = self.client.create_run(self.experiment_id, run_name=sweep, tags=tags)
             from mlflow.entities import Param
@@ -304,7 +309,7 @@ class SweepTracker:
         self.client.set_terminated(run_id, status)
 
     def _next_step(self, run_id: str) -> int:
-        hist = self.client.get_metric_history(run_id, "trials_finished")
+        hist = self.client.get_metric_history(run_id, PARENT_METRICS[0])
         return max((m.step for m in hist), default=-1) + 1
 
     # trial runs ---------------------------------------------------------------------
@@ -321,6 +326,35 @@ class SweepTracker:
             if not token:
                 return out
 
+    def runs_by_key(self, sweep: str) -> dict[str, "Run"]:
+        """{trial key: the key's run (`schema.run_of_key`)} of the sweep; cached for the length
+        of one launch round (`forget` drops the cache once the round's trials have run)."""
+        if sweep not in self._by_key:
+            grouped: dict[str, list] = {}
+            for r in self.trial_runs(sweep):  # oldest first
+                grouped.setdefault(r.data.tags.get(TRIAL_KEY, ""), []).append(r)
+            self._by_key[sweep] = {k: run_of_key(rs, _status) for k, rs in grouped.items()}
+        return self._by_key[sweep]
+
+    def forget(self) -> None:
+        """Read MLflow afresh on the next `runs_by_key` (trials have run since)."""
+        self._by_key.clear()
+
+    def trial_status(self, sweep: str, key: str) -> tuple[str, str]:
+        """(status, run id) of the trial's run, ("", "") when it has none: the resume rule's
+        one question."""
+        r = self.runs_by_key(sweep).get(key)
+        return (r.info.status, r.info.run_id) if r is not None else ("", "")
+
+    def finished_values(self, sweep: str, metric: str) -> dict[str, float]:
+        """{trial key: metric} of the sweep's FINISHED trials with a finite metric."""
+        out: dict[str, float] = {}
+        for key, r in self.runs_by_key(sweep).items():
+            v = r.data.metrics.get(metric)
+            if r.info.status == FINISHED and v is not None and math.isfinite(v):
+                out[key] = float(v)
+        return out
+
     def reconcile_orphans(self, sweep: str) -> list[str]:
         """Mark this sweep's runs still RUNNING (their driver died) as KILLED.
 
@@ -329,10 +363,11 @@ class SweepTracker:
         killed = []
         for run in self.trial_runs(sweep):
             if run.info.status == "RUNNING":
-                self.client.set_tag(run.info.run_id, "fusion_sweep.reconciled",
+                self.client.set_tag(run.info.run_id, RECONCILED,
                                     "RUNNING at launch; its driver or node died")
                 self.client.set_terminated(run.info.run_id, "KILLED")
                 killed.append(run.info.run_id)
+        self.forget()
         return killed
 
     def fail_dead_trials(self, sweep: str, reasons: Mapping[str, str]) -> list[str]:
@@ -347,6 +382,7 @@ class SweepTracker:
                 _retry(self.client.set_tag, run.info.run_id, ERROR, reason[:4000])
                 _retry(self.client.set_terminated, run.info.run_id, "FAILED")
                 failed.append(run.info.run_id)
+        self.forget()
         return failed
 
 
@@ -369,10 +405,9 @@ class TrialRun:
             filter_string=(f"tags.`{ROLE}` = 'trial' and tags.`{SWEEP}` = {_q(ctx.sweep)} "
                            f"and tags.`{TRIAL_KEY}` = {_q(key)}"),
             order_by=["attributes.start_time ASC"], max_results=10)
-        if len(runs) > 1:  # should never happen; prefer a finished one, then the oldest
+        if len(runs) > 1:  # should never happen (see schema.run_of_key)
             log.warning("trial %s has %d MLflow runs in sweep %s", key, len(runs), ctx.sweep)
-            runs = sorted(runs, key=lambda r: r.info.status != "FINISHED")
-        return runs[0] if runs else None
+        return run_of_key(runs, _status)
 
     @classmethod
     def open(cls, ctx: TrackingContext, config: "TrialConfig", key: str,
@@ -387,6 +422,7 @@ class TrialRun:
         client = _client(ctx.tracking_uri)
         run = cls.find(ctx, key, client)
         extra = {k: str(v) for k, v in (tags or {}).items()}
+        extra.update(config.label_tags())
         extra[LAUNCH_ID] = ctx.launch_id
         if run is not None:
             if run.info.status == "FINISHED":
@@ -404,7 +440,7 @@ class TrialRun:
             GIT_COMMIT: ctx.git_commit, VERSION: fusion_sweep.__version__,
             CODE_FINGERPRINT: ctx.code_fingerprint,
             IDENTITY_TAG: json.dumps(config.identity(), sort_keys=True),
-            "mlflow.source.git.commit": ctx.git_commit.split("-")[0],
+            MLFLOW_GIT_COMMIT: ctx.git_commit.split("-")[0],
             ATTEMPTS: "1", **extra,
         }
         ident = c.identity()
@@ -420,8 +456,7 @@ class TrialRun:
 
         now = int(time.time() * 1000)
         values = {k: getattr(record, k) for k in EPOCH_METRICS}
-        values["epoch_seconds"] = record.seconds
-        values["epoch_tokens_per_second"] = record.tokens_per_second
+        values.update(zip(EPOCH_EXTRA_METRICS, (record.seconds, record.tokens_per_second)))
         _retry(self.client.log_batch, self.run_id, metrics=[
             Metric(k, float(v), now, int(record.epoch)) for k, v in values.items()])
 
@@ -438,7 +473,7 @@ class TrialRun:
             raise ValueError(f"TrialResult.metrics() lacks {missing}")
         tags = [RunTag(FINGERPRINT_TAGS[k], str(v)) for k, v in result.fingerprints.items()
                 if k in FINGERPRINT_TAGS]
-        tags.append(RunTag("fusion_sweep.device", result.device))
+        tags.append(RunTag(DEVICE, result.device))
         # The platform's fields, readable (its hash is the fp.platform fingerprint above).
         tags += [RunTag(PLATFORM_FIELD_TAGS[k], str(v)) for k, v in result.platform.items()
                  if k in PLATFORM_FIELD_TAGS]
@@ -512,14 +547,6 @@ SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
 TRIALS_VIEW_ID = "fusion-sweep-trials"
 TRIALS_VIEW_NAME = "fusion-sweep: trials by sweep"
 UI_COLUMNS_METRICS = ("test_acc", "best_val_acc", "test_macro_f1", "train_seconds")
-
-
-def sqlite_path(uri: str) -> Path | None:
-    """The database file of a `sqlite:///PATH` URI (absolute: `sqlite:////abs/path.db`), else
-    None. Relative paths are taken from the current directory, as SQLAlchemy does."""
-    if not uri.startswith("sqlite:///"):
-        return None
-    return Path(uri[len("sqlite:///"):].split("?", 1)[0])
 
 
 def default_ui_store() -> str:
@@ -626,7 +653,7 @@ def list_sweeps(store: str, experiment: str = DEFAULT_EXPERIMENT) -> list[dict[s
         for t in trials:
             counts[t.info.status] = counts.get(t.info.status, 0) + 1
         out.append({"sweep": name, "state": parent.info.status,
-                    "planned": parent.data.tags.get("fusion_sweep.n_trials"),
+                    "planned": parent.data.tags.get(N_TRIALS),
                     "trials": counts, "code_fingerprint": parent.data.tags.get(CODE_FINGERPRINT),
                     "start": _iso(parent.info.start_time), "end": _iso(parent.info.end_time)})
     return out
@@ -741,7 +768,7 @@ class UIServer:
         self.store, self.host, self.port, self.quiet = store, host, port, quiet
         if artifacts is None:
             db = sqlite_path(store)
-            artifacts = (db.resolve().parent if db is not None else Path.cwd()) / "mlartifacts"
+            artifacts = (db.resolve().parent if db is not None else Path.cwd()) / LOCAL_ARTIFACTS
         self.artifacts = artifacts
         self.proc: subprocess.Popen | None = None
 

@@ -364,10 +364,13 @@ def test_stats_claims_on_a_ressformer_sweep(ress_store: str, tmp_path: Path, cap
                                                           "ressformer-no-asam/none/add"}
     assert rep["dropped"] == []  # shared fingerprints agree; encoder bodies not compared
     support = {c["claim"]: c["support"] for c in rep["claims"]["claims"]}
-    assert support["C1"] == "SUPPORTS" and support["C2"] == "not run"
+    # The trial runs carry their label tags: synthetic labels are order-only and ReSSFormer
+    # (pe none) cannot see order, so C1 is decided by the benchmark, not tested (issue 19).
+    assert support["C1"] == "not testable here (the label is order-only)"
+    assert support["C2"] == "not run"
     assert (report / "claims.html").exists() and (report / "claims.md").exists()
     client = MlflowClient(tracking_uri=ress_store)
     (stats_run,) = client.search_runs(
         [client.get_experiment_by_name(EXP).experiment_id], "tags.`fusion_sweep.role` = 'stats'")
-    assert stats_run.data.metrics["n_claims_supports"] >= 2
+    assert stats_run.data.metrics["n_claims_not_testable_here_the_label_is_order_only"] >= 1
     assert "claims.html" in {a.path for a in client.list_artifacts(stats_run.info.run_id)}

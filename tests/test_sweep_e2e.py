@@ -33,7 +33,7 @@ import yaml
 from fusion_sweep import tracking
 from fusion_sweep.cli import main as cli_main
 from fusion_sweep.space import SPACE_DIR, load_space
-from fusion_sweep.sweep import plan
+from fusion_sweep.grid import plan
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow  # `pytest -m 'not slow'` skips these

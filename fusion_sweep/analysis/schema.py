@@ -35,7 +35,7 @@ from __future__ import annotations
 # Identity and fingerprints have one home, shared with the sweep layer that writes them.
 from fusion_sweep.schema import (  # DEFAULT_ENCODER: re-exported for the analysis modules
     DEFAULT_ENCODER, ENCODER_FINGERPRINT_COLUMNS, FINGERPRINT_COLUMNS, IDENTITY_FIELDS,
-    VARIANT_FIELDS,
+    LABEL_COLUMNS, VARIANT_FIELDS,
 )  # noqa: F401
 from fusion_sweep.schema import PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN  # noqa: F401
 
@@ -49,7 +49,7 @@ FP_COLUMNS: tuple[str, ...] = FINGERPRINT_COLUMNS
 ENCODER_FP_COLUMNS: tuple[str, ...] = ENCODER_FINGERPRINT_COLUMNS
 META_COLUMNS: tuple[str, ...] = ("status", *FP_COLUMNS, *ENCODER_FP_COLUMNS, "code_fingerprint",
                                  "median_tokens", "num_classes", "run_id", "trial_key",
-                                 PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN)
+                                 PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN, *LABEL_COLUMNS)
 NON_METRIC_COLUMNS: frozenset[str] = frozenset((*KEY_COLUMNS, *META_COLUMNS))
 
 FINISHED = "FINISHED"
@@ -176,9 +176,13 @@ VERDICT_COLORS: dict[str, str] = {BETTER: "#1a7f37", WORSE: "#cf222e", EQUIVALEN
 # tallied) also "mixed" (some tests support it, others contradict it).
 SUPPORTS, CONTRADICTS, UNDECIDED, NOT_RUN, MIXED = (
     "SUPPORTS", "CONTRADICTS", "does not decide", "not run", "mixed")
-SUPPORT_STATES: tuple[str, ...] = (SUPPORTS, CONTRADICTS, UNDECIDED, NOT_RUN)
+# A test whose claimed arm cannot see token order, on a dataset whose label is order-only:
+# the benchmark, not the model, decides it (claims.py).
+NOT_TESTABLE = "not testable here (the label is order-only)"
+SUPPORT_STATES: tuple[str, ...] = (SUPPORTS, CONTRADICTS, UNDECIDED, NOT_RUN, NOT_TESTABLE)
 SUPPORT_COLORS: dict[str, str] = {SUPPORTS: "#1a7f37", CONTRADICTS: "#cf222e",
-                                  UNDECIDED: "#6e7781", NOT_RUN: "#9a6700", MIXED: "#8250df"}
+                                  UNDECIDED: "#6e7781", NOT_RUN: "#9a6700", MIXED: "#8250df",
+                                  NOT_TESTABLE: "#57606a"}
 # `claims` (top level): {"name", "title", "paper", "method", "alpha", "family_size",
 # "tost_family_size", "claims": [CLAIM_KEYS], "tests": [CLAIM_TEST_KEYS]}.
 CLAIM_SET_KEYS: tuple[str, ...] = (
