@@ -170,20 +170,6 @@ def test_editing_any_trial_file_changes_the_code_fingerprint(package_copy: Path,
         f.write_text(src)
 
 
-def test_renaming_a_trial_file_changes_the_code_fingerprint(package_copy: Path) -> None:
-    """A module's path is part of the code (imports name it): the same bytes under another
-    name hash differently."""
-    before = _fingerprint_of(package_copy)
-    src = package_copy / "fusion_sweep" / "trial" / "batching.py"
-    dst = src.with_name("batching_.py")  # keeps the file's place in the sorted order
-    src.rename(dst)
-    try:
-        assert _fingerprint_of(package_copy) != before
-    finally:
-        dst.rename(src)
-    assert _fingerprint_of(package_copy) == before
-
-
 # ---------------------------------------------------------- 4. the sequential report's m
 def _comp(i: int, deltas: list[float]) -> dict:
     return {"seeds": list(range(len(deltas))), "deltas": deltas, "equivalence_margin": None,
@@ -297,35 +283,36 @@ def test_one_sided_claim_is_worse_only_at_alpha_over_m(p_opposite: float, want: 
 
 
 # ---------------------------------------------------------------------- 7. the resume rule
-class _Tracker:
-    """A SweepTracker stand-in: trial runs oldest first, each (trial key, status, run id)."""
+def _tracker(runs: list[tuple[str, str, str]]):
+    """A SweepTracker over fixed trial runs, oldest first, each (trial key, status, run id)."""
+    from types import SimpleNamespace
 
-    def __init__(self, runs: list[tuple[str, str, str]]) -> None:
-        from types import SimpleNamespace
+    from fusion_sweep.tracking import SweepTracker
 
-        self.calls = 0
-        self._runs = [SimpleNamespace(info=SimpleNamespace(status=s, run_id=r),
-                                      data=SimpleNamespace(tags={"fusion_sweep.trial_key": k}))
-                      for k, s, r in runs]
+    class Tracker(SweepTracker):
+        def __init__(self) -> None:  # no MLflow: only the resume rule is under test
+            self._by_key, self.calls = {}, 0
+            self._runs = [SimpleNamespace(info=SimpleNamespace(status=s, run_id=r),
+                                          data=SimpleNamespace(tags={"fusion_sweep.trial_key": k}))
+                          for k, s, r in runs]
 
-    def trial_runs(self, sweep: str) -> list:
-        self.calls += 1
-        return self._runs if sweep == "s" else []
+        def trial_runs(self, sweep: str) -> list:
+            self.calls += 1
+            return self._runs if sweep == "s" else []
+    return Tracker()
 
 
 def test_resume_rule_a_finished_run_wins_whatever_came_after() -> None:
     """A trial is skipped iff one of its runs FINISHED (the oldest finished run is the one
     named); otherwise the latest run's status says why it is retried; no run: train."""
-    from fusion_sweep.sweep import trial_status
-
-    tr = _Tracker([("k1", "FAILED", "r1"), ("k1", "FINISHED", "r2"), ("k1", "RUNNING", "r3"),
+    tr = _tracker([("k1", "FAILED", "r1"), ("k1", "FINISHED", "r2"), ("k1", "RUNNING", "r3"),
                    ("k1", "FINISHED", "r4"), ("k2", "FAILED", "r5"), ("k2", "KILLED", "r6"),
                    ("k3", "RUNNING", "r7")])
-    assert trial_status(tr, "s", "k1") == ("FINISHED", "r2")
-    assert trial_status(tr, "s", "k2") == ("KILLED", "r6")
-    assert trial_status(tr, "s", "k3") == ("RUNNING", "r7")
-    assert trial_status(tr, "s", "k4") == ("", "")
-    assert trial_status(tr, "other", "k1") == ("", "")
+    assert tr.trial_status("s", "k1") == ("FINISHED", "r2")
+    assert tr.trial_status("s", "k2") == ("KILLED", "r6")
+    assert tr.trial_status("s", "k3") == ("RUNNING", "r7")
+    assert tr.trial_status("s", "k4") == ("", "")
+    assert tr.trial_status("other", "k1") == ("", "")
     assert tr.calls == 2  # one MLflow query per sweep and launch, then cached
 
 
