@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import yaml
 
@@ -181,10 +182,22 @@ def test_stats_of_an_adaptive_sweep_reports_sequential_decisions(tmp_path):
     assert "sequential" in TOP_LEVEL_KEYS and tuple(seq) == SEQUENTIAL_KEYS
     comps = [c for c in report.comparisons if c["metric"] == "test_acc"]
     assert seq["m"] == len(comps) == len(seq["results"]) and seq["alpha"] == 0.05
+    from fusion_sweep.analysis.sequential import sequential_result
+
+    m = len(comps)
     for r, c in zip(seq["results"], comps):
-        assert r["n"] == c["n"] and r["decision"] in ("better", "worse", "equivalent",
-                                                      "inconclusive")
-        assert abs(r["mean_delta"] - c["mean_delta"]) < 1e-12
+        assert r["n"] == c["n"] and abs(r["mean_delta"] - c["mean_delta"]) < 1e-12
+        # the decision is the CS at alpha/m over the sweep's m comparisons, on this
+        # comparison's deltas in seed order (the order the sweep added them)
+        d = np.asarray(c["deltas"])[np.argsort(c["seeds"], kind="stable")]
+        want = sequential_result(d, alpha=0.05, m=m, margin=c["equivalence_margin"],
+                                 higher_is_better=c["higher_is_better"])
+        assert (r["m"], r["alpha_each"]) == (m, pytest.approx(0.05 / m))
+        assert r["decision"] == want.decision
+        assert (r["cs_low"], r["cs_high"]) == pytest.approx((want.cs_low, want.cs_high))
+    # the demo's effects (+-0.01 to 0.02 on 5 seeds) are not decided at alpha/18; at alpha
+    # alone (m = 1) some would be
+    assert [r["decision"] for r in seq["results"]] == ["inconclusive"] * m
     text = format_text(report)
     assert "Sequential decisions (adaptive seeds, test_acc)" in text
     assert text.count(DESCRIPTIVE_LABEL) >= len({(c["dataset"], c["pe"]) for c in comps})

@@ -758,12 +758,15 @@ def test_space_choices_decodes_json_and_old_params(params: dict, want: dict) -> 
 
 
 def test_bad_sweep_margin_is_overridden_by_the_flag() -> None:
-    import argparse
     from fusion_sweep.analysis.mlflow_io import space_choices
     space = space_choices({"equivalence_margin": "{'arxiv': 'wide'}"})
     args = cli.build_parser().parse_args(["stats"])
     with pytest.raises(AnalysisError, match=r"sweep param 'equivalence_margin' must be a number"):
         cli.settings_from(args, space)
     args = cli.build_parser().parse_args(["stats", "--equivalence-margin", "0.01"])
+    assert args.equivalence_margin == 0.01
     assert cli.settings_from(args, space).margin == 0.01
-    assert isinstance(args, argparse.Namespace)
+    # a valid sweep margin is used without the flag, and the flag still wins over it
+    good = space_choices({"equivalence_margin": "0.02"})
+    assert cli.settings_from(cli.build_parser().parse_args(["stats"]), good).margin == 0.02
+    assert cli.settings_from(args, good).margin == 0.01

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-mlflow = pytest.importorskip("mlflow")
+import mlflow  # noqa: E402  (a hard dependency: a broken install must fail, not skip)
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from fusion_sweep.analysis import cli  # noqa: E402

@@ -247,15 +247,29 @@ def test_sweep_on_two_nodes_tracked_by_server(ray_cluster, mlflow_server, tmp_pa
     assert len(skips) == 4 and {r for _, r in skips} == {r.info.run_id for r in runs}, buf.getvalue()
     assert "(dry run: nothing started; 4 skip)" in buf.getvalue()
 
-    # code that can change a trial's numbers never reuses these runs silently
+    # code that can change a trial's numbers never reuses these runs silently: a real edit
+    # of the training loop (a copy of the package with trainer.py changed), not a stub
+    import shutil
+
     from fusion_sweep import schema
-    monkeypatch.setattr(schema, "code_fingerprint", lambda: "feedfacefeedface")
-    monkeypatch.setattr(tracking, "code_fingerprint", lambda: "feedfacefeedface")
-    with pytest.raises(ValueError, match=r"sweep 'e2e' has finished trials trained by code "
-                                         r"[0-9a-f]{16}, but this checkout's code fingerprint is "
-                                         r"feedfacefeedface.*--allow-code-change"):
+    old_code = schema.code_fingerprint()
+    pkg = tmp_path / "edited" / "fusion_sweep"
+    shutil.copytree(Path(schema.__file__).parent, pkg,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    trainer = pkg / "trial" / "trainer.py"
+    trainer.write_text(trainer.read_text() + "\n_EDITED_TRAINING_LOOP = 1\n")
+    monkeypatch.setattr(schema, "__file__", str(pkg / "schema.py"))
+    schema.code_fingerprint.cache_clear()
+    new_code = schema.code_fingerprint()
+    assert new_code != old_code
+    with pytest.raises(ValueError, match=rf"sweep 'e2e' has finished trials trained by code "
+                                         rf"{old_code}, but this checkout's code fingerprint is "
+                                         rf"{new_code}.*--allow-code-change"):
         launch("smoke", name="e2e", address=ray_cluster.address, tracking_uri=mlflow_server,
                storage=str(tmp_path / "ray_results"))
+    monkeypatch.undo()
+    schema.code_fingerprint.cache_clear()
+    assert schema.code_fingerprint() == old_code
     assert len(trial_runs(mlflow_server, "e2e")) == 4
 
 
@@ -508,11 +522,19 @@ def _ray_started() -> bool:
 
 def test_unreachable_address_fails_before_ray(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    t0 = time.time()
-    rc = cli_main(["launch", "smoke", "--address", f"127.0.0.1:{free_port()}"])
+    probes: list[tuple[object, float | None]] = []
+    real = socket.create_connection
+
+    def create_connection(address, timeout=None, *a, **kw):
+        probes.append((address, timeout))
+        return real(address, timeout, *a, **kw)
+    monkeypatch.setattr(socket, "create_connection", create_connection)
+    port = free_port()
+    rc = cli_main(["launch", "smoke", "--address", f"127.0.0.1:{port}"])
     err = capsys.readouterr().err
     assert rc == 2 and "cannot reach a Ray cluster at 127.0.0.1:" in err
-    assert time.time() - t0 < 15 and not _ray_started()
+    # fails fast: one bounded probe of the address, and Ray is never started
+    assert probes == [(("127.0.0.1", port), 3.0)] and not _ray_started()
     assert not (tmp_path / "ray_results").exists()
     rc = cli_main(["launch", "smoke", "--address", "nonsense"])
     assert rc == 2 and "expected 'auto' or HOST:PORT" in capsys.readouterr().err

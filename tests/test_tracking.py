@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import json
 import socket
-import time
 from pathlib import Path
 
 import pytest
@@ -69,15 +68,22 @@ def test_default_store_is_sqlite_under_cwd(tmp_path, monkeypatch):
     assert tracking.resolve_tracking_uri("http://h:5000") == "http://h:5000"
 
 
-def test_unreachable_server_fails_fast_with_a_clear_error():
+def test_unreachable_server_fails_fast_with_a_clear_error(monkeypatch):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # nothing listens here once closed
-    t0 = time.time()
+    calls: list[tuple[str, float | None]] = []
+    real = tracking.urllib.request.urlopen
+
+    def urlopen(url, *a, timeout=None, **kw):
+        calls.append((url, timeout))
+        return real(url, *a, timeout=timeout, **kw)
+    monkeypatch.setattr(tracking.urllib.request, "urlopen", urlopen)
     with pytest.raises(ValueError, match=rf"MLflow tracking server http://127.0.0.1:{port} is not "
                                          r"reachable.*local store sqlite:///"):
         tracking.check_tracking_uri(f"http://127.0.0.1:{port}")
-    assert time.time() - t0 < 5
+    # fails fast: one probe of /health, bounded by a timeout, no retries
+    assert calls == [(f"http://127.0.0.1:{port}/health", 5.0)]
 
 
 def test_file_store_and_missing_directory_rejected(tmp_path):

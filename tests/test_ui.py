@@ -244,6 +244,9 @@ def test_ui_opens_the_trials_and_stops_on_sigterm(store, tmp_path):
     finally:
         assert_stops_cleanly(proc, signal.SIGTERM, port, seen)
     print(f"\n[ui] served, checked and stopped in {time.time() - t0:.1f} s")
+    if CHROMIUM is None:  # the API checks above ran; say what did not
+        pytest.skip("chromium not installed (apt-get install chromium): the page-content and "
+                    "screenshot checks of the UI did not run")
 
 
 def test_sweeps_lists_the_store_and_ui_orders_the_trials(store, capsys):
