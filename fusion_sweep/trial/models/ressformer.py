@@ -177,29 +177,23 @@ class ReSSAttention(nn.Module):
             nn.init.constant_(self.log_temp, 0.5 * math.log(self.dh))
 
     # ---------------------------------------------------------------- pieces
-    def _split_kv(self, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, N, 2D) projected rows -> keys (SOES: unit-norm), values: (B, H, N, dh) each."""
-        B, N, _ = kv.shape
-        k, v = kv.view(B, N, 2, self.heads, self.dh).permute(2, 0, 3, 1, 4)
-        return (F.normalize(k, dim=-1) if self.soes else k), v
-
     def _project(self, x: torch.Tensor, memory: "Memory | None"):
-        """One matmul for every expert's queries and the keys/values of x (the weights are
-        concatenated, not re-parameterised), one for the memory's keys/values (cache and slots
-        as rows of one batch). -> q (B, L, E, H, dh) view, (k, v) of x, (k, v) of the slots,
-        (k, v) of the cache or None."""
+        """Every expert's queries of x; keys (SOES: unit-norm) and values of x, the cache and
+        the slots in one matmul and one normalisation over their rows stacked.
+        -> q (B, L, E, H, dh), (k, v) of x, of the slots, of the cache (None without memory),
+        each (B, H, N, dh)."""
         B, L, D = x.shape
-        w = torch.cat([self.q_proj.weight, self.kv_proj.weight])
-        b = torch.cat([self.q_proj.bias, self.kv_proj.bias])
-        qkv = F.linear(x, w, b)  # (B, L, (E + 2)·D)
-        q = qkv[..., : self.experts * D].view(B, L, self.experts, self.heads, self.dh)
-        k, v = self._split_kv(qkv[..., self.experts * D:])  # (B, H, L, dh)
+        q = self.q_proj(x).view(B, L, self.experts, self.heads, self.dh)
+        rows = x if memory is None else torch.cat([x, memory.cache, memory.slots], dim=1)
+        N = rows.shape[1]
+        k, v = self.kv_proj(rows).view(B, N, 2, self.heads, self.dh).permute(2, 0, 3, 1, 4)
+        if self.soes:
+            k = _unit(k)
         if memory is None:
             return q, (k, v), None, None
-        mem = F.linear(torch.cat([memory.cache, memory.slots], dim=1),
-                       self.kv_proj.weight, self.kv_proj.bias)  # (B, L + S, 2D)
-        mk, mv = self._split_kv(mem)
-        return q, (k, v), (mk[:, :, L:], mv[:, :, L:]), (mk[:, :, :L], mv[:, :, :L])
+        sizes = [L, L, N - 2 * L]  # split, not slicing: one cat in the backward, no zero fill
+        (kx, kc, ks), (vx, vc, vs) = k.split(sizes, dim=2), v.split(sizes, dim=2)
+        return q, (kx, vx), (ks, vs), (kc, vc)
 
     def _route(self, q: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """q (B, L, E, H, dh) -> routed queries (B, H, G, L, dh), gates (B, H, G, L) or None."""
@@ -216,9 +210,8 @@ class ReSSAttention(nn.Module):
         return q, probs
 
     def _scale(self, q: torch.Tensor) -> torch.Tensor:
-        if self.soes:  # τ_h q/‖q‖: one scale per row, one multiply
-            temp = self.log_temp.exp().view(1, -1, 1, 1, 1)
-            return q * (temp / q.norm(dim=-1, keepdim=True).clamp_min(1e-12))
+        if self.soes:  # τ_h q/‖q‖
+            return _unit(q, self.log_temp.exp().view(1, -1, 1, 1, 1))
         return q * self.dh ** -0.5
 
     # ---------------------------------------------------------------- forward
@@ -242,20 +235,22 @@ class ReSSAttention(nn.Module):
         else:
             w, idx, width, v_sel = self._dense_weights(q, qr, kr, v, add, slots, cache, slot_add,
                                                        rotated=qr is not q)
-        dropped = F.dropout(w, self.attn_dropout) if self.training and self.attn_dropout > 0.0 else w
+        # split, not slicing: a slice's backward fills a zero tensor of w's size, per slice
+        sizes = [width] if memory is None else [width, slots[0].shape[2], 1]
+        parts = w.split(sizes, dim=-1)
+        if self.training and self.attn_dropout > 0.0:
+            dropped = F.dropout(w, self.attn_dropout).split(sizes, dim=-1)
+        else:
+            dropped = parts
         with _span("ressformer.graph_reg"):
-            graph = self._graph(w[..., :L] if idx is None else w[..., : self.topk], idx, gates) \
-                if want_graph else None
+            graph = self._graph(parts[0], idx, gates) if want_graph else None
         with _span("ressformer.weighted_sum"):
-            if idx is None:  # dense: tokens and slots in one matmul over the stacked values
-                out = dropped[..., :width] @ v_sel
-            else:  # (B, H, G, L, 1, K) @ (B, H, G, L, K, dh): a batch of row-vector products
-                out = (dropped[..., :width].unsqueeze(-2) @ v_sel).squeeze(-2)
-            if memory is not None:
-                rest = dropped[..., width:]
-                if idx is not None:  # slots here (dense: already in the matmul)
-                    out = out + rest[..., :-1] @ slots[1].unsqueeze(2)
-                out = out + rest[..., -1:] * cache[1].unsqueeze(2)  # own cache entry
+            if idx is None:
+                out = dropped[0] @ v_sel  # (B, H, G, L, dh)
+            else:  # (B, H, G, L, 1, k) @ (B, H, G, L, k, dh): a batch of row-vector products
+                out = (dropped[0].unsqueeze(-2) @ v_sel).squeeze(-2)
+            if memory is not None:  # the slots, the own cache entry
+                out = out + dropped[1] @ slots[1].unsqueeze(2) + dropped[2] * cache[1].unsqueeze(2)
         with _span("ressformer.expert_routing"):
             y = out.squeeze(2) if gates is None else (out * gates.unsqueeze(-1)).sum(2)  # (B, H, L, dh)
         with _span("ressformer.projections"):
@@ -270,12 +265,11 @@ class ReSSAttention(nn.Module):
         with _span("ressformer.topk"), torch.no_grad():
             idx = _select_topk(qr, kr, add, self.topk)  # (B, H, G, L, k)
         with _span("ressformer.gather"):
-            # k and v rows of one flat (B·H·L, 2dh) table, one lookup (its backward: one
-            # index-add); a gather on an expanded (…, L, L, dh) view would materialise that.
-            table = torch.cat([kr, v], dim=-1).reshape(B * H * L, 2 * dh)
-            base = (torch.arange(B * H, device=q.device) * L).view(B, H, 1, 1, 1)
-            kv_sel = F.embedding(idx + base, table)  # (B, H, G, L, k, 2dh)
-            k_sel, v_sel = kv_sel[..., :dh], kv_sel[..., dh:]
+            # rows of flat (B·H·L, dh) tables (backward: an index-add into the table); a
+            # gather on an expanded (…, L, L, dh) view would materialise that size
+            rows = idx + (torch.arange(B * H, device=q.device) * L).view(B, H, 1, 1, 1)
+            k_sel = F.embedding(rows, kr.reshape(B * H * L, dh))  # (B, H, G, L, k, dh)
+            v_sel = F.embedding(rows, v.reshape(B * H * L, dh))
         with _span("ressformer.kernel"):
             s = (qr.unsqueeze(-2) @ k_sel.transpose(-1, -2)).squeeze(-2)  # (B, H, G, L, k)
             if add is not None:  # padding −inf (and a pe's bias) at the kept keys
@@ -292,15 +286,13 @@ class ReSSAttention(nn.Module):
     def _dense_weights(self, q, qr, kr, v, add, slots, cache, slot_add, rotated: bool):
         """Every key: one score matmul over the token keys and (unless rotated: the slots take
         unrotated queries) the slot keys stacked; the own-cache score is one more column.
-        -> weights (B, H, G, L, L [+ S + 1]), None, the width the value matmul covers, the
-        stacked values (B, H, 1, L [+ S], dh)."""
+        -> weights (B, H, G, L, L [+ S + 1]), None, L, the values (B, H, 1, L, dh)."""
         L = q.shape[-2]
         with _span("ressformer.kernel"):
             if cache is None:
                 z = qr @ kr.unsqueeze(2).transpose(-1, -2)  # (B, H, G, L, L)
                 if add is not None:
                     z = z.add_(add.unsqueeze(2))
-                values, width = v.unsqueeze(2), L
             else:
                 ks, vs = slots
                 if rotated:
@@ -311,9 +303,8 @@ class ReSSAttention(nn.Module):
                 z = z.add_(_widen(add, slot_add, L).unsqueeze(2))
                 c = (q * cache[0].unsqueeze(2)).sum(-1, keepdim=True)  # (…, 1)
                 z = torch.cat([z, c], dim=-1)  # (B, H, G, L, L + S + 1)
-                values, width = torch.cat([v, vs], dim=2).unsqueeze(2), L + ks.shape[2]
         with _span("ressformer.activation"):
-            return self.activation(z), None, width, values
+            return self.activation(z), None, L, v.unsqueeze(2)
 
     def _graph(self, w: torch.Tensor, idx: torch.Tensor | None, gates: torch.Tensor | None) -> Graph:
         """The per-head token graph: routed experts' rows, gate-weighted. w: the token part of
@@ -614,6 +605,13 @@ def _additive(attn_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return attn_mask
     return torch.zeros(attn_mask.shape, dtype=dtype, device=attn_mask.device).masked_fill_(
         ~attn_mask, NEG_INF)
+
+
+def _unit(x: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
+    """x / max(‖x‖, 1e-12) over the last axis (F.normalize's), times `scale`: one norm and
+    one multiply (F.normalize divides by an expanded copy of the norm)."""
+    inv = x.norm(dim=-1, keepdim=True).clamp_min(1e-12).reciprocal()
+    return x * (inv if scale is None else scale * inv)
 
 
 def _slot_additive(slot_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
