@@ -82,6 +82,26 @@ L real tokens — projections, router, scores of the routed experts against ever
 weighted sums over the kept keys, the memory's keys/scores/weighted sums, pooling and gates,
 the expert mix, FFN — times layers × iterations; elementwise work, normalisation and the
 activations' sorts are not counted.
+
+Cost: how it is computed, so that time follows those FLOPs (issue 23; tests/
+test_ressformer_equality.py checks every switch combination against the previous
+implementation, kept as tests/ressformer_reference.py).
+- Projections: every expert's queries in one matmul; the keys/values of the tokens, the cache
+  and the slots in one matmul over their rows stacked, with one normalisation (SOES).
+- Top-k, long inputs (`_rescore`: 16·k·dh < 10·L): every score is computed without autograd,
+  a block of queries at a time (SCORE_BLOCK elements), only to select; the k kept keys are
+  then gathered and scored again with autograd, so the backward is O(L·k·dh) and no
+  (B, H, L, L) tensor is kept or zero-filled. Short inputs (the (L, L) scores no larger than
+  the kept keys) select from the scores with autograd, as before.
+- The activation (entmax sort, sparsemax, softmax) runs on the k + S + 1 kept scores, never
+  on L; weighted sums of kept values are vectorised multiply-and-sum over one gather.
+- Dense attention (ASAM off or topk 0): tokens and slots scored in one matmul; the own-cache
+  score is one more column.
+- Splits instead of slices everywhere a tensor is cut (a slice's backward zero-fills its
+  whole input); R2MU's segment masks are made once per forward; pooling is one masked
+  softmax; a gate is one lerp; the dense graph change is one norm pass.
+- Every component sits under a torch.profiler label (`_span`, a no-op unless a profiler is
+  recording) for benchmarks/profile_trial.py --components.
 """
 from __future__ import annotations
 
@@ -247,8 +267,9 @@ class ReSSAttention(nn.Module):
         with _span("ressformer.weighted_sum"):
             if idx is None:
                 out = dropped[0] @ v_sel  # (B, H, G, L, dh)
-            else:  # (B, H, G, L, 1, k) @ (B, H, G, L, k, dh): a batch of row-vector products
-                out = (dropped[0].unsqueeze(-2) @ v_sel).squeeze(-2)
+            else:  # mul-and-sum, vectorised (a batch of B·H·G·L (1×k)·(k×dh) matmuls runs
+                # a scalar loop on CPU)
+                out = (dropped[0].unsqueeze(-1) * v_sel).sum(-2)  # (B, H, G, L, dh)
             if memory is not None:  # the slots, the own cache entry
                 out = out + dropped[1] @ slots[1].unsqueeze(2) + dropped[2] * cache[1].unsqueeze(2)
         with _span("ressformer.expert_routing"):
@@ -257,23 +278,37 @@ class ReSSAttention(nn.Module):
             return self.out_proj(y.transpose(1, 2).reshape(B, L, D)), graph
 
     def _sparse_weights(self, q, qr, kr, k, v, add, slots, cache, slot_add):
-        """Top-k: select on every score without autograd (query blocks of bounded size), then
-        score the k kept keys again with autograd, O(L·k·dh): the backward never sees an
-        (L, L) tensor. -> weights (B, H, G, L, k [+ S + 1]), idx (B, H, G, L, k), the width of
-        the token part, the kept values (B, H, G, L, k, dh)."""
+        """Top-k. Two ways to the kept scores, by which moves less memory (`_rescore`):
+        - re-scoring (long inputs): select on every score without autograd, in query blocks
+          of bounded size, then score the k kept keys again with autograd, O(L·k·dh): the
+          backward never sees an (L, L) tensor;
+        - selecting from the scores with autograd (short inputs, L < 5/3·k·dh: there the
+          (L, L) scores are no larger than the kept keys' k·dh values per query).
+        -> weights (B, H, G, L, k [+ S + 1]), idx (B, H, G, L, k), k, the kept values
+        (B, H, G, L, k, dh)."""
         B, H, G, L, dh = q.shape
-        with _span("ressformer.topk"), torch.no_grad():
-            idx = _select_topk(qr, kr, add, self.topk)  # (B, H, G, L, k)
+        rows = (torch.arange(B * H, device=q.device) * L).view(B, H, 1, 1, 1)
+        if _rescore(L, self.topk, dh):
+            with _span("ressformer.topk"), torch.no_grad():
+                idx = _select_topk(qr, kr, add, self.topk)  # (B, H, G, L, k)
+            with _span("ressformer.gather"):
+                # rows of flat (B·H·L, dh) tables (backward: an index-add into the table); a
+                # gather on an expanded (…, L, L, dh) view would materialise that size
+                k_sel = F.embedding(idx + rows, kr.reshape(B * H * L, dh))  # (B, H, G, L, k, dh)
+            with _span("ressformer.kernel"):
+                s = (qr.unsqueeze(-2) * k_sel).sum(-1)  # (B, H, G, L, k)
+                if add is not None:  # padding −inf (and a pe's bias) at the kept keys
+                    s = s + _at(add, idx)
+        else:
+            with _span("ressformer.kernel"):
+                z = qr @ kr.unsqueeze(2).transpose(-1, -2)  # (B, H, G, L, L)
+                if add is not None:  # padding −inf (and a pe's bias), as in SDPA
+                    z = z.add_(add.unsqueeze(2))
+            with _span("ressformer.topk"):
+                s, idx = z.topk(self.topk, dim=-1, sorted=False)  # (B, H, G, L, k)
         with _span("ressformer.gather"):
-            # rows of flat (B·H·L, dh) tables (backward: an index-add into the table); a
-            # gather on an expanded (…, L, L, dh) view would materialise that size
-            rows = idx + (torch.arange(B * H, device=q.device) * L).view(B, H, 1, 1, 1)
-            k_sel = F.embedding(rows, kr.reshape(B * H * L, dh))  # (B, H, G, L, k, dh)
-            v_sel = F.embedding(rows, v.reshape(B * H * L, dh))
+            v_sel = F.embedding(idx + rows, v.reshape(B * H * L, dh))  # (B, H, G, L, k, dh)
         with _span("ressformer.kernel"):
-            s = (qr.unsqueeze(-2) @ k_sel.transpose(-1, -2)).squeeze(-2)  # (B, H, G, L, k)
-            if add is not None:  # padding −inf (and a pe's bias) at the kept keys
-                s = s + _at(add, idx)
             parts = [s]
             if cache is not None:  # content queries: memory keys carry no position
                 parts.append(q @ slots[0].unsqueeze(2).transpose(-1, -2) + slot_add.unsqueeze(2))  # (…, S)
@@ -493,10 +528,12 @@ class ReSSFormerEncoder(nn.Module):
 
     @classmethod
     def attention_maps(cls, config: Any) -> int:
-        """(B, H, L, L)-sized tensors a training step keeps, for the sweep's memory estimate:
-        per layer application (T of them with R2MU) the scores, the sparse/soft weights and
-        their top-k workspace: 3."""
-        return int(config.layers) * (int(config.iterations) if config.r2mu else 1) * 3
+        """(B, H, L, L)-sized tensors a training step holds, for the sweep's memory estimate,
+        per layer application (T of them with R2MU): top-k, one (a score block, or the
+        zero-filled gradient of the scores); dense, two (the weights, and their change
+        between applications for the graph regulariser)."""
+        per = 1 if config.asam and 0 < config.topk < config.max_len else 2
+        return int(config.layers) * (int(config.iterations) if config.r2mu else 1) * per
 
     @classmethod
     def order_visibility(cls, config: Any) -> str:
@@ -627,6 +664,14 @@ def _widen(add: torch.Tensor | None, slot_add: torch.Tensor, L: int) -> torch.Te
         add = slot_add.new_zeros(slot_add.shape[0], 1, 1, L)
     lead = torch.broadcast_shapes(add.shape[:-1], slot_add.shape[:-1])
     return torch.cat([add.expand(*lead, L), slot_add.expand(*lead, slot_add.shape[-1])], dim=-1)
+
+
+def _rescore(L: int, k: int, dh: int) -> bool:
+    """Top-k by re-scoring the kept keys (True) or through the (L, L) scores (False): which
+    moves less memory in a training step. Re-scoring passes over a (…, L, k, dh) gather about
+    16 times (gather, products, their backward, the index-add), the other way over (…, L, L)
+    scores about 10 times (score, select, zero-filled gradient, two matmuls' reads)."""
+    return 16 * k * dh < 10 * L
 
 
 def _select_topk(q: torch.Tensor, k: torch.Tensor, add: torch.Tensor | None, kk: int) -> torch.Tensor:
