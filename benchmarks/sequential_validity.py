@@ -44,9 +44,10 @@ from statsmodels.stats.power import TTestPower
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fusion_sweep.analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, WORSE  # noqa: E402
 from fusion_sweep.analysis.sequential import (  # noqa: E402
-    DEFAULT_MAX_SEEDS, DEFAULT_PHI, bonferroni_alpha, cs_bounds, sequential_decisions,
-    stopping_rule,
+    DEFAULT_MAX_SEEDS, DEFAULT_PHI, DEFAULT_SEED_BATCH, bonferroni_alpha, cs_bounds,
+    sequential_decisions, stopping_rule,
 )
+from fusion_sweep.analysis.settings import DEFAULT_ALPHA  # noqa: E402
 
 FAMILIES, PER_FAMILY = 3, 2  # 3 regimes x (concat, gate-scalar) vs add
 EFFECTS = (0.5, 1.0, 2.0)
@@ -150,12 +151,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--quick", action="store_true", help="500 simulations")
     ap.add_argument("--sims", type=int, default=None, help="simulated sweeps per scenario (2000)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the one np.random.Generator")
-    ap.add_argument("--alpha", type=float, default=0.05)
+    ap.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
     ap.add_argument("--sigma", type=float, default=0.10, help="SD of a paired per-seed delta")
     ap.add_argument("--margin", type=float, default=0.01, help="equivalence margin; <= 0: none")
     ap.add_argument("--phi", type=float, default=DEFAULT_PHI, help="mixture precision")
     ap.add_argument("--start", type=int, default=5)
-    ap.add_argument("--batch", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=DEFAULT_SEED_BATCH)
     ap.add_argument("--max-seeds", type=int, default=DEFAULT_MAX_SEEDS,
                     help=f"seed budget per family (default {DEFAULT_MAX_SEEDS}, launch's)")
     ap.add_argument("--effects", type=float, nargs="+", default=list(EFFECTS),

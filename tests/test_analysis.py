@@ -1,6 +1,8 @@
 """`fusion-sweep stats` end to end on results files: pairing, JSON schema, errors, reports."""
 from __future__ import annotations
 
+import ast
+import dataclasses
 import json
 import math
 import re
@@ -16,7 +18,8 @@ from fusion_sweep.analysis import cli
 from fusion_sweep.analysis.demo import synthetic_results
 from fusion_sweep.analysis.schema import ARM_KEYS
 from fusion_sweep.analysis.load import tidy
-from fusion_sweep.analysis.report import Settings, analyze
+from fusion_sweep.analysis.report import analyze
+from fusion_sweep.analysis.settings import Settings
 from fusion_sweep.analysis.schema import AnalysisError
 
 # The issue's list, written out independently of fusion_sweep.analysis.schema.
@@ -63,6 +66,63 @@ def test_analysis_imports_neither_torch_nor_ray() -> None:
             "fusion_sweep.analysis.mlflow_io, sys; bad = [m for m in ('torch', 'ray', 'mlflow') "
             "if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _own_imports(path: Path) -> set[str]:
+    """fusion_sweep.analysis modules `path` imports, at module level, in a function or under
+    TYPE_CHECKING alike (each ties the two files)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fusion_sweep.analysis"):
+            parts = node.module.split(".")
+            out.update([parts[2]] if len(parts) > 2 else [a.name for a in node.names])
+        elif isinstance(node, ast.Import):
+            out.update(a.name.split(".")[2] for a in node.names
+                       if a.name.startswith("fusion_sweep.analysis."))
+    return out
+
+
+def test_analysis_modules_import_each_other_without_a_cycle() -> None:
+    """Issue 18: claims <-> report -> sequential_report -> tables -> report was a cycle,
+    hidden by lazy imports. Layers point down (fusion_sweep/analysis/__init__.py)."""
+    import fusion_sweep.analysis as pkg
+
+    root = Path(pkg.__file__).parent
+    graph = {f.stem: _own_imports(f) - {f.stem} for f in root.glob("*.py")}
+    done: set[str] = set()
+
+    def visit(mod: str, path: tuple[str, ...]) -> None:
+        assert mod not in path, f"import cycle: {' -> '.join(path[path.index(mod):] + (mod,))}"
+        if mod in done:
+            return
+        for dep in sorted(graph[mod]):
+            visit(dep, path + (mod,))
+        done.add(mod)
+
+    for mod in sorted(graph):
+        visit(mod, ())
+
+
+def test_stats_flags_default_to_the_settings_defaults() -> None:
+    """One home for each analysis default (fusion_sweep.analysis.settings): the flags' defaults
+    are the Settings dataclass's (the margin's metric aside: a sweep's margin belongs to its
+    metric)."""
+    args = cli.build_parser().parse_args(["stats", "--results", "r.csv"])
+    assert dataclasses.replace(cli.settings_from(args), margin_metric=None) == Settings()
+
+
+def test_demo_class_counts_match_the_dataset_registry() -> None:
+    """The demo tables state the registry's class counts (issue 18: demo said 4/2/11 against
+    the registry's 2/2/2, so its chance levels were wrong); demo cannot import the registry
+    (its package imports torch), so this test is the link."""
+    from fusion_sweep.analysis import demo
+    from fusion_sweep.trial.data.registry import DATASETS
+
+    assert demo.NUM_CLASSES == {d: DATASETS[d].num_classes for d in demo.DATASETS}
+    for table in (demo.synthetic_results(seeds=2), demo.synthetic_ressformer_results(seeds=2)):
+        per_dataset = table.groupby("dataset")["num_classes"].unique()
+        assert {d: list(k) for d, k in per_dataset.items()} == {
+            d: [DATASETS[d].num_classes] for d in per_dataset.index}
 
 
 def test_mismatched_batch_order_pair_is_dropped_and_reported(tmp_path: Path, capsys) -> None:

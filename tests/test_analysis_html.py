@@ -34,7 +34,8 @@ def test_adaptive_sweep_report_shows_confidence_sequences(tmp_path: Path) -> Non
     from fusion_sweep.analysis.demo import synthetic_results
     from fusion_sweep.analysis.load import tidy
     from fusion_sweep.analysis.render import write_report
-    from fusion_sweep.analysis.report import Settings, analyze
+    from fusion_sweep.analysis.report import analyze
+    from fusion_sweep.analysis.settings import Settings
 
     source = {"kind": "mlflow", "space": {"metric": "test_acc"},
               "adaptive": {"max_seeds": 20, "seed_batch": 5, "alpha": 0.05}}

@@ -246,7 +246,7 @@ def test_signflip_floor_counts_only_nonzero_deltas() -> None:
 
 
 def test_a_sweeps_margin_stays_with_its_metric() -> None:
-    from fusion_sweep.analysis.report import Settings
+    from fusion_sweep.analysis.settings import Settings
 
     s = Settings(metrics=("test_acc", "latency_ms_per_sample"), margin={"arxiv": 0.005},
                  margin_metric="test_acc").validate()

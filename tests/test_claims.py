@@ -18,7 +18,8 @@ from fusion_sweep.analysis import stats as S
 from fusion_sweep.analysis.claims import CLAIMS, ClaimSet, get_claim_set
 from fusion_sweep.analysis.demo import RESS_EFFECTS, synthetic_results, synthetic_ressformer_results
 from fusion_sweep.analysis.load import tidy
-from fusion_sweep.analysis.report import Settings, analyze, comparison_rng
+from fusion_sweep.analysis.report import analyze, comparison_rng, validated
+from fusion_sweep.analysis.settings import Settings
 from fusion_sweep.analysis.schema import (
     CLAIM_KEYS, CLAIM_SET_KEYS, CLAIM_TEST_KEYS, COMPARISON_KEYS, AnalysisError,
 )
@@ -242,7 +243,7 @@ def test_registry_and_unknown_claim_set(capsys, tmp_path: Path) -> None:
     with pytest.raises(AnalysisError, match=r"unknown --claims 'paper2'; claim sets: ressformer"):
         get_claim_set("paper2")
     with pytest.raises(AnalysisError, match=r"unknown --claims 'x'"):
-        Settings(claims="x").validate()
+        validated(Settings(claims="x"))
     p = tmp_path / "r.csv"
     synthetic_ressformer_results(seeds=3).to_csv(p, index=False)
     for argv, match in ((["--claims", "nope"], "unknown --claims 'nope'; claim sets: ressformer"),

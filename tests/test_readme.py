@@ -35,3 +35,19 @@ def test_torch_is_pinned_to_the_local_cpu_wheel() -> None:
     assert len(pins) == 1 and re.fullmatch(r"torch==\d+\.\d+\.\d+", pins[0]), pins
     assert torch.__version__.split("+")[0] == pins[0].split("==")[1]
     assert torch.version.cuda is None  # the CPU wheel
+
+
+def test_readme_fits_a_page_and_links_every_doc() -> None:
+    """A newcomer's page: at most 200 lines, and every file in docs/ is one click away."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    docs = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+    missing = [d for d in docs if f"(docs/{d}" not in text]
+    assert not missing, f"README.md does not link {missing}"
+
+
+def test_readme_links_resolve() -> None:
+    text = (ROOT / "README.md").read_text()
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
+        if "://" not in target:
+            assert (ROOT / target).exists(), target

@@ -10,7 +10,9 @@ from scipy import stats as sps
 
 from fusion_sweep.analysis import sequential as sq
 from fusion_sweep.analysis import sequential_report as sr
-from fusion_sweep.analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, VERDICTS, WORSE, AnalysisError
+from fusion_sweep.analysis.schema import (
+    BETTER, DESCRIPTIVE_LABEL, EQUIVALENT, INCONCLUSIVE, VERDICTS, WORSE, AnalysisError,
+)
 
 
 def _paths(seed: int, paths: int, n: int, mu: float, sigma: float) -> np.ndarray:
@@ -194,7 +196,7 @@ def test_report_table_and_figure(tmp_path) -> None:
     table = sr.sequential_table(plan.results)
     assert table.headers == sr.SEQUENTIAL_HEADERS and len(table.rows) == 2
     assert table.rows[0][-1] == BETTER and table.rows[1][-1] == INCONCLUSIVE
-    assert any(sr.DESCRIPTIVE_LABEL in f for f in table.footnotes)
+    assert any(DESCRIPTIVE_LABEL in f for f in table.footnotes)
     md = sr.markdown_rows(plan.results)
     assert md[0].startswith("| family") and len(md) == 4
     blocks = sr.sequential_blocks(plan.results, tmp_path)

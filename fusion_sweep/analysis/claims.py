@@ -40,7 +40,7 @@ not an error. Claim sets live in the :data:`CLAIMS` registry at the bottom.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Mapping, Protocol
+from typing import Iterable, Mapping, Protocol
 
 import numpy as np
 import pandas as pd
@@ -54,11 +54,9 @@ from fusion_sweep.analysis.schema import (
     BETTER, CLAIM_KEYS, CLAIM_SET_KEYS, CLAIM_TEST_KEYS, CONTRADICTS, EQUIVALENT, INCONCLUSIVE,
     MIXED, NOT_LEARNED, NOT_RUN, SUPPORTS, UNDECIDED, WORSE, AnalysisError,
 )
+from fusion_sweep.analysis.regimes import Regime
+from fusion_sweep.analysis.settings import DEFAULT_METRIC, Settings
 from fusion_sweep.analysis.variants import Variant
-
-if TYPE_CHECKING:  # report imports this module; no cycle at run time
-    from fusion_sweep.analysis.regimes import Regime
-    from fusion_sweep.analysis.report import Settings
 
 TWO_SIDED, GREATER = "two-sided", "greater"
 MEAN_DIFF, RATIO, DIFF_OF_DIFFS = ("mean difference", "geometric-mean ratio",
@@ -180,7 +178,7 @@ class Beats:
 
     arm: Variant
     ref: Variant
-    metric: str = "test_acc"
+    metric: str = DEFAULT_METRIC
     only_containing: str | None = None
     holds_if: tuple[str, ...] = (BETTER,)
     contradicted_if: tuple[str, ...] = (WORSE, EQUIVALENT)
@@ -256,7 +254,7 @@ class LargerOnShuffled:
 
     arm: Variant
     ref: Variant
-    metric: str = "test_acc"
+    metric: str = DEFAULT_METRIC
 
     def variants(self) -> tuple[Variant, ...]:
         return (self.arm, self.ref)
@@ -310,7 +308,7 @@ class AblationOrder:
 
     full: Variant
     steps: tuple[tuple[str, Variant], ...]  # (short name, ablated variant), claimed order
-    metric: str = "test_acc"
+    metric: str = DEFAULT_METRIC
 
     def variants(self) -> tuple[Variant, ...]:
         return (self.full, *(v for _, v in self.steps))
@@ -390,8 +388,8 @@ class _Result:
     dropped: list[dict] = field(default_factory=list)
 
 
-def evaluate(cs: ClaimSet, df: pd.DataFrame, settings: "Settings",
-             counts: Mapping[str, int | None], regimes: list["Regime"]) -> dict:
+def evaluate(cs: ClaimSet, df: pd.DataFrame, settings: Settings,
+             counts: Mapping[str, int | None], regimes: list[Regime]) -> dict:
     """Run every claim test of `cs` on the tidy table `df`; a dict with CLAIM_SET_KEYS."""
     metrics = sorted({m for c in cs.claims for m in c.kind.metrics()})
     df = df.copy()
@@ -465,7 +463,7 @@ def _problem(got: list[tuple[Term, Cell]]) -> tuple[str | None, str]:
     return None, ""
 
 
-def _statistics(r: _Result, s: "Settings", by_arm: Mapping) -> dict:
+def _statistics(r: _Result, s: Settings, by_arm: Mapping) -> dict:
     """A CLAIM_TEST_KEYS dict before Holm (p_holm, verdict, support come after)."""
     p = r.plan
     base = {"claim": p.claim, "test": p.test, "datasets": list(p.datasets), "metric": p.metric,

@@ -11,10 +11,15 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fusion_sweep.analysis.metrics import AUTO
 from fusion_sweep.analysis.schema import AnalysisError
+from fusion_sweep.analysis.settings import (
+    DEFAULT_ALPHA, DEFAULT_BASELINE, DEFAULT_DIRECTION, DEFAULT_METRIC, DEFAULT_N_BOOT,
+    DEFAULT_PAIRS, DEFAULT_RNG_SEED, DIRECTION_FLAGS, PAIR_MODES, Settings,
+)
 
 if TYPE_CHECKING:  # the statistics stack is imported only when the command runs
-    from fusion_sweep.analysis.report import Report, Settings
+    from fusion_sweep.analysis.report import Report
 
 DESCRIPTION = (
     "Pair trials by seed and test each variant (encoder/pe/fusion) against the baseline, per "
@@ -72,30 +77,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="encoder variant label, e.g. standard, ressformer-no-asam "
                           "(repeatable; default all)")
     sel.add_argument("--metric", action="append", default=None, metavar="M",
-                     help="metric column (repeatable; default: the sweep's `metric`, else test_acc)")
+                     help=f"metric column (repeatable; default: the sweep's `metric`, else {DEFAULT_METRIC})")
     sel.add_argument("--baseline", default=None,
                      help="the reference: a fusion name (compare fusions within each dataset, "
                           "encoder and pe) or a full variant label encoder/pe/fusion, e.g. "
                           "standard/sinusoidal/add (compare every variant of a dataset with "
-                          "it); default: the sweep's `baseline`, else add")
-    sel.add_argument("--pairs", choices=("baseline", "all"), default="baseline",
+                          f"it); default: the sweep's `baseline`, else {DEFAULT_BASELINE}")
+    sel.add_argument("--pairs", choices=PAIR_MODES, default=DEFAULT_PAIRS,
                      help="compare each arm of a group with the baseline, or all pairs of arms")
     sel.add_argument("--claims", default=None, metavar="NAME",
                      help="also test a paper's claims against the sweep (claim sets: "
                           "ressformer); text/JSON gain a claims section, --report DIR gains "
                           "claims.md and claims.html")
     st = p.add_argument_group("statistics")
-    st.add_argument("--alpha", type=float, default=0.05, help="family-wise alpha (default 0.05)")
+    st.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
+                    help=f"family-wise alpha (default {DEFAULT_ALPHA})")
     st.add_argument("--equivalence-margin", type=float, default=None, metavar="M",
                     help="TOST margin in metric units for every dataset (enables the "
                          "'equivalent' verdict, Holm-adjusted over the TOST tests; default: the "
                          "sweep's `equivalence_margin`, one number or per dataset, if any)")
-    st.add_argument("--bootstrap", type=_int, default=10_000, metavar="B",
+    st.add_argument("--bootstrap", type=_int, default=DEFAULT_N_BOOT, metavar="B",
                     help="bootstrap resamples, also the Monte Carlo sign-flip count above n = 16 "
-                         "(default 10000)")
-    st.add_argument("--rng-seed", type=_int, default=0,
-                    help="seed of every resampling generator (default 0)")
-    st.add_argument("--direction", choices=("auto", "higher", "lower"), default="auto",
+                         f"(default {DEFAULT_N_BOOT})")
+    st.add_argument("--rng-seed", type=_int, default=DEFAULT_RNG_SEED,
+                    help=f"seed of every resampling generator (default {DEFAULT_RNG_SEED})")
+    st.add_argument("--direction", choices=DIRECTION_FLAGS, default=DEFAULT_DIRECTION,
                     help="which way is better, for every --metric (auto: the sweep's "
                          "`directions`, else by name: error/err/loss/perplexity/latency/params/"
                          "train_seconds lower, acc/accuracy/f1/auc higher; any other name is "
@@ -124,24 +130,25 @@ def run(args: argparse.Namespace) -> int:
 
 def settings_from(args: argparse.Namespace, space: dict | None = None) -> Settings:
     """Flags win; then the sweep's own search-space choices (MLflow input); then defaults."""
-    from fusion_sweep.analysis.report import Settings
+    from fusion_sweep.analysis.report import validated  # heavy imports after argument parsing
     space = space or {}
     if args.equivalence_margin is None and space.get("margin_error"):
         raise AnalysisError(space["margin_error"])
-    if args.direction == "auto" and space.get("directions_error"):
+    if args.direction == AUTO and space.get("directions_error"):
         raise AnalysisError(space["directions_error"])
-    metrics = args.metric or ([space["metric"]] if space.get("metric") else ["test_acc"])
+    metrics = args.metric or ([space["metric"]] if space.get("metric") else [DEFAULT_METRIC])
     from_flag = args.equivalence_margin is not None
     margin = args.equivalence_margin if from_flag else space.get("margin")
-    return Settings(
-        metrics=tuple(metrics), baseline=args.baseline or space.get("baseline") or "add",
+    return validated(Settings(
+        metrics=tuple(metrics), baseline=args.baseline or space.get("baseline") or DEFAULT_BASELINE,
         pairs=args.pairs, alpha=args.alpha, margin=margin,
-        margin_metric=None if from_flag else space.get("metric", "test_acc"), n_boot=args.bootstrap,
+        margin_metric=None if from_flag else space.get("metric", DEFAULT_METRIC),
+        n_boot=args.bootstrap,
         rng_seed=args.rng_seed, datasets=tuple(args.dataset), pes=tuple(args.pe),
         encoders=tuple(args.encoder), direction=args.direction,
         directions=space.get("directions"), num_classes=dict(args.num_classes) or None,
         claims=args.claims,
-    ).validate()
+    ))
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -12,8 +12,10 @@ import pandas as pd
 
 DATASETS = {"synthetic-short": 48.0, "synthetic-medium": 231.0, "synthetic-long": 1890.0}
 BASE_ACC = {"synthetic-short": 0.86, "synthetic-medium": 0.78, "synthetic-long": 0.61}
-# Class counts as in fusion_sweep.trial.data.registry (not imported: it pulls in torch).
-NUM_CLASSES = {"synthetic-short": 4, "synthetic-medium": 2, "synthetic-long": 11}
+# The dataset registry's class counts (fusion_sweep.trial.data.registry.DATASETS: every
+# synthetic regime, and its shuffled probe, is binary). Stated here because that package
+# imports torch and the statistics must not; tests/test_analysis.py compares the two.
+NUM_CLASSES = {"synthetic-short": 2, "synthetic-medium": 2, "synthetic-long": 2}
 # Planted mean delta vs add, per dataset (short, medium, long).
 EFFECTS = {"add": (0.0, 0.0, 0.0), "concat": (0.0, 0.004, 0.01),
            "gate-vector": (0.002, 0.015, 0.045), "mul": (-0.03, -0.04, -0.06)}
@@ -103,7 +105,7 @@ def synthetic_ressformer_results(
                     "latency_ms_per_sample": round(0.2 * scale ** 0.5 * lat
                                                    * (1 + rng.normal(0, 0.02)), 6),
                     "flops_per_token": 1e5 * scale ** 0.25 * flops, "params": params,
-                    "status": "FINISHED", "median_tokens": med, "num_classes": 2,
+                    "status": "FINISHED", "median_tokens": med, "num_classes": NUM_CLASSES[clean],
                     "fp_split": _fp("split", ds), "fp_batch_order": _fp("batches", ds, seed),
                     "fp_shared_init": _fp("init", ds, seed),
                     "fp_dropout": _fp("dropout", ds, seed),

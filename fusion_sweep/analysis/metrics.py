@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from fusion_sweep.schema import DIRECTIONS
+
 from fusion_sweep.analysis.schema import (
     ACCURACY_PARTS, HIGHER_IS_BETTER, HIGHER_IS_BETTER_PARTS, LOWER_IS_BETTER,
     LOWER_IS_BETTER_PARTS, PROPORTION_PARTS, AnalysisError,
 )
 
-DIRECTION_VALUES = ("higher", "lower")
+DIRECTION_VALUES = DIRECTIONS  # higher | lower: the sweep's `directions` values too
+AUTO = "auto"  # --direction auto: the sweep's `directions`, then the name rule
 
 
 def name_direction(metric: str) -> str | None:
@@ -37,7 +40,7 @@ def name_direction(metric: str) -> str | None:
     return None
 
 
-def resolve_direction(metric: str, flag: str = "auto",
+def resolve_direction(metric: str, flag: str = AUTO,
                       directions: Mapping[str, str] | None = None) -> str:
     """'higher' or 'lower' for `metric`: flag, then the sweep's mapping, then the name rule."""
     if flag in DIRECTION_VALUES:

@@ -151,6 +151,13 @@ def cells_for(df: pd.DataFrame, metric: str) -> dict[CellKey, Cell]:
     return {key: _cell(cols, np.asarray(idx), metric) for key, idx in sorted(groups.items())}
 
 
+def usable_values(df: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """One row per usable cell: dataset, encoder, pe, fusion, seed, value (arm summaries,
+    paper tables)."""
+    rows = [(*k, c.value) for k, c in cells_for(df, metric).items() if c.ok]
+    return pd.DataFrame(rows, columns=[*KEY_COLUMNS, "value"])
+
+
 def supersede(df: pd.DataFrame, current_code: str | None) -> tuple[pd.DataFrame, list[dict]]:
     """Set aside FINISHED runs that a current-code run of the same identity replaces.
 

@@ -29,6 +29,7 @@ import pandas as pd
 from statsmodels.stats.oneway import anova_oneway
 from statsmodels.stats.weightstats import CompareMeans, DescrStatsW
 
+from fusion_sweep.analysis.settings import DEFAULT_BASELINE
 from fusion_sweep.analysis.stats import NAN, holm
 from fusion_sweep.analysis.variants import Axis, Variant, parse_baseline
 
@@ -112,7 +113,7 @@ def interaction_tests(
     baseline_variant, deltas (list, (n,)). axis: labels for messages (default: fusions).
     Returns (tests with INTERACTION_TEST_KEYS, warnings). Holm across these tests.
     """
-    axis = axis or parse_baseline("add")
+    axis = axis or parse_baseline(DEFAULT_BASELINE)
     rank = {r.dataset: r.rank for r in regimes}
     ordered_by = "median_tokens" if lengths_known(regimes) else "name"
     groups: dict[tuple, list[dict]] = {}

@@ -14,6 +14,7 @@ from fusion_sweep.analysis import plots
 from fusion_sweep.analysis.regimes import lengths_known
 from fusion_sweep.analysis.report import Report
 from fusion_sweep.analysis.schema import INCONCLUSIVE, NOT_LEARNED, SUPPORT_COLORS, VERDICT_COLORS
+from fusion_sweep.analysis.sequential_report import sequential_blocks
 from fusion_sweep.analysis.tables import (
     Table, arms_table, blocks_by_regime, chance_table, claim_tests_table, claims_table,
     comparison_table, dropped_table, fusion_by_dataset_tables, interaction_table,
@@ -66,8 +67,6 @@ def build_blocks(report: Report, out: Path) -> list[Block]:
         b.append(("h2", "Each arm over its seeds"))
         b.append(("table", arms_table(report)))
     if report.sequential is not None:
-        from fusion_sweep.analysis.sequential_report import sequential_blocks
-
         b += sequential_blocks(report.sequential_results, out)
     b += _comparison_blocks(report, out)
     b += _interaction_blocks(report, out)

@@ -42,110 +42,16 @@ from fusion_sweep.analysis import stats
 from fusion_sweep.analysis.chance import METHOD as CHANCE_METHOD
 from fusion_sweep.analysis.chance import arm_state, chance_level, chance_tests, class_counts
 from fusion_sweep.analysis.load import select
-from fusion_sweep.analysis.metrics import check_direction_value, resolve_direction
-from fusion_sweep.analysis.pairing import Paired, cells_for, pair_trials, supersede
+from fusion_sweep.analysis.claims import evaluate, get_claim_set
+from fusion_sweep.analysis.pairing import Paired, pair_trials, supersede, usable_values
 from fusion_sweep.analysis.regimes import Regime, interaction_tests, lengths_known, regimes_for
 from fusion_sweep.analysis.schema import (
-    ARM_KEYS, BETTER, COMPARISON_KEYS, COST_METRICS, DEFAULT_ENCODER, EQUIVALENT, INCONCLUSIVE,
-    KEY_COLUMNS, NOT_LEARNED, TOP_LEVEL_KEYS, WORSE, AnalysisError,
+    ARM_KEYS, BETTER, COMPARISON_KEYS, COST_METRICS, DEFAULT_ENCODER, DESCRIPTIVE_LABEL,
+    EQUIVALENT, INCONCLUSIVE, NOT_LEARNED, TOP_LEVEL_KEYS, WORSE,
 )
-from fusion_sweep.analysis.variants import Axis, Variant, parse_baseline
-
-PAIR_MODES = ("baseline", "all")
-DIRECTIONS = ("auto", "higher", "lower")
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Everything that changes the numbers. Validated by :meth:`validate`."""
-
-    metrics: tuple[str, ...] = ("test_acc",)
-    # A fusion name (compare fusions within each dataset/encoder/pe) or a full variant label
-    # "encoder/pe/fusion" (compare every variant of a dataset with it): fusion_sweep.analysis.variants.
-    baseline: str = "add"
-    pairs: str = "baseline"
-    alpha: float = 0.05
-    # One TOST margin for every dataset, or one per dataset (absent dataset: no TOST).
-    margin: float | Mapping[str, float] | None = None
-    # The metric the margin is in units of (a sweep's margin belongs to the sweep's metric);
-    # None: every --metric (a margin given on the command line).
-    margin_metric: str | None = None
-    n_boot: int = 10_000
-    rng_seed: int = 0
-    datasets: tuple[str, ...] = ()
-    pes: tuple[str, ...] = ()
-    encoders: tuple[str, ...] = ()
-    direction: str = "auto"  # auto | higher | lower (the flag overrides `directions`)
-    directions: Mapping[str, str] | None = None  # metric -> higher|lower (the sweep's param)
-    num_classes: Mapping[str, int] | None = None  # dataset -> K (--num-classes)
-    claims: str | None = None  # a claim set of fusion_sweep.analysis.claims.CLAIMS (--claims)
-
-    def validate(self) -> "Settings":
-        """Raise AnalysisError on any out-of-range value; return self."""
-        if not (isinstance(self.alpha, (int, float)) and 0 < self.alpha < 1):
-            raise AnalysisError(f"--alpha must be in the open interval (0, 1), got {self.alpha}")
-        margins = self.margin.items() if isinstance(self.margin, Mapping) else [(None, self.margin)]
-        for dataset, m in margins:
-            if m is None and dataset is None:
-                continue
-            if not (isinstance(m, (int, float)) and not isinstance(m, bool)
-                    and math.isfinite(m) and m > 0):
-                where = f" for dataset {dataset!r}" if dataset is not None else ""
-                raise AnalysisError(
-                    f"--equivalence-margin must be a positive number in metric units "
-                    f"(a negative or zero margin cannot define equivalence){where}, got {m}")
-        for metric, value in (self.directions or {}).items():
-            check_direction_value(metric, value)
-        for dataset, k in (self.num_classes or {}).items():
-            if not isinstance(k, int) or isinstance(k, bool) or k < 2:
-                raise AnalysisError(f"--num-classes {dataset}=K needs an integer K >= 2, got {k!r}")
-        if self.pairs not in PAIR_MODES:
-            raise AnalysisError(f"--pairs must be one of {', '.join(PAIR_MODES)}, got {self.pairs!r}")
-        if self.direction not in DIRECTIONS:
-            raise AnalysisError(
-                f"--direction must be one of {', '.join(DIRECTIONS)}, got {self.direction!r}")
-        if int(self.rng_seed) < 0:
-            raise AnalysisError(f"--rng-seed must be a non-negative integer, got {self.rng_seed}")
-        if int(self.n_boot) < 100:
-            raise AnalysisError(f"--bootstrap must be at least 100 resamples, got {self.n_boot}")
-        if not self.metrics:
-            raise AnalysisError("at least one --metric is required")
-        parse_baseline(self.baseline)
-        if self.claims is not None:
-            from fusion_sweep.analysis.claims import get_claim_set
-            get_claim_set(self.claims)
-        return self
-
-    @property
-    def axis(self) -> Axis:
-        """The comparison axis the baseline defines (fusion_sweep.analysis.variants)."""
-        return parse_baseline(self.baseline)
-
-    def higher_is_better(self, metric: str) -> bool:
-        """Direction of improvement: --direction, the sweep's `directions`, the name rule;
-        AnalysisError when none of them knows the metric."""
-        return resolve_direction(metric, self.direction, self.directions) == "higher"
-
-    def margin_for(self, dataset: str, metric: str | None = None) -> float | None:
-        """The TOST margin of `dataset` for `metric` (None: no equivalence test there). A
-        margin is in one metric's units, so it never carries over to another metric."""
-        if metric is not None and self.margin_metric is not None and metric != self.margin_metric:
-            return None
-        if isinstance(self.margin, Mapping):
-            m = self.margin.get(dataset)
-            return float(m) if m is not None else None
-        return None if self.margin is None else float(self.margin)
-
-    def margin_label(self) -> str:
-        """'none', '0.01', or 'arxiv: 0.005, imdb: 0.01 (others: none)', + ' on METRIC'."""
-        if self.margin is None:
-            return "none"
-        on = f" on {self.margin_metric}" if self.margin_metric else ""
-        if isinstance(self.margin, Mapping):
-            per = ", ".join(f"{d}: {m:g}" for d, m in sorted(self.margin.items()))
-            return f"{per} (others: none){on}" if per else "none"
-        return f"{self.margin:g}{on}"
-
+from fusion_sweep.analysis.sequential import from_comparisons
+from fusion_sweep.analysis.settings import Settings
+from fusion_sweep.analysis.variants import Axis, Variant
 
 @dataclass
 class Report:
@@ -225,6 +131,15 @@ def rng_key(p: Paired) -> tuple[str, ...]:
     return key if legacy else key + (p.arm.label, p.ref.label)
 
 
+def validated(settings: Settings) -> Settings:
+    """Settings.validate, and the claim set's name against its registry
+    (fusion_sweep.analysis.claims.CLAIMS); return settings."""
+    settings.validate()
+    if settings.claims is not None:
+        get_claim_set(settings.claims)
+    return settings
+
+
 def analyze(
     df: pd.DataFrame, settings: Settings, source: dict | None = None,
     extra_warnings: list[dict] | None = None,
@@ -233,7 +148,7 @@ def analyze(
 
     extra_warnings (e.g. from the MLflow loader) are listed after the design warnings.
     """
-    settings.validate()
+    validated(settings)
     source = source or {"kind": "table"}
     axis = settings.axis
     df = select(df, settings.metrics, axis, settings.datasets, settings.pes, settings.encoders)
@@ -272,7 +187,6 @@ def analyze(
     }
     claims = None
     if settings.claims is not None:
-        from fusion_sweep.analysis.claims import evaluate, get_claim_set
         claims = evaluate(get_claim_set(settings.claims), df, settings, counts, regimes)
     sequential, seq_results = sequential_section(comps, settings, source)
     return Report(source, settings, regimes, comps, dropped, warnings, interaction, df,
@@ -288,9 +202,6 @@ def sequential_section(comps: list[dict], s: Settings, source: dict) -> tuple[di
     adaptive = source.get("adaptive")
     if not adaptive:
         return None, []
-    from fusion_sweep.analysis.sequential import from_comparisons
-    from fusion_sweep.analysis.sequential_report import DESCRIPTIVE_LABEL
-
     metric = (source.get("space") or {}).get("metric") or s.metrics[0]
     alpha = float(adaptive.get("alpha", s.alpha))
     mine = [c for c in comps if c["metric"] == metric]
@@ -536,9 +447,3 @@ def _dropped_warning(dropped: list[dict]) -> list[dict]:
 
 def _count(k: int, noun: str) -> str:
     return f"{k} {noun}{'' if k == 1 else 's'}"
-
-
-def usable_values(df: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """One row per usable cell: dataset, encoder, pe, fusion, seed, value (paper tables)."""
-    rows = [(*k, c.value) for k, c in cells_for(df, metric).items() if c.ok]
-    return pd.DataFrame(rows, columns=[*KEY_COLUMNS, "value"])

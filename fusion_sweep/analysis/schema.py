@@ -121,6 +121,9 @@ ARM_KEYS: tuple[str, ...] = (
 # statistics, and one fusion_sweep.analysis.sequential.SequentialResult.to_dict() per comparison.
 SEQUENTIAL_KEYS: tuple[str, ...] = ("adaptive", "metric", "alpha", "m", "fixed_n_label",
                                     "results")
+# `fixed_n_label`: said wherever fixed-n statistics are shown for an adaptive sweep (issue 13
+# §4): the seed count depended on the data, so fixed-n p-values are descriptive only.
+DESCRIPTIVE_LABEL = "descriptive: the seed count was chosen adaptively"
 DROPPED_KEYS: tuple[str, ...] = (
     "dataset", "encoder", "pe", "metric", "fusion", "baseline", "variant", "baseline_variant",
     "seed", "reason", "detail",

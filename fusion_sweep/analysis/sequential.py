@@ -64,6 +64,7 @@ from typing import Hashable, Mapping, Sequence
 import numpy as np
 
 from fusion_sweep.analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, WORSE, AnalysisError
+from fusion_sweep.analysis.settings import DEFAULT_ALPHA
 from fusion_sweep.analysis.stats import DELTA_DECIMALS
 
 # Mixture precision φ of the Gaussian prior on the standardized effect d_z: prior SD of d_z
@@ -187,7 +188,7 @@ def anytime_p_values(deltas: object, mu0: float = 0.0, phi: float = DEFAULT_PHI)
 
 
 def cs_bounds(
-    deltas: object, alpha: float = 0.05, phi: float = DEFAULT_PHI, intersect: bool = True,
+    deltas: object, alpha: float = DEFAULT_ALPHA, phi: float = DEFAULT_PHI, intersect: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(low, high), each (..., n): the (1 - alpha) CS for the mean after k = 1..n deltas.
 
@@ -236,7 +237,7 @@ class ConfidenceSequence:
 
 
 def confidence_sequence(
-    deltas: object, alpha: float = 0.05, phi: float = DEFAULT_PHI,
+    deltas: object, alpha: float = DEFAULT_ALPHA, phi: float = DEFAULT_PHI,
 ) -> ConfidenceSequence:
     """The CS of mean Δ for one comparison's deltas (n,), n >= 1, in seed order."""
     d = check_deltas(deltas)
@@ -337,7 +338,7 @@ class SequentialResult:
 
 
 def sequential_result(
-    deltas: object, *, alpha: float = 0.05, m: int = 1, margin: float | None = None,
+    deltas: object, *, alpha: float = DEFAULT_ALPHA, m: int = 1, margin: float | None = None,
     higher_is_better: bool = True, phi: float = DEFAULT_PHI,
     family: Hashable = None, comparison: Hashable = None,
 ) -> SequentialResult:
@@ -386,7 +387,7 @@ class SequentialPlan:
 
 
 def stopping_rule(
-    families: Mapping[Hashable, Mapping[Hashable, object]], *, alpha: float = 0.05,
+    families: Mapping[Hashable, Mapping[Hashable, object]], *, alpha: float = DEFAULT_ALPHA,
     margin: float | None | Mapping[Hashable, float | None] = None,
     higher_is_better: bool = True, max_seeds: int = DEFAULT_MAX_SEEDS,
     seed_batch: int = DEFAULT_SEED_BATCH, seeds_run: Mapping[Hashable, int] | None = None,

@@ -17,12 +17,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from fusion_sweep.analysis.schema import VERDICT_COLORS
+from fusion_sweep.analysis.schema import DESCRIPTIVE_LABEL, VERDICT_COLORS
 from fusion_sweep.analysis.sequential import SequentialResult
 from fusion_sweep.analysis.tables import Table, fci, fnum, fp
 
-# Said wherever fixed-n statistics are shown for an adaptive sweep (issue 13 §4).
-DESCRIPTIVE_LABEL = "descriptive: the seed count was chosen adaptively"
 SEQUENTIAL_HEADERS = ["family", "comparison", "seeds", "mean Δ", "CS (running)",
                       "p anytime (×m)", "decision"]
 

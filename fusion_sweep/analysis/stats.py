@@ -23,6 +23,7 @@ from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import ttost_paired
 
 from fusion_sweep.analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, NOT_LEARNED, WORSE
+from fusion_sweep.analysis.settings import DEFAULT_N_BOOT
 
 NAN = float("nan")
 # Deltas are rounded to this many decimals so float noise (0.81-0.80 vs 0.71-0.70) does
@@ -127,7 +128,7 @@ def _abs_mean_stat(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def signflip_test(
-    d: np.ndarray, rng: np.random.Generator, n_resamples: int = 10_000
+    d: np.ndarray, rng: np.random.Generator, n_resamples: int = DEFAULT_N_BOOT
 ) -> tuple[float, str]:
     """Two-sided sign-flip permutation p of mean(d), d (n,), and the method used.
 

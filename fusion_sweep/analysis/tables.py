@@ -18,7 +18,8 @@ import numpy as np
 
 from fusion_sweep.analysis.chance import METHOD as CHANCE_METHOD
 from fusion_sweep.analysis.regimes import lengths_known
-from fusion_sweep.analysis.report import Report, usable_values
+from fusion_sweep.analysis.pairing import usable_values
+from fusion_sweep.analysis.report import Report
 from fusion_sweep.analysis.schema import COST_METRICS, DEFAULT_ENCODER
 from fusion_sweep.analysis.variants import Variant
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from fusion_sweep.analysis.report import Report
+from fusion_sweep.analysis.sequential_report import sequential_table
 from fusion_sweep.analysis.tables import (
     Table, arms_table, blocks_by_regime, claim_tests_table, comparison_table, dropped_table,
     interaction_table,
@@ -40,8 +41,6 @@ def format_text(report: Report) -> str:
     if report.arms:
         parts.append(layout(arms_table(report)))
     if report.sequential is not None:
-        from fusion_sweep.analysis.sequential_report import sequential_table
-
         seq = report.sequential
         parts.append(layout(sequential_table(
             report.sequential_results,
