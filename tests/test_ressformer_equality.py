@@ -59,8 +59,9 @@ def build_pair(case, *, d: int, heads: int, layers: int, max_len: int, seed: int
 
 
 def batch(B: int, L: int, seed: int = 0, distinct: bool = True) -> torch.Tensor:
-    """Right-padded ids: one full row, the rest between 3 and L real tokens; no token twice in
-    a row if `distinct`.
+    """Right-padded ids: one full row, one of 3 real tokens (fewer than top-k keeps: padded
+    keys are selected and must weigh 0), the rest between 3 and L; no token twice in a row if
+    `distinct`.
 
     Why distinct: a position-free body (SOES) gives two equal tokens equal keys, and so
     exactly tied scores; which of two tied keys top-k keeps is arbitrary (it depends on the
@@ -69,7 +70,7 @@ def batch(B: int, L: int, seed: int = 0, distinct: bool = True) -> torch.Tensor:
     graphs key index by key index, so its value, and the gradient, can differ at the 1e-5
     relative level. `test_equal_logits_with_repeated_tokens` covers repeated tokens."""
     g = torch.Generator().manual_seed(seed)
-    lengths = [L] + torch.randint(3, L + 1, (B - 1,), generator=g).tolist()
+    lengths = [L, 3] + torch.randint(3, L + 1, (B - 2,), generator=g).tolist()
     ids = torch.zeros(B, L, dtype=torch.long)
     for i, n in enumerate(lengths):
         ids[i, :n] = (torch.randperm(VOCAB - 1, generator=g)[:n] + 1 if distinct

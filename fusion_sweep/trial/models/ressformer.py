@@ -569,7 +569,8 @@ class ReSSFormerEncoder(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor, attn_mask: torch.Tensor | None,
                 pe: PositionalEncoding) -> torch.Tensor:
         """x: (B, L, D); mask: (B, L) True = real token -> (B, L, D)."""
-        track = self.training and self.graph_reg > 0
+        # graphs only where a successive pair exists (not for one layer applied once)
+        track = self.training and self.graph_reg > 0 and self.iterations * len(self.layers) > 1
         graphs: list[list[Graph | None]] = []  # [application][sub-layer]
         if self.memory is None:
             for layer in self.layers:
