@@ -33,10 +33,11 @@ from typing import Any, Mapping, TextIO
 
 import numpy as np
 
-
-from fusion_sweep.analysis.sequential import DEFAULT_MAX_SEEDS, DEFAULT_SEED_BATCH  # noqa: E402  one home
-
-DEFAULT_ALPHA = 0.05
+from fusion_sweep.analysis.sequential import DEFAULT_MAX_SEEDS, DEFAULT_SEED_BATCH, stopping_rule
+from fusion_sweep.analysis.settings import DEFAULT_ALPHA
+from fusion_sweep.analysis.variants import Variant, parse_baseline
+from fusion_sweep.grid import GridPoint, points_of
+from fusion_sweep.space import SearchSpace
 
 
 @dataclass(frozen=True)
@@ -81,16 +82,14 @@ class Family:
         return [self.reference, *self.arms]
 
 
-def variant_label(space: Any, dataset: str, variant: Mapping[str, Any]) -> str:
+def variant_label(space: SearchSpace, dataset: str, variant: Mapping[str, Any]) -> str:
     """"encoder/pe/fusion" of a space variant (the encoder as its variant label)."""
     return space.trial_config(dataset, variant, 0).variant_label()
 
 
-def families(space: Any) -> list[Family]:
+def families(space: SearchSpace) -> list[Family]:
     """The space's comparison families (see the module docstring), each with the space's
     seeds: grouped by the same comparison axis `stats` uses (`fusion_sweep.analysis.variants`)."""
-    from fusion_sweep.analysis.variants import Variant, parse_baseline
-
     axis = parse_baseline(space.baseline)
     out: list[Family] = []
     for d in space.datasets:
@@ -106,13 +105,12 @@ def families(space: Any) -> list[Family]:
     return out
 
 
-def family_points(space: Any, fam: Family, seeds: list[int], code: str) -> list:
+def family_points(space: SearchSpace, fam: Family, seeds: list[int], code: str
+                  ) -> list[GridPoint]:
     """GridPoints of every arm of `fam` at `seeds`: built as the space's grid builds its
     points (`SearchSpace.trial_config`), so a new seed trial is an ordinary trial."""
-    from fusion_sweep.sweep import GridPoint
-
-    configs = [space.trial_config(fam.dataset, v, s) for v in fam.variants() for s in seeds]
-    return [GridPoint(c, c.trial_key(code)) for c in configs]
+    return points_of((space.trial_config(fam.dataset, v, s) for v in fam.variants() for s in seeds),
+                     code)
 
 
 @dataclass
@@ -129,7 +127,7 @@ class AdaptiveState:
     last: list[dict] = field(default_factory=list)  # the last round's decisions, for the summary
 
     @classmethod
-    def for_space(cls, space: Any, settings: AdaptiveSettings) -> "AdaptiveState":
+    def for_space(cls, space: SearchSpace, settings: AdaptiveSettings) -> "AdaptiveState":
         errors = settings.errors(len(space.seeds))
         if errors:
             raise ValueError("; ".join(errors))
@@ -166,19 +164,7 @@ class AdaptiveState:
         return out
 
 
-def finished_values(tracker: Any, sweep: str, metric: str) -> dict[str, float]:
-    """{trial key: metric} of the sweep's FINISHED trial runs with a finite metric."""
-    from fusion_sweep.schema import TRIAL_KEY
-
-    out: dict[str, float] = {}
-    for r in tracker.trial_runs(sweep):
-        v = r.data.metrics.get(metric)
-        if r.info.status == "FINISHED" and v is not None and np.isfinite(v):
-            out[r.data.tags.get(TRIAL_KEY, "")] = float(v)
-    return out
-
-
-def family_deltas(space: Any, fam: Family, values: Mapping[str, float], code: str
+def family_deltas(space: SearchSpace, fam: Family, values: Mapping[str, float], code: str
                   ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{arm label: (seeds (n,), Δ = arm − reference (n,))} over the seeds both have finished."""
     ref_label = variant_label(space, fam.dataset, fam.reference)
@@ -197,16 +183,16 @@ def family_deltas(space: Any, fam: Family, values: Mapping[str, float], code: st
     return out
 
 
-def next_round(pf: Any, out: TextIO) -> list:
-    """Decide every comparison on what has finished (`fusion_sweep.analysis.sequential.stopping_rule`, the
-    rule benchmarks/sequential_validity.py simulates); print the round's decisions; extend the
-    undecided families' seeds and return their new grid points ([] = the sweep is done)."""
-    from fusion_sweep.analysis.sequential import stopping_rule
+def next_round(state: AdaptiveState, space: SearchSpace, values: Mapping[str, float], code: str,
+               out: TextIO) -> list[GridPoint]:
+    """Decide every comparison on what has finished (`fusion_sweep.analysis.sequential.stopping_rule`,
+    the rule benchmarks/sequential_validity.py simulates); print the round's decisions; extend
+    the undecided families' seeds and return their new grid points ([] = the sweep is done).
 
-    state: AdaptiveState = pf.adaptive
-    values = finished_values(pf.tracker, pf.name, state.metric)
+    values: {trial key: the metric} of the sweep's finished trials with a finite metric
+    (`tracking.SweepTracker.finished_values`); code: the sweep's code fingerprint."""
     deltas = {f.key: {label: d for label, (_, d) in
-                      family_deltas(pf.space, f, values, pf.code).items()}
+                      family_deltas(space, f, values, code).items()}
               for f in state.families}
     plan = stopping_rule(deltas, alpha=state.settings.alpha,
                          margin={f.key: state.margin.get(f.dataset) for f in state.families},
@@ -222,7 +208,7 @@ def next_round(pf: Any, out: TextIO) -> list:
     for fam in state.families:
         seeds = state.next_seeds(fam)[:plan.seeds_to_add.get(fam.key, 0)]
         if seeds:
-            new_points += family_points(pf.space, fam, seeds, pf.code)
+            new_points += family_points(space, fam, seeds, code)
             fam.seeds += seeds
     print(format_round(state, bool(new_points)), file=out)
     return new_points

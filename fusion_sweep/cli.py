@@ -1,16 +1,14 @@
-"""`fusion-sweep` command line: train | launch | tune | ui | stats."""
+"""`fusion-sweep` command line: train | datasets | launch | tune | ui | sweeps | stats."""
 from __future__ import annotations
 
 import argparse
 import sys
 
-from fusion_sweep import __version__
+from fusion_sweep import __version__, cli_datasets, cli_sweep, cli_train
+from fusion_sweep.analysis import cli as stats_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fusion_sweep.analysis import cli as stats_cli
-    from fusion_sweep import cli_sweep, cli_train
-
     parser = argparse.ArgumentParser(
         prog="fusion-sweep",
         description="Does the way positional encodings are fused with token embeddings change "
@@ -18,6 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fusion-sweep {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     cli_train.add_parser(sub)
+    cli_datasets.add_parser(sub)
     cli_sweep.add_parsers(sub)
     stats_cli.add_parser(sub)
     return parser

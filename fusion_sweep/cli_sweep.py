@@ -6,8 +6,14 @@ and argument errors stay instant.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import Any
+
+from fusion_sweep import signals, tracking
+from fusion_sweep.schema import LOOPBACK_HOSTS
+from fusion_sweep.space_files import shipped_spaces
+from fusion_sweep.ui_proxy import UIProxy, free_loopback_port
 
 
 def _positive_int(text: str) -> int:
@@ -41,8 +47,6 @@ def _ray_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(subparsers: Any) -> None:
-    from fusion_sweep.space import shipped_spaces
-
     shipped = ", ".join(shipped_spaces())
     p = subparsers.add_parser(
         "launch", help="run a search space's grid on Ray Tune, tracked in MLflow (resumes)",
@@ -103,11 +107,13 @@ def add_parsers(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "ui", help="start the MLflow UI on the local store, bound to 127.0.0.1",
         description="Serve the MLflow UI for the local store (sqlite:///<cwd>/mlflow.db) on "
-                    "127.0.0.1 and print the URL of the sweeps' trial runs: the Runs table in "
-                    "MLflow's model-training layout, grouped by sweep, with dataset, pe, fusion, "
-                    "seed and test_acc as columns. Ctrl-C (or SIGTERM) stops the server and every "
-                    "process it started. On a cluster, the head node's server is reached with "
-                    "`ray attach cluster.yaml -p 5000` instead.")
+                    "127.0.0.1 and print the URL of one sweep's trial runs (--sweep, default the "
+                    "newest): the Runs table in MLflow's model-training layout, sorted short -> "
+                    "long regime, then variant, then seed, with dataset, encoder, pe, fusion, "
+                    "seed and the final metrics as columns. The plain root URL and every run's "
+                    "page open in the same layout. Ctrl-C (or SIGTERM) stops the server and "
+                    "every process it started. On a cluster, the head node's server is reached "
+                    "with `ray attach cluster.yaml -p 5000` instead.")
     p.add_argument("--port", type=_port, default=5000, help="port (default 5000)")
     p.add_argument("--host", default="127.0.0.1",
                    help="interface to bind (default 127.0.0.1: only this machine; anything else "
@@ -118,7 +124,20 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("--experiment", metavar="NAME",
                    help="the experiment whose trial runs the printed URL opens (default "
                         "fusion-sweep)")
+    p.add_argument("--sweep", metavar="NAME",
+                   help="open on this sweep's trials (default: the newest sweep; "
+                        "`fusion-sweep sweeps` lists them)")
     p.set_defaults(func=run_ui)
+
+    p = subparsers.add_parser(
+        "sweeps", help="list the sweeps in a store: trials, state, code, dates",
+        description="List every sweep of an experiment in a store, newest first: its state, "
+                    "its trial runs by status (of the planned total), the code fingerprint it "
+                    "ran, and when it started and ended (UTC).")
+    p.add_argument("--tracking-uri", metavar="URI",
+                   help="the store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db)")
+    p.add_argument("--experiment", metavar="NAME", help="MLflow experiment (default fusion-sweep)")
+    p.set_defaults(func=run_sweeps)
 
 
 def run_launch(args: argparse.Namespace) -> int:
@@ -156,14 +175,41 @@ def run_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_sweeps(args: argparse.Namespace) -> int:
+    """Print the store's sweeps as a table (a note on stderr when there are none)."""
+    store = tracking.resolve_tracking_uri(args.tracking_uri)
+    experiment = args.experiment or tracking.DEFAULT_EXPERIMENT
+    db = tracking.sqlite_path(store)
+    if db is not None and not db.is_file():
+        raise ValueError(f"--tracking-uri {store}: no store at {db} (no sweep launched here; "
+                         f"run `fusion-sweep launch` first, or point --tracking-uri at a store)")
+    sweeps = tracking.list_sweeps(store, experiment)
+    if not sweeps:
+        print(f"no sweeps in experiment {experiment!r} of {store}", file=sys.stderr)
+        return 0
+    print(format_sweeps(sweeps))
+    return 0
+
+
+def format_sweeps(sweeps: list[dict]) -> str:
+    """Fixed-width table: sweep, state, trials (finished/planned, others by status), code,
+    started, ended."""
+    rows = [["sweep", "state", "trials", "code", "started (UTC)", "ended (UTC)"]]
+    for s in sweeps:
+        counts = dict(s["trials"])
+        done = counts.pop("FINISHED", 0)
+        total = s["planned"] or str(done + sum(counts.values()))
+        other = ", ".join(f"{n} {k.lower()}" for k, n in sorted(counts.items()))
+        rows.append([s["sweep"], s["state"].lower(), f"{done}/{total} finished"
+                     + (f" ({other})" if other else ""), (s["code_fingerprint"] or "—")[:12],
+                     s["start"] or "—", s["end"] or "—"])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
+
+
 def run_ui(args: argparse.Namespace) -> int:
     """Serve the store's MLflow UI on 127.0.0.1 until Ctrl-C / SIGTERM / SIGHUP, then stop the
     server with every process it started (its process group), leaving the port free."""
-    import signal
-    import threading
-
-    from fusion_sweep import tracking
-
     store = args.backend_store_uri or tracking.default_ui_store()
     db = tracking.sqlite_path(store)
     if db is None:  # mlflow server would die with a traceback
@@ -179,14 +225,17 @@ def run_ui(args: argparse.Namespace) -> int:
     if not tracking.port_free(args.host, args.port):
         raise ValueError(f"--port {args.port}: {args.host}:{args.port} is already in use "
                          f"(another MLflow UI?); choose another with --port")
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
+    if args.host not in LOOPBACK_HOSTS:
         print(f"warning: --host {args.host} exposes the MLflow UI and its REST API on port "
               f"{args.port} to the network, without authentication: anyone who can reach this "
               f"machine can read, change and delete every run, metric and artifact in {store}",
               file=sys.stderr)
     experiment = args.experiment or tracking.DEFAULT_EXPERIMENT
+    sweep = getattr(args, "sweep", None)
     try:
-        exp_id = tracking.prepare_ui_experiment(store, experiment)
+        exp_id, sweep = tracking.prepare_ui_experiment(store, experiment, sweep)
+    except ValueError:  # an unknown --sweep: one error line
+        raise
     except Exception as e:  # noqa: BLE001 - the UI still serves; only the landing view is lost
         print(f"warning: could not prepare experiment {experiment!r} for the UI: {e}",
               file=sys.stderr)
@@ -195,32 +244,33 @@ def run_ui(args: argparse.Namespace) -> int:
         print(f"note: no experiment {experiment!r} in {store}; opening the experiment list",
               file=sys.stderr)
 
-    def _stop(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    main = threading.current_thread() is threading.main_thread()
-    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} \
-        if main else {}
-    for s in old:  # SIGINT too: a `&`-started process inherits it ignored
-        signal.signal(s, _stop)
-    server = tracking.UIServer(store, args.host, args.port)
-    try:
-        server.start()
-        if not server.wait_ready():
-            code = server.proc.poll()
-            why = f"exited with code {code}" if code is not None else "did not answer in 120 s"
-            print(f"fusion-sweep ui: mlflow server {why}", file=sys.stderr)
-            return code or 1
-        print(f"MLflow UI: {tracking.ui_url(server.base_url, exp_id)}\n"
-              f"  (store {store}; experiment {experiment!r}; Ctrl-C to stop)", flush=True)
-        return server.proc.wait()
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        for s in old:  # a second Ctrl-C must not cut the cleanup short
-            signal.signal(s, signal.SIG_IGN)
+    # SIGINT too: a `&`-started process inherits it ignored
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    # mlflow server on a private loopback port, behind a front on --host:--port that opens
+    # the model-training layout (fusion_sweep.ui_proxy explains why).
+    server = tracking.UIServer(store, "127.0.0.1", free_loopback_port())
+    front = tracking.UIServer(store, args.host, args.port)  # its base_url: what the user opens
+    url = tracking.ui_url(front.base_url, exp_id)
+    proxy = None
+    with signals.interrupting(stops):
         try:
-            server.stop()
+            server.start()
+            if not server.wait_ready():
+                code = server.proc.poll()
+                why = f"exited with code {code}" if code is not None else "did not answer in 120 s"
+                print(f"fusion-sweep ui: mlflow server {why}", file=sys.stderr)
+                return code or 1
+            proxy = UIProxy(args.host, args.port, server.port,
+                            landing=url[len(front.base_url) + 1:]).start()
+            on = f"sweep {sweep!r}" if sweep else "every sweep"
+            print(f"MLflow UI: {url}\n"
+                  f"  (store {store}; experiment {experiment!r}; {on}; {front.base_url}/ opens "
+                  f"the same view; Ctrl-C to stop)", flush=True)
+            return server.proc.wait()
+        except KeyboardInterrupt:
+            return 0
         finally:
-            for s, h in old.items():
-                signal.signal(s, h)
+            signals.ignore(stops)  # a second Ctrl-C must not cut the cleanup short
+            if proxy is not None:
+                proxy.stop()
+            server.stop()

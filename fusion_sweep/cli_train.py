@@ -6,18 +6,24 @@ import json
 import sys
 from typing import Any
 
+from fusion_sweep.schema import DEFAULT_ENCODER, platform_label
+
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "train", help="train and evaluate one (dataset, encoder, pe, fusion, seed) trial",
         description="Train one trial with the dataset's fixed hyperparameters (see `--show-config`).")
-    p.add_argument("--dataset", required=True, help="dataset name (see `--dataset list`)")
-    p.add_argument("--encoder", default="standard",
-                   help="encoder body: standard or ressformer (its switches and hyperparameters "
-                        "are ordinary config fields: --override soes=false iterations=2)")
-    p.add_argument("--fusion", default="add")
-    p.add_argument("--pe", default="sinusoidal")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dataset", required=True, help="dataset name; `--dataset list` prints them all (as `fusion-sweep datasets`)")
+    # No argparse defaults: what is not given keeps the trial config's own default, and
+    # --show-config reports it as such, not as set on the command line.
+    p.add_argument("--encoder",
+                   help=f"encoder body: standard or ressformer (default {DEFAULT_ENCODER}; its "
+                        f"switches and hyperparameters are ordinary config fields: --override "
+                        f"soes=false iterations=2)")
+    p.add_argument("--fusion", help="how positions are fused with tokens (default: the config's, "
+                                    "see --show-config)")
+    p.add_argument("--pe", help="positional encoding (default: the config's, see --show-config)")
+    p.add_argument("--seed", type=int, help="the trial's seed (default: the config's)")
     p.add_argument("--override", "-o", action="append", default=[], metavar="KEY=VALUE",
                    help="any trial-config field, e.g. epochs=3 max_len=128 limit_train=500")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -40,11 +46,14 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.dataset == "list":
+        from fusion_sweep.cli_datasets import print_listing
+
+        return print_listing(args.json)
     from fusion_sweep.trial.config import TrialConfig, resolve_hyperparameters
 
-    overrides = parse_overrides(args.override)
-    given = {**dict(encoder=args.encoder, fusion=args.fusion, pe=args.pe, seed=args.seed),
-             **overrides}
+    flags = {k: getattr(args, k) for k in ("encoder", "fusion", "pe", "seed")}
+    given = {**{k: v for k, v in flags.items() if v is not None}, **parse_overrides(args.override)}
     config = TrialConfig.build(args.dataset, **given)
     if args.show_config:
         _, sources = resolve_hyperparameters(args.dataset, overrides=given)
@@ -69,12 +78,16 @@ def run(args: argparse.Namespace) -> int:
           f"{result.flops_per_token:,.0f} FLOPs/token   "
           f"{result.tokens_per_second:,.0f} train tok/s   latency {m['latency_ms_per_sample']:.3f} ms/doc")
     print("  fingerprints " + "  ".join(f"{k}={v}" for k, v in result.fingerprints.items()))
+    print(f"  platform     {platform_label(result.platform)}  (results are identical only on "
+          f"the same platform)")
     return 0
 
 
 def format_config(config, sources: dict[str, str]) -> str:
     """One line per field: name, resolved value, the chain layer it came from."""
-    rows = [("dataset", repr(config.dataset), "command line")]
+    from fusion_sweep.trial.config import COMMAND_LINE
+
+    rows = [("dataset", repr(config.dataset), COMMAND_LINE)]
     rows += [(k, repr(v), sources.get(k, "built-in")) for k, v in config.to_dict().items()
              if k != "dataset"]
     w0, w1 = max(len(r[0]) for r in rows), max(len(r[1]) for r in rows)

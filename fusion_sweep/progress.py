@@ -27,6 +27,8 @@ import sys
 import time
 from typing import Any, Callable, Iterable, TextIO
 
+from fusion_sweep import schema
+
 PENDING, RUNNING, PAUSED, TERMINATED, ERROR = "PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR"
 REDRAW_S = 1.0  # the terminal line's refresh period
 
@@ -71,14 +73,9 @@ def trial_label(config: dict) -> str:
     encoder variant is shown after the dataset unless it is the standard encoder."""
     if isinstance(config, dict) and isinstance(config.get("trial"), dict):
         config = config["trial"]
-    from fusion_sweep.schema import DEFAULT_ENCODER
-
     try:
-        enc = config.get("encoder", DEFAULT_ENCODER)
-        enc = "" if enc == DEFAULT_ENCODER else f"{enc}/"
-        return (f"{config['dataset']}/{enc}{config['pe']}/{config['fusion']}/"
-                f"seed {config['seed']}")
-    except (KeyError, TypeError):
+        return schema.trial_label(config)
+    except (KeyError, TypeError, AttributeError):
         return str(config)
 
 

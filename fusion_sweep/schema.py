@@ -4,24 +4,28 @@ Imported by the sweep/tracking layer (the writer) and by `analysis` (the reader)
 can never disagree. Imports neither torch nor Ray: only the standard library.
 
 * **Identity.** `IDENTITY_FIELDS` is what is compared; two trials with the same identity are
-  the same trial. `PAIRING_FIELDS` is the identity minus the seed: trials of one variant.
+  the same trial.
 * **Trial key.** `trial_key(semantic_config, code)` hashes every field that can change a
   trial's numbers plus the code fingerprint, so a resumed sweep finds finished trials by key
   and a code change can never be mistaken for the same trial.
 * **Fingerprints.** `FINGERPRINTS` are hashes of what two trials of one seed must share
   (split, batch order, shared initial weights, dropout stream); `stats` pairs two trials only
   when all agree. `code_fingerprint()` hashes the source that computes a trial's numbers.
+  The platform fingerprint (`PLATFORM_FIELDS`, hashed by `platform_fingerprint`) names where a
+  trial ran; pairs are kept on one platform, but it is not part of the trial key.
 * **MLflow.** Tag, param and metric names of the parent (sweep) run and the child (trial)
   runs, and the default experiment / tracking URI.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
+import urllib.request
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 # ---------------------------------------------------------------------------- identity
 IDENTITY_FIELDS: tuple[str, ...] = ("dataset", "encoder", "pe", "fusion", "seed")
@@ -35,11 +39,30 @@ IDENTITY_TAG = "fusion_sweep.identity"
 DEFAULT_ENCODER = "standard"
 # Variant fields: what a comparison compares within one dataset.
 VARIANT_FIELDS: tuple[str, ...] = ("encoder", "pe", "fusion")
-PAIRING_FIELDS: tuple[str, ...] = tuple(f for f in IDENTITY_FIELDS if f != "seed")
 # Fields that never change a trial's numbers (where it runs, how many threads): left out of
 # the trial key so a resumed sweep on other hardware re-attaches to its runs.
 NON_SEMANTIC_FIELDS: tuple[str, ...] = ("device", "num_threads", "cache_dir", "latency_repeats",
                                         "save_checkpoint")
+
+
+
+def variant_label(identity: Mapping[str, Any]) -> str:
+    """What a comparison compares within a dataset: "encoder/pe/fusion" of an identity."""
+    return "/".join(str(identity[k]) for k in VARIANT_FIELDS)
+
+
+def shown(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Identity fields as messages and labels show them: the encoder is left out when it is
+    DEFAULT_ENCODER (every trial before the encoder axis ran it; naming it is noise)."""
+    return {k: v for k, v in fields.items() if not (k == "encoder" and v == DEFAULT_ENCODER)}
+
+
+def trial_label(identity: Mapping[str, Any]) -> str:
+    """One trial in messages: "dataset/[encoder/]pe/fusion/seed N" (`shown`: the default
+    encoder, or none at all in inputs from before the encoder axis, is left out)."""
+    named = shown({k: identity[k] for k in IDENTITY_FIELDS if k in identity or k != "encoder"})
+    return "/".join(str(v) if k != "seed" else f"seed {v}" for k, v in named.items())
+
 
 # ------------------------------------------------------------------------- fingerprints
 # Shared by every pair of trials of one seed and dataset, whatever the variants: the split,
@@ -47,33 +70,114 @@ NON_SEMANTIC_FIELDS: tuple[str, ...] = ("device", "num_threads", "cache_dir", "l
 FINGERPRINTS: tuple[str, ...] = ("split", "batch_order", "shared_init", "dropout")
 # Shared only by trials of the same encoder variant: the encoder body's initial weights.
 ENCODER_FINGERPRINTS: tuple[str, ...] = ("encoder_init",)
-FINGERPRINT_TAGS: dict[str, str] = {k: f"fp.{k}" for k in FINGERPRINTS + ENCODER_FINGERPRINTS}
+# Where a trial ran, not what it is: a hash of PLATFORM_FIELDS (the sixth fingerprint, tag
+# fp.platform, column fp_platform), with each field also logged as a readable tag
+# (platform.<field>). Float results differ across CPU instruction sets, GPUs and library
+# versions, so `stats` pairs two trials only on one platform (else `platform_mismatch`).
+# It is NOT part of the trial key: a sweep resumed on other hardware keeps its finished runs,
+# and a pair that then spans two platforms is dropped and listed, never silently paired.
+PLATFORM_FINGERPRINT = "platform"
+PLATFORM_FIELDS: tuple[str, ...] = ("torch", "cpu_capability", "cpu_model", "cuda", "cudnn",
+                                    "gpu", "deterministic", "threads")
+PLATFORM_FIELD_TAGS: dict[str, str] = {k: f"platform.{k}" for k in PLATFORM_FIELDS}
+PLATFORM_COLUMN = "fp_platform"  # the hash
+PLATFORM_LABEL_COLUMN = "platform"  # platform_label(): the readable one-liner
+FINGERPRINT_TAGS: dict[str, str] = {k: f"fp.{k}" for k in
+                                    FINGERPRINTS + ENCODER_FINGERPRINTS + (PLATFORM_FINGERPRINT,)}
 FINGERPRINT_COLUMNS: tuple[str, ...] = tuple(f"fp_{k}" for k in FINGERPRINTS)
 ENCODER_FINGERPRINT_COLUMNS: tuple[str, ...] = tuple(f"fp_{k}" for k in ENCODER_FINGERPRINTS)
 
-# Source that computes a trial's numbers (relative to the package). Orchestration, tracking
-# and the CLI are left out: changing them cannot change a trial's result.
-_NUMERIC_SOURCES: tuple[str, ...] = ("trial",)
+# The folder whose source computes a trial's numbers (relative to the package): every .py
+# under it counts, a new file included. Orchestration, tracking, the statistics and the CLI
+# live outside it: changing them cannot change a trial's result.
+NUMERIC_SOURCE = "trial"
 
 
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """sha256 (16 hex) over the package's numeric source files, by relative path and content.
+    """The code version of a trial's numbers: `source_fingerprint` of fusion_sweep/trial/.
 
     Unlike a git commit it needs no checkout (a wheel install has one too) and ignores edits
     to docs, tests and orchestration; unlike the package version it changes with every edit
     that can change a trial's numbers.
     """
-    root = Path(__file__).resolve().parent
-    files: list[Path] = []
-    for rel in _NUMERIC_SOURCES:
-        p = root / rel
-        files.extend(sorted(p.rglob("*.py")) if p.is_dir() else [p])
+    return source_fingerprint(Path(__file__).resolve().parent / NUMERIC_SOURCE)
+
+
+def source_fingerprint(folder: Path) -> str:
+    """sha256 (16 hex) of the normalised code of every .py under `folder`.
+
+    What counts is the code as Python parses it (`ast.dump`), not its text: comments,
+    docstrings and formatting do not change the fingerprint, and neither does moving a
+    definition from one file to another. Each file's top-level statements are dumped with
+    their docstrings removed and imports of the package's own modules reduced to the names
+    they bind (which module a name comes from is wiring, not computation); the fingerprint
+    hashes the sorted dumps of all files, plus the set of third-party imports. A changed
+    constant, expression or new definition changes it. `ast.dump` can differ between Python
+    versions, so nodes meant to run one sweep should run one Python version.
+    """
+    statements: list[str] = []
+    external: set[str] = set()
+    for path in sorted(folder.rglob("*.py")):
+        tree = _Normalise().visit(ast.parse(path.read_text(encoding="utf-8")))
+        for node in tree.body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                if not _own_import(node):
+                    external.add(ast.dump(node))
+            else:
+                statements.append(ast.dump(node))
     h = hashlib.sha256()
-    for f in files:
-        h.update(f.relative_to(root).as_posix().encode() + b"\0")
-        h.update(f.read_bytes() + b"\0")
+    for text in sorted(external) + ["\0"] + sorted(statements):
+        h.update(text.encode() + b"\0")
     return h.hexdigest()[:16]
+
+
+def _own_import(node: ast.Import | ast.ImportFrom) -> bool:
+    if isinstance(node, ast.ImportFrom):
+        return node.level > 0 or (node.module or "").split(".")[0] == __package__
+    return all(a.name.split(".")[0] == __package__ for a in node.names)
+
+
+class _Normalise(ast.NodeTransformer):
+    """Docstrings out; `from <own module> import x` anywhere reduced to the names it binds."""
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        node = super().generic_visit(node)
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) \
+                and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+        return node
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST:
+        if _own_import(node):
+            return ast.ImportFrom(module=__package__, names=node.names, level=0)
+        return node
+
+
+def platform_fingerprint(fields: Mapping[str, str]) -> str:
+    """sha256 (16 hex) of a platform description (PLATFORM_FIELDS -> str)."""
+    payload = json.dumps({k: str(fields.get(k, "")) for k in PLATFORM_FIELDS}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def platform_label(fields: Mapping[str, Any]) -> str:
+    """One readable line naming a platform, e.g. 'torch 2.13.0+cpu, CPU AVX2 (AMD EPYC 7B13),
+    2 threads, no GPU, deterministic on'. '' when no field is known (runs logged before it)."""
+    f = {k: str(fields.get(k) or "") for k in PLATFORM_FIELDS}
+    if not any(f.values()):
+        return ""
+    gpu = (f"GPU {f['gpu']} (CUDA {f['cuda'] or '?'}, cuDNN {f['cudnn'] or '?'})"
+           if f["gpu"] not in ("", "none") else "no GPU")
+    return (f"torch {f['torch'] or '?'}, CPU {f['cpu_capability'] or '?'} "
+            f"({f['cpu_model'] or '?'}), {f['threads'] or '?'} threads, {gpu}, "
+            f"deterministic {f['deterministic'] or '?'}")
+
+
+def platform_from_tags(tags: Mapping[str, str]) -> dict[str, str]:
+    """The platform fields of a trial run, from its readable tags ('' where absent)."""
+    return {k: tags.get(tag) or "" for k, tag in PLATFORM_FIELD_TAGS.items()}
 
 
 def trial_key(config: Mapping[str, Any], code: str) -> str:
@@ -81,6 +185,20 @@ def trial_key(config: Mapping[str, Any], code: str) -> str:
     semantic = {k: v for k, v in config.items() if k not in NON_SEMANTIC_FIELDS}
     payload = json.dumps({"config": semantic, "code": code}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+# ------------------------------------------------------------------ the run of a trial key
+FINISHED = "FINISHED"  # the MLflow run status of a trial that completed (RunStatus.FINISHED)
+_Run = TypeVar("_Run")
+
+
+def run_of_key(runs: Sequence[_Run], status: Callable[[_Run], str]) -> _Run | None:
+    """The run that stands for one trial key, among that key's runs oldest first: the oldest
+    FINISHED run (the resume rule: a finished trial is never trained again), else the newest
+    run (the one a retry re-attaches to). None without runs. Two runs of one key should not
+    exist (a trial re-attaches to its run); this settles it the same way everywhere."""
+    finished = [r for r in runs if status(r) == FINISHED]
+    return finished[0] if finished else (runs[-1] if runs else None)
 
 
 # ------------------------------------------------------------------------------ MLflow
@@ -99,9 +217,22 @@ GRID_HASH = "fusion_sweep.grid_hash"
 ATTEMPTS = "fusion_sweep.attempts"
 LAUNCH_ID = "fusion_sweep.launch_id"
 ERROR = "fusion_sweep.error"
+# Trial-run tags the claims report reads (TrialConfig.label_tags): what the dataset's label
+# depends on ("order" / "content" / "both") and how much token order the model sees ("none" /
+# "segments" / "tokens"). A claim whose arm cannot see order, on an order-only dataset, is not
+# testable there. Read back as the columns LABEL_COLUMNS of the tidy table.
+LABEL_DEPENDS_TAG = "fusion_sweep.label_depends"
+ORDER_ACCESS_TAG = "fusion_sweep.order_access"
+LABEL_COLUMNS: tuple[str, ...] = ("label_depends", "order_access")
+# Parent-run tag: every dataset name the launching version knows (JSON list), so `stats`
+# can tell "a dataset this sweep lacks" from "no such dataset" without the dataset registry.
+KNOWN_DATASETS = "fusion_sweep.known_datasets"
 # Parent-run tag of an adaptive sweep (`launch --until-decided`): JSON {max_seeds, seed_batch,
 # alpha}. `stats` then reports the sequential decisions and labels fixed-n tests descriptive.
 ADAPTIVE = "fusion_sweep.adaptive"
+# Trial-run tag `fusion-sweep ui` writes so the runs table sorts short -> long, then by
+# variant and seed: "<regime rank, 2 digits>/<encoder/pe/fusion>/<seed, 6 digits>".
+UI_ORDER = "fusion_sweep.ui_order"
 
 EPOCH_METRICS: tuple[str, ...] = ("train_loss", "train_acc", "val_loss", "val_acc")
 FINAL_METRICS: tuple[str, ...] = ("test_acc", "best_val_acc", "test_macro_f1",
@@ -117,8 +248,31 @@ METRIC_DIRECTIONS: dict[str, str] = {
     "tokens_per_second": "higher", "flops_per_token": "lower",
 }
 DIRECTIONS: tuple[str, ...] = ("higher", "lower")
-# Parent-run params that `stats` reads back; structured values are JSON (json.dumps).
-SPACE_PARAMS: tuple[str, ...] = ("baseline", "metric", "equivalence_margin", "directions")
+# Parent-run params that `stats` reads back (launch logs the space's choices; every
+# parent-run param value is JSON: `encode_param`).
+BASELINE_PARAM = "baseline"
+METRIC_PARAM = "metric"
+MARGIN_PARAM = "equivalence_margin"
+DIRECTIONS_PARAM = "directions"
+# Parent-run tags and metrics beyond the schema above.
+N_TRIALS = "fusion_sweep.n_trials"
+PARENT_METRICS: tuple[str, ...] = ("trials_finished", "trials_failed",
+                                   "trials_trained_this_launch", "trials_retried",
+                                   "launch_seconds")
+# Trial-run tags of where and how a trial ran (never part of its identity or key).
+HOSTNAME = "fusion_sweep.hostname"
+NODE_ID = "fusion_sweep.node_id"
+NODE_IP = "fusion_sweep.node_ip"
+NUM_THREADS = "fusion_sweep.num_threads"
+RAY_TRIAL_ID = "fusion_sweep.ray_trial_id"
+DEVICE = "fusion_sweep.device"
+RECONCILED = "fusion_sweep.reconciled"  # set on a run a later launch found RUNNING
+# Per-epoch metrics beyond EPOCH_METRICS, and what the sweep layer measures around a trial.
+EPOCH_EXTRA_METRICS: tuple[str, ...] = ("epoch_seconds", "epoch_tokens_per_second")
+PEAK_RSS = "peak_rss_mb"
+# MLflow's own tags that fusion-sweep sets.
+MLFLOW_GIT_COMMIT = "mlflow.source.git.commit"
+MLFLOW_NOTE = "mlflow.note.content"
 
 
 def encode_param(value: Any) -> str:
@@ -144,3 +298,34 @@ def default_tracking_uri(cwd: str | Path | None = None) -> str:
 def resolve_tracking_uri(uri: str | None = None) -> str:
     """`--tracking-uri`, else `MLFLOW_TRACKING_URI`, else the local store under the cwd."""
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+
+
+# ------------------------------------------------------------------------- the store
+# Host names that reach only this machine: a tracking URI on one of them is unreachable from
+# other nodes; a UI bound to one is not exposed to the network.
+LOOPBACK_HOSTS: tuple[str, ...] = ("127.0.0.1", "localhost", "::1")
+SQLITE_PREFIX = "sqlite:///"
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a `sqlite:///PATH` URI (absolute: `sqlite:////abs/path.db`), else
+    None. Relative paths are taken from the current directory, as SQLAlchemy does."""
+    if not uri.startswith(SQLITE_PREFIX):
+        return None
+    return Path(uri[len(SQLITE_PREFIX):].split("?", 1)[0])
+
+
+def is_server(uri: str) -> bool:
+    """An MLflow tracking server (http/https), as opposed to a local store."""
+    return uri.startswith(("http://", "https://"))
+
+
+def server_unreachable(uri: str, timeout: float = 5.0) -> str | None:
+    """Why the tracking server at `uri` does not answer its /health check, or None when it
+    does: asked before MLflow, which would retry a dead server for minutes."""
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as r:
+            return None if r.status == 200 else f"HTTP {r.status}"
+    except OSError as e:  # urllib.error.URLError is an OSError
+        return str(getattr(e, "reason", e))
+

@@ -27,7 +27,10 @@ are optional)::
       all: {epochs: 3}               # every dataset
       synthetic-short: {d_model: 64} # this dataset (wins over `all`)
     resources: {cpu: 1, gpu: 0}      # per trial; gpu may be fractional (0.25 = 4 per GPU);
-                                     # memory_gb: RAM per trial (default: estimated)
+                                     # memory_gb: RAM per trial (default: estimated);
+                                     # pin every trial to one platform (pairs must share
+                                     # it): accelerator_type: A10G (Ray's GPU type) and/or
+                                     # node_label: {fusion-sweep/platform: g5-a10g}
     max_failures: 2                  # Ray Tune retries per trial
     baseline: add                    # the fusion every other fusion is compared with, or a
                                      # variant label "encoder/pe/fusion" (every other variant)
@@ -45,21 +48,26 @@ are optional)::
 from __future__ import annotations
 
 import difflib
-import importlib.resources
 import itertools
 import math
+import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import yaml
 
+from fusion_sweep.analysis.settings import DEFAULT_BASELINE, DEFAULT_METRIC
 from fusion_sweep.schema import (DEFAULT_EXPERIMENT, DIRECTIONS, IDENTITY_FIELDS,
                                  METRIC_DIRECTIONS)
+from fusion_sweep.space_files import SPACE_DIR, shipped_spaces
+from fusion_sweep.trial.config import ConfigError, TrialConfig
+from fusion_sweep.trial.data.registry import DATASETS
+from fusion_sweep.trial.models.encoder import ENCODERS
+from fusion_sweep.trial.models.fusion import FUSIONS
+from fusion_sweep.trial.models.positional import POSITIONAL
 
-# Shipped spaces are package data (found the same way from a checkout, an editable install
-# or a wheel); the repository's top-level `search_spaces` is a link to this folder.
-SPACE_DIR = Path(str(importlib.resources.files("fusion_sweep") / "search_spaces"))
 
 TOP_LEVEL_KEYS = (
     "name", "description", "experiment", "datasets", "pes", "fusions", "variants", "seeds",
@@ -68,7 +76,13 @@ TOP_LEVEL_KEYS = (
 )
 REQUIRED_KEYS = ("name", "datasets", "seeds")  # and `pes` + `fusions`, or `variants`
 VARIANT_KEYS = ("encoder", "pe", "fusion")  # plus the encoders' own fields (OPTION_FIELDS)
-RESOURCE_KEYS = ("cpu", "gpu", "memory_gb")
+RESOURCE_KEYS = ("cpu", "gpu", "memory_gb", "accelerator_type", "node_label")
+# A Ray accelerator type ("A10G", "L4", "H100", "RTX-PRO-6000": ray.util.accelerators) and a
+# node label's key ([prefix/]name, Ray's rule) and value.
+_ACCELERATOR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+DEFAULT_RESOURCES: dict[str, float] = {"cpu": 1, "gpu": 0}  # per trial
 TUNE_KEYS = ("seeds", "budget", "search", "pe")
 
 
@@ -150,10 +164,10 @@ class SearchSpace:
     fusions: tuple[str, ...]
     seeds: tuple[int, ...]
     hyperparameters: dict[str, dict[str, Any]] = field(default_factory=dict)
-    resources: dict[str, float] = field(default_factory=lambda: {"cpu": 1, "gpu": 0})
+    resources: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RESOURCES))
     max_failures: int = 2
-    baseline: str = "add"
-    metric: str = "test_acc"
+    baseline: str = DEFAULT_BASELINE  # `stats`' defaults: one home (analysis/settings.py)
+    metric: str = DEFAULT_METRIC
     equivalence_margin: float | dict[str, float] | None = None
     directions: dict[str, str] = field(default_factory=dict)  # on top of METRIC_DIRECTIONS
     experiment: str = DEFAULT_EXPERIMENT
@@ -168,11 +182,21 @@ class SearchSpace:
     # ------------------------------------------------------------------ the grid
     @property
     def cpu(self) -> float:
-        return float(self.resources.get("cpu", 1))
+        return float(self.resources.get("cpu", DEFAULT_RESOURCES["cpu"]))
 
     @property
     def gpu(self) -> float:
-        return float(self.resources.get("gpu", 0))
+        return float(self.resources.get("gpu", DEFAULT_RESOURCES["gpu"]))
+
+    @property
+    def accelerator_type(self) -> str | None:
+        """The Ray accelerator type every trial is pinned to (`resources.accelerator_type`)."""
+        return self.resources.get("accelerator_type")
+
+    @property
+    def node_label(self) -> dict[str, str]:
+        """The Ray node labels every trial's node must carry (`resources.node_label`)."""
+        return dict(self.resources.get("node_label") or {})
 
     @property
     def memory_gb(self) -> float | None:
@@ -196,15 +220,13 @@ class SearchSpace:
             return [dict(v) for v in self.variants]
         return [{"pe": p, "fusion": f} for p, f in itertools.product(self.pes, self.fusions)]
 
-    def trial_config(self, dataset: str, variant: Mapping[str, Any], seed: int) -> Any:
+    def trial_config(self, dataset: str, variant: Mapping[str, Any], seed: int) -> TrialConfig:
         """The TrialConfig of one grid point (also of a seed adaptive seeding adds)."""
-        from fusion_sweep.trial.config import TrialConfig
-
         return TrialConfig.build(dataset, space_all=self.hyperparameters.get("all"),
                                  space_dataset=self.hyperparameters.get(dataset),
                                  **variant, seed=seed, num_threads=self.num_threads)
 
-    def grid(self) -> list:
+    def grid(self) -> list[TrialConfig]:
         """One `TrialConfig` per (dataset, variant, seed), in that nesting order."""
         return [self.trial_config(d, v, s) for d, v, s in
                 itertools.product(self.datasets, self.variant_list(), self.seeds)]
@@ -252,11 +274,14 @@ class SearchSpace:
         return d
 
 
+def _default(name: str) -> Any:
+    """A space key's default when the file omits it: the SearchSpace field's default (the
+    dataclass is the one home of the space's defaults; `_validate` reads them from it)."""
+    f = SearchSpace.__dataclass_fields__[name]
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
 # ---------------------------------------------------------------------- loading
-def shipped_spaces() -> list[str]:
-    return sorted(p.stem for p in SPACE_DIR.glob("*.yaml"))
-
-
 def resolve_space_path(name_or_path: str | Path) -> Path:
     """A path to a YAML file, or the name of a shipped space (`default` → search_spaces/default.yaml)."""
     p = Path(name_or_path).expanduser()
@@ -378,8 +403,6 @@ def _seed_list(v: Any, key: str, errors: list[str]) -> list[int]:
 
 def _build_errors(dataset: str, threads: int, overrides: Mapping[str, Any]) -> list[str]:
     """The problems `TrialConfig.build` finds, one message per problem."""
-    from fusion_sweep.trial.config import ConfigError, TrialConfig
-
     try:
         TrialConfig.build(dataset, num_threads=threads, **overrides)
     except ConfigError as e:
@@ -391,10 +414,6 @@ def _build_errors(dataset: str, threads: int, overrides: Mapping[str, Any]) -> l
 
 def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
     """Every problem of a raw space appended to `errors`; the space when there are none."""
-    from fusion_sweep.trial.data.registry import DATASETS
-    from fusion_sweep.trial.models.fusion import FUSIONS
-    from fusion_sweep.trial.models.positional import POSITIONAL
-
     if not isinstance(raw, Mapping):
         errors.append(f"the file must hold a mapping with keys {list(TOP_LEVEL_KEYS)}, "
                       f"got {type(raw).__name__}")
@@ -429,7 +448,7 @@ def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
 
     tune_spec = None
     if raw.get("tune") is not None:
-        allowed_fields = [f for f in _config_fields() if f not in RESERVED_FIELDS]
+        allowed_fields = [f for f in TrialConfig.field_names() if f not in RESERVED_FIELDS]
         if "/" in str(baseline):
             errors.append(f"tune: `fusion-sweep tune` tunes the baseline fusion; baseline "
                           f"{baseline!r} is a variant label: give a fusion name as the baseline "
@@ -449,7 +468,8 @@ def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
         max_failures=max_failures, baseline=baseline, metric=metric,
         equivalence_margin=dict(margin) if isinstance(margin, Mapping) else margin,
         directions=dict(directions),
-        experiment=raw.get("experiment", DEFAULT_EXPERIMENT), description=raw.get("description", ""),
+        experiment=raw.get("experiment", _default("experiment")),
+        description=raw.get("description", _default("description")),
         tune=tune_spec, tuned=dict(tuned) if tuned else None, source=source, raw=dict(raw),
         variants=tuple(dict(v) for v in variants) if "variants" in raw else (),
     )
@@ -457,8 +477,6 @@ def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
 
 def _validate_variants(v: Any, errors: list[str]) -> list[dict[str, Any]]:
     """`variants: [{encoder?, pe, fusion, <encoder field>...}]` -> the well-formed entries."""
-    from fusion_sweep.trial.models.encoder import ENCODERS
-
     # every encoder's own fields (its registry entry's OPTION_FIELDS), in registry order
     encoder_fields = dict.fromkeys(f for e in ENCODERS.values() for f in e.OPTION_FIELDS)
     valid = [*VARIANT_KEYS, *encoder_fields]
@@ -488,19 +506,11 @@ def _validate_variants(v: Any, errors: list[str]) -> list[dict[str, Any]]:
 def _variant_labels(datasets: list[str], variants: list[dict[str, Any]],
                     hparams: dict[str, dict[str, Any]], threads: int) -> list[str]:
     """Each variant's label "encoder/pe/fusion" (the encoder as its variant label)."""
-    from fusion_sweep.trial.config import TrialConfig
-
     if not datasets:
         return []
     d = datasets[0]
     return [TrialConfig.build(d, space_all=hparams.get("all"), space_dataset=hparams.get(d),
                               **v, num_threads=threads).variant_label() for v in variants]
-
-
-def _config_fields() -> tuple[str, ...]:
-    from fusion_sweep.trial.config import TrialConfig
-
-    return TrialConfig.field_names()
 
 
 def _validate_header(raw: Mapping, errors: list[str]) -> Any:
@@ -520,15 +530,44 @@ def _validate_header(raw: Mapping, errors: list[str]) -> Any:
     return name
 
 
+def _validate_pin(res: Mapping, errors: list[str]) -> dict[str, Any]:
+    """`resources.accelerator_type` / `resources.node_label`: where trials may run (one
+    platform per sweep, so that every pair shares it). -> the valid ones."""
+    out: dict[str, Any] = {}
+    acc = res.get("accelerator_type")
+    if acc is not None:
+        if isinstance(acc, str) and _ACCELERATOR.match(acc):
+            out["accelerator_type"] = acc
+        else:
+            errors.append(f"resources.accelerator_type: must be a Ray accelerator type, e.g. "
+                          f"'A10G', 'L4', 'T4', 'A100', 'H100' (the names in "
+                          f"ray.util.accelerators; `ray status` lists a cluster's as "
+                          f"accelerator_type:NAME), got {acc!r}")
+    labels = res.get("node_label")
+    if labels is not None:
+        bad = (not isinstance(labels, Mapping) or not labels
+               or not all(isinstance(k, str) and _LABEL_KEY.match(k) and isinstance(v, str)
+                          and _LABEL_VALUE.match(v) for k, v in labels.items()))
+        if bad:
+            errors.append(f"resources.node_label: must be a non-empty mapping of Ray node "
+                          f"labels, key -> value strings, e.g. {{fusion-sweep/platform: "
+                          f"g5-a10g}} (keys [prefix/]name, values up to 63 of A-Z a-z 0-9 "
+                          f"- _ .; cluster.yaml sets them per node type under `labels`), "
+                          f"got {labels!r}")
+        else:
+            out["node_label"] = dict(labels)
+    return out
+
+
 def _validate_resources(raw: Mapping, errors: list[str]) -> tuple[dict[str, Any], Any]:
     """-> (resources per trial, max_failures)."""
-    resources: dict[str, Any] = {"cpu": 1, "gpu": 0}
+    resources: dict[str, Any] = _default("resources")
     res = raw.get("resources", {})
     if not isinstance(res, Mapping):
         errors.append(f"resources: must be a mapping with keys {list(RESOURCE_KEYS)}, got {res!r}")
     else:
         _unknown_keys(res, RESOURCE_KEYS, "resources.", errors)
-        cpu, gpu = res.get("cpu", 1), res.get("gpu", 0)
+        cpu, gpu = res.get("cpu", resources["cpu"]), res.get("gpu", resources["gpu"])
         if not _is_num(cpu) or cpu <= 0:
             errors.append(f"resources.cpu: must be a positive number, got {cpu!r}")
         if not _is_num(gpu) or gpu < 0:
@@ -544,7 +583,8 @@ def _validate_resources(raw: Mapping, errors: list[str]) -> tuple[dict[str, Any]
                               f"omit it to estimate from the trial's config), got {mem!r}")
             else:
                 resources["memory_gb"] = mem
-    max_failures = raw.get("max_failures", 2)
+        resources.update(_validate_pin(res, errors))
+    max_failures = raw.get("max_failures", _default("max_failures"))
     if not _is_int(max_failures) or max_failures < -1:
         errors.append(f"max_failures: must be an integer >= 0 (-1 = retry forever), got {max_failures!r}")
     return resources, max_failures
@@ -556,9 +596,7 @@ def _validate_comparison(raw: Mapping, datasets: list[str], fusions: list[str],
     """What `stats` compares: -> (baseline, metric, equivalence_margin, directions).
 
     labels: the variants' labels "encoder/pe/fusion" (None when the grid has errors)."""
-    from fusion_sweep.trial.models.fusion import FUSIONS
-
-    baseline = raw.get("baseline", "add")
+    baseline = raw.get("baseline", _default("baseline"))
     if isinstance(baseline, str) and "/" in baseline:
         if labels is not None and baseline not in labels:
             errors.append(f"baseline: variant {baseline!r} is not one of this space's variants; "
@@ -569,7 +607,7 @@ def _validate_comparison(raw: Mapping, datasets: list[str], fusions: list[str],
     elif fusions and baseline not in fusions:
         errors.append(f"baseline: {baseline!r} is not in fusions {fusions}; the comparison "
                       f"needs the baseline's trials")
-    metric = raw.get("metric", "test_acc")
+    metric = raw.get("metric", _default("metric"))
     if metric not in METRICS:
         errors.append(f"metric: unknown metric {metric!r}; choose from {list(METRICS)}")
     margin = raw.get("equivalence_margin")
@@ -596,10 +634,8 @@ def _validate_comparison(raw: Mapping, datasets: list[str], fusions: list[str],
 def _validate_hyperparameters(raw: Mapping, datasets: list[str],
                               errors: list[str]) -> dict[str, dict[str, Any]]:
     """`hyperparameters: {all|<dataset>: {field: value}}` -> the valid groups."""
-    from fusion_sweep.trial.data.registry import DATASETS
-
     hp_raw = raw.get("hyperparameters") or {}
-    allowed_fields = [f for f in _config_fields() if f not in RESERVED_FIELDS]
+    allowed_fields = [f for f in TrialConfig.field_names() if f not in RESERVED_FIELDS]
     hparams: dict[str, dict[str, Any]] = {}
     if not isinstance(hp_raw, Mapping):
         errors.append(f"hyperparameters: must be a mapping {{all|<dataset>: {{field: value}}}}, "
@@ -659,7 +695,8 @@ def _validate_grid_points(datasets: list[str], variants: list[dict[str, Any]],
 def _validate_tune(t: Any, seeds: list[int], datasets: list[str], pes: list[str], baseline: str,
                    hparams: dict, allowed_fields: list[str], threads: int, errors: list[str],
                    base_errors: dict[str, set[str]]) -> HPSearchSpec | None:
-
+    """The `tune:` section: tuning seeds apart from the sweep's, a budget, a pe of the space,
+    and `search` ranges whose every probed value gives a valid trial."""
     if not isinstance(t, Mapping):
         errors.append(f"tune: must be a mapping with keys {list(TUNE_KEYS)}, got {t!r}")
         return None
@@ -680,43 +717,55 @@ def _validate_tune(t: Any, seeds: list[int], datasets: list[str], pes: list[str]
         errors.append(f"tune.pe: {pe!r} is not in pes {pes}")
 
     search = t.get("search") or {}
-    clean: dict[str, dict[str, list]] = {}
     if not isinstance(search, Mapping) or ("search" in t and not search):
         errors.append(f"tune.search: must be a non-empty mapping {{field: {{distribution: args}}}} "
                       f"with distributions {list(DISTRIBUTIONS)}")
         search = {}
+    # the trial the search tunes: the baseline fusion with the tuned pe, on every dataset
+    tune_pe = pe or (pes[0] if pes else TrialConfig.__dataclass_fields__["pe"].default)
+    bases = {d: {**hparams.get("all", {}), **hparams.get(d, {}), "fusion": baseline, "pe": tune_pe}
+             for d in datasets}
+    clean: dict[str, dict[str, list]] = {}
     for k, spec in search.items():
-        where = f"tune.search.{k}"
-        if k in RESERVED_FIELDS or k not in allowed_fields:
-            errors.append(f"{where}: not a tunable hyperparameter{_suggest(k, allowed_fields)}; "
-                          f"valid: {sorted(allowed_fields)}")
-            continue
-        if not isinstance(spec, Mapping) or len(spec) != 1:
-            errors.append(f"{where}: must be one {{distribution: args}} with distribution from "
-                          f"{list(DISTRIBUTIONS)}, got {spec!r}")
-            continue
-        (dist, args), = spec.items()
-        if dist not in DISTRIBUTIONS:
-            errors.append(f"{where}: unknown distribution {dist!r}{_suggest(dist, DISTRIBUTIONS)}; "
-                          f"choose from {list(DISTRIBUTIONS)}")
-            continue
-        kind = DISTRIBUTIONS[dist]
-        if not isinstance(args, list) or not args or not kind.valid(args):
-            errors.append(f"{where}.{dist}: expects {kind.expects}, got {args!r}")
-            continue
-        probes = kind.probes(args)
-        # every value the distribution can produce must make a valid trial config
-        tune_pe = pe or (pes[0] if pes else "sinusoidal")
-        for d in datasets:
-            base = {**hparams.get("all", {}), **hparams.get(d, {}), "fusion": baseline, "pe": tune_pe}
-            known = set(_build_errors(d, threads, base))  # reported elsewhere already
-            bad = [f"{where}.{dist}: value {v!r} gives an invalid trial ({d}): {m}"
-                   for v in probes for m in _build_errors(d, threads, {**base, k: v})
-                   if m not in known]
-            if bad:
-                errors.extend(bad)
-                break
-        clean[k] = {dist: list(args)}
+        entry = _validate_search_entry(k, spec, allowed_fields, bases, threads, errors)
+        if entry is not None:
+            clean[k] = entry
     if not _is_int(budget) or budget < 1:
         return None
     return HPSearchSpec(seeds=tuple(tseeds), budget=budget, search=clean, pe=pe)
+
+
+def _validate_search_entry(k: str, spec: Any, allowed_fields: list[str],
+                           bases: Mapping[str, Mapping[str, Any]], threads: int,
+                           errors: list[str]) -> dict[str, list] | None:
+    """One `tune.search` entry `field: {distribution: args}` -> itself, cleaned; None when
+    the field or the distribution is invalid. Every value the distribution can produce
+    (its probes) must make a valid trial config on every dataset."""
+    where = f"tune.search.{k}"
+    if k in RESERVED_FIELDS or k not in allowed_fields:
+        errors.append(f"{where}: not a tunable hyperparameter{_suggest(k, allowed_fields)}; "
+                      f"valid: {sorted(allowed_fields)}")
+        return None
+    if not isinstance(spec, Mapping) or len(spec) != 1:
+        errors.append(f"{where}: must be one {{distribution: args}} with distribution from "
+                      f"{list(DISTRIBUTIONS)}, got {spec!r}")
+        return None
+    (dist, args), = spec.items()
+    if dist not in DISTRIBUTIONS:
+        errors.append(f"{where}: unknown distribution {dist!r}{_suggest(dist, DISTRIBUTIONS)}; "
+                      f"choose from {list(DISTRIBUTIONS)}")
+        return None
+    kind = DISTRIBUTIONS[dist]
+    if not isinstance(args, list) or not args or not kind.valid(args):
+        errors.append(f"{where}.{dist}: expects {kind.expects}, got {args!r}")
+        return None
+    probes = kind.probes(args)
+    for d, base in bases.items():
+        known = set(_build_errors(d, threads, base))  # reported elsewhere already
+        bad = [f"{where}.{dist}: value {v!r} gives an invalid trial ({d}): {m}"
+               for v in probes for m in _build_errors(d, threads, {**base, k: v})
+               if m not in known]
+        if bad:
+            errors.extend(bad)
+            break
+    return {dist: list(args)}

@@ -7,9 +7,10 @@
 3. open (or re-attach to) the sweep's MLflow parent run and mark runs orphaned by a
    killed driver KILLED;
 4. start a local Ray sized to the machine, or connect to `--address`;
-5. run the grid through `ray.tune.Tuner(reuse_actors=True)` with `FailureConfig` retries,
-   or `Tuner.restore` it when the sweep already exists: finished trials are never re-run,
-   interrupted and errored ones run again;
+5. run the grid points not yet FINISHED in MLflow through a fresh
+   `ray.tune.Tuner(reuse_actors=True)` with `FailureConfig` retries: finished trials are
+   never re-run, interrupted and errored ones run again (with `--until-decided`, further
+   rounds of seed points, `fusion_sweep.adaptive`);
 6. print a summary (done / failed / retried, where results are, what to run next).
 
 Resume has one rule: a grid point whose MLflow run (found by its trial key) is FINISHED is
@@ -23,195 +24,38 @@ The optional hyperparameter search before a sweep (`fusion-sweep tune`, Optuna) 
 """
 from __future__ import annotations
 
+import csv
 import functools
-import hashlib
 import json
 import os
-import signal
 import socket
 import sys
-import threading
 import time
 import urllib.parse
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, TextIO
 
-from fusion_sweep.schema import ADAPTIVE, IDENTITY_FIELDS
+from fusion_sweep import schema, signals, tracking
+from fusion_sweep.adaptive import AdaptiveSettings, AdaptiveState, next_round
+from fusion_sweep.diskwatch import DiskWatch
+from fusion_sweep.grid import GridPoint, format_grid, grid_hash, plan
+from fusion_sweep.progress import SweepProgress
+from fusion_sweep.ray_setup import check_ray_address, configure_ray_env, init_ray, resolve_storage
+from fusion_sweep.schema import (ADAPTIVE, ERROR, FINISHED, IDENTITY_FIELDS, LOOPBACK_HOSTS,
+                                 code_fingerprint)
+from fusion_sweep.schema import PLATFORM_LABEL_COLUMN, platform_from_tags, platform_label
+from fusion_sweep.placement import check_local_pin, trial_resources, warn_mixed_platforms
 from fusion_sweep.space import SearchSpace, load_space
-
-DEFAULT_STORAGE_DIRNAME = "ray_results"
-
-
-# ----------------------------------------------------------------------------- the plan
-@dataclass(frozen=True)
-class GridPoint:
-    config: Any  # TrialConfig
-    key: str
-
-    @property
-    def ident(self) -> tuple:
-        """The trial's identity, in `schema.IDENTITY_FIELDS` order."""
-        return tuple(self.config.identity().values())
-
-
-def plan(space: SearchSpace, code: str | None = None) -> list[GridPoint]:
-    """The grid, each point keyed by `schema.trial_key` under this checkout's code."""
-    from fusion_sweep.schema import code_fingerprint
-
-    code = code_fingerprint() if code is None else code
-    points = [GridPoint(c, c.trial_key(code)) for c in space.grid()]
-    keys = [p.key for p in points]
-    if len(set(keys)) != len(keys):  # cannot happen with a validated space; guard the invariant
-        raise ValueError("two grid points share a trial key; the grid has duplicates")
-    return points
-
-
-def grid_hash(points: list[GridPoint]) -> str:
-    """What the sweep trains, independent of the code that trains it (a code change is
-    caught by the code fingerprint, with its own message and opt-in)."""
-    from fusion_sweep.schema import trial_key
-
-    keys = sorted(trial_key(p.config.to_dict(), "") for p in points)
-    return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
-
-
-def format_grid(space: SearchSpace, points: list[GridPoint], name: str) -> str:
-    res = f"cpu={space.cpu:g}, gpu={space.gpu:g}"
-    lines = [f"sweep {name!r} from {space.source}",
-             f"{len(points)} trials = {len(space.datasets)} datasets × {_variant_count(space)} × "
-             f"{len(space.seeds)} seeds; per trial: {res} "
-             f"(torch threads {space.num_threads}); retries per trial: {space.max_failures}",
-             f"baseline {space.baseline!r}, metric {space.metric!r}"
-             + (f", equivalence margin {space.equivalence_margin}" if space.equivalence_margin else ""),
-             ""]
-    for d in space.datasets:
-        hp = points_for(points, d)[0].config
-        shown = {k: v for k, v in hp.hyperparameters().items()
-                 if k in ("max_len", "d_model", "heads", "layers", "dim_ff", "dropout", "batch_size",
-                          "epochs", "lr", "optimizer", "limit_train", "patience")}
-        lines.append(f"  {d}: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
-    lines.append("")
-    w = max(len("dataset"), *(len(p.config.dataset) for p in points))
-    we = max(len("encoder"), *(len(p.ident[1]) for p in points))
-    lines.append(f"  {'#':>3}  {'dataset':<{w}}  {'encoder':<{we}}  {'pe':<13}  {'fusion':<11}  "
-                 f"{'seed':>4}  trial key")
-    for i, p in enumerate(points, 1):
-        c = p.config
-        lines.append(f"  {i:>3}  {c.dataset:<{w}}  {p.ident[1]:<{we}}  {c.pe:<13}  {c.fusion:<11}  "
-                     f"{c.seed:>4}  {p.key}")
-    return "\n".join(lines)
-
-
-def _variant_count(space: SearchSpace) -> str:
-    if space.variants:
-        return f"{len(space.variants)} variants"
-    return f"{len(space.pes)} PEs × {len(space.fusions)} fusions"
-
-
-def points_for(points: list[GridPoint], dataset: str) -> list[GridPoint]:
-    return [p for p in points if p.config.dataset == dataset]
-
+from fusion_sweep.trial.config import TrialConfig
+from fusion_sweep.trial.data.registry import DATASETS
+from fusion_sweep.trial.data.synthetic import SyntheticParams
+from fusion_sweep.trial.data.tokenize import TokenizerSettings
+from fusion_sweep.trial.models.encoder import ENCODERS
+from fusion_sweep.trial.trainer import train_trial
 
 # ------------------------------------------------------------------------- preflight
-def resolve_storage(storage: str | None) -> str:
-    """Ray Tune needs an absolute path or a URI (a relative path is resolved against the
-    worker's directory, which differs from the driver's)."""
-    if not storage:
-        return str(Path.cwd().resolve() / DEFAULT_STORAGE_DIRNAME)
-    if "://" in storage:
-        return storage
-    return str(Path(storage).expanduser().resolve())
-
-
-def check_ray_address(address: str | None, timeout: float = 3.0) -> str | None:
-    """Resolve `--address` (or RAY_ADDRESS) and fail fast if nothing listens there."""
-    address = address or os.environ.get("RAY_ADDRESS") or None
-    if address is None:
-        return None
-    if address == "auto":
-        from ray._private.services import canonicalize_bootstrap_address
-
-        try:
-            resolved = canonicalize_bootstrap_address("auto")
-        except (ConnectionError, ValueError) as e:
-            raise ValueError(f"--address auto: no running Ray cluster found on this machine ({e}); "
-                             f"start one with `ray start --head` (or `ray up cluster.yaml` and run "
-                             f"this on the head node), or omit --address for a local instance") from None
-        if not resolved:
-            raise ValueError("--address auto: no running Ray cluster found on this machine; start "
-                             "one with `ray start --head`, or omit --address for a local instance")
-        host_port = resolved
-    else:
-        host_port = address.split("://", 1)[-1]
-    host, _, port = host_port.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"--address {address!r}: expected 'auto' or HOST:PORT (e.g. 10.0.0.5:6379)")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout):
-            pass
-    except OSError as e:
-        raise ValueError(f"--address {address!r}: cannot reach a Ray cluster at {host}:{port} ({e}); "
-                         f"check the address (`ray status` on the head node prints it), or omit "
-                         f"--address for a local instance") from None
-    return address
-
-
-def configure_ray_env(address: str | None) -> str:
-    """Environment every Ray process of the sweep must agree on; returns the auth mode.
-
-    Ray 2.60 turns token auth on for a new local cluster, and for `ray start` when a token
-    exists; a driver whose RAY_AUTH_MODE does not match fails after ~20 s (measured here).
-    An explicit RAY_AUTH_MODE always wins. Otherwise: a local instance uses `token` (Ray's
-    own default, made explicit so every worker inherits it); connecting to a cluster uses
-    `token` when a token is available here, as `ray start` would have, else `disabled`.
-
-    Why process-wide environment variables: Ray reads them in the driver and copies the
-    driver's environment to every worker it starts, so setting them here is how the choice
-    reaches the workers. Only `launch`/`tune` call this, right before Ray starts.
-    """
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    # Ray's legacy table reporter: one compact table every 15 s instead of a box per trial.
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    mode = os.environ.get("RAY_AUTH_MODE")
-    if mode is None:
-        if address is None:
-            mode = "token"
-        else:
-            token_file = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
-            mode = "token" if (os.environ.get("RAY_AUTH_TOKEN") or token_file.is_file()) else "disabled"
-        os.environ["RAY_AUTH_MODE"] = mode
-    return mode
-
-
-@contextmanager
-def terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM (`kill PID`, a scheduler's stop) unwinds like Ctrl-C: the `finally` blocks then
-    stop the Ray instance this process started and mark the sweep's parent run, instead of
-    the process vanishing and leaving Ray's head and workers behind."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-def _reclaim_sigterm() -> None:
-    """ray.init installs Ray's native failure-signal handler, which aborts the driver on
-    SIGTERM without running any `finally`; put ours back (main thread only)."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _raise_interrupt)
-
-
 class SweepLock:
     """One driver per sweep: an exclusive `flock` on a file in the sweep's local Tune directory.
 
@@ -261,10 +105,10 @@ class SweepLock:
 def _node_tags() -> dict[str, str]:
     import ray
 
-    tags = {"fusion_sweep.hostname": socket.gethostname()}
+    tags = {schema.HOSTNAME: socket.gethostname()}
     if ray.is_initialized():
-        tags["fusion_sweep.node_id"] = ray.get_runtime_context().get_node_id()
-        tags["fusion_sweep.node_ip"] = ray.util.get_node_ip_address()
+        tags[schema.NODE_ID] = ray.get_runtime_context().get_node_id()
+        tags[schema.NODE_IP] = ray.util.get_node_ip_address()
     return tags
 
 
@@ -318,21 +162,15 @@ def run_trial(config: dict, *, ctx, configs: dict) -> None:
     """
     from ray import tune
 
-    from fusion_sweep.trial.config import TrialConfig
-    from fusion_sweep.tracking import TrialRun
-    from fusion_sweep.trial.trainer import train_trial
-
-    from fusion_sweep.schema import code_fingerprint
-
     tc = TrialConfig.from_dict(configs[_ident(config)])
     if code_fingerprint() != ctx.code_fingerprint:  # a node runs other code than the driver
         raise RuntimeError(f"this node's fusion_sweep code fingerprint is {code_fingerprint()}, "
                            f"the driver's is {ctx.code_fingerprint}: install the same checkout "
                            f"on every node (cluster.yaml's file_mounts/setup_commands)")
     key = tc.trial_key(ctx.code_fingerprint)
-    tags = {**_node_tags(), "fusion_sweep.num_threads": str(tc.num_threads),
-            "fusion_sweep.ray_trial_id": tune.get_context().get_trial_id() or ""}
-    run = TrialRun.open(ctx, tc, key, tags=tags)
+    tags = {**_node_tags(), schema.NUM_THREADS: str(tc.num_threads),
+            schema.RAY_TRIAL_ID: tune.get_context().get_trial_id() or ""}
+    run = tracking.TrialRun.open(ctx, tc, key, tags=tags)
     if run.finished:  # finished after Tune's last state snapshot: report, don't re-train
         tune.report({**run.final_metrics(), "trained": 0, "mlflow_run_id": run.run_id})
         return
@@ -344,7 +182,7 @@ def run_trial(config: dict, *, ctx, configs: dict) -> None:
 
     try:
         result = train_trial(tc, callback=on_epoch)
-        run.log_result(result, {"peak_rss_mb": peak_rss_mb()})
+        run.log_result(result, {schema.PEAK_RSS: peak_rss_mb()})
     except BaseException as e:
         run.fail(e)
         raise
@@ -373,6 +211,7 @@ class LaunchSummary:
     parent_run_id: str = ""
     experiment_path: str = ""
     results_csv: str = ""
+    platforms: dict[str, int] = field(default_factory=dict)  # platform label -> trials
     failed_trials: list[str] = field(default_factory=list)
     tune_errors: list[str] = field(default_factory=list)
 
@@ -381,30 +220,11 @@ class LaunchSummary:
         return self.finished == self.total
 
 
-def _init_ray(address: str | None, out: TextIO) -> bool:
-    """Connect or start Ray; returns True when this process started a local instance."""
-    import ray
-
-    kw = dict(logging_level="WARNING", log_to_driver=True)
-    if address is None:
-        ncpu = os.cpu_count() or 1
-        print(f"starting a local Ray instance with {ncpu} CPUs (this machine)", file=out)
-        # "local": a new instance even if `ray start` left one running here. Trials share
-        # little through the object store, so it need not claim 30% of RAM.
-        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        ray.init(address="local", num_cpus=ncpu, include_dashboard=False,
-                 object_store_memory=int(min(2 << 30, 0.3 * mem)), **kw)
-        return True
-    print(f"connecting to Ray at {address}", file=out)
-    ray.init(address=address, **kw)
-    return False
-
-
 def launch(space_ref: str, *, name: str | None = None, address: str | None = None,
            tracking_uri: str | None = None, storage: str | None = None,
            max_concurrent: int | None = None, dry_run: bool = False, experiment: str | None = None,
            allow_code_change: bool = False, verbose: bool = False,
-           until_decided: Any = None, out: TextIO | None = None) -> LaunchSummary | None:
+           until_decided: AdaptiveSettings | None = None, out: TextIO | None = None) -> LaunchSummary | None:
     """`fusion-sweep launch`. Returns None for --dry-run, else the summary.
 
     The resume rule (docs/architecture.md): a trial whose MLflow run, found by its trial key,
@@ -428,8 +248,6 @@ def launch(space_ref: str, *, name: str | None = None, address: str | None = Non
     points = plan(space)
     state = None
     if until_decided is not None:
-        from fusion_sweep.adaptive import AdaptiveState
-
         state = AdaptiveState.for_space(space, until_decided)
     if dry_run:
         dry_run_report(space, points, name, tracking_uri, experiment, out)
@@ -440,7 +258,7 @@ def launch(space_ref: str, *, name: str | None = None, address: str | None = Non
                     allow_code_change, out)
     pf.adaptive = state
     auth = configure_ray_env(pf.address)
-    with SweepLock(pf.exp_path), terminate_as_interrupt():
+    with SweepLock(pf.exp_path), signals.interrupting():
         summary = _run_sweep(pf, auth, max_concurrent, verbose, out)
     summary.seconds = time.time() - t0
     print(format_summary(summary, space_ref), file=out)
@@ -459,19 +277,17 @@ class Preflight:
     exp_path: str
     ghash: str
     experiment: str
-    tracker: Any  # tracking.SweepTracker
+    tracker: tracking.SweepTracker
     code: str
     history: str
     commit: str
-    adaptive: Any = None  # adaptive.AdaptiveState for --until-decided, else None
+    adaptive: AdaptiveState | None = None  # for --until-decided
 
 
 def _preflight(space: SearchSpace, name: str, points: list[GridPoint], tracking_uri: str | None,
                address: str | None, storage: str | None, experiment: str | None,
                allow_code_change: bool, out: TextIO) -> Preflight:
     """Everything that can fail does so here, before Ray starts."""
-    from fusion_sweep import tracking
-
     uri = tracking.resolve_tracking_uri(tracking_uri)
     tracking.check_tracking_uri(uri)
     address = check_ray_address(address)
@@ -494,8 +310,6 @@ def _preflight(space: SearchSpace, name: str, points: list[GridPoint], tracking_
 
 def _open_parent(pf: Preflight, out: TextIO):
     """The sweep's parent run (created or re-attached), orphans reconciled -> (ctx, orphans)."""
-    from fusion_sweep import tracking
-
     space = pf.space
     parent_id = pf.tracker.start_parent(
         pf.name, grid_hash=pf.ghash, n_trials=len(pf.points), commit=pf.commit, code=pf.code,
@@ -503,9 +317,9 @@ def _open_parent(pf: Preflight, out: TextIO):
         params={"space": space.source, "datasets": list(space.datasets),
                 "pes": list(space.pes), "fusions": list(space.fusions),
                 "variants": [dict(v) for v in space.variant_list()],
-                "seeds": list(space.seeds), "baseline": space.baseline,
-                "metric": space.metric, "equivalence_margin": space.equivalence_margin,
-                "directions": space.metric_directions(),
+                "seeds": list(space.seeds), schema.BASELINE_PARAM: space.baseline,
+                schema.METRIC_PARAM: space.metric, schema.MARGIN_PARAM: space.equivalence_margin,
+                schema.DIRECTIONS_PARAM: space.metric_directions(),
                 "resources.cpu": space.cpu, "resources.gpu": space.gpu,
                 "max_failures": space.max_failures})
     if pf.adaptive is not None:
@@ -523,37 +337,18 @@ def _open_parent(pf: Preflight, out: TextIO):
 
 def _run_sweep(pf: Preflight, auth: str, max_concurrent: int | None, verbose: bool,
                out: TextIO) -> LaunchSummary:
-    """Train every grid point not FINISHED in MLflow; always close the parent run."""
+    """Train every grid point not FINISHED in MLflow, round by round (one round unless
+    adaptive seeding adds more); always close the parent run."""
     ctx, orphans = _open_parent(pf, out)
     summary = LaunchSummary(name=pf.name, total=len(pf.points), orphans_reconciled=len(orphans),
                             tracking_uri=pf.uri, experiment=pf.experiment,
                             parent_run_id=ctx.parent_run_id, experiment_path=pf.exp_path)
-    status, started_ray, t0 = "FAILED", False, time.time()
+    driver = _Driver(pf, auth, ctx, max_concurrent, verbose, out)
+    status, t0 = "FAILED", time.time()
     batch, round_no = list(pf.points), 0
     try:
         while batch:
-            pending = [p for p in batch
-                       if trial_status(pf.tracker, pf.name, p.key)[0] != "FINISHED"]
-            if not pending:
-                print(f"all {len(batch)} trials of sweep {pf.name!r}"
-                      f"{' in this round' if pf.adaptive else ''} already finished: nothing "
-                      f"to run", file=out)
-            else:
-                if len(pending) < len(batch):
-                    print(f"resuming sweep {pf.name!r}: {len(batch) - len(pending)} of "
-                          f"{len(batch)} trials already finished (found by trial key in "
-                          f"MLflow); {len(pending)} to train", file=out)
-                if not started_ray:
-                    started_ray = _init_ray(pf.address, out)
-                    _reclaim_sigterm()
-                    _warn_resources(pf.space, pf.uri, out)
-                    print(f"MLflow: {pf.uri} (experiment {pf.experiment!r}); Ray auth: {auth}",
-                          file=out)
-                with _disk_watch(pf, out):
-                    results = _run_tuner(pf.space, pending, pf.exp_path, ctx, max_concurrent,
-                                         verbose, out, round_no)
-                summary.tune_errors += [error_reason(e) for e in results.errors]
-                _fail_dead_trials(results, pf)
+            summary.tune_errors += driver.train(batch, round_no)
             batch = _next_round(pf, out) if pf.adaptive is not None else []
             pf.points.extend(batch)
             round_no += 1
@@ -563,38 +358,78 @@ def _run_sweep(pf: Preflight, auth: str, max_concurrent: int | None, verbose: bo
         status = "KILLED"
         print("\ninterrupted: run the same command again to resume", file=out)
     finally:
-        if started_ray or pf.address is not None:
+        if driver.started_ray or pf.address is not None:
             import ray
 
             ray.shutdown()  # a no-op when Ray never started
-        _summarize(summary, pf.tracker, pf.points, ctx, out)
-        if status == "FINISHED" and not summary.ok:
-            status = "FAILED" if summary.failed or summary.tune_errors else "KILLED"
-        artifacts = [Path(summary.results_csv)] if summary.results_csv else []
-        pf.tracker.finish_parent(ctx.parent_run_id, status, {
-            "trials_finished": summary.finished, "trials_failed": summary.failed,
-            "trials_trained_this_launch": summary.trained_now, "trials_retried": summary.retried,
-            "launch_seconds": time.time() - t0}, artifacts)
+        _close_parent(pf, summary, ctx, status, t0, out)
     return summary
 
 
-def _next_round(pf: "Preflight", out: TextIO) -> list[GridPoint]:
+class _Driver:
+    """Runs one round's grid points on Ray Tune, starting Ray the first time it is needed."""
+
+    def __init__(self, pf: Preflight, auth: str, ctx: tracking.TrackingContext,
+                 max_concurrent: int | None, verbose: bool, out: TextIO) -> None:
+        self.pf, self.auth, self.ctx, self.out = pf, auth, ctx, out
+        self.max_concurrent, self.verbose = max_concurrent, verbose
+        self.started_ray, self.ray_up = False, False
+
+    def train(self, batch: list[GridPoint], round_no: int) -> list[str]:
+        """Train the points of `batch` not FINISHED in MLflow; returns Tune's error lines."""
+        pf, out = self.pf, self.out
+        pending = [p for p in batch if pf.tracker.trial_status(pf.name, p.key)[0] != FINISHED]
+        if not pending:
+            print(f"all {len(batch)} trials of sweep {pf.name!r}"
+                  f"{' in this round' if pf.adaptive else ''} already finished: nothing "
+                  f"to run", file=out)
+            return []
+        if len(pending) < len(batch):
+            print(f"resuming sweep {pf.name!r}: {len(batch) - len(pending)} of "
+                  f"{len(batch)} trials already finished (found by trial key in "
+                  f"MLflow); {len(pending)} to train", file=out)
+        if not self.ray_up:
+            self.started_ray = init_ray(pf.address, out)
+            self.ray_up = True
+            signals.reclaim()
+            _warn_resources(pf.space, pf.uri, out)
+            warn_mixed_platforms(pf.space, out)  # one platform per pair
+            print(f"MLflow: {pf.uri} (experiment {pf.experiment!r}); Ray auth: {self.auth}",
+                  file=out)
+        with _disk_watch(pf, out):
+            results = _run_tuner(pf.space, pending, pf.exp_path, self.ctx, self.max_concurrent,
+                                 self.verbose, out, round_no)
+        errors = [error_reason(e) for e in results.errors]
+        _fail_dead_trials(results, pf)
+        return errors
+
+
+def _close_parent(pf: Preflight, summary: LaunchSummary, ctx: tracking.TrackingContext,
+                  status: str, t0: float, out: TextIO) -> None:
+    """Fill the summary from MLflow, then end the parent run with the sweep's outcome."""
+    _summarize(summary, pf.tracker, pf.points, ctx, out)
+    if status == "FINISHED" and not summary.ok:
+        status = "FAILED" if summary.failed or summary.tune_errors else "KILLED"
+    artifacts = [Path(summary.results_csv)] if summary.results_csv else []
+    counts = (summary.finished, summary.failed, summary.trained_now, summary.retried,
+              time.time() - t0)
+    pf.tracker.finish_parent(ctx.parent_run_id, status,
+                             dict(zip(schema.PARENT_METRICS, counts)), artifacts)
+
+
+def _next_round(pf: Preflight, out: TextIO) -> list[GridPoint]:
     """Adaptive seeding (`--until-decided`): decide every comparison on the trials so far
     and return the next round's grid points (none: every comparison is decided or out of
     seeds). MLflow is re-read: the round's trials have just finished."""
-    from fusion_sweep import adaptive
+    pf.tracker.forget()
+    values = pf.tracker.finished_values(pf.name, pf.adaptive.metric)
+    return next_round(pf.adaptive, pf.space, values, pf.code, out)
 
-    pf.tracker.__dict__.pop("_status_cache", None)
-    return adaptive.next_round(pf, out)
 
-
-def _disk_watch(pf: "Preflight", out: TextIO):
+def _disk_watch(pf: Preflight, out: TextIO) -> DiskWatch:
     """A DiskWatch over the launch's local write paths: Tune's storage, a sqlite MLflow store."""
-    from fusion_sweep.diskwatch import DiskWatch
-    from fusion_sweep.tracking import sqlite_path
-
     paths = [] if "://" in pf.exp_path else [("Ray Tune storage", Path(pf.exp_path))]
-    db = sqlite_path(pf.uri)
+    db = tracking.sqlite_path(pf.uri)
     if db is not None:
         paths.append(("MLflow store", db.resolve().parent))
     return DiskWatch(paths, out)
@@ -648,22 +483,6 @@ def _fail_dead_trials(results: Any, pf: "Preflight") -> None:
         pf.tracker.fail_dead_trials(pf.name, reasons)
 
 
-def trial_status(tracker: Any, sweep: str, key: str) -> tuple[str, str]:
-    """(status, run id) of the trial's MLflow run, ("", "") when it has none: the resume rule's
-    one question. Cached per tracker and sweep for the length of one launch."""
-    cache = tracker.__dict__.setdefault("_status_cache", {})
-    if sweep not in cache:
-        from fusion_sweep import tracking
-
-        runs: dict[str, tuple[str, str]] = {}
-        for r in tracker.trial_runs(sweep):  # oldest first: a FINISHED run wins
-            k = r.data.tags.get(tracking.TRIAL_KEY)
-            if runs.get(k, ("",))[0] != "FINISHED":
-                runs[k] = (r.info.status, r.info.run_id)
-        cache[sweep] = runs
-    return cache[sweep].get(key, ("", ""))
-
-
 def dry_run_report(space: SearchSpace, points: list[GridPoint], name: str,
                    tracking_uri: str | None, experiment: str | None, out: TextIO) -> None:
     """`launch --dry-run`: the grid, and for an existing sweep what a launch would do with
@@ -687,10 +506,9 @@ def _planned_actions(space: SearchSpace, points: list[GridPoint], name: str,
                      tracking_uri: str | None, experiment: str | None
                      ) -> list[tuple[str, str]] | None:
     """Per grid point (action, detail), or None when the sweep has no MLflow record yet."""
-    from fusion_sweep import tracking
-
     uri = tracking.resolve_tracking_uri(tracking_uri)
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+    db = tracking.sqlite_path(uri)
+    if db is not None and not db.is_file():
         return None
     tracking.check_tracking_uri(uri)
     tracker = tracking.SweepTracker(uri, experiment or space.experiment)
@@ -699,8 +517,8 @@ def _planned_actions(space: SearchSpace, points: list[GridPoint], name: str,
         return None
     out = []
     for p in points:
-        status, run_id = trial_status(tracker, name, p.key)
-        if status == "FINISHED":
+        status, run_id = tracker.trial_status(name, p.key)
+        if status == FINISHED:
             out.append(("skip", f"finished, run {run_id}"))
         elif status:
             out.append(("retry", f"{status} run {run_id} (trained again into the same run)"))
@@ -717,13 +535,11 @@ def _check_code(parent, tracker, name: str, code: str, allow: bool, out: TextIO)
     (the trial key includes the fingerprint), the old runs stay in MLflow for the record, and
     `stats` keeps, per trial, the run of the sweep's latest code.
     """
-    from fusion_sweep import tracking
-
     if parent is None:
         return code
     history = parent.data.tags.get(tracking.CODE_HISTORY) or ""
     olds = sorted({r.data.tags.get(tracking.CODE_FINGERPRINT, "unknown")
-                   for r in tracker.trial_runs(name) if r.info.status == "FINISHED"} - {code})
+                   for r in tracker.trial_runs(name) if r.info.status == FINISHED} - {code})
     if olds and not allow:
         raise ValueError(
             f"sweep {name!r} has finished trials trained by code {', '.join(olds)}, but this "
@@ -750,7 +566,7 @@ def _local_gpus() -> int:
 
 def _check_local_resources(space: SearchSpace, points: list[GridPoint]) -> None:
     """Refuse, before Ray starts, a space whose trial needs more than this machine has: the
-    local instance is sized to it (`_init_ray`), so such a trial could never start."""
+    local instance is sized to it (`ray_setup.init_ray`), so such a trial could never start."""
     ncpu = os.cpu_count() or 1
     ngpu = _local_gpus() if space.gpu > 0 else 0
     if space.cpu > ncpu or space.gpu > ngpu:
@@ -758,6 +574,7 @@ def _check_local_resources(space: SearchSpace, points: list[GridPoint]) -> None:
                          f"the local Ray instance has this machine's CPU={ncpu}, GPU={ngpu}, so "
                          f"no trial could ever start; lower `resources` in {space.source}, or "
                          f"pass --address for a cluster with such nodes")
+    check_local_pin(space, _local_gpus() if space.accelerator_type else 0)
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     need = max(trial_memory_bytes(space, p.config) for p in points)
     if need > RAY_MEMORY_SHARE * total:
@@ -786,22 +603,21 @@ def trial_memory_bytes(space: SearchSpace, config: Any) -> int:
     them (scores, probabilities, dropout mask, gradient) when attention dropout forces the
     materialising path, else 1 — × 1.5 for the allocator's slack. A GPU trial keeps its activations in GPU
     memory, which Ray's `memory` resource does not count. Embedding rows are bounded by the
-    50k-token vocabulary cap (synthetic regimes: their filler vocabulary).
+    50k-token vocabulary cap (synthetic regimes: their filler vocabulary). L is max_len, or the
+    dataset's own cap on a document's length where it has one (`DatasetSpec.length_cap`).
     """
     if space.memory_gb is not None:
         return int(space.memory_gb * 2**30)
-    from fusion_sweep.trial.data.registry import DATASETS
-
     c = config
     spec = DATASETS[c.dataset]
-    vocab = int(spec.synthetic.get("filler_vocab", 500)) + 64 if spec.generated else 50_000
+    vocab = SyntheticParams.from_mapping(spec.synthetic).filler_vocab + 64 if spec.generated \
+        else TokenizerSettings.max_size  # the vocabulary cap
     params = vocab * c.d_model + c.layers * (4 * c.d_model ** 2 + 2 * c.d_model * c.dim_ff) \
         + 3 * c.d_model ** 2 + c.max_len * c.d_model
     if space.gpu > 0:
         return int(ACTOR_BASE_BYTES + 2 * 4 * params)  # a host copy of weights and checkpoint
-    from fusion_sweep.trial.models.encoder import ENCODERS
-
-    B, L, H = c.batch_size, c.max_len, c.heads
+    # A batch is padded to its longest document, which the dataset may bound below max_len.
+    B, L, H = c.batch_size, min(c.max_len, spec.length_cap() or c.max_len), c.heads
     attn = 4 if c.attn_dropout > 0 else 1
     maps = ENCODERS[c.encoder].attention_maps(c)  # attention-sized tensors per step
     acts = maps * 16 * B * L * max(c.d_model, c.dim_ff // 2) + attn * maps * B * H * L * L
@@ -811,8 +627,6 @@ def trial_memory_bytes(space: SearchSpace, config: Any) -> int:
 def _warn_resources(space: SearchSpace, uri: str, out: TextIO) -> None:
     import ray
 
-    from fusion_sweep.tracking import is_local_store
-
     res = ray.cluster_resources()
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     if res.get("CPU", 0) < space.cpu or res.get("GPU", 0) < space.gpu:
@@ -820,12 +634,12 @@ def _warn_resources(space: SearchSpace, uri: str, out: TextIO) -> None:
               f"CPU={res.get('CPU', 0):g}, GPU={res.get('GPU', 0):g} now; trials wait until an "
               f"autoscaler adds such a node", file=out)
     hosts = {n.get("NodeManagerAddress") for n in nodes}
-    loopback = urllib.parse.urlparse(uri).hostname in ("127.0.0.1", "localhost", "::1")
+    loopback = urllib.parse.urlparse(uri).hostname in LOOPBACK_HOSTS
     if len(hosts) > 1 and loopback:
         print(f"warning: the tracking URI {uri} is this machine's loopback address, but trials "
               f"also run on other machines ({len(hosts)} node IPs); give an address they can "
               f"reach, e.g. http://<head-ip>:5000", file=out)
-    if len(nodes) > 1 and is_local_store(uri):
+    if len(nodes) > 1 and tracking.is_local_store(uri):
         print(f"warning: {len(nodes)} nodes but a local tracking store ({uri}); trials on other "
               f"machines cannot write to it unless it is on a shared filesystem. Pass "
               f"--tracking-uri http://<head>:5000 (cluster.yaml starts that server)", file=out)
@@ -846,7 +660,7 @@ def _run_tuner(space: SearchSpace, points: list[GridPoint], exp_path: str, ctx,
     memory = max(trial_memory_bytes(space, p.config) for p in points)
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, ctx=ctx, configs=configs),
-        {"cpu": space.cpu, "gpu": space.gpu, "memory": memory})
+        trial_resources(space, memory))  # with the space's platform pin, if any
     idents = [dict(zip(IDENTITY_FIELDS, p.ident)) for p in points]
     tuner = tune.Tuner(
         trainable,
@@ -870,8 +684,6 @@ def _reporter(verbose: bool = False, out: TextIO | None = None):
     point, its epoch and validation/test accuracy) every 15 s.
     """
     if not verbose:
-        from fusion_sweep.progress import SweepProgress
-
         return SweepProgress(out if out is not sys.stdout else None)
     from ray.tune import CLIReporter
 
@@ -883,12 +695,9 @@ def _reporter(verbose: bool = False, out: TextIO | None = None):
 
 def _summarize(s: LaunchSummary, tracker, points: list[GridPoint], ctx, out: TextIO) -> None:
     """Fill the summary from MLflow (the source of truth) and write results.csv."""
-    import csv
-
-    from fusion_sweep import tracking
-
     try:
-        runs = {r.data.tags.get(tracking.TRIAL_KEY): r for r in tracker.trial_runs(s.name)}
+        tracker.forget()
+        runs = tracker.runs_by_key(s.name)
     except Exception as e:  # noqa: BLE001 - never hide the sweep's own outcome
         print(f"warning: could not read MLflow for the summary: {e}", file=out)
         return
@@ -903,13 +712,17 @@ def _summarize(s: LaunchSummary, tracker, points: list[GridPoint], ctx, out: Tex
             row.update({k: r.data.metrics.get(k, "") for k in tracking.FINAL_METRICS})
             row.update({"fp_" + k: r.data.tags.get(tag, "")
                         for k, tag in tracking.FINGERPRINT_TAGS.items()})
+            row[PLATFORM_LABEL_COLUMN] = platform_label(platform_from_tags(r.data.tags))
+            if row[PLATFORM_LABEL_COLUMN]:
+                label = row[PLATFORM_LABEL_COLUMN]
+                s.platforms[label] = s.platforms.get(label, 0) + 1
             row["attempts"] = int(r.data.tags.get(tracking.ATTEMPTS) or 1)
             touched = r.data.tags.get(tracking.LAUNCH_ID) == ctx.launch_id
             s.trained_now += touched
-            s.kept += status == "FINISHED" and not touched
+            s.kept += status == FINISHED and not touched
             s.retried += row["attempts"] > 1
         rows.append(row)
-        if status == "FINISHED":
+        if status == FINISHED:
             s.finished += 1
         elif status == "MISSING":
             s.missing += 1
@@ -918,7 +731,7 @@ def _summarize(s: LaunchSummary, tracker, points: list[GridPoint], ctx, out: Tex
         else:
             s.failed += 1
             s.failed_trials.append(f"{c.describe()}: "
-                                   f"{r.data.tags.get('fusion_sweep.error', status)}")
+                                   f"{r.data.tags.get(ERROR, status)}")
     if "://" not in s.experiment_path:
         path = Path(s.experiment_path) / "results.csv"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -938,9 +751,6 @@ def format_summary(s: LaunchSummary, space_ref: str) -> str:
     Follow-up commands carry `--tracking-uri`/`--experiment` only where they would not
     resolve to the same store and experiment by default from this directory and environment.
     """
-    from fusion_sweep.tracking import (DEFAULT_EXPERIMENT, default_ui_store, is_local_store,
-                                       resolve_tracking_uri)
-
     lines = ["", f"== sweep {s.name!r}: {s.finished}/{s.total} trials finished "
                  f"({s.kept} kept from earlier launches); {s.trained_now} trained in this launch; "
                  f"{s.failed} failed; {s.killed + s.missing} not run; {s.retried} retried "
@@ -951,6 +761,10 @@ def format_summary(s: LaunchSummary, space_ref: str) -> str:
         lines.append(f"  ... and {len(s.failed_trials) - 10} more failed (see the results table)")
     if s.tune_errors and not s.failed_trials:
         lines.append(f"  Ray Tune errors ({len(s.tune_errors)}), first: {s.tune_errors[0]}")
+    if len(s.platforms) > 1:  # pairs across platforms are dropped by stats (platform_mismatch)
+        lines.append(f"  warning: the trials ran on {len(s.platforms)} platforms; `stats` pairs "
+                     f"trials only on one: " + "; ".join(f"{k} ({v} trials)"
+                                                         for k, v in s.platforms.items()))
     if s.orphans_reconciled:
         lines.append(f"  reconciled {s.orphans_reconciled} orphaned RUNNING run(s) to KILLED")
     if s.results_csv:
@@ -959,11 +773,11 @@ def format_summary(s: LaunchSummary, space_ref: str) -> str:
         lines.append(f"  Ray Tune:   {s.experiment_path}")
     lines.append(f"  MLflow:     {s.tracking_uri}  experiment {s.experiment!r}, parent run "
                  f"{s.parent_run_id}")
-    uri_arg = "" if s.tracking_uri == resolve_tracking_uri() else f" --tracking-uri {s.tracking_uri}"
-    exp_arg = "" if s.experiment == DEFAULT_EXPERIMENT else f" --experiment {s.experiment}"
+    uri_arg = "" if s.tracking_uri == tracking.resolve_tracking_uri() else f" --tracking-uri {s.tracking_uri}"
+    exp_arg = "" if s.experiment == tracking.DEFAULT_EXPERIMENT else f" --experiment {s.experiment}"
     lines.append(f"  statistics: fusion-sweep stats --sweep {s.name}{uri_arg}{exp_arg}")
-    if is_local_store(s.tracking_uri):
-        store_arg = "" if s.tracking_uri == default_ui_store() else \
+    if tracking.is_local_store(s.tracking_uri):
+        store_arg = "" if s.tracking_uri == tracking.default_ui_store() else \
             f" --backend-store-uri {s.tracking_uri}"
         lines.append(f"  browse:     fusion-sweep ui{store_arg}{exp_arg}   (MLflow UI on "
                      f"127.0.0.1, opened on the trial runs)")

@@ -25,6 +25,8 @@ import traceback
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from datetime import datetime, timezone
+from statistics import median as _median
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
@@ -38,14 +40,23 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # The schema's one home (tag names, fingerprints, identity): fusion_sweep.schema.
 from fusion_sweep.schema import (ATTEMPTS, CODE_FINGERPRINT, CODE_HISTORY,  # noqa: E402,F401
-                                 DEFAULT_EXPERIMENT, EPOCH_METRICS, ERROR, FINAL_METRICS,
+                                 DEFAULT_EXPERIMENT, DEVICE, EPOCH_EXTRA_METRICS, EPOCH_METRICS,
+                                 ERROR, FINAL_METRICS, MLFLOW_GIT_COMMIT, MLFLOW_NOTE, N_TRIALS,
+                                 PARENT_METRICS, RECONCILED,
                                  FINGERPRINT_TAGS, GIT_COMMIT, GRID_HASH, IDENTITY_FIELDS,
                                  IDENTITY_TAG,
-                                 LAUNCH_ID, PARENT, ROLE, SWEEP, TRIAL_KEY, VERSION,
-                                 code_fingerprint, default_tracking_uri, encode_param,
-                                 resolve_tracking_uri)
+                                 FINISHED, LAUNCH_ID, PARENT, ROLE, SWEEP, TRIAL_KEY, UI_ORDER,
+                                 VERSION, code_fingerprint, default_tracking_uri, encode_param,
+                                 is_server, resolve_tracking_uri, run_of_key, server_unreachable,
+                                 sqlite_path)
+from fusion_sweep.schema import KNOWN_DATASETS, PLATFORM_FIELD_TAGS  # noqa: E402
+from fusion_sweep.trial.data.registry import DATASETS  # noqa: E402  (stdlib only)
 
 log = logging.getLogger(__name__)
+
+# A local store keeps its runs' artifacts in this folder next to its database file (the
+# sweep's experiment and the `fusion-sweep ui` server agree on it).
+LOCAL_ARTIFACTS = "mlartifacts"
 
 
 # ------------------------------------------------------------------ where runs go
@@ -55,22 +66,17 @@ def is_local_store(uri: str) -> bool:
 
 def check_tracking_uri(uri: str, timeout: float = 5.0) -> None:
     """Fail fast (ValueError) when the tracking store cannot be reached — before any trial."""
-    if uri.startswith(("http://", "https://")):
-        url = uri.rstrip("/") + "/health"
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as r:
-                if r.status != 200:
-                    raise OSError(f"HTTP {r.status}")
-        except (OSError, urllib.error.URLError) as e:
-            reason = getattr(e, "reason", e)
+    db = sqlite_path(uri)
+    if is_server(uri):
+        reason = server_unreachable(uri, timeout)
+        if reason is not None:
             raise ValueError(
                 f"MLflow tracking server {uri} is not reachable ({reason}). Start it (e.g. "
                 f"`mlflow server --host 127.0.0.1 --port 5000 --backend-store-uri "
                 f"sqlite:///mlflow.db`), fix --tracking-uri / MLFLOW_TRACKING_URI, or leave both "
                 f"unset to use the local store {default_tracking_uri()}"
             ) from None
-    elif uri.startswith("sqlite:///"):
-        db = Path(uri[len("sqlite:///"):])
+    elif db is not None:
         if not db.parent.is_dir() or not os.access(db.parent, os.W_OK):
             raise ValueError(f"tracking store {uri}: directory {db.parent} does not exist or is "
                              f"not writable")
@@ -132,6 +138,10 @@ def _client(uri: str):
 
     _quiet_mlflow()
     return MlflowClient(tracking_uri=uri)
+
+
+def _status(run: "Run") -> str:
+    return run.info.status
 
 
 def _q(value: str) -> str:
@@ -217,6 +227,7 @@ class SweepTracker:
         self.experiment = experiment
         self.client = _client(tracking_uri)
         self._experiment_id: str | None = None
+        self._by_key: dict[str, dict[str, "Run"]] = {}
 
     @property
     def experiment_id(self) -> str:
@@ -241,9 +252,8 @@ class SweepTracker:
             return exp.experiment_id
         # A local store keeps artifacts next to mlflow.db; a server decides for itself
         # (`--serve-artifacts` proxies uploads from every node).
-        location = None
-        if self.tracking_uri.startswith("sqlite:///"):
-            location = (Path(self.tracking_uri[len("sqlite:///"):]).parent / "mlartifacts").as_uri()
+        db = sqlite_path(self.tracking_uri)
+        location = (db.parent / LOCAL_ARTIFACTS).as_uri() if db is not None else None
         try:
             return self.client.create_experiment(self.experiment, artifact_location=location)
         except Exception:  # created concurrently
@@ -272,10 +282,10 @@ class SweepTracker:
         code = code or code_fingerprint()
         tags = {ROLE: "sweep", SWEEP: sweep, GRID_HASH: grid_hash, GIT_COMMIT: commit,
                 CODE_FINGERPRINT: code, CODE_HISTORY: code_history or code,
-                VERSION: fusion_sweep.__version__, "mlflow.source.git.commit": commit.split("-")[0],
-                "fusion_sweep.n_trials": str(n_trials)}
+                VERSION: fusion_sweep.__version__, MLFLOW_GIT_COMMIT: commit.split("-")[0],
+                N_TRIALS: str(n_trials), KNOWN_DATASETS: json.dumps(sorted(DATASETS))}
         if description:
-            tags["mlflow.note.content"] = description
+            tags[MLFLOW_NOTE] = description
         if run is None:
             run = self.client.create_run(self.experiment_id, run_name=sweep, tags=tags)
             from mlflow.entities import Param
@@ -299,7 +309,7 @@ class SweepTracker:
         self.client.set_terminated(run_id, status)
 
     def _next_step(self, run_id: str) -> int:
-        hist = self.client.get_metric_history(run_id, "trials_finished")
+        hist = self.client.get_metric_history(run_id, PARENT_METRICS[0])
         return max((m.step for m in hist), default=-1) + 1
 
     # trial runs ---------------------------------------------------------------------
@@ -316,6 +326,35 @@ class SweepTracker:
             if not token:
                 return out
 
+    def runs_by_key(self, sweep: str) -> dict[str, "Run"]:
+        """{trial key: the key's run (`schema.run_of_key`)} of the sweep; cached for the length
+        of one launch round (`forget` drops the cache once the round's trials have run)."""
+        if sweep not in self._by_key:
+            grouped: dict[str, list] = {}
+            for r in self.trial_runs(sweep):  # oldest first
+                grouped.setdefault(r.data.tags.get(TRIAL_KEY, ""), []).append(r)
+            self._by_key[sweep] = {k: run_of_key(rs, _status) for k, rs in grouped.items()}
+        return self._by_key[sweep]
+
+    def forget(self) -> None:
+        """Read MLflow afresh on the next `runs_by_key` (trials have run since)."""
+        self._by_key.clear()
+
+    def trial_status(self, sweep: str, key: str) -> tuple[str, str]:
+        """(status, run id) of the trial's run, ("", "") when it has none: the resume rule's
+        one question."""
+        r = self.runs_by_key(sweep).get(key)
+        return (r.info.status, r.info.run_id) if r is not None else ("", "")
+
+    def finished_values(self, sweep: str, metric: str) -> dict[str, float]:
+        """{trial key: metric} of the sweep's FINISHED trials with a finite metric."""
+        out: dict[str, float] = {}
+        for key, r in self.runs_by_key(sweep).items():
+            v = r.data.metrics.get(metric)
+            if r.info.status == FINISHED and v is not None and math.isfinite(v):
+                out[key] = float(v)
+        return out
+
     def reconcile_orphans(self, sweep: str) -> list[str]:
         """Mark this sweep's runs still RUNNING (their driver died) as KILLED.
 
@@ -324,10 +363,11 @@ class SweepTracker:
         killed = []
         for run in self.trial_runs(sweep):
             if run.info.status == "RUNNING":
-                self.client.set_tag(run.info.run_id, "fusion_sweep.reconciled",
+                self.client.set_tag(run.info.run_id, RECONCILED,
                                     "RUNNING at launch; its driver or node died")
                 self.client.set_terminated(run.info.run_id, "KILLED")
                 killed.append(run.info.run_id)
+        self.forget()
         return killed
 
     def fail_dead_trials(self, sweep: str, reasons: Mapping[str, str]) -> list[str]:
@@ -342,6 +382,7 @@ class SweepTracker:
                 _retry(self.client.set_tag, run.info.run_id, ERROR, reason[:4000])
                 _retry(self.client.set_terminated, run.info.run_id, "FAILED")
                 failed.append(run.info.run_id)
+        self.forget()
         return failed
 
 
@@ -364,10 +405,9 @@ class TrialRun:
             filter_string=(f"tags.`{ROLE}` = 'trial' and tags.`{SWEEP}` = {_q(ctx.sweep)} "
                            f"and tags.`{TRIAL_KEY}` = {_q(key)}"),
             order_by=["attributes.start_time ASC"], max_results=10)
-        if len(runs) > 1:  # should never happen; prefer a finished one, then the oldest
+        if len(runs) > 1:  # should never happen (see schema.run_of_key)
             log.warning("trial %s has %d MLflow runs in sweep %s", key, len(runs), ctx.sweep)
-            runs = sorted(runs, key=lambda r: r.info.status != "FINISHED")
-        return runs[0] if runs else None
+        return run_of_key(runs, _status)
 
     @classmethod
     def open(cls, ctx: TrackingContext, config: "TrialConfig", key: str,
@@ -382,6 +422,7 @@ class TrialRun:
         client = _client(ctx.tracking_uri)
         run = cls.find(ctx, key, client)
         extra = {k: str(v) for k, v in (tags or {}).items()}
+        extra.update(config.label_tags())
         extra[LAUNCH_ID] = ctx.launch_id
         if run is not None:
             if run.info.status == "FINISHED":
@@ -399,7 +440,7 @@ class TrialRun:
             GIT_COMMIT: ctx.git_commit, VERSION: fusion_sweep.__version__,
             CODE_FINGERPRINT: ctx.code_fingerprint,
             IDENTITY_TAG: json.dumps(config.identity(), sort_keys=True),
-            "mlflow.source.git.commit": ctx.git_commit.split("-")[0],
+            MLFLOW_GIT_COMMIT: ctx.git_commit.split("-")[0],
             ATTEMPTS: "1", **extra,
         }
         ident = c.identity()
@@ -415,8 +456,7 @@ class TrialRun:
 
         now = int(time.time() * 1000)
         values = {k: getattr(record, k) for k in EPOCH_METRICS}
-        values["epoch_seconds"] = record.seconds
-        values["epoch_tokens_per_second"] = record.tokens_per_second
+        values.update(zip(EPOCH_EXTRA_METRICS, (record.seconds, record.tokens_per_second)))
         _retry(self.client.log_batch, self.run_id, metrics=[
             Metric(k, float(v), now, int(record.epoch)) for k, v in values.items()])
 
@@ -433,7 +473,10 @@ class TrialRun:
             raise ValueError(f"TrialResult.metrics() lacks {missing}")
         tags = [RunTag(FINGERPRINT_TAGS[k], str(v)) for k, v in result.fingerprints.items()
                 if k in FINGERPRINT_TAGS]
-        tags.append(RunTag("fusion_sweep.device", result.device))
+        tags.append(RunTag(DEVICE, result.device))
+        # The platform's fields, readable (its hash is the fp.platform fingerprint above).
+        tags += [RunTag(PLATFORM_FIELD_TAGS[k], str(v)) for k, v in result.platform.items()
+                 if k in PLATFORM_FIELD_TAGS]
         _retry(self.client.log_batch, self.run_id, tags=tags, metrics=[
             Metric(k, float(v), now, 0) for k, v in metrics.items()
             if v is not None and not (isinstance(v, float) and math.isnan(v))])
@@ -492,6 +535,9 @@ def write_predictions_csv(pred: Mapping[str, list], path: Path) -> Path:
 # `genai` — not from the experiment tag `mlflow.experimentKind` (the tag is read only when
 # that switch is off, which 3.17 hard-codes on). So the printed URL carries
 # `workflowType=machine_learning`; the tag is still set for MLflow versions that read it.
+# A URL without the parameter (the plain root, a run's own page) would open the GenAI layout;
+# `fusion-sweep ui` therefore serves mlflow behind fusion_sweep.ui_proxy, which stores the
+# training layout in the browser's localStorage and sends a bare root to the trials view.
 # Columns, filter, sort and grouping are UI state, not URL parameters: MLflow keeps shareable
 # views as experiment tags `mlflow.sharedViewState.<id>` and opens one with
 # `?viewStateShareKey=<id>`; `mark_training_experiment` writes such a view of the trials.
@@ -503,14 +549,6 @@ TRIALS_VIEW_NAME = "fusion-sweep: trials by sweep"
 UI_COLUMNS_METRICS = ("test_acc", "best_val_acc", "test_macro_f1", "train_seconds")
 
 
-def sqlite_path(uri: str) -> Path | None:
-    """The database file of a `sqlite:///PATH` URI (absolute: `sqlite:////abs/path.db`), else
-    None. Relative paths are taken from the current directory, as SQLAlchemy does."""
-    if not uri.startswith("sqlite:///"):
-        return None
-    return Path(uri[len("sqlite:///"):].split("?", 1)[0])
-
-
 def default_ui_store() -> str:
     """What `fusion-sweep ui` serves without --backend-store-uri: $MLFLOW_TRACKING_URI when it
     names a sqlite store (a tracking *server* is browsed directly), else ./mlflow.db."""
@@ -518,27 +556,117 @@ def default_ui_store() -> str:
     return env if env.startswith("sqlite:") else default_tracking_uri()
 
 
-def trials_view_state() -> dict[str, Any]:
-    """The runs-table view `fusion-sweep ui` opens: trial runs only (no parent to expand),
-    grouped by sweep, sorted by run name (= dataset.pe.fusion.seed), identity params and the
-    final metrics as columns. Keys are MLflow 3.17's runs-page UI state and search facets."""
-    cols = [f"params.`{k}`" for k in IDENTITY_FIELDS] + [f"metrics.`{m}`" for m in UI_COLUMNS_METRICS]
-    widths = dict(zip(cols, (140, 100, 100, 56, 90, 105, 115, 115)))
+def view_columns() -> list[str]:
+    """The runs table's columns after the run name: identity params, then final metrics."""
+    return ([f"params.`{k}`" for k in IDENTITY_FIELDS]
+            + [f"metrics.`{m}`" for m in UI_COLUMNS_METRICS])
+
+
+RUN_NAME_COLUMN = "tags.`mlflow.runName`"
+# Pixels per character of the runs table's font, and room for the header's sort/menu icons.
+_CHAR_PX, _PAD_PX, _MIN_PX, _MAX_PX = 8, 44, 70, 440
+
+
+def column_widths(values: Mapping[str, Iterable[str]] | None = None) -> dict[str, int]:
+    """A width for every view column: wide enough for its header and for every value given
+    (column -> the strings it shows), so no identity value is cut ('con…')."""
+    out = {}
+    for col in [RUN_NAME_COLUMN, *view_columns()]:
+        name = "Run Name" if col == RUN_NAME_COLUMN else col.split("`")[1]
+        longest = max([len(name), *(len(str(v)) for v in (values or {}).get(col, ()))])
+        out[col] = min(_MAX_PX, max(_MIN_PX, _CHAR_PX * longest + _PAD_PX))
+    return out
+
+
+def trials_view_state(sweep: str | None = None,
+                      widths: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The runs-table view `fusion-sweep ui` opens: one sweep's trial runs (every trial
+    without `sweep`), sorted short -> long regime, then variant, then seed (the UI_ORDER
+    tag), identity params and the final metrics as columns, one width per column. No
+    grouping: a group row's aggregates (mean test_acc over every trial, mean seed) mean
+    nothing. Keys are MLflow 3.17's runs-page UI state and search facets."""
+    cols = view_columns()
+    where = f"tags.`{ROLE}` = 'trial'" + (f" and tags.`{SWEEP}` = {_q(sweep)}" if sweep else "")
     return {
-        "searchFilter": f"tags.`{ROLE}` = 'trial'",
-        "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True,
+        "searchFilter": where,
+        "orderByKey": f"tags.`{UI_ORDER}`", "orderByAsc": True,
         "startTime": "ALL", "lifecycleFilter": "Active", "modelVersionFilter": "All Runs",
         "datasetsFilter": [],
         "selectedColumns": cols,
         # The grid puts metric columns before params unless told; Created/Duration go last.
-        "columnOrder": ["tags.`mlflow.runName`", *cols, "attributes.start_time", "duration"],
-        "columnWidths": widths,
-        "groupBy": {"aggregateFunction": "average",
-                    "groupByKeys": [{"mode": "tag", "groupByData": SWEEP}]},
+        "columnOrder": [RUN_NAME_COLUMN, *cols, "attributes.start_time", "duration"],
+        "columnWidths": dict(widths or column_widths()),
     }
 
 
-def mark_training_experiment(client, experiment_id: str) -> bool:
+def order_trials(client, experiment_id: str, sweep: str) -> dict[str, list[str]]:
+    """Tag each trial run of `sweep` with UI_ORDER (regime short -> long by the median
+    token length it logged, else by dataset name; then encoder/pe/fusion; then seed), and
+    return the identity values shown (view column -> strings), for the column widths."""
+    runs = client.search_runs([experiment_id], max_results=50_000, filter_string=(
+        f"tags.`{ROLE}` = 'trial' and tags.`{SWEEP}` = {_q(sweep)}"))
+    tokens: dict[str, list[float]] = {}
+    for r in runs:
+        t = r.data.metrics.get("median_tokens")
+        if t is not None and math.isfinite(t):
+            tokens.setdefault(r.data.params.get("dataset", ""), []).append(t)
+    datasets = {r.data.params.get("dataset", "") for r in runs}
+    ranked = sorted(datasets, key=lambda d: (_median(tokens.get(d) or [math.inf]), d))
+    rank = {d: i for i, d in enumerate(ranked)}
+    shown: dict[str, list[str]] = {}
+    for r in runs:
+        p = r.data.params
+        variant = "/".join(p.get(k, "") for k in IDENTITY_FIELDS if k not in ("dataset", "seed"))
+        seed = p.get("seed", "")
+        order = f"{rank[p.get('dataset', '')]:02d}/{variant}/{seed.zfill(6)}"
+        if r.data.tags.get(UI_ORDER) != order:
+            _retry(client.set_tag, r.info.run_id, UI_ORDER, order)
+        for k in IDENTITY_FIELDS:
+            shown.setdefault(f"params.`{k}`", []).append(p.get(k, ""))
+        shown.setdefault(RUN_NAME_COLUMN, []).append(r.info.run_name or "")
+    return shown
+
+
+def sweep_runs(client, experiment_id: str) -> list["Run"]:
+    """The experiment's sweep parent runs, newest first."""
+    return client.search_runs([experiment_id], filter_string=f"tags.`{ROLE}` = 'sweep'",
+                              order_by=["attributes.start_time DESC"], max_results=1000)
+
+
+def list_sweeps(store: str, experiment: str = DEFAULT_EXPERIMENT) -> list[dict[str, Any]]:
+    """Every sweep of `experiment` in `store`, newest first: name, state, trial counts by
+    status (and the planned total), code fingerprint, start and end (UTC, ISO); [] when
+    the store or the experiment does not exist."""
+    db = sqlite_path(store)
+    if db is not None and not db.is_file():
+        return []
+    client = _client(store)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None or exp.lifecycle_stage == "deleted":
+        return []
+    out = []
+    for parent in sweep_runs(client, exp.experiment_id):
+        name = parent.data.tags.get(SWEEP, parent.info.run_name)
+        trials = client.search_runs([exp.experiment_id], max_results=50_000, filter_string=(
+            f"tags.`{ROLE}` = 'trial' and tags.`{SWEEP}` = {_q(name)}"))
+        counts: dict[str, int] = {}
+        for t in trials:
+            counts[t.info.status] = counts.get(t.info.status, 0) + 1
+        out.append({"sweep": name, "state": parent.info.status,
+                    "planned": parent.data.tags.get(N_TRIALS),
+                    "trials": counts, "code_fingerprint": parent.data.tags.get(CODE_FINGERPRINT),
+                    "start": _iso(parent.info.start_time), "end": _iso(parent.info.end_time)})
+    return out
+
+
+def _iso(ms: int | None) -> str | None:
+    if not ms:
+        return None
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def mark_training_experiment(client, experiment_id: str, sweep: str | None = None,
+                             widths: Mapping[str, int] | None = None) -> bool:
     """Mark an experiment as model training for the MLflow UI and (re)write the trials view.
 
     Sets `mlflow.experimentKind=custom_model_development` and the experiment tag
@@ -552,7 +680,7 @@ def mark_training_experiment(client, experiment_id: str) -> bool:
     if tags.get(EXPERIMENT_KIND_TAG) != TRAINING_KIND:
         client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
         wrote = True
-    state = json.dumps(trials_view_state(), sort_keys=True)
+    state = json.dumps(trials_view_state(sweep, widths), sort_keys=True)
     key = SHARED_VIEW_PREFIX + TRIALS_VIEW_ID
     try:
         old = json.loads(tags.get(key) or "{}")
@@ -580,18 +708,32 @@ def ui_url(base: str, experiment_id: str | None = None) -> str:
             f"&viewStateShareKey={TRIALS_VIEW_ID}")
 
 
-def prepare_ui_experiment(store: str, experiment: str = DEFAULT_EXPERIMENT) -> str | None:
-    """The id of `experiment` in `store`, marked for the UI (`mark_training_experiment`);
-    None when the store or the experiment does not exist yet (never creates either)."""
+def prepare_ui_experiment(store: str, experiment: str = DEFAULT_EXPERIMENT,
+                          sweep: str | None = None) -> tuple[str | None, str | None]:
+    """(experiment id, sweep) the UI opens on: `experiment` in `store` marked for the UI
+    (`mark_training_experiment`), its trials tagged in order (`order_trials`), the view
+    filtered to `sweep` (default: the newest sweep). (None, None) when the store or the
+    experiment does not exist yet (never creates either); ValueError for an unknown sweep."""
     db = sqlite_path(store)
     if db is not None and not db.is_file():
-        return None
+        if sweep:
+            raise ValueError(f"--sweep {sweep}: no store at {db} (no sweep launched here)")
+        return None, None
     client = _client(store)
     exp = client.get_experiment_by_name(experiment)
     if exp is None or exp.lifecycle_stage == "deleted":
-        return None
-    _retry(mark_training_experiment, client, exp.experiment_id)
-    return exp.experiment_id
+        if sweep:
+            raise ValueError(f"--sweep {sweep}: no experiment {experiment!r} in {store}")
+        return None, None
+    names = [r.data.tags.get(SWEEP, r.info.run_name) for r in sweep_runs(client, exp.experiment_id)]
+    if sweep is not None and sweep not in names:
+        raise ValueError(f"--sweep {sweep}: no such sweep in experiment {experiment!r} of "
+                         f"{store}; sweeps: {', '.join(names) or 'none'} "
+                         f"(`fusion-sweep sweeps` lists them)")
+    sweep = sweep or (names[0] if names else None)
+    shown = _retry(order_trials, client, exp.experiment_id, sweep) if sweep else {}
+    _retry(mark_training_experiment, client, exp.experiment_id, sweep, column_widths(shown))
+    return exp.experiment_id, sweep
 
 
 def port_free(host: str, port: int) -> bool:
@@ -626,7 +768,7 @@ class UIServer:
         self.store, self.host, self.port, self.quiet = store, host, port, quiet
         if artifacts is None:
             db = sqlite_path(store)
-            artifacts = (db.resolve().parent if db is not None else Path.cwd()) / "mlartifacts"
+            artifacts = (db.resolve().parent if db is not None else Path.cwd()) / LOCAL_ARTIFACTS
         self.artifacts = artifacts
         self.proc: subprocess.Popen | None = None
 

@@ -9,7 +9,8 @@ the demo's ReSSFormer table) beside it. Every page checked (report.html, and cla
 when the directory has one) gets two Chromium runs:
 1. `--dump-dom`: the page's own load handler writes data-images-loaded="k/n" on <body>
    after testing every <img> for `complete && naturalWidth > 0`; k must equal n > 0.
-2. `--screenshot` at 1200x2000, saved to --screenshot (default
+   The same DOM must open with the verdict grid: the first <table> is id="verdict-grid".
+2. `--screenshot` at 1600x2400 (the width a reader's laptop shows), saved to --screenshot (default
    /tmp/fusion_report_screenshot.png; the claims page gets a `_claims` suffix), for a
    human look.
 Exit 0 when every image of every page loaded, 1 otherwise, 3 when no chromium is installed
@@ -35,10 +36,24 @@ def find_chromium() -> str | None:
     return next((p for p in map(shutil.which, CHROMIUM_NAMES) if p), None)
 
 
+WINDOW = "--window-size=1600,2400"
+
+
+def dump_dom(chromium: str, html: Path, timeout: float = 60) -> str:
+    """The page's DOM after its load handler ran, at the screenshot's width."""
+    return subprocess.run([chromium, *BASE_FLAGS, WINDOW, "--dump-dom", html.resolve().as_uri()],
+                          capture_output=True, text=True, timeout=timeout, check=True).stdout
+
+
+def grid_first(dom: str) -> bool:
+    """Whether the first table of the page is the verdict grid."""
+    m = re.search(r"<table[^>]*>", dom)
+    return bool(m) and 'id="verdict-grid"' in m.group(0)
+
+
 def images_loaded(chromium: str, html: Path, timeout: float = 60) -> tuple[int, int]:
     """(loaded, total) images as reported by the page after the load event."""
-    out = subprocess.run([chromium, *BASE_FLAGS, "--dump-dom", html.resolve().as_uri()],
-                         capture_output=True, text=True, timeout=timeout, check=True).stdout
+    out = dump_dom(chromium, html, timeout)
     m = re.search(r'data-images-loaded="(\d+)/(\d+)"', out)
     if not m:
         raise RuntimeError("the page never reported its images (load event did not fire?)")
@@ -47,7 +62,7 @@ def images_loaded(chromium: str, html: Path, timeout: float = 60) -> tuple[int, 
 
 def screenshot(chromium: str, html: Path, png: Path, timeout: float = 60) -> Path:
     png.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([chromium, *BASE_FLAGS, "--window-size=1200,2000", f"--screenshot={png}",
+    subprocess.run([chromium, *BASE_FLAGS, WINDOW, f"--screenshot={png}",
                     html.resolve().as_uri()], capture_output=True, timeout=timeout, check=True)
     if not png.exists() or png.stat().st_size == 0:
         raise RuntimeError(f"chromium wrote no screenshot to {png}")
@@ -92,9 +107,11 @@ def pages(report_dir: Path) -> list[Path]:
 
 def check_page(chromium: str, html: Path, png: Path) -> bool:
     loaded, total = images_loaded(chromium, html)
+    first = html.name != "report.html" or grid_first(dump_dom(chromium, html))
     shot = screenshot(chromium, html, png)
-    print(f"{html}: {loaded}/{total} images loaded; screenshot {shot}")
-    return total > 0 and loaded == total
+    print(f"{html}: {loaded}/{total} images loaded; verdict grid first: {first}; "
+          f"screenshot {shot}")
+    return total > 0 and loaded == total and first
 
 
 def main(argv: list[str] | None = None) -> int:

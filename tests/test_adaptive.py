@@ -198,27 +198,15 @@ def test_stats_of_an_adaptive_sweep_reports_sequential_decisions(tmp_path):
 
 
 # ------------------------------------------------------- one round of the launch's loop
-class _Run:
-    def __init__(self, key: str, value: float) -> None:
-        from types import SimpleNamespace
-
-        self.info = SimpleNamespace(status="FINISHED")
-        self.data = SimpleNamespace(metrics={"test_acc": value},
-                                    tags={"fusion_sweep.trial_key": key})
-
-
 def _round(space, values_by_fusion, max_seeds=10):
-    """One `next_round` over fake finished runs: value(fusion, seed) from the mapping."""
+    """One `next_round` over fake finished trials: value(fusion, seed) from the mapping."""
     import io
-    from types import SimpleNamespace
 
     code = code_fingerprint()
-    runs = [_Run(c.trial_key(code), values_by_fusion[c.fusion](c.seed)) for c in space.grid()]
+    values = {c.trial_key(code): values_by_fusion[c.fusion](c.seed) for c in space.grid()}
     state = AdaptiveState.for_space(space, AdaptiveSettings(max_seeds=max_seeds, seed_batch=3))
-    pf = SimpleNamespace(adaptive=state, space=space, name="s", code=code,
-                         tracker=SimpleNamespace(trial_runs=lambda sweep: runs))
     out = io.StringIO()
-    return adaptive.next_round(pf, out), state, out.getvalue()
+    return adaptive.next_round(state, space, values, code, out), state, out.getvalue()
 
 
 def test_a_round_stops_on_a_clear_effect_and_adds_seeds_to_an_undecided_one():

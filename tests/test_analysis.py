@@ -36,6 +36,7 @@ EXTRA_KEYS = [
     "power_at_holm_alpha", "seeds_for_80_power_at_holm_alpha", "chance_level", "learned",
     "baseline_learned", "encoder", "variant", "baseline_variant", "ratio", "ratio_ci_low",
     "ratio_ci_high", "ratio_p", "ratio_p_holm", "ratio_verdict",
+    "verdict_ci_low", "verdict_ci_high", "verdict_ci_level",
 ]
 FAST = ["--bootstrap", "500"]
 
@@ -194,7 +195,8 @@ def test_json_schema_exact(csv: Path, capsys) -> None:
     assert code == 0
     rep = json.loads(out)
     assert list(rep) == ["source", "settings", "regimes", "warnings", "arms", "comparisons",
-                         "dropped", "interaction", "chance", "claims", "sequential"]
+                         "dropped", "interaction", "chance", "claims", "sequential",
+                         "verdict_grid"]
     assert rep["claims"] is None  # no --claims
     assert rep["arms"] and all(list(a) == list(ARM_KEYS) for a in rep["arms"])
     assert rep["comparisons"]
@@ -285,6 +287,8 @@ def test_text_output_tables_per_regime(csv: Path, capsys) -> None:
     assert code == 0
     assert out.index("Warnings:") < out.index("synthetic-short (median 48 tokens) · pe=sinusoidal")
     assert out.index("synthetic-short (median 48") < out.index("synthetic-long (median 1890")
+    assert "p_wilcoxon" not in out and "Welch F" not in out  # the short tables (issue 22)
+    code, out, _ = run_cli(["--results", str(csv), "--wide", *FAST], capsys)
     assert "p_wilcoxon" in out and "seeds@80%" in out and "Welch F" in out
 
 
@@ -400,7 +404,7 @@ def test_report_dir_files_and_relative_images(csv: Path, tmp_path: Path, capsys)
     html = (out_dir / "report.html").read_text()
     md = (out_dir / "report.md").read_text()
     srcs = re.findall(r'<img src="([^"]+)"', html)
-    assert len(srcs) == 3  # 2 delta plots (one per dataset) + 1 forest plot
+    assert len(srcs) == 4  # the arms figure + 2 delta plots (one per dataset) + 1 forest plot
     for s in srcs:
         assert "/" not in s and (out_dir / s).stat().st_size > 1000
         assert f"]({s})" in md
@@ -582,7 +586,7 @@ def test_seeds_needed_at_holm_first_step_and_unadjusted(csv: Path, capsys) -> No
     assert c["seeds_for_80_power_at_holm_alpha"] > c["seeds_for_80_power"]
     assert c["power_at_holm_alpha"] == pytest.approx(
         TTestPower().power(abs(c["dz"]), c["n"], 0.05 / m), abs=1e-9)
-    _, text, _ = run_cli(["--results", str(csv), *FAST], capsys)
+    _, text, _ = run_cli(["--results", str(csv), "--wide", *FAST], capsys)
     assert "seeds@80% (α/m)" in text and "post hoc" in text
 
 

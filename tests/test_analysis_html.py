@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -15,17 +16,28 @@ CHROMIUM = check.find_chromium()
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium (apt-get install chromium)")
 
 
+def status(dom: str) -> str:
+    """The text of the page's figure-status banner."""
+    return re.search(r'<div id="img-status"[^>]*>([^<]*)</div>', dom).group(1)
+
+
 def test_report_renders_with_images_loaded(tmp_path: Path) -> None:
     rdir = check.demo_report(tmp_path / "rep", n_boot=1000)
     html = rdir / "report.html"
     loaded, total = check.images_loaded(CHROMIUM, html)
-    assert total == 8 and loaded == total  # 6 delta plots + 2 forest plots
+    assert total == 10 and loaded == total  # 2 arm figures + 6 delta plots + 2 forest plots
+    dom = check.dump_dom(CHROMIUM, html)
+    assert check.grid_first(dom)  # the verdict grid comes before any other table
+    assert status(dom) == ""  # no debug line for a reader when every figure loaded
     png = check.screenshot(CHROMIUM, html, tmp_path / "shot.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from PIL import Image  # noqa: PLC0415 - matplotlib's dependency
+    assert Image.open(png).size == (1600, 2400)
     # The check is not vacuous: a missing figure is reported as not loaded.
     next(rdir.glob("forest_*.png")).unlink()
     loaded, total = check.images_loaded(CHROMIUM, html)
     assert loaded == total - 1
+    assert status(check.dump_dom(CHROMIUM, html)) == "1 of 10 figures failed to load"
 
 
 def test_adaptive_sweep_report_shows_confidence_sequences(tmp_path: Path) -> None:
@@ -43,4 +55,4 @@ def test_adaptive_sweep_report_shows_confidence_sequences(tmp_path: Path) -> Non
     html = write_report(report, tmp_path / "rep")["html"]
     assert 'src="sequential_cs.png"' in html.read_text()
     loaded, total = check.images_loaded(CHROMIUM, html)
-    assert total == 9 and loaded == total  # the 8 figures of a fixed sweep + the CS figure
+    assert total == 11 and loaded == total  # the 10 figures of a fixed sweep + the CS figure

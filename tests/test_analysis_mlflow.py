@@ -155,6 +155,16 @@ def test_default_is_latest_sweep_and_no_log_flag(store: dict, capsys) -> None:
     (["--sweep", "nope"], r"unknown --sweep 'nope' in experiment 'fusion-sweep'; sweeps present: "
                           r"smoke-a, smoke-b"),
     (["--experiment", "other"], r"unknown MLflow experiment 'other'; experiments present: "),
+    # a known dataset the chosen sweep lacks: where it is, not "unknown" (issue 21)
+    (["--sweep", "smoke-b", "--dataset", "synthetic-long"],
+     r"synthetic-long is a known dataset but sweep 'smoke-b' has none \(it has "
+     r"synthetic-short\); sweeps with synthetic-long: smoke-a \(pass --sweep smoke-a\)"),
+    (["--sweep", "smoke-b", "--dataset", "arxiv"],
+     r"arxiv is a known dataset but sweep 'smoke-b' has none \(it has synthetic-short\); "
+     r"sweeps with arxiv: none \(launch a search space that lists it under `datasets`\)"),
+    (["--sweep", "smoke-b", "--dataset", "nope"],
+     r"unknown --dataset 'nope'; choose from \[.*'arxiv'.*\] \(sweep 'smoke-b' has "
+     r"synthetic-short\)"),
 ])
 def test_mlflow_input_errors(store: dict, capsys, argv: list[str], match: str) -> None:
     import re
@@ -229,6 +239,34 @@ def test_trial_runs_carry_every_schema_field(store: dict) -> None:
                 *schema.IDENTITY_FIELDS):
         assert row.get(col) is not None, col
     assert row["code_fingerprint"] == "code0000000000aa"
+
+
+def test_platform_round_trip(tmp_path: Path) -> None:
+    """fp.platform and the readable platform.* tags written by log_result come back as the
+    tidy table's fp_platform / platform columns."""
+    from fusion_sweep.analysis.mlflow_io import trial_row
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = SweepTracker(uri, EXP)
+    parent = tracker.start_parent("p", grid_hash="g", n_trials=1, commit="t", params={},
+                                  code="c0")
+    ctx = TrackingContext(tracking_uri=uri, experiment_id=tracker.experiment_id,
+                          parent_run_id=parent, sweep="p", code_fingerprint="c0",
+                          git_commit="t", launch_id="l")
+    config = TrialConfig.build("synthetic-short")
+    row = synthetic_results(pes=("sinusoidal",)).iloc[0]
+    fields = {"torch": "2.13.0+cpu", "cpu_capability": "AVX2", "cpu_model": "Test CPU",
+              "cuda": "none", "cudnn": "none", "gpu": "none", "deterministic": "off",
+              "threads": "1"}
+    result = _result(config, row, {"split": "s", "platform": schema.platform_fingerprint(fields)})
+    result.platform = fields
+    run = TrialRun.open(ctx, config, config.trial_key("c0"))
+    run.log_result(result)
+    got = trial_row(MlflowClient(tracking_uri=uri).get_run(run.run_id))
+    assert got["fp_platform"] == schema.platform_fingerprint(fields)
+    assert got["platform"] == schema.platform_label(fields)
+    assert "CPU AVX2 (Test CPU)" in got["platform"]
+    parent_tags = MlflowClient(tracking_uri=uri).get_run(parent).data.tags
+    assert "arxiv" in json.loads(parent_tags[schema.KNOWN_DATASETS])
 
 
 def test_rerun_under_new_code_supersedes_and_refuses_mixed_pairs(spaces: str, capsys) -> None:
@@ -326,10 +364,13 @@ def test_stats_claims_on_a_ressformer_sweep(ress_store: str, tmp_path: Path, cap
                                                           "ressformer-no-asam/none/add"}
     assert rep["dropped"] == []  # shared fingerprints agree; encoder bodies not compared
     support = {c["claim"]: c["support"] for c in rep["claims"]["claims"]}
-    assert support["C1"] == "SUPPORTS" and support["C2"] == "not run"
+    # The trial runs carry their label tags: synthetic labels are order-only and ReSSFormer
+    # (pe none) cannot see order, so C1 is decided by the benchmark, not tested (issue 19).
+    assert support["C1"] == "not testable here (the label is order-only)"
+    assert support["C2"] == "not run"
     assert (report / "claims.html").exists() and (report / "claims.md").exists()
     client = MlflowClient(tracking_uri=ress_store)
     (stats_run,) = client.search_runs(
         [client.get_experiment_by_name(EXP).experiment_id], "tags.`fusion_sweep.role` = 'stats'")
-    assert stats_run.data.metrics["n_claims_supports"] >= 2
+    assert stats_run.data.metrics["n_claims_not_testable_here_the_label_is_order_only"] >= 1
     assert "claims.html" in {a.path for a in client.list_artifacts(stats_run.info.run_id)}

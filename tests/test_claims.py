@@ -179,6 +179,13 @@ def test_text_and_tables_name_variants_unambiguously(capsys, tmp_path: Path) -> 
     args = cli.build_parser().parse_args(["stats", "--results", str(p), "--baseline", FULL,
                                           "--bootstrap", "200"])
     assert args.func(args) == 0
+    out = capsys.readouterr().out  # the 120-column default: one reference, named in titles
+    assert ("synthetic-short (median 48 tokens) · vs standard/sinusoidal/add · test_acc "
+            "(higher is better)") in out
+    assert re.search(r"\n  ressformer-no-soes/", out)
+    args = cli.build_parser().parse_args(["stats", "--results", str(p), "--baseline", FULL,
+                                          "--bootstrap", "200", "--wide"])
+    assert args.func(args) == 0
     out = capsys.readouterr().out
     assert "synthetic-short (median 48 tokens) · test_acc (higher is better)" in out
     assert re.search(r"\n  ressformer-no-soes/sinusoidal/add +standard/sinusoidal/add +5 ", out)

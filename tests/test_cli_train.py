@@ -17,13 +17,15 @@ def test_train_json(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
     out = json.loads(capsys.readouterr().out)
     assert {"test_acc", "best_val_acc", "params", "fingerprints"} <= set(out)
     assert set(out["fingerprints"]) == {"split", "batch_order", "shared_init", "dropout",
-                                       "encoder_init"}
+                                       "encoder_init", "platform"}
+    assert out["platform"]["torch"] and out["platform"]["threads"]
     assert out["config"]["seed"] == 3 and out["config"]["fusion"] == "gate-scalar"
 
 
 def test_train_text_summary(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
     assert main(["train", "--dataset", "synthetic-short", *TINY, "-o", f"cache_dir={tmp_path}"]) == 0
-    assert "test_acc" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "test_acc" in out and "platform     torch " in out
 
 
 @pytest.mark.parametrize("argv,pattern", [
@@ -42,7 +44,7 @@ def test_train_bad_input(argv: list[str], pattern: str, capsys: pytest.CaptureFi
 
 def test_unknown_dataset(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["train", "--dataset", "mnist"]) == 2
-    assert "unknown dataset 'mnist'; choose from ['agnews', 'arxiv', 'imdb', 'synthetic-long'" in capsys.readouterr().err
+    assert "unknown dataset 'mnist'; choose from ['agnews', 'arxiv', 'bbc-topic', 'brown-long'" in capsys.readouterr().err
 
 
 def test_show_config_prints_every_value_and_its_layer(capsys: pytest.CaptureFixture[str]) -> None:
@@ -54,6 +56,16 @@ def test_show_config_prints_every_value_and_its_layer(capsys: pytest.CaptureFixt
     assert lines["epochs"][1:] == ["3", "command", "line"]
     assert lines["fusion"][1:] == ["'concat'", "command", "line"]
     assert lines["device"][1:] == ["'auto'", "built-in"]
+
+
+def test_show_config_labels_the_identity_defaults_as_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    """Only what the command line gives is "command line": the encoder, fusion, pe and seed
+    the user did not pass are the config's own defaults (issue 18)."""
+    assert main(["train", "--dataset", "synthetic-short", "--pe", "rotary", "--show-config"]) == 0
+    lines = {ln.split()[0]: ln.split()[1:] for ln in capsys.readouterr().out.splitlines()}
+    assert lines["pe"] == ["'rotary'", "command", "line"]
+    for name, value in (("encoder", "'standard'"), ("fusion", "'add'"), ("seed", "0")):
+        assert lines[name] == [value, "built-in"], name
 
 
 def test_config_built_around_the_chain_is_an_error() -> None:

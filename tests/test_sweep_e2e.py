@@ -33,7 +33,7 @@ import yaml
 from fusion_sweep import tracking
 from fusion_sweep.cli import main as cli_main
 from fusion_sweep.space import SPACE_DIR, load_space
-from fusion_sweep.sweep import plan
+from fusion_sweep.grid import plan
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow  # `pytest -m 'not slow'` skips these
@@ -226,6 +226,9 @@ def test_sweep_on_two_nodes_tracked_by_server(ray_cluster, mlflow_server, tmp_pa
     # results table next to the Tune state, readable by `fusion-sweep stats --results`
     table = list(csv.DictReader(open(s.results_csv)))
     assert len(table) == 4 and {r["status"] for r in table} == {"FINISHED"}
+    # ... with the platform each trial ran on: both nodes are this machine, one platform
+    assert len({r["fp_platform"] for r in table}) == 1 and table[0]["fp_platform"]
+    assert table[0]["platform"].startswith("torch ") and "1 threads" in table[0]["platform"]
 
     # launching the same sweep again re-runs nothing and creates no run
     s2 = launch("smoke", name="e2e", address=ray_cluster.address, tracking_uri=mlflow_server,

@@ -16,6 +16,7 @@ import pytest
 from fusion_sweep import tracking
 from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.space import load_space
+from fusion_sweep.trial.models.encoder import ENCODERS
 from fusion_sweep.trial.trainer import EpochRecord, TrialResult
 
 
@@ -261,29 +262,136 @@ def test_code_change_refused_unless_allowed_and_recorded(store, capsys):
     assert cfg.trial_key("beef") != cfg.trial_key("c0de")
 
 
-def test_code_fingerprint_tracks_numeric_source(tmp_path, monkeypatch):
+@pytest.mark.parametrize("encoder", sorted(ENCODERS))
+def test_a_trial_run_logs_only_its_own_encoders_fields(store, encoder):
+    """A standard-encoder run carries no ReSSFormer switches (soes, asam, topk, ...): a user
+    filtering on params.soes must not find standard trials (issue 18); each encoder's own
+    fields are logged."""
+    sweep = f"sweep-enc-{encoder}"
+    parent = start(store, sweep)
+    ctx = ctx_for(store, sweep, parent)
+    cfg = config().replace(encoder=encoder, pe="none")  # pe none: valid for every encoder
+    run = tracking.TrialRun.open(ctx, cfg, cfg.trial_key(ctx.code_fingerprint))
+    params = store.client.get_run(run.run_id).data.params
+    others = {f for name, e in ENCODERS.items() if name != encoder for f in e.OPTION_FIELDS}
+    assert set(ENCODERS[encoder].OPTION_FIELDS) <= set(params)
+    assert not others & set(params)
+    assert ("soes" in params) == ("soes" in ENCODERS[encoder].OPTION_FIELDS)
+    assert params["encoder"] == encoder
+
+
+# ------------------------------------------------------------------ the code fingerprint
+TRIAL = Path(tracking.__file__).resolve().parent / "trial"
+
+
+@pytest.fixture
+def trial_copy(tmp_path):
+    """A copy of fusion_sweep/trial/ and its fingerprint, which must equal the package's."""
+    import shutil
+
     from fusion_sweep import schema
 
-    fp = schema.code_fingerprint()
-    assert len(fp) == 16 and fp == schema.code_fingerprint()
-    # a copy of the package with one changed numeric file hashes differently
-    import shutil
-    pkg = tmp_path / "fusion_sweep"
-    shutil.copytree(Path(schema.__file__).parent, pkg)
-    src = (pkg / "schema.py").read_text()
-    monkeypatch.setattr(schema, "__file__", str(pkg / "schema.py"))
-    schema.code_fingerprint.cache_clear()
-    try:
-        assert schema.code_fingerprint() == fp  # same files, other place: same fingerprint
-        schema.code_fingerprint.cache_clear()
-        (pkg / "trial" / "models" / "fusion.py").write_text((pkg / "trial" / "models" / "fusion.py").read_text() + "\n#")
-        assert schema.code_fingerprint() != fp
-        schema.code_fingerprint.cache_clear()
-        (pkg / "cli.py").write_text((pkg / "cli.py").read_text() + "\n#")  # not numeric
-        changed = schema.code_fingerprint()
-        schema.code_fingerprint.cache_clear()
-        (pkg / "cli.py").write_text((pkg / "cli.py").read_text() + "\n# more")
-        assert schema.code_fingerprint() == changed
-    finally:
-        schema.code_fingerprint.cache_clear()
-    assert src
+    copy = tmp_path / "trial"
+    shutil.copytree(TRIAL, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    fp = schema.source_fingerprint(copy)
+    assert len(fp) == 16 and fp == schema.code_fingerprint()  # same code, other place
+    return copy, fp
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_code_fingerprint_ignores_comments_docstrings_formatting_and_moves(trial_copy):
+    from fusion_sweep.schema import source_fingerprint
+
+    copy, fp = trial_copy
+    trainer, batching = copy / "trainer.py", copy / "batching.py"
+    _edit(trainer, '"""One trial in plain PyTorch', '"""Docstring edited. One trial in PyTorch')
+    _edit(trainer, "def macro_f1(labels: np.ndarray, preds: np.ndarray) -> float:\n",
+          "def macro_f1(labels: np.ndarray,\n             preds: np.ndarray) -> float:  # reformatted\n")
+    _edit(trainer, "Mean F1 over classes", "The mean F1 over the classes")
+    fusion = copy / "models" / "fusion.py"
+    fusion.write_text(fusion.read_text() + "\n# a trailing comment\n")
+    assert source_fingerprint(copy) == fp
+    # moving code only: macro_f1 from trainer.py to batching.py, imported back
+    text = trainer.read_text()
+    start = text.index("def macro_f1(")
+    end = text.index("\n\n\n", start) + 3
+    trainer.write_text(text[:start] + text[end:])
+    _edit(trainer, "from fusion_sweep.trial.batching import (",
+          "from fusion_sweep.trial.batching import macro_f1\nfrom fusion_sweep.trial.batching import (")
+    batching.write_text(batching.read_text() + "\n\n" + text[start:end])
+    assert source_fingerprint(copy) == fp
+
+
+def _first_number(path: Path) -> tuple[int, int, int, str]:
+    """(line, start col, end col, text) of the first int/float literal of the file's code."""
+    import ast
+
+    source = path.read_text()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float) \
+                and node.lineno == node.end_lineno:
+            return node.lineno, node.col_offset, node.end_col_offset, \
+                ast.get_source_segment(source, node)
+    raise AssertionError(f"{path} has no numeric literal")
+
+
+@pytest.mark.parametrize("rel", ["trainer.py", "batching.py", "config.py", "models/fusion.py",
+                                 "models/encoder.py", "models/ressformer.py", "data/synthetic.py"])
+def test_code_fingerprint_changes_with_a_changed_constant(trial_copy, rel):
+    from fusion_sweep.schema import source_fingerprint
+
+    copy, fp = trial_copy
+    path = copy / rel
+    line, a, b, text = _first_number(path)
+    lines = path.read_text().splitlines(keepends=True)
+    lines[line - 1] = lines[line - 1][:a] + f"({text} + 1)" + lines[line - 1][b:]
+    path.write_text("".join(lines))
+    assert source_fingerprint(copy) != fp
+
+
+def test_code_fingerprint_includes_a_new_file_and_only_the_trial_folder(trial_copy):
+    from fusion_sweep import schema
+
+    copy, fp = trial_copy
+    (copy / "models" / "newpe.py").write_text('"""A new numeric module."""\nSCALE = 2.0\n')
+    assert schema.source_fingerprint(copy) != fp
+    assert schema.NUMERIC_SOURCE == "trial" and TRIAL.parent.name == "fusion_sweep"
+
+
+# ------------------------------------------------------------- the run of a trial key
+def _fake_run(key: str, status: str, start: int, run_id: str):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(info=SimpleNamespace(status=status, start_time=start, run_id=run_id),
+                           data=SimpleNamespace(tags={tracking.TRIAL_KEY: key}))
+
+
+@pytest.mark.parametrize("runs, chosen", [
+    ([("FAILED", "a"), ("FINISHED", "b"), ("FINISHED", "c")], "b"),  # the oldest FINISHED
+    ([("KILLED", "a"), ("FAILED", "b")], "b"),  # none finished: the newest
+    ([("FINISHED", "a"), ("RUNNING", "b")], "a"),
+])
+def test_every_reader_takes_the_same_run_of_a_trial_key(runs, chosen, monkeypatch):
+    """The resume rule (SweepTracker.trial_status), the launch summary (runs_by_key), the
+    adaptive values (finished_values), re-attaching (TrialRun.find) and `stats`
+    (analysis.mlflow_io.runs_of_keys) all pick one run per key by schema.run_of_key."""
+    from fusion_sweep.analysis.mlflow_io import runs_of_keys
+
+    fakes = [_fake_run("k1", st, i, rid) for i, (st, rid) in enumerate(runs)]
+    assert [r.info.run_id for r in runs_of_keys(list(reversed(fakes)))] == [chosen]
+    tracker = object.__new__(tracking.SweepTracker)
+    tracker._by_key = {}
+    monkeypatch.setattr(tracker, "trial_runs", lambda sweep: fakes, raising=False)
+    assert tracker.trial_status("s", "k1")[1] == chosen
+    assert tracker.runs_by_key("s")["k1"].info.run_id == chosen
+
+    class Client:
+        def search_runs(self, *a, **kw):
+            return fakes
+    ctx = tracking.TrackingContext("sqlite:///x.db", "0", "p", "s", "c", "g", "l")
+    assert tracking.TrialRun.find(ctx, "k1", Client()).info.run_id == chosen

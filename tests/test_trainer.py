@@ -9,7 +9,8 @@ import pytest
 from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.trial.data.types import EncodedData, EncodedSplit
 from fusion_sweep.trial.models.fusion import FUSIONS
-from fusion_sweep.schema import ENCODER_FINGERPRINTS, FINGERPRINTS
+from fusion_sweep.schema import (ENCODER_FINGERPRINTS, FINGERPRINTS, PLATFORM_FINGERPRINT,
+                                 platform_fingerprint)
 from fusion_sweep.trial.trainer import EpochRecord, derive_seed, macro_f1, train_trial
 
 TINY = dict(d_model=16, heads=2, layers=1, dim_ff=32, epochs=2, batch_size=8, max_len=80,
@@ -83,7 +84,8 @@ def test_result_fields_and_callback(data: EncodedData) -> None:
     assert r.params > 0 and r.fusion_params == 0
     assert r.latency_ms_per_sample > 0 and r.tokens_per_second > 0
     assert len(r.predictions["pred"]) == len(data.test)
-    assert set(r.fingerprints) == set(FINGERPRINTS + ENCODER_FINGERPRINTS)
+    assert set(r.fingerprints) == set(FINGERPRINTS + ENCODER_FINGERPRINTS + (PLATFORM_FINGERPRINT,))
+    assert r.fingerprints[PLATFORM_FINGERPRINT] == platform_fingerprint(r.platform)
     assert r.num_classes == data.num_classes == r.metrics()["num_classes"]
     assert set(r.metrics()) >= {"test_acc", "best_val_acc", "test_macro_f1", "latency_ms_per_sample"}
 

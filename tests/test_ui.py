@@ -21,6 +21,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fusion_sweep import tracking
@@ -161,7 +162,25 @@ def test_view_state_and_url():
                                          "params.`fusion`", "params.`seed`", "metrics.`test_acc`"]
     assert st["columnOrder"][1:6] == st["selectedColumns"][:5]
     assert st["searchFilter"] == "tags.`fusion_sweep.role` = 'trial'"
-    assert st["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "fusion_sweep.sweep"}]
+    # issue 22: no group row (its mean test_acc over every trial and mean seed mean nothing);
+    # sorted by the order tag (short -> long, variant, seed); a width for every column.
+    assert "groupBy" not in st and st["orderByKey"] == "tags.`fusion_sweep.ui_order`"
+    assert set(st["columnWidths"]) == {"tags.`mlflow.runName`", *st["selectedColumns"]}
+    one = tracking.trials_view_state("tiny")
+    assert one["searchFilter"] == ("tags.`fusion_sweep.role` = 'trial' and "
+                                   "tags.`fusion_sweep.sweep` = 'tiny'")
+
+
+def test_column_widths_fit_every_identity_value():
+    """The old view had 8 widths for 9 columns: `fusion` was cut to 'con…' at any width."""
+    values = {"params.`fusion`": ["add", "concat", "gate-scalar"],
+              "params.`dataset`": ["synthetic-medium"],
+              "params.`encoder`": ["ressformer-no-asam"]}
+    widths = tracking.column_widths(values)
+    assert set(widths) == {"tags.`mlflow.runName`", *tracking.view_columns()}
+    px = tracking._CHAR_PX
+    for col, vals in values.items():
+        assert widths[col] >= px * max(map(len, vals)) + 24, col
     assert tracking.sqlite_path("sqlite:////a/b.db") == Path("/a/b.db")
     assert tracking.sqlite_path("http://h:5000") is None
 
@@ -215,7 +234,7 @@ def test_ui_opens_the_trials_and_stops_on_sigterm(store, tmp_path):
 
         if CHROMIUM is not None:  # what a person sees at that URL
             dom = chromium("--dump-dom", url, profile=tmp_path / "prof").stdout
-            for text in ("dataset", "fusion", "seed", "test_acc", f"Group: {SWEEP_NAME}",
+            for text in ("dataset", "fusion", "seed", "test_acc",
                          "gate-scalar", "0.75"):
                 assert text in dom, f"{text!r} not on the page"
             assert "Token Usage" not in dom and "Traces</h" not in dom  # not the GenAI overview
@@ -225,6 +244,60 @@ def test_ui_opens_the_trials_and_stops_on_sigterm(store, tmp_path):
     finally:
         assert_stops_cleanly(proc, signal.SIGTERM, port, seen)
     print(f"\n[ui] served, checked and stopped in {time.time() - t0:.1f} s")
+
+
+def test_sweeps_lists_the_store_and_ui_orders_the_trials(store, capsys):
+    from fusion_sweep.cli import main
+
+    uri, exp_id = store
+    assert main(["sweeps", "--tracking-uri", uri]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:3] == ["sweep", "state", "trials"]
+    assert out[1].split()[:3] == [SWEEP_NAME, "finished", "3/3"]
+    assert tracking.prepare_ui_experiment(uri, sweep=SWEEP_NAME) == (exp_id, SWEEP_NAME)
+    assert tracking.prepare_ui_experiment(uri) == (exp_id, SWEEP_NAME)  # the newest
+    client = tracking.SweepTracker(uri).client
+    runs = client.search_runs([exp_id], filter_string="tags.`fusion_sweep.role` = 'trial'",
+                              order_by=["tags.`fusion_sweep.ui_order` ASC"])
+    assert [(r.data.params["fusion"], r.data.params["seed"]) for r in runs] == [
+        ("add", "0"), ("concat", "0"), ("gate-scalar", "1")]
+    with pytest.raises(ValueError, match="--sweep nope: no such sweep .* sweeps: tiny"):
+        tracking.prepare_ui_experiment(uri, sweep="nope")
+    assert main(["ui", "--sweep", "nope", "--backend-store-uri", uri, "--port",
+                 str(free_port())]) == 2
+    assert "error: --sweep nope" in capsys.readouterr().err
+
+
+def test_root_and_run_pages_open_the_training_layout(store, tmp_path):
+    """A plain root URL and a trial run's own page, first visit (empty localStorage): the
+    model-training layout, on the sweep's trials; screenshots checked."""
+    if CHROMIUM is None:
+        pytest.skip("no chromium")
+    from PIL import Image
+
+    uri, exp_id = store
+    port = free_port()
+    proc, url, seen = start_ui(uri, port, tmp_path)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        client = tracking.SweepTracker(uri).client
+        run_id = client.search_runs([exp_id], filter_string="tags.`fusion_sweep.role` = "
+                                    "'trial'")[0].info.run_id
+        shots = Path(os.environ.get("FUSION_UI_SCREENSHOT_DIR") or tmp_path)
+        for name, page, want in (
+                ("root", base + "/", ("gate-scalar", "synthetic-short", "Sort: fusion_sweep.ui_order")),
+                ("run", f"{base}/#/experiments/{exp_id}/runs/{run_id}", ("Model metrics",))):
+            dom = chromium("--dump-dom", page, profile=tmp_path / "prof").stdout
+            for text in want:
+                assert text in dom, f"{text!r} not on the {name} page"
+            assert "Evaluation runs" not in dom and "Token Usage" not in dom, name  # not GenAI
+            png = shots / f"ui_{name}.png"
+            chromium(f"--screenshot={png}", page, profile=tmp_path / "prof")
+            img = Image.open(png).convert("L")
+            assert img.size == (1600, 1000)
+            assert len(np.unique(np.asarray(img.resize((64, 40))))) > 8  # a drawn page, not blank
+    finally:
+        assert_stops_cleanly(proc, signal.SIGTERM, port, seen)
 
 
 def test_ui_stops_on_sigint_and_refuses_a_busy_port(store, tmp_path):

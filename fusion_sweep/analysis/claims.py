@@ -52,7 +52,7 @@ from fusion_sweep.analysis.metrics import is_accuracy_like
 from fusion_sweep.analysis.pairing import MISSING, Cell, cell_key, cells_for, pair_problem, variant_series
 from fusion_sweep.analysis.schema import (
     BETTER, CLAIM_KEYS, CLAIM_SET_KEYS, CLAIM_TEST_KEYS, CONTRADICTS, EQUIVALENT, INCONCLUSIVE,
-    MIXED, NOT_LEARNED, NOT_RUN, SUPPORTS, UNDECIDED, WORSE, AnalysisError,
+    MIXED, NOT_LEARNED, NOT_RUN, NOT_TESTABLE, SUPPORTS, UNDECIDED, WORSE, AnalysisError,
 )
 from fusion_sweep.analysis.regimes import Regime
 from fusion_sweep.analysis.settings import DEFAULT_METRIC, Settings
@@ -406,6 +406,7 @@ def evaluate(cs: ClaimSet, df: pd.DataFrame, settings: Settings,
     results = [_pair(p, cells) for p in plans]
     tests = [_statistics(r, settings, by_arm) for r in results]
     family, tost_family = _holm(tests, settings.alpha)
+    _mark_untestable(plans, tests, _order_blind(df, variant))
     claims = [_summary(c, [t for t in tests if t["claim"] == c.id]) for c in cs.claims]
     out = {"name": cs.name, "title": cs.title, "paper": cs.paper,
            "method": METHOD + "".join(f". {n}" for n in cs.notes),
@@ -547,14 +548,41 @@ def _verdict(t: dict, alpha: float, m: int) -> str:
                          t["tost_p_holm"], alpha, t["_higher"])
 
 
+def _order_blind(df: pd.DataFrame, variant: pd.Series) -> frozenset[tuple[str, Variant]]:
+    """Arms (dataset, variant) that cannot see token order on a dataset whose label is
+    order-only, from the per-trial columns label_depends and order_access (trial tags
+    schema.LABEL_DEPENDS_TAG / ORDER_ACCESS_TAG; absent in older inputs: no arm is blind).
+    R2MU's segment membership ("segments") carries no direction, so it counts as blind."""
+    if "label_depends" not in df.columns or "order_access" not in df.columns:
+        return frozenset()
+    blind = (df["label_depends"] == "order") & df["order_access"].isin(["none", "segments"])
+    return frozenset(zip(df["dataset"][blind], variant[blind]))
+
+
+def _mark_untestable(plans: list[Plan], tests: list[dict],
+                     blind: frozenset[tuple[str, Variant]]) -> None:
+    """A test whose claimed arm (a + term of its contrast) cannot see order on an order-only
+    dataset is decided by the benchmark, not the model: its support becomes NOT_TESTABLE
+    (its statistics stay for the record) instead of CONTRADICTS or SUPPORTS."""
+    for plan, t in zip(plans, tests):
+        hit = [x for x in plan.terms if x.coef > 0 and (x.dataset, x.variant) in blind]
+        if hit and t["verdict"] != NOT_RUN:
+            t["support"] = NOT_TESTABLE
+            t["notes"] = t["notes"] + [f"{x.arm} cannot see token order and {x.dataset}'s label "
+                                       f"is order-only" for x in hit]
+
+
 def _summary(c: Claim, tests: list[dict]) -> dict:
-    """A CLAIM_KEYS dict: the claim, its operationalisation, the tally of its tests."""
-    run = [t for t in tests if t["verdict"] != NOT_RUN]
+    """A CLAIM_KEYS dict: the claim, its operationalisation, the tally of its tests (tests
+    not testable here are left out of it; a claim with only those is NOT_TESTABLE)."""
+    untestable = [t for t in tests if t["support"] == NOT_TESTABLE]
+    run = [t for t in tests if t["verdict"] != NOT_RUN and t["support"] != NOT_TESTABLE]
     sup = sum(t["support"] == SUPPORTS for t in run)
     con = sum(t["support"] == CONTRADICTS for t in run)
     # The tally's reading; the counts beside it say how many regimes decided.
-    support = (NOT_RUN if not run else MIXED if sup and con else SUPPORTS if sup
-               else CONTRADICTS if con else UNDECIDED)
+    support = (NOT_TESTABLE if not run and untestable else NOT_RUN if not run
+               else MIXED if sup and con else SUPPORTS if sup else CONTRADICTS if con
+               else UNDECIDED)
     out = {"claim": c.id, "title": c.title, "quote": c.quote, "where": c.where,
            "operationalisation": c.kind.describe(),
            "variants": [v.label for v in c.kind.variants()],

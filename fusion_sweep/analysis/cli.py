@@ -114,6 +114,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out = p.add_argument_group("output")
     out.add_argument("--format", choices=("text", "json"), default="text",
                      help="stdout format (default text)")
+    out.add_argument("--wide", action="store_true",
+                     help="text: every column of every table, one line per row however long "
+                          "(default: fit 120 columns with the verdict grid and a short table "
+                          "per regime; JSON and --report always carry every column)")
     out.add_argument("--report", metavar="DIR", help="write report.md, report.html, PNGs, stats.json")
     out.add_argument("--no-mlflow-log", action="store_true",
                      help="with MLflow input, do not log the report as a `stats` run")
@@ -155,6 +159,7 @@ def _run(args: argparse.Namespace) -> int:
     from fusion_sweep.analysis.report import analyze  # heavy imports after argument parsing
     settings_from(args)  # flags first: a bad --alpha fails before any I/O
     df, source, load_warnings = _load(args)
+    _check_datasets(args, df, source)
     settings = settings_from(args, source.get("space"))
     report = analyze(df, settings, source, extra_warnings=load_warnings)
     if args.format == "json":
@@ -163,9 +168,30 @@ def _run(args: argparse.Namespace) -> int:
             print(f"warning: [{w['code']}] {w['message']}", file=sys.stderr)
     else:
         from fusion_sweep.analysis.text import format_text
-        print(format_text(report), end="")
+        print(format_text(report, wide=args.wide), end="")
     _write_outputs(args, report, source)
     return 0
+
+
+def _check_datasets(args: argparse.Namespace, df, source: dict) -> None:
+    """A --dataset the sweep lacks: say whether the name is known and where it is."""
+    missing = [d for d in args.dataset if d not in set(df["dataset"])]
+    if not missing or source.get("kind") != "mlflow":
+        return  # a results file: select() names the values present
+    d = missing[0]
+    present = ", ".join(sorted(set(df["dataset"])))
+    known = source.get("known_datasets")  # None: a sweep launched before the tag existed
+    if known is not None and d not in known:
+        raise AnalysisError(f"unknown --dataset {d!r}; choose from {sorted(known)} "
+                            f"(sweep {source['sweep']!r} has {present})")
+    from fusion_sweep.analysis.mlflow_io import sweeps_with_dataset
+    others = sweeps_with_dataset(args.tracking_uri, args.experiment, d)
+    where = (f"{d} is a known dataset but sweep {source['sweep']!r} has none"
+             if known is not None else f"sweep {source['sweep']!r} has no {d} trials")
+    raise AnalysisError(f"{where} (it has {present}); sweeps with {d}: "
+                        f"{', '.join(others) or 'none'}"
+                        + (f" (pass --sweep {others[0]})" if others else
+                           " (launch a search space that lists it under `datasets`)"))
 
 
 def _load(args: argparse.Namespace) -> tuple:

@@ -13,11 +13,12 @@ import numpy as np
 import pandas as pd
 
 from fusion_sweep.schema import CODE_FINGERPRINT, FINGERPRINT_TAGS
+from fusion_sweep.schema import PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN
 
 from fusion_sweep.analysis.metrics import is_proportion
 from fusion_sweep.analysis.schema import (
-    DEFAULT_ENCODER, ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS, KEY_COLUMNS, NON_METRIC_COLUMNS,
-    AnalysisError,
+    DEFAULT_ENCODER, ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS, KEY_COLUMNS, LABEL_COLUMNS,
+    NON_METRIC_COLUMNS, AnalysisError,
 )
 from fusion_sweep.analysis.variants import Axis, Variant, check_present, parse_baseline
 
@@ -111,7 +112,8 @@ def tidy(raw: pd.DataFrame, source: str = "results") -> pd.DataFrame:
         df[col] = df[col].astype(str).str.strip()
     df["seed"] = _integer_seeds(df["seed"], source)
     df["status"] = _status(df)
-    for col in (*FP_COLUMNS, *ENCODER_FP_COLUMNS, "code_fingerprint"):
+    for col in (*FP_COLUMNS, *ENCODER_FP_COLUMNS, "code_fingerprint", PLATFORM_COLUMN,
+                PLATFORM_LABEL_COLUMN, *LABEL_COLUMNS):
         df[col] = _optional_str(df[col]) if col in df.columns else None
     for col in ("median_tokens", "num_classes"):
         df[col] = pd.to_numeric(df[col], errors="coerce") if col in df.columns else np.nan

@@ -24,15 +24,20 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from fusion_sweep.schema import (
-    ADAPTIVE, CODE_FINGERPRINT, DEFAULT_EXPERIMENT, FINGERPRINT_TAGS, IDENTITY_FIELDS, IDENTITY_TAG,
-    PARENT, ROLE, SWEEP, TRIAL_KEY, decode_param, encode_param, resolve_tracking_uri,
+    ADAPTIVE, BASELINE_PARAM, CODE_FINGERPRINT, DIRECTIONS_PARAM, MARGIN_PARAM, METRIC_PARAM, DEFAULT_EXPERIMENT, FINGERPRINT_TAGS, IDENTITY_FIELDS, IDENTITY_TAG,
+    LABEL_DEPENDS_TAG, ORDER_ACCESS_TAG,
+    PARENT, ROLE, SWEEP, TRIAL_KEY, decode_param, encode_param, is_server, resolve_tracking_uri,
+    run_of_key, server_unreachable, sqlite_path,
 )
+from fusion_sweep.schema import (KNOWN_DATASETS, PLATFORM_LABEL_COLUMN, platform_from_tags,
+                                 platform_label)
 
 from fusion_sweep.analysis.load import rows_to_frame
 from fusion_sweep.analysis.metrics import check_direction_value
@@ -46,25 +51,22 @@ _PAGE = 1000
 
 def _client(tracking_uri: str | None) -> tuple[Any, str]:
     uri = resolve_tracking_uri(tracking_uri)
-    if not uri.startswith(("sqlite:///", "http://", "https://")):  # mlflow: a traceback
+    db = sqlite_path(uri)
+    if db is None and not is_server(uri):  # mlflow: a traceback
         raise AnalysisError(f"tracking URI {uri!r}: unsupported; use an http(s):// MLflow "
                             f"server or a sqlite:/// store, or give a results file with --results")
-    if uri.startswith("sqlite:///"):
-        db = Path(uri.removeprefix("sqlite:///"))
+    if db is not None:
         if not db.exists():  # mlflow would silently create an empty store
             raise AnalysisError(
                 f"no MLflow store at {db}; pass --tracking-uri, set MLFLOW_TRACKING_URI, "
                 "or give a results file with --results")
-    else:  # mlflow would retry a dead server for minutes
-        import urllib.request
-        try:
-            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5):
-                pass
-        except OSError as exc:
+    else:
+        reason = server_unreachable(uri)
+        if reason is not None:
             raise AnalysisError(
-                f"MLflow tracking server {uri} is not reachable ({getattr(exc, 'reason', exc)}); "
+                f"MLflow tracking server {uri} is not reachable ({reason}); "
                 "start it, fix --tracking-uri / MLFLOW_TRACKING_URI, or give a results file "
-                "with --results") from None
+                "with --results")
     from mlflow.tracking import MlflowClient  # lazy: see module docstring
     return MlflowClient(tracking_uri=uri), uri
 
@@ -105,6 +107,19 @@ def find_sweep(client: Any, experiment: str, sweep: str | None) -> tuple[Any, An
     return exp, parents[0]  # newest first
 
 
+def sweeps_with_dataset(tracking_uri: str | None, experiment: str | None,
+                        dataset: str) -> list[str]:
+    """Names of the sweeps in the experiment that have a trial run on `dataset`, sorted."""
+    client, _ = _client(tracking_uri)
+    exp = client.get_experiment_by_name(experiment or DEFAULT_EXPERIMENT)
+    if exp is None:
+        return []
+    quoted = dataset.replace("'", "\\'")
+    runs = _search_all(client, exp.experiment_id,
+                       f"tags.`{ROLE}` = 'trial' and params.dataset = '{quoted}'")
+    return sorted({r.data.tags[SWEEP] for r in runs if r.data.tags.get(SWEEP)})
+
+
 def identity(params: dict, tags: dict) -> dict:
     """The trial's identity: the JSON tag when present (and readable), else the params;
     no encoder anywhere -> the standard encoder (runs logged before the encoder axis)."""
@@ -128,7 +143,19 @@ def trial_row(run: Any) -> dict:
                 "trial_key": tags.get(TRIAL_KEY),
                 "code_fingerprint": tags.get(CODE_FINGERPRINT)})
     row.update({f"fp_{name}": tags.get(tag) for name, tag in FINGERPRINT_TAGS.items()})
+    row.update(label_depends=tags.get(LABEL_DEPENDS_TAG), order_access=tags.get(ORDER_ACCESS_TAG))
+    row[PLATFORM_LABEL_COLUMN] = platform_label(platform_from_tags(tags)) or None
     return row
+
+
+def runs_of_keys(runs: list[Any]) -> list[Any]:
+    """One run per trial key, chosen by the resume rule's `schema.run_of_key` (the oldest
+    FINISHED run, else the newest), so `stats` reads the runs `launch` resumed from and
+    counted; runs without a key are kept as they are."""
+    by_key: dict[str, list[Any]] = {}
+    for r in sorted(runs, key=lambda r: r.info.start_time or 0):  # oldest first
+        by_key.setdefault(r.data.tags.get(TRIAL_KEY) or r.info.run_id, []).append(r)
+    return [run_of_key(rs, lambda r: r.info.status) for rs in by_key.values()]
 
 
 def load_sweep(
@@ -140,7 +167,7 @@ def load_sweep(
     exp, parent = find_sweep(client, experiment, sweep)
     children = _search_all(client, exp.experiment_id,
                            f"tags.`{PARENT}` = '{parent.info.run_id}'")
-    trials = [r for r in children if r.data.tags.get(ROLE) == "trial"]
+    trials = runs_of_keys([r for r in children if r.data.tags.get(ROLE) == "trial"])
     rows = [trial_row(r) for r in trials]
     complete = [r for r in rows if all(r[k] is not None for k in REQUIRED_IDENTITY)]
     warnings = []
@@ -153,6 +180,8 @@ def load_sweep(
               "parent_run_id": parent.info.run_id, "experiment_id": exp.experiment_id,
               "n_runs": len(trials), "space": space_choices(parent.data.params),
               "code_fingerprint": parent.data.tags.get(CODE_FINGERPRINT)}
+    if parent.data.tags.get(KNOWN_DATASETS):
+        source["known_datasets"] = decode_param(parent.data.tags[KNOWN_DATASETS])
     if parent.data.tags.get(ADAPTIVE):  # launched with --until-decided: seeds chosen adaptively
         source["adaptive"] = decode_param(parent.data.tags[ADAPTIVE])
     df = rows_to_frame(complete, f"MLflow sweep {name!r} (experiment {experiment!r}, parent run "
@@ -164,19 +193,19 @@ def space_choices(params: dict) -> dict:
     """The sweep's baseline / metric / equivalence margin / directions, as `launch` logged
     them: {"baseline", "metric", "margin" (float or {dataset: float}), "directions"}."""
     out: dict = {}
-    for k in ("baseline", "metric"):
-        v = _decode(params.get(k))
+    for k, p in (("baseline", BASELINE_PARAM), ("metric", METRIC_PARAM)):
+        v = _decode(params.get(p))
         if v not in (None, ""):
             out[k] = str(v)
     # A malformed value is an error only where no flag overrides it (cli.settings_from).
     try:
-        margin = _margin(_decode(params.get("equivalence_margin")))
+        margin = _margin(_decode(params.get(MARGIN_PARAM)))
         if margin is not None:
             out["margin"] = margin
     except AnalysisError as exc:
         out["margin_error"] = str(exc)
     try:
-        directions = _directions(_decode(params.get("directions")), params.get("directions"))
+        directions = _directions(_decode(params.get(DIRECTIONS_PARAM)), params.get(DIRECTIONS_PARAM))
         if directions:
             out["directions"] = directions
     except AnalysisError as exc:
@@ -241,7 +270,8 @@ def log_stats_run(source: dict, report_dir: str | Path, report: Any) -> str:
         if report.claims is not None:  # per claim test: how many support the paper, ...
             support = pd.Series([t["support"] for t in report.claims["tests"]], dtype=object)
             for v in SUPPORT_STATES:
-                client.log_metric(rid, f"n_claims_{v.lower().replace(' ', '_')}",
+                # MLflow metric names allow no parentheses: "not testable here (…)"
+                client.log_metric(rid, "n_claims_" + re.sub(r"[^0-9a-z]+", "_", v.lower()).strip("_"),
                                   int((support == v).sum()))
         client.log_artifacts(rid, str(report_dir))
     except Exception:

@@ -27,6 +27,12 @@ Code fingerprints (tag ``fusion_sweep.code_fingerprint``, column ``code_fingerpr
   ``code_mismatch`` (and the report lists them in a design warning) rather than used with a
   warning. A code change can move every number of a run, so a delta across code versions
   mixes the variant effect with the code change; re-run the stale arm instead.
+
+Platform fingerprints (column ``fp_platform``, readable ``platform``; tag ``fp.platform``):
+a pair whose two runs ran on different platforms (CPU instruction set, GPU, torch/CUDA
+build, thread count: :data:`fusion_sweep.schema.PLATFORM_FIELDS`) is dropped as
+``platform_mismatch``, listed like code mismatches: the same trial gives other floats on
+another platform, so the delta would mix the variant effect with the platform's.
 """
 from __future__ import annotations
 
@@ -36,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from fusion_sweep.analysis.schema import ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS, KEY_COLUMNS
+from fusion_sweep.analysis.schema import PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN
 from fusion_sweep.analysis.variants import Axis, Variant, parse_baseline
 
 CellKey = tuple  # (dataset, encoder, pe, fusion, seed): KEY_COLUMNS order
@@ -50,6 +57,8 @@ class Cell:
     code: str | None = None  # code fingerprint of the run, when known
     reason: str | None = None  # a DROP_REASONS code when unusable
     detail: str = ""
+    platform: str | None = None  # platform fingerprint of the run, when known
+    platform_label: str = ""  # the same, readable
 
     @property
     def ok(self) -> bool:
@@ -111,6 +120,8 @@ class _Columns:
     value: np.ndarray
     fps: tuple[tuple[str, np.ndarray | None], ...]
     code: np.ndarray | None
+    platform: np.ndarray | None
+    platform_label: np.ndarray | None
 
     def __init__(self, df: pd.DataFrame, metric: str) -> None:
         col = lambda c: df[c].to_numpy(dtype=object) if c in df.columns else None  # noqa: E731
@@ -119,6 +130,8 @@ class _Columns:
         fps = tuple((c, col(c)) for c in (*FP_COLUMNS, *ENCODER_FP_COLUMNS))
         object.__setattr__(self, "fps", fps)
         object.__setattr__(self, "code", col("code_fingerprint"))
+        object.__setattr__(self, "platform", col(PLATFORM_COLUMN))
+        object.__setattr__(self, "platform_label", col(PLATFORM_LABEL_COLUMN))
 
 
 def _cell(cols: _Columns, idx: np.ndarray, metric: str) -> Cell:
@@ -141,7 +154,11 @@ def _cell(cols: _Columns, idx: np.ndarray, metric: str) -> Cell:
         return Cell(reason="non_finite_metric", detail=f"{metric} = {value}")
     fps = tuple((c, a[i] if a is not None else None) for c, a in cols.fps)
     code = cols.code[i] if cols.code is not None else None
-    return Cell(value=float(value), fps=fps, code=code if isinstance(code, str) else None)
+    plat = cols.platform[i] if cols.platform is not None else None
+    label = cols.platform_label[i] if cols.platform_label is not None else None
+    return Cell(value=float(value), fps=fps, code=code if isinstance(code, str) else None,
+                platform=plat if isinstance(plat, str) and plat else None,
+                platform_label=label if isinstance(label, str) else "")
 
 
 def cells_for(df: pd.DataFrame, metric: str) -> dict[CellKey, Cell]:
@@ -219,10 +236,23 @@ def pair_problem(a: Cell, b: Cell, a_name: str, b_name: str,
             return cell.reason, f"{side}: {cell.detail}"
     if a.code is not None and b.code is not None and a.code != b.code:
         return "code_mismatch", f"{a_name} ran code {_short(a.code)}, {b_name} ran {_short(b.code)}"
+    if a.platform is not None and b.platform is not None and a.platform != b.platform:
+        return "platform_mismatch", platform_difference(a, b, a_name, b_name)
     mismatch = fingerprint_mismatch(a, b, same_encoder)
     if mismatch:
         return "fingerprint_mismatch", mismatch
     return None, ""
+
+
+def platform_difference(a: Cell, b: Cell, a_name: str, b_name: str) -> str:
+    """Which parts of two platforms differ (their readable labels), else their hashes."""
+    pa, pb = a.platform_label.split(", "), b.platform_label.split(", ")
+    only_a = [p for p in pa if p not in pb]
+    only_b = [p for p in pb if p not in pa]
+    if a.platform_label and b.platform_label and (only_a or only_b):
+        return (f"{a_name} ran on {', '.join(only_a)}, {b_name} on {', '.join(only_b)} "
+                f"(platforms {_short(a.platform)} vs {_short(b.platform)})")
+    return f"{a_name} ran on platform {_short(a.platform)}, {b_name} on {_short(b.platform)}"
 
 
 def dropped_record(dataset: str, metric: str | None, arm: Variant, ref: Variant | None,

@@ -8,17 +8,25 @@ Each function takes comparison dicts (see :mod:`fusion_sweep.analysis.report`) a
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter
 
 from fusion_sweep.analysis.schema import SUPPORT_COLORS, VERDICT_COLORS
 from fusion_sweep.analysis.variants import Axis, Variant
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _VERDICT_COLOR = VERDICT_COLORS
 
@@ -52,9 +60,9 @@ def paired_delta_plot(comps: list[dict], title: str, margin: float | None, path:
         ax.plot(np.array(xs) - 0.12, ys, "-", color=color[s], alpha=0.25, lw=1)
         ax.scatter(np.array(xs) - 0.12, ys, color=color[s], s=28, zorder=3, label=f"seed {s}")
     for i, c in enumerate(comps):
-        if c["t_ci_low"] is not None and np.isfinite(c["t_ci_low"]):
-            ax.errorbar(i + 0.12, c["mean_delta"], yerr=[[c["mean_delta"] - c["t_ci_low"]],
-                        [c["t_ci_high"] - c["mean_delta"]]], fmt="s", color="black",
+        if _finite(c.get("verdict_ci_low")):
+            ax.errorbar(i + 0.12, c["mean_delta"], yerr=[[c["mean_delta"] - c["verdict_ci_low"]],
+                        [c["verdict_ci_high"] - c["mean_delta"]]], fmt="s", color="black",
                         ms=5, capsize=3, zorder=4)
         elif c["n"]:
             ax.plot(i + 0.12, c["mean_delta"], "s", color="black", ms=5)
@@ -66,38 +74,108 @@ def paired_delta_plot(comps: list[dict], title: str, margin: float | None, path:
     ax.set_xlim(-0.6, len(comps) - 0.4)
     ax.set_ylabel(f"Δ {comps[0]['metric'] if comps else ''} (per seed)")
     ax.set_title(title, fontsize=9)
-    if seeds:
-        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+    handles, _ = ax.get_legend_handles_labels()
+    handles += [Line2D([], [], color="black", marker="s", ms=5, lw=1.5,
+                       label="mean Δ, interval\nthe verdict uses"),
+                Line2D([], [], color="#444", ls="--", lw=0.8, label="Δ = 0 (no effect)")]
+    if margin:
+        handles.append(Patch(color=MARGIN_COLOR, alpha=MARGIN_ALPHA,
+                             label=f"±{margin:g} equivalence\nmargin"))
+    ax.legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5),
+              frameon=False, title="dot = one seed's Δ", title_fontsize=7)
     return _save(fig, path)
 
 
 def forest_plot(comps: list[dict], title: str, margin: float | None, path: Path,
-                axis: Axis | None = None) -> Path:
-    """Mean Δ with t-interval (thick) and BCa interval (thin) per (comparison, regime).
+                axis: Axis | None = None, alpha: float = 0.05) -> Path:
+    """Mean Δ with the interval the verdict uses (thick, colour = verdict) and the unadjusted
+    (1 - alpha) t-interval (thin, grey) per (comparison, regime), so a thick bar crosses 0
+    exactly when the verdict is not better/worse.
 
     Rows are grouped by fusion, datasets in regime order within a group (short -> long
     when lengths are known, else by name), so an effect that differs across datasets
     reads as a drift down each group.
     """
     rows = list(reversed(comps))  # first comparison at the top
-    fig, ax = _subplots(figsize=(8.5, 0.9 + 0.32 * max(1, len(rows))))
+    fig, ax = _subplots(figsize=(8.5, 1.6 + 0.32 * max(1, len(rows))))
     _zero_and_margin(ax, margin, horizontal=False)
     for y, c in enumerate(rows):
         col = _VERDICT_COLOR.get(c["verdict"], "black")
-        if c["boot_ci_low"] is not None and np.isfinite(c["boot_ci_low"]):
-            ax.plot([c["boot_ci_low"], c["boot_ci_high"]], [y - 0.18] * 2, color=col, lw=1,
-                    alpha=0.6)
-        if c["t_ci_low"] is not None and np.isfinite(c["t_ci_low"]):
-            ax.plot([c["t_ci_low"], c["t_ci_high"]], [y, y], color=col, lw=2.5)
-        if c["mean_delta"] is not None and np.isfinite(c["mean_delta"]):
+        if _finite(c["t_ci_low"]):
+            ax.plot([c["t_ci_low"], c["t_ci_high"]], [y - 0.22] * 2, color="#8c959f", lw=1)
+        if _finite(c.get("verdict_ci_low")):
+            ax.plot([c["verdict_ci_low"], c["verdict_ci_high"]], [y, y], color=col, lw=2.5)
+        if _finite(c["mean_delta"]):
             ax.plot(c["mean_delta"], y, "o", color=col, ms=5)
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([f"{_arm(c, axis)} vs {c['baseline']} · {c['regime']}" for c in rows],
                        fontsize=7)
-    ax.set_xlabel(f"Δ {comps[0]['metric'] if comps else ''}   (thick: t-interval, "
-                  "thin: BCa bootstrap; colour = verdict)", fontsize=8)
+    ax.set_xlabel(f"Δ {comps[0]['metric'] if comps else ''} (arm − reference)", fontsize=8)
     ax.set_title(title, fontsize=9)
     ax.set_ylim(-0.7, len(rows) - 0.3)
+    level = f"{100 * (1 - alpha):.0f}%"
+    handles = [Line2D([], [], color="#444", marker="o", ms=5, lw=2.5,
+                      label="mean Δ and the interval the verdict uses (Holm-consistent)"),
+               Line2D([], [], color="#8c959f", lw=1, label=f"unadjusted {level} t-interval"),
+               Line2D([], [], color="#444", ls="--", lw=0.8, label="Δ = 0 (no effect)")]
+    if margin:
+        handles.append(Patch(color=MARGIN_COLOR, alpha=MARGIN_ALPHA,
+                             label=f"±{margin:g} equivalence margin (TOST)"))
+    shown = [v for v in VERDICT_COLORS if any(c["verdict"] == v for c in comps)]
+    handles += [Patch(color=VERDICT_COLORS[v], label=f"verdict: {v}") for v in shown]
+    fig.legend(handles=handles, fontsize=7, loc="lower center", ncol=3, frameon=False)
+    fit_titles(fig)
+    fig.tight_layout(rect=(0, 0.04 + 0.035 * ((len(handles) + 2) // 3), 1, 1))
+    return _save(fig, path, layout=False)
+
+
+def arms_by_regime_plot(values: "pd.DataFrame", regimes: list[tuple[str, str]],
+                        chance: dict[str, float], arms: list[str], metric: str, title: str,
+                        path: Path, reference: str | None = None) -> Path:
+    """The paper-style figure: each arm's metric per regime (x, short -> long), every seed a
+    dot, the seeds of one pair joined by a line across the arms of a regime, the arms' mean
+    a bar, and chance (1/K) a dashed line.
+
+    values: one row per usable cell with columns dataset, arm, seed, value; regimes:
+    (dataset, label) short -> long; chance: dataset -> chance level (absent: none drawn);
+    arms: the arms in plotting order (the reference first).
+    """
+    cmap = colormaps["tab10"]
+    color = {a: cmap(i % 10) for i, a in enumerate(arms)}
+    k = max(1, len(arms))
+    width = 0.7
+    offset = {a: (i - (k - 1) / 2) * width / k for i, a in enumerate(arms)}
+    fig, ax = _subplots(figsize=(2.0 + 2.2 * max(1, len(regimes)), 4.4))
+    for xi, (dataset, _) in enumerate(regimes):
+        sub = values[values["dataset"] == dataset]
+        for seed, g in sub.groupby("seed", sort=True):  # one seed across the arms: a pair
+            g = g.set_index("arm").reindex([a for a in arms if a in set(g["arm"])])
+            ax.plot([xi + offset[a] for a in g.index], g["value"], "-", color="#8c959f",
+                    lw=0.7, alpha=0.6, zorder=1)
+        for a in arms:
+            v = sub[sub["arm"] == a].sort_values("seed")
+            if v.empty:
+                continue
+            ax.scatter(np.full(len(v), xi + offset[a]), v["value"], color=color[a], s=16, zorder=3, edgecolor="white",
+                       linewidth=0.4)
+            ax.plot([xi + offset[a] - 0.35 * width / k, xi + offset[a] + 0.35 * width / k],
+                    [v["value"].mean()] * 2, color=color[a], lw=2.2, zorder=2)
+        if dataset in chance and _finite(chance[dataset]):
+            ax.plot([xi - width / 2 - 0.05, xi + width / 2 + 0.05], [chance[dataset]] * 2,
+                    color="#9a6700", ls=":", lw=1.3, zorder=0)
+    ax.set_xticks(range(len(regimes)))
+    ax.set_xticklabels([_wrap_label(label, 22) for _, label in regimes], fontsize=8)
+    ax.set_xlim(-0.6, len(regimes) - 0.4)
+    ax.set_ylabel(metric, fontsize=9)
+    ax.set_title(title, fontsize=9)
+    handles = [Line2D([], [], color=color[a], marker="o", lw=2.2, ms=5,
+                      label=f"{a}{' (reference)' if a == reference else ''}") for a in arms]
+    handles += [Line2D([], [], color="#8c959f", lw=0.7, label="one seed across arms\n(a pair)"),
+                Line2D([], [], color="#444", lw=2.2, label="bar: mean over seeds")]
+    if chance:
+        handles.append(Line2D([], [], color="#9a6700", ls=":", lw=1.3, label="chance (1/K)"))
+    ax.legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5),
+              frameon=False, title="dot = one seed", title_fontsize=7)
     return _save(fig, path)
 
 
@@ -141,6 +219,14 @@ def claims_plot(tests: list[dict], kind: str, path: Path) -> bool:
     return True
 
 
+def _finite(v: object) -> bool:
+    return v is not None and bool(np.isfinite(v))
+
+
+def _wrap_label(text: str, width: int) -> str:
+    return "\n".join(textwrap.wrap(text, width, break_on_hyphens=False)) or text
+
+
 def _subplots(figsize: tuple[float, float]) -> tuple[Figure, Axes]:
     fig = Figure(figsize=figsize, dpi=110)
     FigureCanvasAgg(fig)
@@ -152,11 +238,90 @@ def _zero_and_margin(ax: Axes, margin: float | None, horizontal: bool) -> None:
     line, band = (ax.axhline, ax.axhspan) if horizontal else (ax.axvline, ax.axvspan)
     line(0.0, color="#444", lw=0.8, ls="--")
     if margin:
-        band(-margin, margin, color="#0969da", alpha=0.08, lw=0)
+        band(-margin, margin, color=MARGIN_COLOR, alpha=MARGIN_ALPHA, lw=0)
 
 
-def _save(fig: Figure, path: Path) -> Path:
+MARGIN_COLOR, MARGIN_ALPHA = "#0969da", 0.08
+
+
+def fit_titles(fig: Figure) -> bool:
+    """Wrap every axes title that sticks out of the figure onto more lines, until it fits
+    inside the figure's width; True when any title changed."""
+    renderer = fig.canvas.get_renderer()
+    box, changed = fig.bbox, False
+    for ax in fig.axes:
+        title = ax.title
+        text = " ".join(title.get_text().split())
+        width = len(text)
+
+        def out() -> bool:
+            e = title.get_window_extent(renderer)
+            return e.x0 < box.x0 + 2 or e.x1 > box.x1 - 2
+
+        while text and width > 20 and out():
+            width = int(width * 0.85)
+            title.set_text("\n".join(textwrap.wrap(text, width, break_on_hyphens=False)))
+            changed = True
+    return changed
+
+
+def text_outside(fig: Figure, tolerance: float = 1.0) -> list[str]:
+    """The visible texts (titles, labels, ticks, legends) that do not lie wholly inside the
+    figure, i.e. that the saved PNG would clip; [] when everything fits."""
+    renderer = fig.canvas.get_renderer()
+    box = fig.bbox
+    hidden = {id(t) for ax in fig.axes for t in _undrawn_tick_labels(ax)}
+    out = []
+    for t in fig.findobj(Text):
+        if not t.get_visible() or not t.get_text().strip() or id(t) in hidden:
+            continue
+        e = t.get_window_extent(renderer)
+        if (e.x0 < box.x0 - tolerance or e.y0 < box.y0 - tolerance
+                or e.x1 > box.x1 + tolerance or e.y1 > box.y1 + tolerance):
+            out.append(t.get_text())
+    return out
+
+
+def _undrawn_tick_labels(ax: Axes) -> list[Text]:
+    """Tick labels whose tick lies outside the view limits (matplotlib keeps but never
+    draws them)."""
+    out = []
+    for axis in (ax.xaxis, ax.yaxis):
+        low, high = sorted(axis.get_view_interval())
+        for major in (True, False):
+            locs = axis.get_majorticklocs() if major else axis.get_minorticklocs()
+            labels = axis.get_majorticklabels() if major else axis.get_minorticklabels()
+            out += [t for x, t in zip(locs, labels) if not low - 1e-9 <= x <= high + 1e-9]
+    return out
+
+
+def _save(fig: Figure, path: Path, layout: bool = True) -> Path:
+    """Lay out (unless the caller did), wrap titles that stick out, widen the figure for
+    anything still outside (a legend beside the axes), write the PNG: nothing clipped."""
     path = Path(path)
-    fig.tight_layout()
+    relayout = fig.tight_layout if layout else (lambda: None)
+    relayout()
+    for _ in range(3):
+        if not fit_titles(fig):
+            break
+        relayout()
+    _widen_to_fit(fig)
     fig.savefig(path, format="png")
     return path
+
+
+def _widen_to_fit(fig: Figure) -> None:
+    """Grow the figure's width until every artist lies inside it, keeping each axes' size
+    and place in inches (a legend beside the axes that the layout left hanging out)."""
+    for _ in range(3):
+        tight = fig.get_tightbbox(fig.canvas.get_renderer())  # inches
+        w, h = fig.get_size_inches()
+        left, right = max(0.0, -tight.x0), max(0.0, tight.x1 - w)
+        if left + right <= 0.01:
+            return
+        new_w, shift = w + left + right + 0.1, left + 0.05
+        boxes = [(ax, ax.get_position()) for ax in fig.axes]
+        fig.set_size_inches(new_w, h)
+        for ax, pos in boxes:
+            ax.set_position([(pos.x0 * w + shift) / new_w, pos.y0, pos.width * w / new_w,
+                             pos.height])

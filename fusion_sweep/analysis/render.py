@@ -12,15 +12,21 @@ from pathlib import Path
 
 from fusion_sweep.analysis import plots
 from fusion_sweep.analysis.regimes import lengths_known
+from fusion_sweep.analysis.grid import grid_rows
+from fusion_sweep.analysis.pairing import usable_values
 from fusion_sweep.analysis.report import Report
 from fusion_sweep.analysis.schema import INCONCLUSIVE, NOT_LEARNED, SUPPORT_COLORS, VERDICT_COLORS
 from fusion_sweep.analysis.sequential_report import sequential_blocks
 from fusion_sweep.analysis.tables import (
     Table, arms_table, blocks_by_regime, chance_table, claim_tests_table, claims_table,
     comparison_table, dropped_table, fusion_by_dataset_tables, interaction_table,
-    pe_by_fusion_tables, seeds_needed_table, variant_by_dataset_tables,
+    grid_regimes, pe_by_fusion_tables, seeds_needed_table, variant_by_dataset_tables,
+    verdict_grid_table,
 )
-from fusion_sweep.analysis.text import VERDICT_RULE, descriptive, is_numeric_cell, source_line
+from fusion_sweep.analysis.text import (
+    VERDICT_RULE, descriptive, is_numeric_cell, source_line, warning_line,
+)
+from fusion_sweep.analysis.variants import Variant
 
 # Block kinds: ("h1"|"h2"|"h3"|"p", text), ("ul", [text]), ("table", Table), ("img", file, alt)
 Block = tuple
@@ -51,18 +57,25 @@ def _write(path: Path, text: str) -> Path:
 
 
 def build_blocks(report: Report, out: Path) -> list[Block]:
-    """The document; figures are drawn into `out` as a side effect."""
+    """The document; figures are drawn into `out` as a side effect. The answer comes
+    first: the verdict grid, the paper-style figure, then the rule that decides a verdict,
+    then the warnings and every detail."""
     s = report.settings
     b: list[Block] = [("h1", "fusion-sweep stats: does the fusion operator beat seed noise?")]
     b.append(("p", f"Source: {source_line(report.source)}. Baseline `{s.baseline}`, pairs: "
                    f"{s.pairs}, alpha = {s.alpha}, equivalence margin = {s.margin_label()}, "
                    f"BCa bootstrap {s.n_boot} resamples, rng seed {s.rng_seed}."))
+    if report.comparisons:
+        b.append(("h2", "The answer at a glance"))
+        b += [("grid", verdict_grid_table(report, metric), _grid_verdicts(report, metric))
+              for metric in s.metrics if any(c["metric"] == metric for c in report.comparisons)]
+        b += _arms_figure_blocks(report, out)
     b.append(("p", VERDICT_RULE))
     if report.claims is not None:
         b.append(("p", f"The paper's claims ({report.claims['name']}) are tested in "
                        "`claims.html` / `claims.md` beside this report."))
     b.append(("h2", "Design warnings"))
-    b.append(("ul", [f"[{w['code']}] {w['message']}" for w in report.warnings] or ["none"]))
+    b.append(("ul", [warning_line(w) for w in report.warnings] or ["none"]))
     if report.arms:
         b.append(("h2", "Each arm over its seeds"))
         b.append(("table", arms_table(report)))
@@ -83,6 +96,43 @@ def build_blocks(report: Report, out: Path) -> list[Block]:
     return b
 
 
+def _grid_verdicts(report: Report, metric: str) -> list[list[str | None]]:
+    """The verdict of every grid cell (None: no comparison there), for the cell colours."""
+    regimes = grid_regimes(report)
+    return [[(row.cells[r.dataset]["verdict"] if r.dataset in row.cells else None)
+             for r in regimes]
+            for row in grid_rows(report.comparisons, report.settings.axis) if row.metric == metric]
+
+
+def _arms_figure_blocks(report: Report, out: Path) -> list[Block]:
+    """The paper-style figure per group: each arm's metric per regime, every seed a dot,
+    the seeds of a pair joined, chance drawn (the first metric)."""
+    axis, metric = report.settings.axis, report.settings.metrics[0]
+    vals = usable_values(report.table, metric)
+    if vals.empty:
+        return []
+    arms = [Variant(*f) for f in zip(vals["encoder"], vals["pe"], vals["fusion"])]
+    vals = vals.assign(arm=[axis.short(v) for v in arms], group=[axis.group(v) for v in arms])
+    regimes = [(r.dataset, r.label) for r in grid_regimes(report)]
+    chance = {a["dataset"]: a["chance_level"] for a in report.arms
+              if a["metric"] == metric and a["chance_level"] is not None}
+    b: list[Block] = []
+    for group in sorted(set(vals["group"])):
+        sub = vals[vals["group"] == group]
+        ref = axis.short(axis.reference(group))
+        names = sorted(set(sub["arm"]))
+        order = ([ref] if ref in names else []) + [a for a in names if a != ref]
+        parts = [p for p in axis.path(group).split("/") if p]
+        name = plots.slug("arms", *parts, metric) + ".png"
+        where = " · ".join(p for p in (axis.title(group), metric) if p)
+        plots.arms_by_regime_plot(sub, regimes, chance, order, metric,
+                                  f"Each arm per length regime · {where}", out / name,
+                                  reference=ref)
+        b.append(("img", name, f"each arm's {metric} per regime, every seed a dot, "
+                               f"{where.replace(' · ', ', ')}"))
+    return b
+
+
 def _comparison_blocks(report: Report, out: Path) -> list[Block]:
     """Per regime: the comparison table and the paired per-seed delta plot."""
     b: list[Block] = [("h2", "Comparisons per length regime")]
@@ -93,7 +143,7 @@ def _comparison_blocks(report: Report, out: Path) -> list[Block]:
         if comps:
             parts = [p for p in axis.path(group).split("/") if p]
             name = plots.slug("deltas", comps[0]["dataset"], *parts, metric) + ".png"
-            plots.paired_delta_plot(comps, f"Per-seed Δ · {table.title}",
+            plots.paired_delta_plot(comps, f"Per-seed Δ vs reference · {table.title}",
                                     comps[0]["equivalence_margin"], out / name, axis)
             b.append(("img", name, f"paired per-seed deltas, {table.title}"))
     return b
@@ -114,9 +164,11 @@ def _interaction_blocks(report: Report, out: Path) -> list[Block]:
         where = " · ".join(p for p in (axis.title(group), metric) if p)
         margins = {c["equivalence_margin"] for c in comps}  # one band only if one margin
         plots.forest_plot(comps, f"Δ vs reference across datasets · {where}",
-                          margins.pop() if len(margins) == 1 else None, out / name, axis)
+                          margins.pop() if len(margins) == 1 else None, out / name, axis,
+                          alpha=report.settings.alpha)
         alt = where.replace(" · ", ", ")
-        b.append(("img", name, f"forest plot of mean delta with CIs, {alt}"))
+        b.append(("img", name, f"forest plot of mean delta with the intervals the verdicts "
+                               f"use, {alt}"))
     if report.interaction["tests"]:
         b.append(("table", interaction_table(report)))
     else:
@@ -156,7 +208,7 @@ def render_markdown(blocks: list[Block]) -> str:
             out.append(blk[1])
         elif kind == "ul":
             out.append("\n".join(f"- {_md_escape(i)}" for i in blk[1]))
-        elif kind == "table":
+        elif kind in ("table", "grid"):
             out.append(_md_table(blk[1]))
         elif kind == "img":
             out.append(f"![{blk[2]}]({blk[1]})")
@@ -188,18 +240,23 @@ th{background:#f6f8fa}td.n{text-align:right;font-variant-numeric:tabular-nums}
 td.w{white-space:normal;min-width:220px;max-width:460px}
 caption{caption-side:top;text-align:left;font-weight:600;font-size:13px;padding:4px 0}
 .foot{font-size:11px;color:#57606a;margin:0 0 8px}img{max-width:100%;border:1px solid #eaeef2;margin:8px 0}
-#img-status{font-size:11px;color:#57606a}#img-status.bad{color:#cf222e;font-weight:600}
+#img-status{display:none}#img-status.bad{display:block;color:#cf222e;font-weight:600;font-size:13px}
+table.grid{font-size:12.5px;margin-bottom:4px}table.grid td,table.grid th{padding:5px 9px;vertical-align:top}
+table.grid td.g{white-space:normal;min-width:150px}td.g b{font-size:13px}td.g small{color:#424a53}
+td.g small{font-weight:normal}
 """
 # Marks the page with how many figures loaded (data-images-loaded="k/n"): a reader sees a
-# red banner for a broken figure, and headless-browser checks read the attribute.
+# red banner only for a broken figure, and headless-browser checks read the attribute.
 _JS = """
 window.addEventListener('load', function () {
   var imgs = Array.prototype.slice.call(document.images);
   var ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
   document.body.setAttribute('data-images-loaded', ok + '/' + imgs.length);
   var el = document.getElementById('img-status');
-  el.textContent = ok + ' of ' + imgs.length + ' figures loaded';
-  if (ok !== imgs.length) { el.className = 'bad'; }
+  if (ok !== imgs.length) {  // shown only when a figure is missing
+    el.textContent = (imgs.length - ok) + ' of ' + imgs.length + ' figures failed to load';
+    el.className = 'bad';
+  }
 });
 """
 
@@ -214,6 +271,8 @@ def render_html(blocks: list[Block], title: str) -> str:
             body.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in blk[1]) + "</ul>")
         elif kind == "table":
             body.append(_html_table(blk[1]))
+        elif kind == "grid":
+            body.append(_html_grid(blk[1], blk[2]))
         elif kind == "img":
             body.append(f'<img src="{html.escape(blk[1])}" alt="{html.escape(blk[2])}">')
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -234,8 +293,10 @@ def _verdict_css() -> str:
     weight = {INCONCLUSIVE: "normal", NOT_LEARNED: "600;font-style:italic"}
     verdicts = "".join(f".{verdict_class(v)}{{color:{c};font-weight:{weight.get(v, '600')}}}"
                        for v, c in VERDICT_COLORS.items())
-    return verdicts + "".join(f".{support_class(v)}{{color:{c};font-weight:600}}"
-                              for v, c in SUPPORT_COLORS.items())
+    tints = "".join(f"td.g.{verdict_class(v)}{{background:{c}14}}"  # 8% of the colour
+                    for v, c in VERDICT_COLORS.items())
+    return verdicts + tints + "".join(f".{support_class(v)}{{color:{c};font-weight:600}}"
+                                      for v, c in SUPPORT_COLORS.items())
 
 
 def verdict_class(verdict: str) -> str:
@@ -265,6 +326,34 @@ WRAP_OVER = 60
 
 VERDICT_HEADERS = ("verdict", "ratio verdict")
 SUPPORT_HEADERS = ("paper's claim",)
+
+
+def _html_grid(t: Table, verdicts: list[list[str | None]]) -> str:
+    """The verdict grid: each cell's verdict as a bold coloured word on a tinted
+    background, Δ beside it, the interval the verdict uses and n below."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in t.headers)
+    rows = []
+    for r, vs in zip(t.rows, verdicts):
+        cells = [f"<th>{html.escape(r[0])}</th>"]
+        for text, v in zip(r[1:], vs):
+            if v is None:
+                cells.append(f'<td class="g">{html.escape(text)}</td>')
+                continue
+            delta, detail = _split_cell(text, v)
+            cells.append(f'<td class="g {verdict_class(v)}" data-verdict="{html.escape(v)}">'
+                         f"<b>{html.escape(v)}</b> Δ {html.escape(delta)}<br>"
+                         f"<small>{html.escape(detail)}</small></td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    foot = "".join(f'<p class="foot">{html.escape(f)}</p>' for f in t.footnotes)
+    return (f'<div class="tw"><table class="grid" id="verdict-grid"><caption>'
+            f"{html.escape(t.title)}</caption><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table></div>{foot}")
+
+
+def _split_cell(text: str, verdict: str) -> tuple[str, str]:
+    """'+0.0040 better [..] 99.4% · n=5' -> ('+0.0040', '[..] 99.4% · n=5')."""
+    delta, _, rest = text.partition(" ")
+    return delta, rest[len(verdict):].strip()
 
 
 def _html_table(t: Table) -> str:

@@ -41,9 +41,11 @@ import pandas as pd
 from fusion_sweep.analysis import stats
 from fusion_sweep.analysis.chance import METHOD as CHANCE_METHOD
 from fusion_sweep.analysis.chance import arm_state, chance_level, chance_tests, class_counts
+from fusion_sweep.analysis.grid import verdict_grid
 from fusion_sweep.analysis.load import select
 from fusion_sweep.analysis.claims import evaluate, get_claim_set
 from fusion_sweep.analysis.pairing import Paired, pair_trials, supersede, usable_values
+from fusion_sweep.analysis.platforms import platform_warnings, platforms_of
 from fusion_sweep.analysis.regimes import Regime, interaction_tests, lengths_known, regimes_for
 from fusion_sweep.analysis.schema import (
     ARM_KEYS, BETTER, COMPARISON_KEYS, COST_METRICS, DEFAULT_ENCODER, DESCRIPTIVE_LABEL,
@@ -89,6 +91,7 @@ class Report:
             "chance": self.chance,
             "claims": self.claims,
             "sequential": self.sequential,
+            "verdict_grid": verdict_grid(self.comparisons),
         }
         assert tuple(out) == TOP_LEVEL_KEYS
         return _json_clean(out)
@@ -155,6 +158,7 @@ def analyze(
     for metric in settings.metrics:  # an unknown direction fails before any statistics
         settings.higher_is_better(metric)
     df, superseded = supersede(df, source.get("code_fingerprint"))
+    source = {**source, "platforms": platforms_of(df)}  # named in the report's source line
     regimes, regime_warns = regimes_for(df)
     pairing = pair_trials(df, list(settings.metrics), axis, settings.pairs)
     dropped = superseded + pairing.dropped
@@ -170,7 +174,10 @@ def analyze(
     _holm_and_verdicts(comps, settings)
     tests, inter_warns = interaction_tests(comps, regimes, settings.alpha, axis)
     warnings = (_design_warnings(comps, settings) + _not_learned_warnings(comps, axis)
-                + _code_mismatch_warning(pairing.dropped, axis) + pairing.warnings
+                + _code_mismatch_warning(pairing.dropped, axis)
+                + platform_warnings(source["platforms"], pairing.dropped,
+                                    lambda d: where(d, axis))
+                + pairing.warnings
                 + regime_warns + chance_warns + _margin_warnings(comps, settings)
                 + list(extra_warnings or []) + _degenerate_warnings(comps, axis)
                 + _dropped_warning(dropped) + inter_warns)
@@ -259,6 +266,7 @@ def _compare(p: Paired, s: Settings, regime: Regime, by_arm: dict) -> dict:
         "p_holm": stats.NAN, "verdict": INCONCLUSIVE, "tost_p_holm": stats.NAN,
         "holm_first_step_alpha": s.alpha, "power_at_holm_alpha": stats.NAN,
         "seeds_for_80_power_at_holm_alpha": None,
+        "verdict_ci_low": stats.NAN, "verdict_ci_high": stats.NAN, "verdict_ci_level": stats.NAN,
         "chance_level": chance_level(by_arm, p.dataset, p.arm, p.metric),
         "learned": arm_state(by_arm, p.dataset, p.arm, p.metric),
         "baseline_learned": arm_state(by_arm, p.dataset, p.ref, p.metric),
@@ -293,6 +301,9 @@ def _holm_and_verdicts(comps: list[dict], s: Settings) -> None:
     for c, p, tp, rp in zip(comps, adjusted, tost_adjusted, ratio_adjusted):
         c["p_holm"], c["tost_p_holm"] = float(p), float(tp)
         _power_at_holm_alpha(c, s.alpha / m)
+        c["verdict_ci_low"], c["verdict_ci_high"], c["verdict_ci_level"] = \
+            stats.holm_consistent_interval(np.asarray(c["deltas"], float), c["t_p"], float(p),
+                                           s.alpha)
         not_learned = c["learned"] == "no" and c["baseline_learned"] == "no"
         c["verdict"] = stats.verdict(c["mean_delta"], c["t_ci_low"], c["t_ci_high"], c["p_holm"],
                                      c["tost_p_holm"], s.alpha, c["higher_is_better"],

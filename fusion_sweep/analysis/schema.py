@@ -18,6 +18,9 @@ fp_dropout         str|NA    dropout-stream fingerprint (optional)
 fp_encoder_init    str|NA    encoder-body initial weights (optional; compared only between
                              two trials with the same encoder label)
 code_fingerprint   str|NA    hash of the code that computed the trial (optional)
+fp_platform        str|NA    hash of the platform the trial ran on (optional; pairs are kept
+                             on one platform, else dropped as platform_mismatch)
+platform           str|NA    that platform, readable (fusion_sweep.schema.platform_label)
 median_tokens      float     median test-doc token length of the dataset (optional, NaN)
 num_classes        float     the dataset's class count, for the chance level (optional, NaN)
 run_id             str|NA    MLflow run id (MLflow input only)
@@ -32,8 +35,9 @@ from __future__ import annotations
 # Identity and fingerprints have one home, shared with the sweep layer that writes them.
 from fusion_sweep.schema import (  # DEFAULT_ENCODER: re-exported for the analysis modules
     DEFAULT_ENCODER, ENCODER_FINGERPRINT_COLUMNS, FINGERPRINT_COLUMNS, IDENTITY_FIELDS,
-    VARIANT_FIELDS,
+    LABEL_COLUMNS, VARIANT_FIELDS,
 )  # noqa: F401
+from fusion_sweep.schema import PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN  # noqa: F401
 
 KEY_COLUMNS: tuple[str, ...] = IDENTITY_FIELDS
 # What is compared within a dataset; the comparison axis is built from these (variants.py).
@@ -44,7 +48,8 @@ FP_COLUMNS: tuple[str, ...] = FINGERPRINT_COLUMNS
 # different encoders differ by construction).
 ENCODER_FP_COLUMNS: tuple[str, ...] = ENCODER_FINGERPRINT_COLUMNS
 META_COLUMNS: tuple[str, ...] = ("status", *FP_COLUMNS, *ENCODER_FP_COLUMNS, "code_fingerprint",
-                                 "median_tokens", "num_classes", "run_id", "trial_key")
+                                 "median_tokens", "num_classes", "run_id", "trial_key",
+                                 PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN, *LABEL_COLUMNS)
 NON_METRIC_COLUMNS: frozenset[str] = frozenset((*KEY_COLUMNS, *META_COLUMNS))
 
 FINISHED = "FINISHED"
@@ -96,6 +101,10 @@ EXTRA_COMPARISON_KEYS: tuple[str, ...] = (
     # with the exponentiated t-interval of the mean log ratio, its paired-t p, the Holm p
     # over the report's ratio tests, and the verdict on the ratio.
     "ratio", "ratio_ci_low", "ratio_ci_high", "ratio_p", "ratio_p_holm", "ratio_verdict",
+    # The interval the verdict uses: the t-interval at level 1 - alpha * t_p / p_holm, which
+    # excludes 0 exactly when p_holm < alpha (stats.holm_consistent_interval); what the
+    # verdict grid and the figures draw. The t_ci_* above are unadjusted (1 - alpha).
+    "verdict_ci_low", "verdict_ci_high", "verdict_ci_level",
 )
 COMPARISON_KEYS: tuple[str, ...] = REQUIRED_COMPARISON_KEYS + EXTRA_COMPARISON_KEYS
 
@@ -107,6 +116,16 @@ TOP_LEVEL_KEYS: tuple[str, ...] = (
     # An adaptive sweep (`launch --until-decided`): the anytime-valid sequential decision of
     # each comparison (SEQUENTIAL_KEYS); null for a fixed-seed sweep.
     "sequential",
+    # The answer at a glance: one cell per comparison (VERDICT_GRID_KEYS), metric as given,
+    # regime short -> long; the first thing every report format shows.
+    "verdict_grid",
+)
+# One cell of `verdict_grid`: arm/reference are variant labels (encoder/pe/fusion); delta
+# the mean paired difference; [ci_low, ci_high] the interval the verdict uses, at level
+# ci_level (per cell: 1 - alpha * p / p_holm); arm_learned/reference_learned LEARNED_STATES.
+VERDICT_GRID_KEYS: tuple[str, ...] = (
+    "dataset", "arm", "reference", "delta", "ci_low", "ci_high", "ci_level", "n", "verdict",
+    "metric", "regime", "arm_learned", "reference_learned",
 )
 # One entry per arm (dataset, variant, metric): the per-seed spread that every paired
 # comparison is judged against. sd is the sample SD over seeds (ddof 1; null for n < 2).
@@ -157,9 +176,13 @@ VERDICT_COLORS: dict[str, str] = {BETTER: "#1a7f37", WORSE: "#cf222e", EQUIVALEN
 # tallied) also "mixed" (some tests support it, others contradict it).
 SUPPORTS, CONTRADICTS, UNDECIDED, NOT_RUN, MIXED = (
     "SUPPORTS", "CONTRADICTS", "does not decide", "not run", "mixed")
-SUPPORT_STATES: tuple[str, ...] = (SUPPORTS, CONTRADICTS, UNDECIDED, NOT_RUN)
+# A test whose claimed arm cannot see token order, on a dataset whose label is order-only:
+# the benchmark, not the model, decides it (claims.py).
+NOT_TESTABLE = "not testable here (the label is order-only)"
+SUPPORT_STATES: tuple[str, ...] = (SUPPORTS, CONTRADICTS, UNDECIDED, NOT_RUN, NOT_TESTABLE)
 SUPPORT_COLORS: dict[str, str] = {SUPPORTS: "#1a7f37", CONTRADICTS: "#cf222e",
-                                  UNDECIDED: "#6e7781", NOT_RUN: "#9a6700", MIXED: "#8250df"}
+                                  UNDECIDED: "#6e7781", NOT_RUN: "#9a6700", MIXED: "#8250df",
+                                  NOT_TESTABLE: "#57606a"}
 # `claims` (top level): {"name", "title", "paper", "method", "alpha", "family_size",
 # "tost_family_size", "claims": [CLAIM_KEYS], "tests": [CLAIM_TEST_KEYS]}.
 CLAIM_SET_KEYS: tuple[str, ...] = (
@@ -189,7 +212,7 @@ CLAIM_TEST_KEYS: tuple[str, ...] = (
 
 DROP_REASONS: tuple[str, ...] = (
     "missing_trial", "failed_trial", "non_finite_metric", "duplicate_seed",
-    "fingerprint_mismatch", "superseded_code", "code_mismatch",
+    "fingerprint_mismatch", "superseded_code", "code_mismatch", "platform_mismatch",
 )
 
 

@@ -76,6 +76,25 @@ def paired_t(x: np.ndarray, y: np.ndarray, alpha: float) -> TResult:
     return TResult(mean, sd, float(ci.low), float(ci.high), float(res.pvalue), float(res.df))
 
 
+def holm_consistent_interval(d: np.ndarray, p: float, p_adjusted: float,
+                             alpha: float) -> tuple[float, float, float]:
+    """The t-interval of mean(d) at the per-comparison level 1 - alpha * p / p_adjusted.
+
+    A two-sided t-interval at level 1 - g excludes 0 exactly when p < g; with
+    g = alpha * p / p_adjusted it therefore excludes 0 exactly when the Holm-adjusted p is
+    below alpha: the interval agrees with the verdict, which unadjusted 95% intervals do
+    not. Returns (low, high, level); nan when the t-test is undefined (n < 2 or SD 0).
+    It is the interval consistent with Holm's decisions, not a simultaneous-coverage
+    interval (those at alpha/m, Bonferroni, are wider and contain these).
+    """
+    d = np.asarray(d, dtype=float)
+    if not (has_spread(d) and np.isfinite(p) and np.isfinite(p_adjusted) and p_adjusted > 0):
+        return NAN, NAN, NAN
+    level = 1.0 - alpha * min(1.0, p / p_adjusted)
+    half = sps.t.ppf(0.5 + level / 2, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size)
+    return float(d.mean() - half), float(d.mean() + half), float(level)
+
+
 def wilcoxon_signed_rank(d: np.ndarray) -> tuple[float, str]:
     """Two-sided Wilcoxon signed-rank p for d (n,) and the method used.
 

@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fusion_sweep.analysis.chance import METHOD as CHANCE_METHOD
+from fusion_sweep.analysis.grid import GridRow, grid_rows, not_learned_mark
 from fusion_sweep.analysis.regimes import lengths_known
 from fusion_sweep.analysis.pairing import usable_values
 from fusion_sweep.analysis.report import Report
-from fusion_sweep.analysis.schema import COST_METRICS, DEFAULT_ENCODER
+from fusion_sweep.analysis.schema import COST_METRICS, DEFAULT_ENCODER, INCONCLUSIVE
 from fusion_sweep.analysis.variants import Variant
 
 DASH = "—"
@@ -92,6 +93,130 @@ def blocks_by_regime(report: Report) -> list[tuple[str, str, tuple, list[dict]]]
     return out
 
 
+# ----------------------------------------------------------------------------- verdict grid
+def grid_regimes(report: Report) -> list:
+    """The regimes (short -> long) that hold at least one comparison."""
+    present = {c["dataset"] for c in report.comparisons}
+    return [r for r in report.regimes if r.dataset in present]
+
+
+def fpct(level: object) -> str:
+    """A confidence level as a percentage: 0.99722 -> '99.7%'."""
+    if level is None or not math.isfinite(float(level)):
+        return DASH
+    return f"{100 * level:.1f}%"
+
+
+# The terminal grid's short marks for an arm that does not beat chance (NOT_LEARNED: neither).
+SHORT_MARKS = {"arm not learned": "†", "reference not learned": "‡"}
+
+
+def grid_cell(c: dict | None, digits: int = 4, short: bool = False) -> tuple[str, str]:
+    """(headline, detail) of one grid cell: ('+0.0040 better', '[+0.0010, +0.0070] 99.4% · n=5').
+
+    The interval is the one the verdict uses (Holm-consistent, at the cell's own level).
+    short (the terminal): a one-arm-not-learned mark is SHORT_MARKS' sign on the headline."""
+    if c is None:
+        return DASH, ""
+    mark = not_learned_mark(c)
+    mark = mark if mark and c["verdict"] != mark else ""
+    head = f"{fnum(c['mean_delta'], digits, signed=True)} {c['verdict']}"
+    ci = fci(c["verdict_ci_low"], c["verdict_ci_high"], digits)
+    detail = (f"{ci} {fpct(c['verdict_ci_level'])} · n={c['n']}" if ci != DASH
+              else f"n={c['n']}")
+    if short:
+        return head + SHORT_MARKS.get(mark, ""), detail
+    return head, detail + (f" · {mark}" if mark else "")
+
+
+def grid_footnotes(report: Report) -> list[str]:
+    a = report.settings.alpha
+    return [f"each cell: mean paired Δ (arm − reference) and the verdict; below it the "
+            f"t-interval the verdict uses, at level 1 − α·p/p_holm (α = {a}, Holm over the "
+            f"report's m comparisons): it excludes 0 exactly when the verdict is better/worse",
+            "regimes short → long by median length; 'not learned': neither arm beats chance "
+            "(1/K), 'arm/reference not learned': that one does not"]
+
+
+def verdict_grid_table(report: Report, metric: str | None = None) -> Table:
+    """The grid as one table (Markdown, and the layout the HTML colours): a row per
+    comparison, a column per regime, every cell '**verdict** Δ [CI] level · n'."""
+    regimes = grid_regimes(report)
+    rows = []
+    for row in _grid_rows(report, metric):
+        cells = []
+        for r in regimes:
+            c = row.cells.get(r.dataset)
+            head, detail = grid_cell(c)
+            cells.append(head if c is None else f"{head} {detail}")
+        rows.append([_row_label(report, row)] + cells)
+    return Table("Verdict grid: does each variant beat its reference, per length regime?",
+                 ["comparison"] + [r.label for r in regimes], rows, grid_footnotes(report))
+
+
+def compact_grid_table(report: Report) -> Table:
+    """The terminal's grid: two lines per comparison (Δ + verdict, then interval + n),
+    regime columns headed by the dataset name and its median length."""
+    regimes = grid_regimes(report)
+    headers = ["comparison"] + [_short_regime(r) for r in regimes]
+    rows = []
+    grid = _grid_rows(report, None)
+    refs = {c["baseline"] for row in grid for c in row.cells.values()}
+    one_ref = len(refs) == 1  # then "vs REF" goes into the title, not into every row
+    for row in grid:
+        cells = [grid_cell(row.cells.get(r.dataset), 3, short=True) for r in regimes]
+        pair, _, group = _row_label(report, row).partition(", ")  # group on the 2nd line
+        if one_ref:
+            pair = pair.rsplit(" vs ", 1)[0]
+        rows.append([pair] + [h for h, _ in cells])
+        rows.append([group] + [d for _, d in cells])
+    vs = f" vs {refs.pop()}" if one_ref else ""
+    marks = "; ".join(f"{sign}: {words}" for words, sign in SHORT_MARKS.items())
+    return Table(f"Verdict grid{vs} (Δ and verdict; below: the interval the verdict uses, n)",
+                 headers, rows, grid_footnotes(report) + [marks])
+
+
+def _grid_rows(report: Report, metric: str | None) -> list[GridRow]:
+    rows = grid_rows(report.comparisons, report.settings.axis)
+    return [r for r in rows if metric is None or r.metric == metric]
+
+
+def _row_label(report: Report, row: GridRow) -> str:
+    return row.label + (f" ({row.metric})" if len(report.settings.metrics) > 1 else "")
+
+
+def _short_regime(r: object) -> str:
+    """'synthetic-short (48 tok)' (the dataset alone when its length is unknown)."""
+    med = getattr(r, "median_tokens", float("nan"))
+    return f"{r.dataset} ({med:.0f} tok)" if math.isfinite(med) else r.dataset
+
+
+def short_comparison_table(report: Report, metric: str, regime: str, group: tuple,
+                           comps: list[dict]) -> Table:
+    """The terminal's default per-regime table: what decides the verdict, nothing more
+    (`--wide`: comparison_table, every column)."""
+    axis = report.settings.axis
+    direction = "higher is better" if comps and comps[0]["higher_is_better"] else "lower is better"
+    refs = {c["baseline"] for c in comps}
+    one_ref = len(refs) == 1  # then the reference goes into the title, not a column
+    headers = [axis.noun, *([] if one_ref else ["vs"]), "n", "mean Δ", "CI the verdict uses",
+               "level", "p_holm", "p_tost_holm", "power", "learned?", "verdict"]
+    rows = [[axis.short(arm_of(c)), *([] if one_ref else [c["baseline"]]), str(c["n"]),
+             fnum(c["mean_delta"], signed=True),
+             fci(c["verdict_ci_low"], c["verdict_ci_high"]), fpct(c["verdict_ci_level"]),
+             fp(c["p_holm"]), fp(c["tost_p_holm"]), fnum(c["power_at_holm_alpha"], 2),
+             learned_cell(c), c["verdict"]] for c in comps]
+    vs = f"vs {refs.pop()}" if one_ref else ""
+    title = " · ".join(p for p in (regime, axis.title(group), vs, f"{metric} ({direction})") if p)
+    return Table(title, headers, rows, [power_footnote(comps, report.settings.alpha)])
+
+
+def power_footnote(comps: list[dict], alpha: float) -> str:
+    am = fnum(comps[0]["holm_first_step_alpha"], 4) if comps else DASH
+    return (f"power: post hoc, at the observed d_z and at α/m = {am} (Holm's first step, the "
+            f"threshold the verdict needs); power at unadjusted α = {alpha}: `--wide` / JSON")
+
+
 def comparison_table(report: Report, metric: str, regime: str, group: tuple,
                      comps: list[dict]) -> Table:
     """One regime's comparisons (the terminal's main table)."""
@@ -100,7 +225,8 @@ def comparison_table(report: Report, metric: str, regime: str, group: tuple,
     direction = "higher is better" if comps and comps[0]["higher_is_better"] else "lower is better"
     headers = [axis.noun, "vs", "n", "mean Δ", "sd Δ", f"{level} t-CI", "p_t", "p_holm",
                "p_wilcoxon", "p_signflip", f"BCa {level} CI", "d_z", "k+/n", "power",
-               "seeds@80% (α/m)", "seeds@80% (α)", "p_tost_holm", "learned?", "verdict"]
+               f"power (α = {report.settings.alpha})", "seeds@80% (α/m)", "seeds@80% (α)",
+               "p_tost_holm", "learned?", "verdict"]
     cost = metric in COST_METRICS
     if cost:
         headers += ["ratio", f"{level} ratio CI", "p_ratio_holm", "ratio verdict"]
@@ -116,15 +242,17 @@ def comparison_table(report: Report, metric: str, regime: str, group: tuple,
                      fp(c["p_holm"]), fp(c["wilcoxon_p"]) + wmark, fp(c["signflip_p"]),
                      boot + ("*" if c["boot_descriptive"] and boot != DASH else ""),
                      fnum(c["dz"], 2, signed=True), f"{c['n_positive']}/{c['n']}",
-                     fnum(c["power"], 2), _seeds(c["seeds_for_80_power_at_holm_alpha"]),
+                     fnum(c["power_at_holm_alpha"], 2), fnum(c["power"], 2),
+                     _seeds(c["seeds_for_80_power_at_holm_alpha"]),
                      _seeds(c["seeds_for_80_power"]), fp(c["tost_p_holm"]), learned_cell(c),
                      c["verdict"]] + (ratio_cells(c) if cost else []))
     foot = [f"† Wilcoxon method: {m}" for m in notes]
     if any(c["boot_descriptive"] for c in comps):
         foot.append("* descriptive: fewer than 10 pairs")
-    foot.append("seeds@80%: post hoc, at the observed d_z; α/m = "
+    foot.append("power, seeds@80%: post hoc, at the observed d_z; α/m = "
                 f"{fnum(comps[0]['holm_first_step_alpha'], 4) if comps else DASH} is Holm's "
-                f"first step (what the verdict needs), α = {report.settings.alpha} unadjusted")
+                f"first step (what the verdict needs; `power` is at α/m), "
+                f"α = {report.settings.alpha} unadjusted")
     margin = comps[0]["equivalence_margin"] if comps else None
     if margin is not None:
         foot.append(f"equivalence margin ±{margin:g} ({metric} units), TOST, Holm across the "
@@ -166,7 +294,11 @@ def _seeds(v: object) -> str:
     return DASH if v is None else str(v)
 
 
-def interaction_table(report: Report) -> Table:
+def interaction_table(report: Report, short: bool = False) -> Table:
+    """The across-regime tests; short (the terminal): the contrast, its interval, Holm p
+    and the verdict, without the dataset list and the Welch statistics."""
+    if short:
+        return _short_interaction_table(report)
     tests = report.interaction["tests"]
     level = f"{100 * (1 - report.settings.alpha):.0f}%"
     # Without median_tokens the order is by name: never claim short/long then.
@@ -174,7 +306,7 @@ def interaction_table(report: Report) -> Table:
     order = "datasets (short→long)" if by_length else "datasets (by name; lengths unknown)"
     axis, cols = report.settings.axis, group_columns(report)
     headers = [axis.noun, "vs", *cols, "metric", order, "n", "Welch F (df)", "p", "p_holm",
-               "contrast", "Δ difference", f"{level} Welch CI", "p_diff"]
+               "contrast", "Δ difference", f"{level} Welch CI", "p_diff", "verdict"]
     rows = []
     for t in tests:
         df = (f"{fnum(t['welch_f'], 2)} ({fnum(t['df_num'], 0)}, {fnum(t['df_denom'], 1)})"
@@ -184,9 +316,43 @@ def interaction_table(report: Report) -> Table:
                      "/".join(map(str, t["n_per_dataset"])), df, fp(t["welch_p"]),
                      fp(t["p_holm"]), f"Δ {t['long_dataset']} − Δ {t['short_dataset']}",
                      fnum(t["diff_in_deltas"], signed=True),
-                     fci(t["diff_ci_low"], t["diff_ci_high"]), fp(t["diff_p"])])
+                     fci(t["diff_ci_low"], t["diff_ci_high"]), fp(t["diff_p"]),
+                     interaction_verdict(t, report.settings.alpha)])
     return Table(f"Does the {axis.noun} effect differ across these datasets?", headers, rows,
-                 [report.interaction["method"]])
+                 [report.interaction["method"], INTERACTION_VERDICT_RULE])
+
+
+def _short_interaction_table(report: Report) -> Table:
+    level = f"{100 * (1 - report.settings.alpha):.0f}%"
+    axis, cols = report.settings.axis, group_columns(report)
+    tests = report.interaction["tests"]
+    headers = [axis.noun, "vs", *cols, "metric", "n", "p_holm", "Δ difference",
+               f"{level} Welch CI", "verdict"]
+    rows = [[axis.short(arm_of(t)), t["baseline"], *(t[f] for f in cols), t["metric"],
+             "/".join(map(str, t["n_per_dataset"])), fp(t["p_holm"]),
+             fnum(t["diff_in_deltas"], signed=True), fci(t["diff_ci_low"], t["diff_ci_high"]),
+             interaction_verdict(t, report.settings.alpha)] for t in tests]
+    known = lengths_known(report.regimes)
+    order = ("datasets short → long: " if known else "datasets (by name; lengths unknown): ")
+    contrasts = sorted({f"Δ {t['long_dataset']} − Δ {t['short_dataset']}" for t in tests})
+    return Table(f"Does the {axis.noun} effect differ across these datasets?", headers, rows,
+                 [order + (" < " if known else ", ").join(tests[0]["datasets"] if tests else [])
+                  + "; p_holm: Welch one-way ANOVA of the per-seed deltas, Holm across tests; "
+                  f"Δ difference: {'; '.join(contrasts)}, with its Welch t-interval (`--wide`: "
+                  "every column)", INTERACTION_VERDICT_RULE])
+
+
+DIFFERS = "differs"
+INTERACTION_VERDICT_RULE = (
+    "verdict: 'differs' = the Welch ANOVA's Holm-adjusted p < α (the effect is not the same "
+    "on every dataset; which dataset it is larger on: the contrast); else inconclusive (no "
+    "claim that the effect is the same)")
+
+
+def interaction_verdict(t: dict, alpha: float) -> str:
+    """'differs' when the Holm-adjusted Welch p is below alpha, else 'inconclusive'."""
+    p = t["p_holm"]
+    return DIFFERS if p is not None and math.isfinite(p) and p < alpha else INCONCLUSIVE
 
 
 def dropped_table(report: Report) -> Table:
@@ -207,7 +373,7 @@ def seeds_needed_table(report: Report) -> Table:
     am = report.comparisons[0]["holm_first_step_alpha"] if report.comparisons else a
     cols = arm_columns(report)
     headers = ["dataset", *cols, "metric", "fusion", "vs", "n", "d_z",
-               f"power (α/m = {am:.3g})", f"seeds for 80% (α/m = {am:.3g})", f"power (α = {a})",
+               "power", f"seeds for 80% (α/m = {am:.3g})", f"power at α = {a} (unadjusted)",
                f"seeds for 80% (α = {a})"]
     rows = [[c["dataset"], *(c[f] for f in cols), c["metric"], c["fusion"], c["baseline"],
              str(c["n"]),
@@ -217,26 +383,31 @@ def seeds_needed_table(report: Report) -> Table:
             for c in report.comparisons]
     return Table("Seeds needed (two-sided paired t; post hoc: computed at the observed d_z, "
                  "which overstates power when the effect estimate is noisy)", headers, rows,
-                 ["α/m: Holm's first step over the report's m comparisons, the threshold the "
-                  "smallest p must clear; α: unadjusted",
+                 [f"power: at α/m = {am:.3g}, Holm's first step over the report's m "
+                  "comparisons (the threshold the smallest p must clear, what the verdict "
+                  "uses); α: unadjusted",
                   "— : undefined (SD 0 or n < 2) or unbounded (d_z = 0)"])
 
 
 def chance_table(report: Report) -> Table:
-    """Every arm tested against chance: mean accuracy, 1/K, Holm p, learned."""
+    """Every arm tested against chance: mean accuracy, 1/K, Holm p, learned; regimes
+    short -> long like every other table."""
     cols = arm_columns(report)
+    rank = {r.dataset: r.rank for r in report.regimes}
+    tests = sorted(report.chance["tests"], key=lambda t: rank.get(t["dataset"], len(rank)))
     headers = ["dataset", *cols, "metric", "fusion", "n", "K", "chance", "mean", "t", "p",
                "p_holm", "learned"]
     rows = [[t["dataset"], *(t[f] for f in cols), t["metric"], t["fusion"], str(t["n"]),
              DASH if t["num_classes"] is None else str(t["num_classes"]),
              fnum(t["chance_level"], 3), fnum(t["mean"]), fnum(t["t"], 2), fp(t["p"]),
-             fp(t["p_holm"]), t["learned"]] for t in report.chance["tests"]]
+             fp(t["p_holm"]), t["learned"]] for t in tests]
     return Table("Does each arm beat chance?", headers, rows, [CHANCE_METHOD])
 
 
-def arms_table(report: Report) -> Table:
-    """Every arm over its seeds: mean, per-seed SD, range (the seed noise), chance, learned."""
-    label = {r.dataset: r.label for r in report.regimes}
+def arms_table(report: Report, short: bool = False) -> Table:
+    """Every arm over its seeds: mean, per-seed SD, range (the seed noise), chance, learned.
+    short: the dataset's name instead of its regime label (the terminal's narrow form)."""
+    label = {} if short else {r.dataset: r.label for r in report.regimes}
     cols = arm_columns(report)
     headers = ["dataset", *cols, "metric", "fusion", "n", "mean", "per-seed SD", "min–max",
                "chance", "learned?"]

@@ -1,27 +1,145 @@
-"""Plain-text terminal output: warnings first, then one table per regime (and the claims)."""
+"""Plain-text terminal output: the verdict grid first, then warnings, then one short table
+per regime (and the claims).
+
+By default every line fits WIDTH (120) columns: text cells and footnotes wrap, and each
+regime gets the short table of what decides its verdicts. `wide=True` (`stats --wide`)
+prints every column of every table on one line each, however long.
+"""
 from __future__ import annotations
 
+import textwrap
+
+from fusion_sweep.analysis.platforms import platform_line
 from fusion_sweep.analysis.report import Report
 from fusion_sweep.analysis.sequential_report import sequential_table
 from fusion_sweep.analysis.tables import (
-    Table, arms_table, blocks_by_regime, claim_tests_table, comparison_table, dropped_table,
-    interaction_table,
+    Table, arms_table, blocks_by_regime, claim_tests_table, comparison_table, compact_grid_table,
+    dropped_table, interaction_table, short_comparison_table,
 )
 
+WIDTH = 120  # the terminal width the default output fits
+MIN_WRAPPED = 10  # a wrapped text column never gets narrower than this
 
-def layout(table: Table, indent: str = "  ") -> str:
-    """Fixed-width columns; numbers right-aligned, text left-aligned."""
+
+def layout(table: Table, indent: str = "  ", width: int | None = None) -> str:
+    """Fixed-width columns; numbers right-aligned, text left-aligned. With `width`, the
+    widest text columns wrap onto continuation lines until the table fits, and the title
+    and footnotes wrap too."""
     cols = list(zip(*([table.headers] + table.rows))) if table.rows else [[h] for h in table.headers]
     widths = [max(len(str(v)) for v in col) for col in cols]
+    if width is not None:
+        widths = _fit(cols, widths, width - len(indent))
+        if _total(widths) > width - len(indent) and len(widths) > 2:
+            natural = [min(max(len(str(v)) for v in col), (width - len(indent)) // 2)
+                       for col in cols]
+            return _in_parts(table, natural, indent, width)
 
-    def line(vals: list[str]) -> str:
-        cells = [v.rjust(w) if is_numeric_cell(v) else v.ljust(w) for v, w in zip(vals, widths)]
-        return indent + "  ".join(cells).rstrip()
+    def lines(vals: list[str]) -> list[str]:
+        parts = [_wrap_cell(v, w) if len(v) > w else [v] for v, w in zip(vals, widths)]
+        right = [is_numeric_cell(v) for v in vals]  # a wrapped cell keeps its alignment
+        out = []
+        for k in range(max(len(p) for p in parts)):
+            cells = [(p[k] if k < len(p) else "") for p in parts]
+            cells = [v.rjust(w) if r else v.ljust(w) for v, w, r in zip(cells, widths, right)]
+            out.append(indent + "  ".join(cells).rstrip())
+        return out
 
-    out = [table.title, line(table.headers), indent + "  ".join("-" * w for w in widths)]
-    out += [line(r) for r in table.rows] or [indent + "(none)"]
-    out += [indent + f for f in table.footnotes]
+    out = _wrap_title(table.title, width) + lines(table.headers)
+    out.append(indent + "  ".join("-" * w for w in widths))
+    out += [ln for r in table.rows for ln in lines(r)] or [indent + "(none)"]
+    out += [ln for f in table.footnotes for ln in _wrap(f, width, indent)]
     return "\n".join(out)
+
+
+def _wrap_cell(text: str, width: int) -> list[str]:
+    """A cell's text on lines of at most `width`: at spaces, else after '/' or '-'."""
+    spaced = text.replace("/", "/\x00").replace("-", "-\x00")
+    words = [w for chunk in spaced.split(" ") for w in (chunk.split("\x00") + [" "])][:-1]
+    lines, cur = [], ""
+    for w in words:
+        if w == " ":
+            cur += " " if cur and len(cur) < width else ""
+            continue
+        if len(cur) + len(w) > width and cur.strip():
+            lines.append(cur.rstrip())
+            cur = ""
+        while len(w) > width:  # a piece longer than the column: cut it
+            lines.append(w[:width])
+            w = w[width:]
+        cur += w
+    if cur.strip():
+        lines.append(cur.rstrip())
+    return lines or [""]
+
+
+def _total(widths: list[int]) -> int:
+    return sum(widths) + 2 * (len(widths) - 1)
+
+
+def _in_parts(table: Table, widths: list[int], indent: str, width: int) -> str:
+    """A table too wide even with wrapped text: its columns in consecutive blocks, each
+    repeating the first (label) column, each fitting `width`."""
+    parts, current = [], [0]
+    for i in range(1, len(widths)):
+        if len(current) > 1 and _total([widths[j] for j in current + [i]]) > width - len(indent):
+            parts.append(current)
+            current = [0]
+        current.append(i)
+    parts.append(current)
+    out = []
+    for k, cols in enumerate(parts):
+        pick = lambda row: [row[j] for j in cols]  # noqa: E731
+        title = table.title if k == 0 else f"{table.title} (continued)"
+        foot = table.footnotes if k == len(parts) - 1 else []
+        out.append(layout(Table(title, pick(table.headers), [pick(r) for r in table.rows], foot),
+                          indent, width))
+    return "\n".join(out)
+
+
+def _fit(cols: list, widths: list[int], width: int) -> list[int]:
+    """Shrink the widest text (non-numeric) columns until the row fits `width`."""
+    widths = list(widths)
+    text = [i for i, col in enumerate(cols)
+            if not all(is_numeric_cell(str(v)) or not v for v in col[1:])]
+    while sum(widths) + 2 * (len(widths) - 1) > width:
+        wide = [i for i in text if widths[i] > MIN_WRAPPED]
+        if not wide:
+            break
+        i = max(wide, key=lambda j: widths[j])
+        widths[i] -= 1
+    return widths
+
+
+def _wrap_title(title: str, width: int | None) -> list[str]:
+    """A title on lines of at most `width`, broken at its ' · ' separators first, so a
+    part (a regime, a group, 'metric (direction) (label)') stays whole where it fits."""
+    if width is None or len(title) <= width:
+        return [title]
+    lines, cur = [], ""
+    for part in title.split(" · "):
+        joined = f"{cur} · {part}" if cur else part
+        if len(joined) <= width:
+            cur = joined
+            continue
+        if cur:
+            lines.append(cur + " ·")
+        cur = "  " + part if len(part) + 2 <= width else ""
+        if not cur:
+            lines += _wrap(part, width, "  ")
+    return lines + ([cur] if cur else [])
+
+
+def _wrap(text: str, width: int | None, indent: str) -> list[str]:
+    if width is None:
+        return [indent + text]
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_on_hyphens=False) or [indent]
+
+
+def warning_line(w: dict) -> str:
+    """A warning as a reader meets it: the sentence first (capitalised), its code after."""
+    msg = w["message"]
+    return f"{msg[:1].upper()}{msg[1:]} [{w['code']}]"
 
 
 def is_numeric_cell(v: str) -> bool:
@@ -29,34 +147,43 @@ def is_numeric_cell(v: str) -> bool:
     return bool(v) and (v[0].isdigit() or v[0] in "+-[<—")
 
 
-def format_text(report: Report) -> str:
-    """The full terminal report."""
+def format_text(report: Report, wide: bool = False) -> str:
+    """The terminal report: fits WIDTH columns, or every column on one line when `wide`."""
     s = report.settings
-    parts = [f"fusion-sweep stats · source: {source_line(report.source)} · baseline={s.baseline} · "
-             f"alpha={s.alpha} · margin={s.margin_label()} · "
-             f"bootstrap={s.n_boot} · rng-seed={s.rng_seed}"]
+    width = None if wide else WIDTH
+    parts = ["\n".join(_wrap(
+        f"fusion-sweep stats · source: {source_line(report.source)} · baseline={s.baseline} · "
+        f"alpha={s.alpha} · margin={s.margin_label()} · "
+        f"bootstrap={s.n_boot} · rng-seed={s.rng_seed}", width, ""))]
+    if report.comparisons:
+        parts.append(layout(compact_grid_table(report), width=width))
+    parts.append("\n".join(_wrap(VERDICT_RULE, width, "")))
     if report.warnings:
-        parts.append("Warnings:\n" + "\n".join(f"  ! [{w['code']}] {w['message']}"
-                                               for w in report.warnings))
+        parts.append("Warnings:\n" + "\n".join(
+            ln for w in report.warnings for ln in _wrap(f"! {warning_line(w)}", width, "  ")))
     if report.arms:
-        parts.append(layout(arms_table(report)))
+        parts.append(layout(arms_table(report, short=not wide), width=width))
     if report.sequential is not None:
         seq = report.sequential
         parts.append(layout(sequential_table(
             report.sequential_results,
-            f"Sequential decisions (adaptive seeds, {seq['metric']}): the verdicts of this sweep")))
+            f"Sequential decisions (adaptive seeds, {seq['metric']}): the verdicts of this sweep"),
+            width=width))
+    table = comparison_table if wide else short_comparison_table
     for metric, regime, group, comps in blocks_by_regime(report):
-        parts.append(layout(descriptive(report, comparison_table(report, metric, regime, group,
-                                                                 comps))))
+        parts.append(layout(descriptive(report, table(report, metric, regime, group, comps)),
+                            width=width))
     if report.interaction["tests"]:
-        parts.append(layout(interaction_table(report)))
+        parts.append(layout(interaction_table(report, short=not wide), width=width))
     else:
         parts.append("Across datasets: the test needs one comparison in >= 2 datasets "
                      "with >= 2 pairs each")
-    parts.append(layout(dropped_table(report)))
-    parts.append(VERDICT_RULE)
+    parts.append(layout(dropped_table(report), width=width))
+    if not wide:
+        parts.append("Every column (Wilcoxon, sign-flip, BCa, d_z, seeds needed, power at α): "
+                     "`--wide`, `--format json` or `--report DIR`.")
     if report.claims is not None:
-        parts.append(format_claims(report.claims))
+        parts.append(format_claims(report.claims, width))
     return "\n\n".join(parts) + "\n"
 
 
@@ -69,19 +196,21 @@ def descriptive(report: Report, table: Table) -> Table:
                  table.rows, table.footnotes)
 
 
-def format_claims(claims: dict) -> str:
+def format_claims(claims: dict, width: int | None = None) -> str:
     """The claims report: each claim's words beside its result, then every claim test."""
-    out = [f"CLAIMS · {claims['title']} · {claims['paper']}",
-           f"Holm over the family of m = {claims['family_size']} claim tests "
-           f"(alpha = {claims['alpha']}); TOST over {claims['tost_family_size']}"]
+    out = ["\n".join(_wrap(f"CLAIMS · {claims['title']} · {claims['paper']}", width, "")
+                     + _wrap(f"Holm over the family of m = {claims['family_size']} claim tests "
+                             f"(alpha = {claims['alpha']}); TOST over "
+                             f"{claims['tost_family_size']}", width, ""))]
     for c in claims["claims"]:
         tally = (f"{c['n_supports']} support, {c['n_contradicts']} contradict, "
                  f"{c['n_undecided']} undecided of {c['n_tests']} tests" if c["n_tests"] else
                  "not run: " + "; ".join(c["missing"]))
-        out.append(f"{c['claim']} {c['title']}: {c['support']} ({tally})\n"
-                   f"    paper ({c['where']}): “{c['quote']}”\n"
-                   f"    tested as: {c['operationalisation']}")
-    out.append(layout(claim_tests_table(claims, contrast=False)))
+        out.append("\n".join(
+            _wrap(f"{c['claim']} {c['title']}: {c['support']} ({tally})", width, "")
+            + _wrap(f"paper ({c['where']}): “{c['quote']}”", width, "    ")
+            + _wrap(f"tested as: {c['operationalisation']}", width, "    ")))
+    out.append(layout(claim_tests_table(claims, contrast=False), width=width))
     return "\n\n".join(out)
 
 
@@ -93,7 +222,10 @@ VERDICT_RULE = (
 
 
 def source_line(src: dict) -> str:
+    """Where the results come from, and the platform(s) they ran on when recorded."""
+    where = platform_line(src.get("platforms") or [])
+    where = f", {where}" if where else ""
     if src.get("kind") == "mlflow":
         return (f"MLflow {src.get('tracking_uri')} experiment={src.get('experiment')} "
-                f"sweep={src.get('sweep')} ({src.get('n_runs')} trial runs)")
-    return str(src.get("path", src.get("kind", "table")))
+                f"sweep={src.get('sweep')} ({src.get('n_runs')} trial runs){where}")
+    return str(src.get("path", src.get("kind", "table"))) + where

@@ -28,7 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from fusion_sweep.analysis.schema import DEFAULT_ENCODER, VARIANT_COLUMNS, AnalysisError
+from fusion_sweep.analysis.schema import VARIANT_COLUMNS, AnalysisError
+from fusion_sweep.schema import shown
 
 BASELINE_FORMS = ("a fusion name (e.g. add)",
                   "a full variant label encoder/pe/fusion (e.g. standard/sinusoidal/add)")
@@ -131,17 +132,11 @@ class Axis:
     def path(self, group: tuple[str, ...]) -> str:
         """A group as a path for messages: 'sinusoidal', 'ressformer/none', '' (no free
         field). The standard encoder is left out (it is the default)."""
-        named = dict(zip(self.free, group))
-        if named.get("encoder") == DEFAULT_ENCODER:
-            named.pop("encoder")
-        return "/".join(named.values())
+        return "/".join(shown(dict(zip(self.free, group))).values())
 
     def title(self, group: tuple[str, ...]) -> str:
         """A group for table titles: 'pe=sinusoidal', 'encoder=ressformer · pe=none', ''."""
-        named = dict(zip(self.free, group))
-        if named.get("encoder") == DEFAULT_ENCODER:
-            named.pop("encoder")
-        return " · ".join(f"{k}={v}" for k, v in named.items())
+        return " · ".join(f"{k}={v}" for k, v in shown(dict(zip(self.free, group))).items())
 
 
 def parse_baseline(spec: str) -> Axis:

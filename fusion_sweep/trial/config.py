@@ -16,18 +16,24 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
-from fusion_sweep.schema import DEFAULT_ENCODER, IDENTITY_FIELDS, NON_SEMANTIC_FIELDS
+from fusion_sweep.schema import (DEFAULT_ENCODER, IDENTITY_FIELDS, NON_SEMANTIC_FIELDS,
+                                 trial_key, trial_label, variant_label)
+from fusion_sweep.trial.data.registry import DATASETS
+from fusion_sweep.trial.models.common import ACTIVATIONS
+from fusion_sweep.trial.models.encoder import ENCODERS
+from fusion_sweep.trial.models.fusion import FUSIONS
+from fusion_sweep.trial.models.positional import POSITIONAL, check_compatible
+from fusion_sweep.trial.optim import OPTIMIZERS
 
 DEVICES = ("auto", "cpu", "cuda")
-
-
 
 # Marks a model/optimisation field that no layer of the hyperparameter chain set.
 UNSET: Any = None
 CHAIN_FIELDS = ("max_len", "d_model", "heads", "layers", "dim_ff", "dropout", "attn_dropout",
                 "activation", "norm_first", "gate_cnn_kernel", "batch_size", "epochs",
                 "optimizer", "lr", "weight_decay", "grad_clip", "patience", "min_delta")
-LAYERS = ("dataset defaults", "space all:", "space <dataset>:", "command line")
+# The last layer of the chain (`resolve_hyperparameters`), as `train --show-config` names it.
+COMMAND_LINE = "command line"
 
 
 class ConfigError(ValueError):
@@ -137,28 +143,40 @@ class TrialConfig:
 
     def hyperparameters(self) -> dict[str, Any]:
         """Every semantic field except the identity fields (the encoder's registry name and
-        switches stay: the identity carries only their variant label)."""
-        skip = (set(IDENTITY_FIELDS) - {"encoder"}) | set(NON_SEMANTIC_FIELDS)
+        switches stay: the identity carries only their variant label) and the fields of the
+        other encoders (at their defaults, read by nobody: a standard-encoder trial has no
+        ReSSFormer switches). What a trial's MLflow run logs as params."""
+        skip = (set(IDENTITY_FIELDS) - {"encoder"}) | set(NON_SEMANTIC_FIELDS) \
+            | {f for name, e in ENCODERS.items() if name != self.encoder for f in e.OPTION_FIELDS}
+        skip -= set(ENCODERS[self.encoder].OPTION_FIELDS)
         return {k: v for k, v in self.to_dict().items() if k not in skip}
 
     def encoder_variant(self) -> str:
         """The identity's `encoder`: the registry name plus its switches ("ressformer-no-asam")."""
+        return ENCODERS[self.encoder].variant(self)
+
+    def label_tags(self) -> dict[str, str]:
+        """What the claims report needs to know about this trial's task and model, as MLflow
+        tags (schema.LABEL_DEPENDS_TAG, schema.ORDER_ACCESS_TAG): what the dataset's label
+        depends on (registry LABEL_DEPENDS), and how much token order the model can see:
+        "none" (permutation-invariant), "segments" (ReSSFormer's R2MU: which tokens share a
+        memory segment, no direction) or "tokens" (a positional encoding)."""
+        from fusion_sweep.schema import LABEL_DEPENDS_TAG, ORDER_ACCESS_TAG
+        from fusion_sweep.trial.data.registry import DATASETS
         from fusion_sweep.trial.models.encoder import ENCODERS
 
-        return ENCODERS[self.encoder].variant(self)
+        seen = ENCODERS[self.encoder].order_visibility(self)  # "no: ..." / "segment ..." / else
+        access = "none" if seen.startswith("no") else "segments" if seen.startswith("segment") \
+            else "tokens"
+        return {LABEL_DEPENDS_TAG: DATASETS[self.dataset].label_depends, ORDER_ACCESS_TAG: access}
 
     def variant_label(self) -> str:
         """What a comparison compares within a dataset: "encoder/pe/fusion"."""
-        from fusion_sweep.schema import VARIANT_FIELDS
-
-        i = self.identity()
-        return "/".join(str(i[k]) for k in VARIANT_FIELDS)
+        return variant_label(self.identity())
 
     def describe(self) -> str:
         """One-line identity for messages: dataset/[encoder/]pe/fusion/seed N (the encoder
         variant shown unless it is the default encoder), as the launch's progress lines."""
-        from fusion_sweep.progress import trial_label
-
         return trial_label(self.identity())
 
     def identity(self) -> dict[str, Any]:
@@ -168,19 +186,11 @@ class TrialConfig:
 
     def trial_key(self, code: str) -> str:
         """sha(identity, hyperparameters, code fingerprint): see `fusion_sweep.schema.trial_key`."""
-        from fusion_sweep.schema import trial_key
-
         return trial_key(self.to_dict(), code)
 
     # ---------------------------------------------------------------- validation
     def validation_errors(self) -> list[str]:
         """All problems at once, each naming the field and the valid choices."""
-        from fusion_sweep.trial.data.registry import DATASETS
-        from fusion_sweep.trial.models.encoder import ACTIVATIONS, ENCODERS
-        from fusion_sweep.trial.models.fusion import FUSIONS
-        from fusion_sweep.trial.models.positional import POSITIONAL, check_compatible
-        from fusion_sweep.trial.trainer import OPTIMIZERS
-
         errs: list[str] = [
             f"{name} is not set: build trial configs with TrialConfig.build(dataset, ...), whose "
             f"hyperparameter chain starts from the dataset's defaults"
@@ -249,8 +259,6 @@ def resolve_hyperparameters(dataset: str, *, space_all: Mapping[str, Any] | None
     or the sweep's grid point). Fields no layer sets keep their built-in execution default
     (device, threads, cache, ...), reported as "built-in".
     """
-    from fusion_sweep.trial.data.registry import DATASETS
-
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; choose from {sorted(DATASETS)}")
     names = TrialConfig.field_names()
@@ -259,7 +267,7 @@ def resolve_hyperparameters(dataset: str, *, space_all: Mapping[str, Any] | None
     layers = (("dataset defaults", DATASETS[dataset].defaults()),
               ("space all:", space_all or {}),
               (f"space {dataset}:", space_dataset or {}),
-              ("command line", overrides or {}))
+              (COMMAND_LINE, overrides or {}))
     for layer, given in layers:
         unknown = sorted(set(given) - set(names))
         if unknown:

@@ -8,7 +8,9 @@ different datasets never start from correlated weights. The model is built under
 global RNG, before the dropout stream is seeded: a variant's extra layers therefore cannot
 shift the dropout masks of the layers it shares. The result carries five fingerprints (split,
 batch order, embedding/classifier init, encoder-body init, dropout stream) that the analysis
-checks before pairing (the encoder body's only between trials of one encoder variant).
+checks before pairing (the encoder body's only between trials of one encoder variant), and a
+sixth, the platform it ran on (`fusion_sweep.trial.platform`): pairs are kept on one platform.
+On CUDA the trial runs with deterministic algorithms (`platform.deterministic`).
 """
 from __future__ import annotations
 
@@ -29,16 +31,18 @@ import torch.nn.functional as F
 
 from fusion_sweep.trial.batching import (eval_batches, epoch_batches, pad_batch, pad_batches,
                                    schedule_hash, truncated_lengths)
+from fusion_sweep.schema import PLATFORM_FINGERPRINT, platform_fingerprint
 from fusion_sweep.trial.config import TrialConfig
+from fusion_sweep.trial.data import load_encoded
+from fusion_sweep.trial.data.registry import DATASETS
 from fusion_sweep.trial.data.types import EncodedData, EncodedSplit, validate_encoded
 from fusion_sweep.trial.models.encoder import (ENCODERS, FusionClassifier, count_parameters,
                                          encoder_init_hash, initialize, shared_init_hash)
+from fusion_sweep.trial.optim import OPTIMIZERS
+from fusion_sweep.trial.platform import describe_platform, deterministic
 
 # Appended, never reordered: a stream's seed depends on its index (`derive_seed`).
 STREAMS = ("data_order", "shared_init", "fusion_init", "pe_init", "dropout", "encoder_init")
-# The optimizer registry: `TrialConfig.optimizer` names one of these.
-OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {"adam": torch.optim.Adam,
-                                                      "adamw": torch.optim.AdamW}
 
 
 @dataclass(frozen=True)
@@ -120,8 +124,6 @@ def stream_dataset(config: TrialConfig) -> str:
     """The dataset name a trial's random streams are derived from: its own, except for a
     structure-noise probe, which trains exactly as its clean regime (same init, batch order and
     dropout; `DatasetSpec.stream_name`) so the two differ only in the perturbed test set."""
-    from fusion_sweep.trial.data.registry import DATASETS
-
     return DATASETS[config.dataset].stream_name
 
 
@@ -158,6 +160,8 @@ class TrialResult:
     predictions: dict[str, list] = field(default_factory=dict)
     device: str = "cpu"
     checkpoint: dict[str, torch.Tensor] | None = None
+    # Where it ran (schema.PLATFORM_FIELDS -> str); its hash is fingerprints["platform"].
+    platform: dict[str, str] = field(default_factory=dict)
 
     num_classes: int = 0
 
@@ -171,6 +175,7 @@ class TrialResult:
         out = {**self.metrics(), "best_epoch": self.best_epoch, "epochs_run": self.epochs_run,
                "params": self.params, "fusion_params": self.fusion_params,
                "fingerprints": dict(self.fingerprints), "device": self.device,
+               "platform": dict(self.platform),
                "config": dict(self.config), "curve": [asdict(r) for r in self.curve]}
         if predictions:
             out["predictions"] = self.predictions
@@ -452,8 +457,6 @@ def measure_latency(model: nn.Module, split: EncodedSplit, config: TrialConfig, 
 
 # ------------------------------------------------------------------------------ the trial
 def load_data(config: TrialConfig) -> EncodedData:
-    from fusion_sweep.trial.data import load_encoded
-
     return load_encoded(config.dataset, data_dir=config.data_dir, data_seed=config.data_seed,
                         cache_dir=config.cache_dir, limit_train=config.limit_train,
                         limit_eval=config.limit_eval)
@@ -472,7 +475,7 @@ def train_trial(config: TrialConfig, callback: Callable[[EpochRecord], None] | N
     validate_encoded(data, include_test=config.evaluate_test)
     device = resolve_device(config.device)
     speed = speed if speed is not None else SpeedOptions.from_env()
-    with cpu_threads(config.num_threads):
+    with cpu_threads(config.num_threads), deterministic(device):
         return _run(config, data, device, callback, speed)
 
 
@@ -485,14 +488,30 @@ def _run(config: TrialConfig, data: EncodedData, device: torch.device,
         "shared_init": shared_init_hash(model),
         "encoder_init": encoder_init_hash(model),
     }
+    platform = describe_platform(device)  # inside the thread and determinism settings
+    fingerprints[PLATFORM_FINGERPRINT] = platform_fingerprint(platform)
     schedule = training_schedule(data.train, config)
     fingerprints["batch_order"] = schedule_hash(schedule)
     model.to(device)
     optimizer = build_optimizer(config, model)
     with dropout_stream(derive_seed(config.seed, "dropout", stream_dataset(config)), device) as fp:
         fingerprints["dropout"] = fp
-        return _train_and_test(config, data, device, callback, model, optimizer, schedule,
-                               fingerprints, speed)
+        result = _train_and_test(config, data, device, callback, model, optimizer, schedule,
+                                 fingerprints, speed)
+    result.platform = platform
+    return result
+
+
+@dataclass
+class _Fit:
+    """What the training loop hands to the test: the curve and the best epoch's weights."""
+
+    curve: list[EpochRecord]
+    best_val: float
+    best_epoch: int
+    best_state: dict[str, torch.Tensor]
+    train_seconds: float
+    train_tokens: int
 
 
 def _train_and_test(config: TrialConfig, data: EncodedData, device: torch.device,
@@ -500,43 +519,12 @@ def _train_and_test(config: TrialConfig, data: EncodedData, device: torch.device
                     optimizer: torch.optim.Optimizer, schedule: list[list[np.ndarray]],
                     fingerprints: dict[str, str], speed: SpeedOptions) -> TrialResult:
     eval_bs = config.batch_size * speed.eval_batch_mult
-    val_cache = EvalCache(data.val, config, device, data.pad_id, eval_bs) if speed.eval_cache else None
-    curve: list[EpochRecord] = []
-    best_val, best_epoch, best_state, stale = -math.inf, 0, None, 0
-    train_seconds, train_tokens = 0.0, 0
-    for epoch, batches in enumerate(schedule, start=1):
-        t0 = time.perf_counter()
-        loss, acc, tokens = train_epoch(model, optimizer, data.train, batches, config, device,
-                                        data.pad_id, speed)
-        seconds = time.perf_counter() - t0
-        train_seconds += seconds
-        train_tokens += tokens
-        val_loss, val_pred, _ = predict(model, data.val, config, device, data.pad_id, val_cache)
-        val_acc = float(np.mean(val_pred == data.val.labels))
-        record = EpochRecord(epoch, loss, acc, val_loss, val_acc, seconds, tokens / max(seconds, 1e-9))
-        curve.append(record)
-        if callback is not None:
-            callback(record)
-        if val_acc > best_val + config.min_delta or best_state is None:
-            best_val, best_epoch, stale = val_acc, epoch, 0
-            best_state = copy.deepcopy({k: v.detach().cpu() for k, v in model.state_dict().items()})
-        else:
-            stale += 1
-            if config.patience and stale >= config.patience:
-                break
-
+    fit = _fit(config, data, device, callback, model, optimizer, schedule, speed, eval_bs)
+    curve, best_val, best_epoch, best_state = fit.curve, fit.best_val, fit.best_epoch, fit.best_state
+    train_seconds, train_tokens = fit.train_seconds, fit.train_tokens
     model.load_state_dict(best_state)
     eval_split = data.test if config.evaluate_test else data.val
-    if config.evaluate_test:
-        test_cache = (EvalCache(data.test, config, device, data.pad_id, eval_bs)
-                      if speed.eval_cache else None)
-        _, test_pred, test_probs = predict(model, data.test, config, device, data.pad_id, test_cache)
-        test_acc = float(np.mean(test_pred == data.test.labels))
-        test_f1 = macro_f1(data.test.labels, test_pred)
-        predictions = {"index": list(range(len(data.test))), "label": data.test.labels.tolist(),
-                       "pred": test_pred.tolist(), "probs": np.round(test_probs, 6).tolist()}
-    else:
-        test_acc, test_f1, predictions = float("nan"), float("nan"), {}
+    test_acc, test_f1, predictions = _test(config, data, device, model, speed, eval_bs)
     median = float(np.median(truncated_lengths(eval_split, config.max_len)))
     median_len = max(int(round(median)), 1)
     return TrialResult(
@@ -562,3 +550,51 @@ def _train_and_test(config: TrialConfig, data: EncodedData, device: torch.device
         checkpoint=best_state if config.save_checkpoint else None,
         num_classes=data.num_classes,
     )
+
+
+def _fit(config: TrialConfig, data: EncodedData, device: torch.device,
+         callback: Callable[[EpochRecord], None] | None, model: FusionClassifier,
+         optimizer: torch.optim.Optimizer, schedule: list[list[np.ndarray]],
+         speed: SpeedOptions, eval_bs: int) -> _Fit:
+    """Train epoch by epoch, validating after each; keep the best epoch's weights (on the
+    CPU) and stop early after `patience` epochs without a `min_delta` gain."""
+    val_cache = EvalCache(data.val, config, device, data.pad_id, eval_bs) if speed.eval_cache else None
+    curve: list[EpochRecord] = []
+    best_val, best_epoch, best_state, stale = -math.inf, 0, None, 0
+    train_seconds, train_tokens = 0.0, 0
+    for epoch, batches in enumerate(schedule, start=1):
+        t0 = time.perf_counter()
+        loss, acc, tokens = train_epoch(model, optimizer, data.train, batches, config, device,
+                                        data.pad_id, speed)
+        seconds = time.perf_counter() - t0
+        train_seconds += seconds
+        train_tokens += tokens
+        val_loss, val_pred, _ = predict(model, data.val, config, device, data.pad_id, val_cache)
+        val_acc = float(np.mean(val_pred == data.val.labels))
+        record = EpochRecord(epoch, loss, acc, val_loss, val_acc, seconds, tokens / max(seconds, 1e-9))
+        curve.append(record)
+        if callback is not None:
+            callback(record)
+        if val_acc > best_val + config.min_delta or best_state is None:
+            best_val, best_epoch, stale = val_acc, epoch, 0
+            best_state = copy.deepcopy({k: v.detach().cpu() for k, v in model.state_dict().items()})
+        else:
+            stale += 1
+            if config.patience and stale >= config.patience:
+                break
+    return _Fit(curve, best_val, best_epoch, best_state, train_seconds, train_tokens)
+
+
+def _test(config: TrialConfig, data: EncodedData, device: torch.device, model: FusionClassifier,
+          speed: SpeedOptions, eval_bs: int) -> tuple[float, float, dict[str, list]]:
+    """(test accuracy, test macro-F1, per-example predictions) of the model as it is; NaN and
+    no predictions when the trial must not read the test split (`evaluate_test=False`)."""
+    if not config.evaluate_test:
+        return float("nan"), float("nan"), {}
+    test_cache = (EvalCache(data.test, config, device, data.pad_id, eval_bs)
+                  if speed.eval_cache else None)
+    _, test_pred, test_probs = predict(model, data.test, config, device, data.pad_id, test_cache)
+    predictions = {"index": list(range(len(data.test))), "label": data.test.labels.tolist(),
+                   "pred": test_pred.tolist(), "probs": np.round(test_probs, 6).tolist()}
+    return (float(np.mean(test_pred == data.test.labels)), macro_f1(data.test.labels, test_pred),
+            predictions)

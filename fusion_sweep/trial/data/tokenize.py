@@ -25,10 +25,6 @@ TOKENIZER_VERSION = "lower-wsplit-v1"
 PAD, UNK = "<pad>", "<unk>"
 PAD_ID, UNK_ID = 0, 1
 
-# Incremented on every encode() call; tests use it to prove a cache hit skips tokenization.
-ENCODE_CALLS = 0
-
-
 @dataclass(frozen=True)
 class TokenizerSettings:
     """Everything that changes the produced ids; part of the cache key."""
@@ -52,7 +48,8 @@ def split_words(text: str) -> list[str]:
 
 
 # --------------------------------------------------------------------------- vocabulary
-def build_vocab(texts: Sequence[str], *, min_freq: int = 2, max_size: int = 50_000) -> list[str]:
+def build_vocab(texts: Sequence[str], *, min_freq: int = TokenizerSettings.min_freq,
+                max_size: int = TokenizerSettings.max_size) -> list[str]:
     """Token list; a token's id is its index. Call on the TRAIN split only."""
     if max_size < 2:
         raise ValueError(f"max_size must be >= 2 (for {PAD} and {UNK}), got {max_size}")
@@ -80,8 +77,6 @@ def encode(texts: Sequence[str], vocab: Sequence[str]) -> tuple[np.ndarray, np.n
     Unknown tokens map to UNK_ID. A document with no tokens becomes a single <unk> so
     masked mean pooling always has at least one position to average over.
     """
-    global ENCODE_CALLS
-    ENCODE_CALLS += 1
     return _pack(_encode_python(texts, vocab), len(texts))
 
 

@@ -26,7 +26,6 @@ protocol): `shared` (embedding, classifier: what every encoder has), `encoder` (
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import math
 from typing import Any, Mapping
@@ -35,11 +34,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from fusion_sweep.trial.models.common import ACTIVATIONS, changed_fields, order_from_pe
 from fusion_sweep.trial.models.fusion import Fusion, build_fusion
-from fusion_sweep.trial.models.positional import POSITIONAL, PositionalEncoding, build_positional
+from fusion_sweep.trial.models.positional import PositionalEncoding, build_positional
 from fusion_sweep.trial.models.ressformer import ReSSFormerEncoder
 
-ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}
 
 
 class SelfAttention(nn.Module):
@@ -126,33 +125,6 @@ class EncoderLayer(nn.Module):
 
 
 # ------------------------------------------------------------------------ encoder bodies
-def field_defaults(config: Any) -> dict[str, Any]:
-    """The config class's field defaults (the TrialConfig is their one home); {} if the
-    config is not a dataclass."""
-    if not dataclasses.is_dataclass(config):
-        return {}
-    return {f.name: f.default for f in dataclasses.fields(type(config))
-            if f.default is not dataclasses.MISSING}
-
-
-def changed_fields(config: Any, names: tuple[str, ...]) -> list[tuple[str, Any, Any]]:
-    """(field, value, default) of each of `names` the config sets away from its default: the
-    fields a stray value of would be silently ignored (another encoder's, a switched-off
-    part's)."""
-    defaults = field_defaults(config)
-    return [(f, getattr(config, f), defaults[f]) for f in names
-            if f in defaults and getattr(config, f) != defaults[f]]
-
-
-def order_from_pe(config: Any) -> str | None:
-    """How the positional encoding lets a model see order, or None for a position-free pe."""
-    level = POSITIONAL[config.pe].level if config.pe in POSITIONAL else "none"
-    if level == "none":
-        return None
-    where = "added to the input" if level == "input" else "inside attention"
-    return f"yes: pe {config.pe!r} ({where})"
-
-
 class StandardEncoder(nn.Module):
     """`layers` × EncoderLayer (+ a final LayerNorm when pre-norm): today's encoder.
 

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from fusion_sweep.trial.models.fusion import FUSIONS
+
 
 class PositionalEncoding(nn.Module):
     """Base class. Subclasses override the hooks their level uses."""
@@ -211,8 +213,6 @@ POSITIONAL: dict[str, type[PositionalEncoding]] = {
 
 def check_compatible(pe: str, fusion: str) -> str | None:
     """None if `pe` and `fusion` can be combined, else an error message saying why."""
-    from fusion_sweep.trial.models.fusion import FUSIONS
-
     level = POSITIONAL[pe].level
     if level == "input" or FUSIONS[fusion].accepts_absent_p:
         return None

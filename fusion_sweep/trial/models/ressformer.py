@@ -115,6 +115,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.profiler import record_function
 
+from fusion_sweep.trial.models.common import ACTIVATIONS, changed_fields, order_from_pe
 from fusion_sweep.trial.models.positional import POSITIONAL, PositionalEncoding
 from fusion_sweep.trial.models.sparse import ATTN_ACTIVATIONS
 
@@ -134,12 +135,6 @@ def _span(name: str):
     """A torch.profiler label around a component (benchmarks/profile_trial.py --components);
     a shared no-op context unless a profiler is recording."""
     return record_function(name) if torch.autograd.profiler._is_profiler_enabled else _NO_SPAN
-
-
-def _encoder_module():
-    # encoder.py imports this module at its top, so its helpers are imported back lazily.
-    from fusion_sweep.trial.models import encoder
-    return encoder
 
 
 @dataclass(frozen=True)
@@ -381,7 +376,7 @@ class ReSSLayer(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
-        self.act = _encoder_module().ACTIVATIONS[activation]
+        self.act = ACTIVATIONS[activation]
         self.norm_first = norm_first
 
     def _ff(self, x: torch.Tensor) -> torch.Tensor:
@@ -523,7 +518,7 @@ class ReSSFormerEncoder(nn.Module):
         errs += [f"{f} configures {s.upper()} and has no effect with {s}=false; got {f}={value!r}: "
                  f"leave it at its default ({default!r}) or set {s}=true"
                  for s in SWITCHES if getattr(config, s) is False
-                 for f, value, default in _encoder_module().changed_fields(config, SWITCH_FIELDS[s])]
+                 for f, value, default in changed_fields(config, SWITCH_FIELDS[s])]
         return errs
 
     @classmethod
@@ -537,7 +532,7 @@ class ReSSFormerEncoder(nn.Module):
 
     @classmethod
     def order_visibility(cls, config: Any) -> str:
-        seen = _encoder_module().order_from_pe(config) if not config.soes else None
+        seen = order_from_pe(config) if not config.soes else None
         if seen:
             return seen
         if config.r2mu:
