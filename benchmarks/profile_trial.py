@@ -30,7 +30,18 @@ backward kernels vs dispatch. `--path both` profiles the reference path and the 
 py-spy (pip install py-spy) gives the same picture as a flame graph:
     py-spy record --native -o trial.svg -- python benchmarks/profile_trial.py --regimes synthetic-long
 
-The last stdout line is JSON: {regime: {path: {phase: seconds, ...}, ...}, "loadavg": ...}.
+`--components STEPS` replaces the phase tree by a per-component breakdown of the ReSSFormer
+body over STEPS training steps of each variant of search_spaces/ressformer.yaml (the standard
+encoders too, as a reference line): the body puts a torch.profiler label around each part
+(models/ressformer.py `_span`; a no-op unless a profiler records); the forward time is the
+label's, the backward time that of every autograd node an op under the label created (matched
+by sequence number); op and node counts come with them. The profiler's own overhead inflates
+small ops: read shares, not absolute times.
+
+    python benchmarks/profile_trial.py --components 10 --regimes synthetic-medium,synthetic-long
+
+The last stdout line is JSON: {regime: {path: {phase: seconds, ...}, ...}, "loadavg": ...}
+(with --components: {regime: {variant: {component: {fwd_us, bwd_us, fwd_ops, bwd_nodes}}}}).
 """
 from __future__ import annotations
 
@@ -98,36 +109,38 @@ def patched(timer: PhaseTimer):
     saved: list[tuple[Any, str, Any]] = []
 
     def patch(obj: Any, attr: str, name: str) -> None:
-        if not hasattr(obj, attr):
-            return
+        if not hasattr(obj, attr):  # the trainer moved on: a silently skipped phase lies
+            raise SystemExit(f"error: profile_trial.py cannot time phase {name!r}: "
+                             f"{getattr(obj, '__name__', obj)!s}.{attr} does not exist; update "
+                             f"patched() in benchmarks/profile_trial.py to the trainer's functions")
         orig = getattr(obj, attr)
         saved.append((obj, attr, orig))
         setattr(obj, attr, timer.wrap(name, orig))
 
     for attr, name in [("build_model", "build_model"), ("training_schedule", "schedule"),
-                       ("split_fingerprint", "fingerprints"), ("shared_init_hash", "fingerprints"),
+                       ("shared_init_hash", "fingerprints"), ("encoder_init_hash", "fingerprints"),
                        ("schedule_hash", "fingerprints"), ("train_epoch", "train_epoch"),
                        ("pad_batch", "batching"), ("_to", "batching"),
                        ("predict", "eval"), ("measure_latency", "latency"),
                        ("macro_f1", "metrics"),
                        ("EvalCache", "batching")]:  # fast path (SpeedOptions)
         patch(T, attr, name)
-    if hasattr(T, "batch_stream"):  # a generator: time each next() (gather + tensor)
-        orig_stream = T.batch_stream
+    patch(T, "batch_stream", "batching")  # checks it exists; replaced just below
+    orig_stream = saved.pop()[2]
+    T.batch_stream = orig_stream
 
-        def batch_stream(*a, **kw):
-            it = orig_stream(*a, **kw)
-            while True:
-                with timer.phase("batching"):
-                    item = next(it, None)
-                if item is None:
-                    return
-                yield item
+    def batch_stream(*a, **kw):  # a generator: time each next() (gather + tensor)
+        it = orig_stream(*a, **kw)
+        while True:
+            with timer.phase("batching"):
+                item = next(it, None)
+            if item is None:
+                return
+            yield item
 
-        saved.append((T, "batch_stream", orig_stream))
-        T.batch_stream = batch_stream
+    saved.append((T, "batch_stream", orig_stream))
+    T.batch_stream = batch_stream
     patch(T.copy, "deepcopy", "best_state")
-    patch(T, "_snapshot", "best_state")
     patch(F, "cross_entropy", "loss")
     patch(torch.autograd, "backward", "backward")
     patch(T.nn.utils, "clip_grad_norm_", "grad_clip")
@@ -209,6 +222,102 @@ def op_table(config: TrialConfig, data, speed: Any, n: int) -> None:
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=n))
 
 
+# Component labels the ReSSFormer body puts around its parts (models/ressformer.py `_span`:
+# torch.profiler record_function, a no-op unless a profiler records), in the issue's words.
+COMPONENT = "ressformer."
+COMPONENTS = {
+    "kernel": "SOES kernel / dot product: query scaling, scores of the kept keys, memory scores",
+    "topk": "top-k selection (every score, no autograd, in query blocks)",
+    "gather": "gather of the kept keys/values",
+    "activation": "attention activation (entmax/sparsemax sort, softmax)",
+    "weighted_sum": "weighted sums of the kept values, slots, cache",
+    "expert_routing": "expert routing (router, query gather, gate-weighted mix)",
+    "projections": "q/k/v (token, cache, slot rows) and output projections",
+    "r2mu_pool": "R2MU segment pooling",
+    "r2mu_gates": "R2MU memory gates and step embedding",
+    "graph_reg": "graph regulariser (eq. 8): token graphs and their change",
+    "ffn_norm": "FFN, residuals and LayerNorms",
+}
+
+
+def _component_of(ev: Any) -> str | None:
+    while ev is not None:
+        if ev.name.startswith(COMPONENT):
+            return ev.name[len(COMPONENT):]
+        ev = ev.cpu_parent
+    return None
+
+
+def attribute_components(events: Any, steps: int) -> dict[str, dict[str, float]]:
+    """Per component: forward µs (its label's inclusive time), backward µs (every autograd
+    node created by an op under the label, matched by sequence number), forward ops and
+    backward nodes, per step; plus the step's total and the unlabelled rest."""
+    out: dict[str, dict[str, float]] = {c: dict(fwd_us=0.0, bwd_us=0.0, fwd_ops=0, bwd_nodes=0)
+                                        for c in COMPONENTS}
+    seq: dict[int, str] = {}
+    total = 0.0
+    for ev in events:
+        if ev.cpu_parent is None:
+            total += ev.cpu_time_total
+        if ev.name.startswith("autograd::engine::evaluate_function"):
+            continue
+        comp = _component_of(ev)
+        if comp is None:
+            continue
+        if comp not in out:
+            raise SystemExit(f"error: unknown component label {COMPONENT}{comp}; add it to "
+                             f"COMPONENTS in benchmarks/profile_trial.py")
+        if ev.name.startswith(COMPONENT) and _component_of(ev.cpu_parent) is None:
+            out[comp]["fwd_us"] += ev.cpu_time_total
+        elif ev.name.startswith("aten::") and ev.cpu_parent is not None \
+                and not ev.cpu_parent.name.startswith("aten::"):
+            out[comp]["fwd_ops"] += 1
+        if ev.sequence_nr >= 0:
+            seq.setdefault(ev.sequence_nr, comp)
+    for ev in events:
+        if ev.name.startswith("autograd::engine::evaluate_function") and ev.sequence_nr in seq:
+            row = out[seq[ev.sequence_nr]]
+            row["bwd_us"] += ev.cpu_time_total
+            row["bwd_nodes"] += 1
+    labelled = sum(r["fwd_us"] + r["bwd_us"] for r in out.values())
+    out = {k: {f: v / steps for f, v in r.items()} for k, r in out.items()}
+    out["(rest: embedding, pooling, loss, optimizer, glue)"] = dict(
+        fwd_us=(total - labelled) / steps, bwd_us=0.0, fwd_ops=0, bwd_nodes=0)
+    out["(step total)"] = dict(fwd_us=total / steps, bwd_us=0.0, fwd_ops=0, bwd_nodes=0)
+    return out
+
+
+def component_breakdown(config: TrialConfig, data, steps: int) -> dict[str, dict[str, float]]:
+    """torch.profiler over `steps` training steps (after one untimed step) of `config`'s
+    model, attributed to the body's component labels."""
+    from torch.profiler import ProfilerActivity, profile
+
+    device = torch.device("cpu")
+    model = T.build_model(config, data.vocab_size, data.num_classes, data.pad_id)
+    opt = T.build_optimizer(config, model)
+    batches = T.training_schedule(data.train, config)[0]
+    if len(batches) < steps + 1:
+        raise SystemExit(f"error: --components {steps}: {config.dataset} has only "
+                         f"{len(batches)} training batches per epoch; ask for at most {len(batches) - 1}")
+    with T.cpu_threads(config.num_threads):
+        T.train_epoch(model, opt, data.train, batches[:1], config, device, data.pad_id)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            T.train_epoch(model, opt, data.train, batches[1:1 + steps], config, device, data.pad_id)
+    return attribute_components(prof.events(), steps)
+
+
+def print_components(label: str, comps: dict[str, dict[str, float]]) -> None:
+    total = comps["(step total)"]["fwd_us"]
+    print(f"\n{label}: {total / 1000:.2f} ms per training step (loadavg {loadavg()})")
+    print(f"  {'component':<52}{'fwd ms':>8}{'bwd ms':>8}{'% step':>8}{'fwd ops':>8}{'bwd nodes':>10}")
+    for name, r in comps.items():
+        if name == "(step total)":
+            continue
+        both = r["fwd_us"] + r["bwd_us"]
+        print(f"  {name:<52}{r['fwd_us'] / 1000:8.2f}{r['bwd_us'] / 1000:8.2f}"
+              f"{100 * both / total:7.1f}%{r['fwd_ops']:8.0f}{r['bwd_nodes']:10.0f}")
+
+
 def optimizer_ab(config: TrialConfig, data, reps: int) -> dict[str, float]:
     """Median µs per call, interleaved: the optimizer step as fused / foreach / per-tensor
     Adam(W), zero_grad with and without set_to_none, gradient clipping."""
@@ -266,7 +375,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epochs", type=int, default=0, help="override the regime's epochs (quick runs)")
     ap.add_argument("--optimizer", type=int, default=0, metavar="REPS",
                     help="also time optimizer variants, zero_grad and clipping (REPS calls each)")
+    ap.add_argument("--components", type=int, default=0, metavar="STEPS",
+                    help="instead of the phase tree: per-component time of the ReSSFormer body "
+                         "(SOES kernel, top-k, gather, activation sort, expert routing, R2MU "
+                         "pooling and gates, graph regulariser, ...) over STEPS training steps "
+                         "of every variant of search_spaces/ressformer.yaml, per regime")
+    ap.add_argument("--variants", default="",
+                    help="with --components: only variants whose label contains this text")
     args = ap.parse_args(argv)
+    if args.components:
+        return components_main(args)
 
     out: dict[str, Any] = {"loadavg_start": loadavg(), "threads": args.threads}
     # One-time per process (a Ray actor pays it once): the first torch.optim optimizer imports
@@ -305,6 +423,28 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  optimizer micro-benchmark ({regime}, {args.optimizer} interleaved calls, "
                   f"loadavg {loadavg()}):")
             out[regime]["optimizer_us"] = optimizer_ab(config, data, args.optimizer)
+    out["loadavg_end"] = loadavg()
+    print(json.dumps(out))
+    return 0
+
+
+def components_main(args: argparse.Namespace) -> int:
+    from fusion_sweep.space import load_space
+
+    space = load_space("ressformer")
+    out: dict[str, Any] = {"loadavg_start": loadavg(), "threads": args.threads,
+                           "steps": args.components}
+    for regime in args.regimes.split(","):
+        out[regime] = {}
+        for variant in space.variant_list():
+            config = space.trial_config(regime, variant, args.seed).replace(
+                num_threads=args.threads, device="cpu")
+            label = config.variant_label()
+            if args.variants not in label:
+                continue
+            comps = component_breakdown(config, T.load_data(config), args.components)
+            print_components(f"{regime} {label}", comps)
+            out[regime][label] = {k: {f: round(v, 1) for f, v in r.items()} for k, r in comps.items()}
     out["loadavg_end"] = loadavg()
     print(json.dumps(out))
     return 0

@@ -82,9 +82,30 @@ L real tokens — projections, router, scores of the routed experts against ever
 weighted sums over the kept keys, the memory's keys/scores/weighted sums, pooling and gates,
 the expert mix, FFN — times layers × iterations; elementwise work, normalisation and the
 activations' sorts are not counted.
+
+Cost: how it is computed, so that time follows those FLOPs (issue 23; tests/
+test_ressformer_equality.py checks every switch combination against the previous
+implementation, kept as tests/ressformer_reference.py).
+- Projections: every expert's queries in one matmul; the keys/values of the tokens, the cache
+  and the slots in one matmul over their rows stacked, with one normalisation (SOES).
+- Top-k, long inputs (`_rescore`: 16·k·dh < 10·L): every score is computed without autograd,
+  a block of queries at a time (SCORE_BLOCK elements), only to select; the k kept keys are
+  then gathered and scored again with autograd, so the backward is O(L·k·dh) and no
+  (B, H, L, L) tensor is kept or zero-filled. Short inputs (the (L, L) scores no larger than
+  the kept keys) select from the scores with autograd, as before.
+- The activation (entmax sort, sparsemax, softmax) runs on the k + S + 1 kept scores, never
+  on L; weighted sums of kept values are vectorised multiply-and-sum over one gather.
+- Dense attention (ASAM off or topk 0): tokens and slots scored in one matmul; the own-cache
+  score is one more column.
+- Splits instead of slices everywhere a tensor is cut (a slice's backward zero-fills its
+  whole input); R2MU's segment masks are made once per forward; pooling is one masked
+  softmax; a gate is one lerp; the dense graph change is one norm pass.
+- Every component sits under a torch.profiler label (`_span`, a no-op unless a profiler is
+  recording) for benchmarks/profile_trial.py --components.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -92,6 +113,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.profiler import record_function
 
 from fusion_sweep.trial.models.common import ACTIVATIONS, changed_fields, order_from_pe
 from fusion_sweep.trial.models.positional import POSITIONAL, PositionalEncoding
@@ -103,6 +125,16 @@ SWITCH_FIELDS = {"soes": ("graph_reg",),
                  "asam": ("topk", "attn_activation", "experts", "experts_topk"),
                  "r2mu": ("iterations", "memory_segments")}
 NEG_INF = float("-inf")
+# Elements of one block of scores in the top-k selection (64 MB in fp32): longer inputs are
+# scored a block of queries at a time, so no (B, H, L, L) tensor is ever held whole.
+SCORE_BLOCK = 1 << 24
+_NO_SPAN = contextlib.nullcontext()
+
+
+def _span(name: str):
+    """A torch.profiler label around a component (benchmarks/profile_trial.py --components);
+    a shared no-op context unless a profiler is recording."""
+    return record_function(name) if torch.autograd.profiler._is_profiler_enabled else _NO_SPAN
 
 
 @dataclass(frozen=True)
@@ -118,6 +150,15 @@ class Memory:
 
 
 @dataclass(frozen=True)
+class Segments:
+    """R2MU's segment masks for one batch (SegmentMemory.membership)."""
+
+    outside: torch.Tensor  # (B, L, S) True = token not in the (non-empty) segment
+    empty: torch.Tensor  # (B, 1, S) True = the segment has no real token
+    valid: torch.Tensor  # (B, S) True = the segment has real tokens
+
+
+@dataclass(frozen=True)
 class Graph:
     """One attention application's token graph, for the eq. 8 regulariser: per head and query,
     weights over token keys, dense (idx None, (B, H, L, L)) or sparse ((B, H, L, N) weights at
@@ -130,7 +171,7 @@ class Graph:
 
 class ReSSAttention(nn.Module):
     """Self-attention with a SOES kernel or dot product, ASAM's activation/top-k/experts, and
-    R2MU's memory keys. See the module docstring."""
+    R2MU's memory keys. See the module docstring; "Cost" there says how it is computed."""
 
     def __init__(self, d_model: int, heads: int, attn_dropout: float, *, soes: bool,
                  attn_activation: str, topk: int, experts: int, experts_topk: int) -> None:
@@ -151,17 +192,30 @@ class ReSSAttention(nn.Module):
             nn.init.constant_(self.log_temp, 0.5 * math.log(self.dh))
 
     # ---------------------------------------------------------------- pieces
-    def _kv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        B, N, D = x.shape
-        k, v = self.kv_proj(x).view(B, N, 2, self.heads, self.dh).permute(2, 0, 3, 1, 4)
-        return (F.normalize(k, dim=-1) if self.soes else k), v  # (B, H, N, dh) each
-
-    def _queries(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """-> routed queries (B, H, G, L, dh), gates (B, H, G, L) or None (one expert)."""
+    def _project(self, x: torch.Tensor, memory: "Memory | None"):
+        """Every expert's queries of x; keys (SOES: unit-norm) and values of x, the cache and
+        the slots in one matmul and one normalisation over their rows stacked.
+        -> q (B, L, E, H, dh), (k, v) of x, of the slots, of the cache (None without memory),
+        each (B, H, N, dh)."""
         B, L, D = x.shape
-        q = self.q_proj(x).view(B, L, self.experts, self.heads, self.dh).permute(0, 3, 2, 1, 4)
+        q = self.q_proj(x).view(B, L, self.experts, self.heads, self.dh)
+        rows = x if memory is None else torch.cat([x, memory.cache, memory.slots], dim=1)
+        N = rows.shape[1]
+        k, v = self.kv_proj(rows).view(B, N, 2, self.heads, self.dh).permute(2, 0, 3, 1, 4)
+        if self.soes:
+            k = _unit(k)
+        if memory is None:
+            return q, (k, v), None, None
+        sizes = [L, L, N - 2 * L]  # split, not slicing: one cat in the backward, no zero fill
+        (kx, kc, ks), (vx, vc, vs) = k.split(sizes, dim=2), v.split(sizes, dim=2)
+        return q, (kx, vx), (ks, vs), (kc, vc)
+
+    def _route(self, q: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """q (B, L, E, H, dh) -> routed queries (B, H, G, L, dh), gates (B, H, G, L) or None."""
+        q = q.permute(0, 3, 2, 1, 4)  # (B, H, E, L, dh)
         if self.router is None:
             return q, None  # (B, H, 1, L, dh)
+        B, L, _ = x.shape
         logits = self.router(x).view(B, L, self.heads, self.experts).permute(0, 2, 3, 1)  # (B, H, E, L)
         # Gates: the routed experts' router probabilities, not renormalised over the routed
         # ones (as Switch Transformer): with experts_topk = 1 a renormalised gate is always 1
@@ -171,8 +225,8 @@ class ReSSAttention(nn.Module):
         return q, probs
 
     def _scale(self, q: torch.Tensor) -> torch.Tensor:
-        if self.soes:
-            return F.normalize(q, dim=-1) * self.log_temp.exp().view(1, -1, 1, 1, 1)
+        if self.soes:  # τ_h q/‖q‖
+            return _unit(q, self.log_temp.exp().view(1, -1, 1, 1, 1))
         return q * self.dh ** -0.5
 
     # ---------------------------------------------------------------- forward
@@ -182,64 +236,118 @@ class ReSSAttention(nn.Module):
         or float (B, H, L, L) = pe bias + padding −inf). -> ((B, L, D), the token graph if
         `want_graph` else None)."""
         B, L, D = x.shape
-        k, v = self._kv(x)  # (B, H, L, dh)
-        q, gates = self._queries(x)  # (B, H, G, L, dh)
-        q = self._scale(q)
-        qr, kr = pe.rotate(q, k)  # identity unless rotary (then soes is off)
-        scores = qr @ kr.unsqueeze(2).transpose(-1, -2)  # (B, H, G, L, L)
-        if attn_mask is not None:  # padding −inf (and the pe's logits bias), as in SDPA
-            scores = scores.add_(_additive(attn_mask, scores.dtype).unsqueeze(2))
-        idx = None
+        with _span("ressformer.projections"):
+            q, (k, v), slots, cache = self._project(x, memory)
+        with _span("ressformer.expert_routing"):
+            q, gates = self._route(q, x)  # (B, H, G, L, dh)
+        with _span("ressformer.kernel"):
+            q = self._scale(q)
+            qr, kr = pe.rotate(q, k)  # identity unless rotary (then soes is off)
+        add = _additive(attn_mask, q.dtype) if attn_mask is not None else None
+        slot_add = None if memory is None else _slot_additive(memory.slot_mask, q.dtype)
         if 0 < self.topk < L:
-            # unsorted: the activation sorts the k kept scores itself
-            scores, idx = scores.topk(self.topk, dim=-1, sorted=False)  # (B, H, G, L, k)
-        parts = [scores]
-        if memory is not None:  # content queries: memory keys carry no position
-            ks, vs = self._kv(memory.slots)  # (B, H, S, dh)
-            kc, vc = self._kv(memory.cache)  # (B, H, L, dh)
-            slot = q @ ks.unsqueeze(2).transpose(-1, -2)  # (B, H, G, L, S)
-            parts.append(slot.masked_fill(~memory.slot_mask[:, None, None, None, :], NEG_INF))
-            parts.append((q * kc.unsqueeze(2)).sum(-1, keepdim=True))  # (B, H, G, L, 1)
-        w = self.activation(torch.cat(parts, dim=-1))  # (B, H, G, L, K + S + 1)
-        if self.training and self.attn_dropout > 0.0:
-            dropped = F.dropout(w, self.attn_dropout)
+            w, idx, width, v_sel = self._sparse_weights(q, qr, kr, k, v, add, slots, cache, slot_add)
         else:
-            dropped = w
+            w, idx, width, v_sel = self._dense_weights(q, qr, kr, v, add, slots, cache, slot_add,
+                                                       rotated=qr is not q)
         # split, not slicing: a slice's backward fills a zero tensor of w's size, per slice
-        sizes = [p.shape[-1] for p in parts]
-        graph = self._graph(w.split(sizes, dim=-1)[0], idx, gates) if want_graph else None
-        w_tok, *w_mem = dropped.split(sizes, dim=-1)
-        out = self._weighted_tokens(w_tok, idx, v)  # (B, H, G, L, dh)
-        if memory is not None:
-            out = out + w_mem[0] @ vs.unsqueeze(2) + w_mem[1] * vc.unsqueeze(2)
-        if gates is None:
-            y = out.squeeze(2)  # (B, H, L, dh)
-        else:  # gate-weighted mix of the routed experts
-            y = (out * gates.unsqueeze(-1)).sum(2)
-        return self.out_proj(y.transpose(1, 2).reshape(B, L, D)), graph
+        sizes = [width] if memory is None else [width, slots[0].shape[2], 1]
+        parts = w.split(sizes, dim=-1)
+        if self.training and self.attn_dropout > 0.0:
+            dropped = F.dropout(w, self.attn_dropout).split(sizes, dim=-1)
+        else:
+            dropped = parts
+        with _span("ressformer.graph_reg"):
+            graph = self._graph(parts[0], idx, gates) if want_graph else None
+        with _span("ressformer.weighted_sum"):
+            if idx is None:
+                out = dropped[0] @ v_sel  # (B, H, G, L, dh)
+            else:  # mul-and-sum, vectorised (a batch of B·H·G·L (1×k)·(k×dh) matmuls runs
+                # a scalar loop on CPU)
+                out = (dropped[0].unsqueeze(-1) * v_sel).sum(-2)  # (B, H, G, L, dh)
+            if memory is not None:  # the slots, the own cache entry
+                out = out + dropped[1] @ slots[1].unsqueeze(2) + dropped[2] * cache[1].unsqueeze(2)
+        with _span("ressformer.expert_routing"):
+            y = out.squeeze(2) if gates is None else (out * gates.unsqueeze(-1)).sum(2)  # (B, H, L, dh)
+        with _span("ressformer.projections"):
+            return self.out_proj(y.transpose(1, 2).reshape(B, L, D)), graph
 
-    @staticmethod
-    def _weighted_tokens(w: torch.Tensor, idx: torch.Tensor | None, v: torch.Tensor) -> torch.Tensor:
-        """Σ_j w_j v_j over the kept token keys. w: (B, H, G, L, K); v: (B, H, L, dh)."""
-        if idx is None:
-            return w @ v.unsqueeze(2)
-        B, H, G, L, K = idx.shape
-        # Rows of a flat (B·H·L, dh) table (a gather on an expanded (…, L, L, dh) view would
-        # materialise that size in its backward), then mul-and-sum: on CPU a batch of B·H·G·L
-        # tiny (1×K)·(K×dh) matmuls is slower, and so is a dense scatter once L > K·dh.
-        base = (torch.arange(B * H, device=v.device) * v.shape[2]).view(B, H, 1, 1, 1)
-        v_sel = F.embedding(idx + base, v.reshape(-1, v.shape[-1]))  # (B, H, G, L, K, dh)
-        return (w.unsqueeze(-1) * v_sel).sum(-2)
+    def _sparse_weights(self, q, qr, kr, k, v, add, slots, cache, slot_add):
+        """Top-k. Two ways to the kept scores, by which moves less memory (`_rescore`):
+        - re-scoring (long inputs): select on every score without autograd, in query blocks
+          of bounded size, then score the k kept keys again with autograd, O(L·k·dh): the
+          backward never sees an (L, L) tensor;
+        - selecting from the scores with autograd (short inputs, L < 5/3·k·dh: there the
+          (L, L) scores are no larger than the kept keys' k·dh values per query).
+        -> weights (B, H, G, L, k [+ S + 1]), idx (B, H, G, L, k), k, the kept values
+        (B, H, G, L, k, dh)."""
+        B, H, G, L, dh = q.shape
+        rows = (torch.arange(B * H, device=q.device) * L).view(B, H, 1, 1, 1)
+        if _rescore(L, self.topk, dh):
+            with _span("ressformer.topk"), torch.no_grad():
+                idx = _select_topk(qr, kr, add, self.topk)  # (B, H, G, L, k)
+            with _span("ressformer.gather"):
+                # rows of flat (B·H·L, dh) tables (backward: an index-add into the table); a
+                # gather on an expanded (…, L, L, dh) view would materialise that size
+                k_sel = F.embedding(idx + rows, kr.reshape(B * H * L, dh))  # (B, H, G, L, k, dh)
+            with _span("ressformer.kernel"):
+                s = (qr.unsqueeze(-2) * k_sel).sum(-1)  # (B, H, G, L, k)
+                if add is not None:  # padding −inf (and a pe's bias) at the kept keys
+                    s = s + _at(add, idx)
+        else:
+            with _span("ressformer.kernel"):
+                z = qr @ kr.unsqueeze(2).transpose(-1, -2)  # (B, H, G, L, L)
+                if add is not None:  # padding −inf (and a pe's bias), as in SDPA
+                    z = z.add_(add.unsqueeze(2))
+            with _span("ressformer.topk"):
+                s, idx = z.topk(self.topk, dim=-1, sorted=False)  # (B, H, G, L, k)
+        with _span("ressformer.gather"):
+            v_sel = F.embedding(idx + rows, v.reshape(B * H * L, dh))  # (B, H, G, L, k, dh)
+        with _span("ressformer.kernel"):
+            parts = [s]
+            if cache is not None:  # content queries: memory keys carry no position
+                parts.append(q @ slots[0].unsqueeze(2).transpose(-1, -2) + slot_add.unsqueeze(2))  # (…, S)
+                parts.append((q * cache[0].unsqueeze(2)).sum(-1, keepdim=True))  # (…, 1)
+            z = torch.cat(parts, dim=-1) if len(parts) > 1 else s
+        with _span("ressformer.activation"):
+            w = self.activation(z)  # on k [+ S + 1] values, not L
+        return w, idx, self.topk, v_sel
+
+    def _dense_weights(self, q, qr, kr, v, add, slots, cache, slot_add, rotated: bool):
+        """Every key: one score matmul over the token keys and (unless rotated: the slots take
+        unrotated queries) the slot keys stacked; the own-cache score is one more column.
+        -> weights (B, H, G, L, L [+ S + 1]), None, L, the values (B, H, 1, L, dh)."""
+        L = q.shape[-2]
+        with _span("ressformer.kernel"):
+            if cache is None:
+                z = qr @ kr.unsqueeze(2).transpose(-1, -2)  # (B, H, G, L, L)
+                if add is not None:
+                    z = z.add_(add.unsqueeze(2))
+            else:
+                ks, vs = slots
+                if rotated:
+                    z = torch.cat([qr @ kr.unsqueeze(2).transpose(-1, -2),
+                                   q @ ks.unsqueeze(2).transpose(-1, -2)], dim=-1)
+                else:
+                    z = q @ torch.cat([kr, ks], dim=2).unsqueeze(2).transpose(-1, -2)  # (…, L + S)
+                z = z.add_(_widen(add, slot_add, L).unsqueeze(2))
+                c = (q * cache[0].unsqueeze(2)).sum(-1, keepdim=True)  # (…, 1)
+                z = torch.cat([z, c], dim=-1)  # (B, H, G, L, L + S + 1)
+        with _span("ressformer.activation"):
+            return self.activation(z), None, L, v.unsqueeze(2)
 
     def _graph(self, w: torch.Tensor, idx: torch.Tensor | None, gates: torch.Tensor | None) -> Graph:
-        """The per-head token graph: routed experts' rows, gate-weighted."""
+        """The per-head token graph: routed experts' rows, gate-weighted. w: the token part of
+        the weights (B, H, G, L, L or k)."""
         if gates is not None:
             w = w * gates.unsqueeze(-1)  # (B, H, G, L, K)
         if idx is None:
-            return Graph(w.sum(2), None)  # (B, H, L, L)
+            return Graph(w.squeeze(2) if w.shape[2] == 1 else w.sum(2), None)  # (B, H, L, L)
         B, H, G, L, K = w.shape
+        if G == 1:
+            return Graph(w.squeeze(2), idx.squeeze(2))
         return Graph(w.permute(0, 1, 3, 2, 4).reshape(B, H, L, G * K),
-                     idx.permute(0, 1, 3, 2, 4).reshape(B, H, L, G * K), distinct=G == 1)
+                     idx.permute(0, 1, 3, 2, 4).reshape(B, H, L, G * K), distinct=False)
 
     def forward_flops(self, L: int, S: int | None) -> int:
         """FLOPs of one application on L real tokens; S memory slots (None: no memory)."""
@@ -277,13 +385,17 @@ class ReSSLayer(nn.Module):
     def forward(self, x, attn_mask, pe, memory: Memory | None,
                 want_graph: bool) -> tuple[torch.Tensor, Graph | None]:
         if self.norm_first:  # attention reads normalised states, memory included
-            mem = memory.map(self.norm1) if memory is not None else None
-            a, graph = self.attn(self.norm1(x), attn_mask, pe, mem, want_graph)
-            x = x + self.dropout1(a)
-            return x + self._ff(self.norm2(x)), graph
+            with _span("ressformer.ffn_norm"):
+                mem = memory.map(self.norm1) if memory is not None else None
+                h = self.norm1(x)
+            a, graph = self.attn(h, attn_mask, pe, mem, want_graph)
+            with _span("ressformer.ffn_norm"):
+                x = x + self.dropout1(a)
+                return x + self._ff(self.norm2(x)), graph
         a, graph = self.attn(x, attn_mask, pe, memory, want_graph)
-        x = self.norm1(x + self.dropout1(a))
-        return self.norm2(x + self._ff(x)), graph
+        with _span("ressformer.ffn_norm"):
+            x = self.norm1(x + self.dropout1(a))
+            return self.norm2(x + self._ff(x)), graph
 
     def forward_flops(self, L: int, S: int | None) -> int:
         d, ff = self.linear1.in_features, self.linear1.out_features
@@ -317,36 +429,39 @@ class SegmentMemory(nn.Module):
         self.cache_gate = nn.Linear(2 * d_model, d_model)  # eq. 3, token cache
         self.slot_gate = nn.Linear(2 * d_model, d_model)  # eq. 3, segment slots
 
-    def membership(self, mask: torch.Tensor) -> torch.Tensor:
-        """(B, L) real-token mask -> (B, L, S): token i of n real ones is in segment ⌊i·S/n⌋."""
+    def membership(self, mask: torch.Tensor) -> "Segments":
+        """(B, L) real-token mask -> token i of n real ones is in segment ⌊i·S/n⌋: the masks
+        pooling needs, made once per forward."""
         B, L = mask.shape
         n = mask.sum(1, keepdim=True).clamp(min=1)  # (B, 1)
         seg = torch.arange(L, device=mask.device).unsqueeze(0) * self.segments // n  # (B, L)
-        member = seg.unsqueeze(-1) == torch.arange(self.segments, device=mask.device)
-        return member & mask.unsqueeze(-1)
-
-    def pool(self, x: torch.Tensor, member: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Attention-weighted mean of each segment's real tokens -> slots (B, S, D), valid (B, S)."""
-        logits = self.score(x).masked_fill(~member, NEG_INF)  # (B, L, S)
+        member = (seg.unsqueeze(-1) == torch.arange(self.segments, device=mask.device)) \
+            & mask.unsqueeze(-1)  # (B, L, S)
         valid = member.any(1)  # (B, S)
-        top = logits.amax(1, keepdim=True).masked_fill(~valid.unsqueeze(1), 0.0)  # empty: no NaN
-        e = (logits - top).exp()  # 0 outside the segment
-        a = e / e.sum(1, keepdim=True).clamp(min=torch.finfo(e.dtype).tiny)
-        return a.transpose(1, 2) @ x, valid
+        # −inf outside a token's own segment; an empty segment's column is left finite (its
+        # weights are zeroed after the softmax), so no NaN is ever formed
+        return Segments(~member & valid.unsqueeze(1), ~valid.unsqueeze(1), valid)
 
-    def init(self, x: torch.Tensor, member: torch.Tensor) -> Memory:
-        slots, valid = self.pool(x, member)
-        return Memory(x, slots, valid)
+    def pool(self, x: torch.Tensor, seg: "Segments") -> torch.Tensor:
+        """Attention-weighted mean of each segment's real tokens -> slots (B, S, D)."""
+        with _span("ressformer.r2mu_pool"):
+            logits = self.score(x).masked_fill(seg.outside, NEG_INF)  # (B, L, S)
+            a = torch.softmax(logits, dim=1).masked_fill(seg.empty, 0.0)
+            return a.transpose(1, 2) @ x
+
+    def init(self, x: torch.Tensor, seg: "Segments") -> Memory:
+        return Memory(x, self.pool(x, seg), seg.valid)
 
     @staticmethod
     def _gated(gate: nn.Linear, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
         g = torch.sigmoid(gate(torch.cat([new, old], dim=-1)))
-        return g * new + (1.0 - g) * old
+        return torch.lerp(old, new, g)  # g⊙new + (1−g)⊙old in one op
 
-    def update(self, memory: Memory, x: torch.Tensor, member: torch.Tensor) -> Memory:
-        slots, _ = self.pool(x, member)
-        return Memory(self._gated(self.cache_gate, x, memory.cache),
-                      self._gated(self.slot_gate, slots, memory.slots), memory.slot_mask)
+    def update(self, memory: Memory, x: torch.Tensor, seg: "Segments") -> Memory:
+        slots = self.pool(x, seg)
+        with _span("ressformer.r2mu_gates"):
+            return Memory(self._gated(self.cache_gate, x, memory.cache),
+                          self._gated(self.slot_gate, slots, memory.slots), memory.slot_mask)
 
     def flops(self, L: int, d: int, update: bool) -> int:
         f = 2 * L * d + 2 * self.segments * L * d  # pooling scores, weighted averages
@@ -408,10 +523,12 @@ class ReSSFormerEncoder(nn.Module):
 
     @classmethod
     def attention_maps(cls, config: Any) -> int:
-        """(B, H, L, L)-sized tensors a training step keeps, for the sweep's memory estimate:
-        per layer application (T of them with R2MU) the scores, the sparse/soft weights and
-        their top-k workspace: 3."""
-        return int(config.layers) * (int(config.iterations) if config.r2mu else 1) * 3
+        """(B, H, L, L)-sized tensors a training step holds, for the sweep's memory estimate,
+        per layer application (T of them with R2MU): top-k, one (a score block, or the
+        zero-filled gradient of the scores); dense, two (the weights, and their change
+        between applications for the graph regulariser)."""
+        per = 1 if config.asam and 0 < config.topk < config.max_len else 2
+        return int(config.layers) * (int(config.iterations) if config.r2mu else 1) * per
 
     @classmethod
     def order_visibility(cls, config: Any) -> str:
@@ -447,17 +564,19 @@ class ReSSFormerEncoder(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor, attn_mask: torch.Tensor | None,
                 pe: PositionalEncoding) -> torch.Tensor:
         """x: (B, L, D); mask: (B, L) True = real token -> (B, L, D)."""
-        track = self.training and self.graph_reg > 0
+        # graphs only where a successive pair exists (not for one layer applied once)
+        track = self.training and self.graph_reg > 0 and self.iterations * len(self.layers) > 1
         graphs: list[list[Graph | None]] = []  # [application][sub-layer]
         if self.memory is None:
             for layer in self.layers:
                 x, g = layer(x, attn_mask, pe, None, track)
                 graphs.append([g])  # successive layers are the successive graphs
         else:
-            member = self.memory.membership(mask)  # (B, L, S)
+            member = self.memory.membership(mask)
             memory = self.memory.init(x, member)
             for t in range(self.iterations):
-                x = x + self.step(t, x)
+                with _span("ressformer.r2mu_gates"):
+                    x = x + self.step(t, x)
                 row = []
                 for layer in self.layers:
                     x, g = layer(x, attn_mask, pe, memory, track)
@@ -466,7 +585,8 @@ class ReSSFormerEncoder(nn.Module):
                 if t < self.iterations - 1:
                     memory = self.memory.update(memory, x, member)
         if track:
-            self._aux = self._graph_penalty(graphs, mask)
+            with _span("ressformer.graph_reg"):
+                self._aux = self._graph_penalty(graphs, mask)
         return self.final_norm(x)
 
     def _graph_penalty(self, graphs: list[list[Graph]], mask: torch.Tensor) -> torch.Tensor | None:
@@ -497,8 +617,8 @@ class ReSSFormerEncoder(nn.Module):
 
 def _row_change(a: Graph, b: Graph) -> torch.Tensor:
     """‖a_i − b_i‖² per (B, H, L) query row."""
-    if a.idx is None:
-        return (a.weights - b.weights).square().sum(-1)
+    if a.idx is None:  # one difference, one norm pass (and one pass each in the backward)
+        return torch.linalg.vector_norm(a.weights - b.weights, dim=-1).square()
     return _inner(a, a) + _inner(b, b) - 2.0 * _inner(a, b)
 
 
@@ -518,6 +638,59 @@ def _additive(attn_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return attn_mask
     return torch.zeros(attn_mask.shape, dtype=dtype, device=attn_mask.device).masked_fill_(
         ~attn_mask, NEG_INF)
+
+
+def _unit(x: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
+    """x / max(‖x‖, 1e-12) over the last axis (F.normalize's), times `scale`: one norm and
+    one multiply (F.normalize divides by an expanded copy of the norm)."""
+    inv = x.norm(dim=-1, keepdim=True).clamp_min(1e-12).reciprocal()
+    return x * (inv if scale is None else scale * inv)
+
+
+def _slot_additive(slot_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(B, S) True = a real segment -> (B, 1, 1, S) 0/−inf."""
+    return torch.zeros(slot_mask.shape, dtype=dtype, device=slot_mask.device).masked_fill_(
+        ~slot_mask, NEG_INF)[:, None, None, :]
+
+
+def _widen(add: torch.Tensor | None, slot_add: torch.Tensor, L: int) -> torch.Tensor:
+    """The additive mask of the token keys (None, (B, 1, 1, L) or (B, H, L, L)) and of the
+    slot keys (B, 1, 1, S), side by side: broadcastable to (B, H, L, L + S)."""
+    if add is None:
+        add = slot_add.new_zeros(slot_add.shape[0], 1, 1, L)
+    lead = torch.broadcast_shapes(add.shape[:-1], slot_add.shape[:-1])
+    return torch.cat([add.expand(*lead, L), slot_add.expand(*lead, slot_add.shape[-1])], dim=-1)
+
+
+def _rescore(L: int, k: int, dh: int) -> bool:
+    """Top-k by re-scoring the kept keys (True) or through the (L, L) scores (False): which
+    moves less memory in a training step. Re-scoring passes over a (…, L, k, dh) gather about
+    16 times (gather, products, their backward, the index-add), the other way over (…, L, L)
+    scores about 10 times (score, select, zero-filled gradient, two matmuls' reads)."""
+    return 16 * k * dh < 10 * L
+
+
+def _select_topk(q: torch.Tensor, k: torch.Tensor, add: torch.Tensor | None, kk: int) -> torch.Tensor:
+    """Indices of each query's kk highest-scoring keys (unsorted). q (B, H, G, L, dh), k (B, H,
+    L, dh), add None | (B, 1, 1, L) | (B, H, L, L). Scores a block of queries at a time
+    (SCORE_BLOCK elements); call without autograd. -> (B, H, G, L, kk)."""
+    B, H, G, L, _ = q.shape
+    kt = k.unsqueeze(2).transpose(-1, -2)  # (B, H, 1, dh, L)
+    rows = max(1, SCORE_BLOCK // max(B * H * G * k.shape[-2], 1))
+    out = []
+    for s in range(0, L, rows):
+        z = q[..., s:s + rows, :] @ kt  # (B, H, G, r, L)
+        if add is not None:  # padding −inf (and a pe's bias), as in SDPA
+            z += (add[..., s:s + rows, :] if add.shape[-2] > 1 else add).unsqueeze(2)
+        out.append(z.topk(kk, dim=-1, sorted=False).indices)
+    return out[0] if len(out) == 1 else torch.cat(out, dim=-2)
+
+
+def _at(add: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """The additive mask at the kept keys: add (B, 1, 1, L) | (B, H, L, L), idx (B, H, G, L, k)
+    -> (B, H, G, L, k). A gather on a broadcast view: nothing of size (L, L) is made unless the
+    mask itself has that size."""
+    return add.unsqueeze(2).expand(*idx.shape[:-1], add.shape[-1]).gather(-1, idx)
 
 
 def _is_int(v: Any) -> bool:
