@@ -182,7 +182,7 @@ def test_stats_of_an_adaptive_sweep_reports_sequential_decisions(tmp_path):
     assert "sequential" in TOP_LEVEL_KEYS and tuple(seq) == SEQUENTIAL_KEYS
     comps = [c for c in report.comparisons if c["metric"] == "test_acc"]
     assert seq["m"] == len(comps) == len(seq["results"]) and seq["alpha"] == 0.05
-    from fusion_sweep.analysis.sequential import sequential_result
+    from fusion_sweep.analysis.sequential import LEGACY_METHOD, sequential_result
 
     m = len(comps)
     for r, c in zip(seq["results"], comps):
@@ -190,8 +190,9 @@ def test_stats_of_an_adaptive_sweep_reports_sequential_decisions(tmp_path):
         # the decision is the CS at alpha/m over the sweep's m comparisons, on this
         # comparison's deltas in seed order (the order the sweep added them)
         d = np.asarray(c["deltas"])[np.argsort(c["seeds"], kind="stable")]
+        # a record without "method" is a sweep launched before the betting default
         want = sequential_result(d, alpha=0.05, m=m, margin=c["equivalence_margin"],
-                                 higher_is_better=c["higher_is_better"])
+                                 higher_is_better=c["higher_is_better"], method=LEGACY_METHOD)
         assert (r["m"], r["alpha_each"]) == (m, pytest.approx(0.05 / m))
         assert r["decision"] == want.decision
         assert (r["cs_low"], r["cs_high"]) == pytest.approx((want.cs_low, want.cs_high))

@@ -178,22 +178,26 @@ def _comp(i: int, deltas: list[float]) -> dict:
 
 
 def test_sequential_report_decides_at_alpha_over_the_sweeps_m() -> None:
-    """One comparison clearly decided at alpha = 0.05 alone, not at alpha/6: the report's
-    family is every comparison of the sweep, so it stays inconclusive with 6."""
-    from fusion_sweep.analysis.sequential import from_comparisons, sequential_result
+    """One comparison clearly decided at alpha = 0.05 alone, not at alpha/6: the report
+    decides at the family's m (fixed at launch), so it stays inconclusive with 6. The
+    normal mixture is used because its premise case decides at n = 6 (the betting default
+    decides nothing this small at any m)."""
+    from fusion_sweep.analysis.sequential import (LEGACY_METHOD, from_comparisons,
+                                                  sequential_result)
 
+    nm = LEGACY_METHOD  # "normal-mixture"
     strong = [0.0235, 0.0282, 0.0233, 0.007, 0.0291, 0.0245]
-    alone = sequential_result(strong, alpha=ALPHA, m=1)
-    six = sequential_result(strong, alpha=ALPHA, m=6)
+    alone = sequential_result(strong, alpha=ALPHA, m=1, method=nm)
+    six = sequential_result(strong, alpha=ALPHA, m=6, method=nm)
     assert (alone.decision, six.decision) == ("better", "inconclusive")  # the case's premise
     null = [0.01, -0.01, 0.005, -0.004, 0.0, 0.002]
     comps = [_comp(0, strong)] + [_comp(i, null) for i in range(1, 6)]
-    res = from_comparisons(comps, ALPHA)
+    res = from_comparisons(comps, ALPHA, m=len(comps), method=nm)
     assert [r.m for r in res] == [6] * 6 and res[0].alpha_each == pytest.approx(ALPHA / 6)
     assert [r.decision for r in res] == ["inconclusive"] * 6
     assert (res[0].cs_low, res[0].cs_high) == pytest.approx((six.cs_low, six.cs_high))
-    # with one comparison the same deltas decide
-    (one,) = from_comparisons([_comp(0, strong)], ALPHA)
+    # with a family of one the same deltas decide
+    (one,) = from_comparisons([_comp(0, strong)], ALPHA, m=1, method=nm)
     assert one.decision == "better" and one.m == 1
 
 
@@ -265,7 +269,8 @@ def test_seed_streams_are_pinned() -> None:
 def _one_sided(p: float, p_opposite: float) -> dict:
     return {"p": p, "tost_p": float("nan"), "missing": [], "_not_learned": False,
             "_ratio": None, "alternative": "greater", "_p_opposite": p_opposite,
-            "_holds": ("better",), "_contra": ("worse",), "_higher": True}
+            "_holds": ("better",), "_contra": ("worse",), "_higher": True, "_negligible": False,
+            "_arm_states": {}}
 
 
 @pytest.mark.parametrize("p_opposite,want", [(0.03, "inconclusive"), (0.004, "worse")])

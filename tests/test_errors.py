@@ -167,6 +167,12 @@ CASES: list[Case] = [
        lambda e: ["launch", e.f("incompatible.yaml"), "--dry-run"],
        r"pes × fusions \(dataset=synthetic-short, pe=alibi, fusion=concat\): fusion 'concat' needs "
        r"an input-level positional encoding"),
+    _c("launch-sequential-without-adaptive", "launch", "`--sequential-method` without `--until-decided`",
+       lambda e: ["launch", "default", "--sequential-method", "normal-mixture"],
+       r"--sequential-method: only with --until-decided"),
+    _c("launch-sequential-unknown", "launch", "unknown `--sequential-method` (argparse)",
+       lambda e: ["launch", "default", "--until-decided", "--sequential-method", "foo"],
+       r"invalid choice: 'foo' \(choose from 'betting', 'normal-mixture'\)"),
     _c("launch-unknown-space", "launch", "unknown shipped space name",
        lambda e: ["launch", "nosuch"],
        r"no search space named 'nosuch'; shipped spaces: \[.*'smoke'\]"),
