@@ -109,6 +109,11 @@ EQUIVALENT: dict[str, str] = {
         "best_epoch's initial value: always replaced at epoch 1 (best_state is None there)",
     "fusion_sweep/trial/trainer.py:_train_and_test:0->1#1":
         "stale's initial value: always reset to 0 at epoch 1 (best_state is None there)",
+    "fusion_sweep/analysis/stats.py:verdict:>->>=#1":
+        "mean > 0 vs >= 0: the mean is the centre of its own t-interval, so a mean of exactly 0 "
+        "never comes with an interval that excludes 0",
+    "fusion_sweep/analysis/stats.py:ratio_verdict:>->>=#0":
+        "exact ratio > 1 vs >= 1: a ratio of exactly 1 has already returned inconclusive",
 }
 
 # Lines left out of every module (regex on the line's text -> why): what tests must not assert.

@@ -170,8 +170,9 @@ def platform_label(fields: Mapping[str, Any]) -> str:
         return ""
     gpu = (f"GPU {f['gpu']} (CUDA {f['cuda'] or '?'}, cuDNN {f['cudnn'] or '?'})"
            if f["gpu"] not in ("", "none") else "no GPU")
+    threads = f"{f['threads'] or '?'} thread{'' if f['threads'] == '1' else 's'}"
     return (f"torch {f['torch'] or '?'}, CPU {f['cpu_capability'] or '?'} "
-            f"({f['cpu_model'] or '?'}), {f['threads'] or '?'} threads, {gpu}, "
+            f"({f['cpu_model'] or '?'}), {threads}, {gpu}, "
             f"deterministic {f['deterministic'] or '?'}")
 
 

@@ -752,10 +752,12 @@ def format_summary(s: LaunchSummary, space_ref: str) -> str:
     Follow-up commands carry `--tracking-uri`/`--experiment` only where they would not
     resolve to the same store and experiment by default from this directory and environment.
     """
+    # Two lines, not one: the summary stays within the 120 columns of the stats report.
     lines = ["", f"== sweep {s.name!r}: {s.finished}/{s.total} trials finished "
                  f"({s.kept} kept from earlier launches); {s.trained_now} trained in this launch; "
-                 f"{s.failed} failed; {s.killed + s.missing} not run; {s.retried} retried "
-                 f"(ran more than once); {s.seconds:.0f} s =="]
+                 f"{s.seconds:.0f} s ==",
+             f"  {s.failed} failed; {s.killed + s.missing} not run; {s.retried} retried "
+             f"(ran more than once)"]
     for f in s.failed_trials[:10]:
         lines.append(f"  failed: {f}")
     if len(s.failed_trials) > 10:
@@ -772,8 +774,8 @@ def format_summary(s: LaunchSummary, space_ref: str) -> str:
         lines.append(f"  results:    {s.results_csv}")
     else:
         lines.append(f"  Ray Tune:   {s.experiment_path}")
-    lines.append(f"  MLflow:     {s.tracking_uri}  experiment {s.experiment!r}, parent run "
-                 f"{s.parent_run_id}")
+    lines.append(f"  MLflow:     {s.tracking_uri}  experiment {s.experiment!r}")
+    lines.append(f"  parent run: {s.parent_run_id}")
     uri_arg = "" if s.tracking_uri == tracking.resolve_tracking_uri() else f" --tracking-uri {s.tracking_uri}"
     exp_arg = "" if s.experiment == tracking.DEFAULT_EXPERIMENT else f" --experiment {s.experiment}"
     lines.append(f"  statistics: fusion-sweep stats --sweep {s.name}{uri_arg}{exp_arg}")

@@ -448,3 +448,71 @@ def test_two_seeds_are_enough_for_the_t_tests_and_undefined_below() -> None:
         S.paired_deltas(x, y[:1])
     with pytest.raises(ValueError, match="1-D of equal length"):
         S.paired_deltas(x.reshape(1, 2), y.reshape(1, 2))
+
+
+# ------------------------------------------- 10. exact boundaries of the verdict and chance
+# Each case below sits exactly on a threshold, where `<` and `<=` (or `>` and `>=`) disagree:
+# the survivors of the partial full mutation run (benchmarks/README.md).
+NAN_ = float("nan")
+
+
+@pytest.mark.parametrize("lo,hi,p_holm,tost,want", [
+    (0.0, 0.2, 0.001, NAN_, "inconclusive"),   # bound exactly 0: not excluded
+    (-0.2, 0.0, 0.001, NAN_, "inconclusive"),
+    (0.01, 0.2, ALPHA, NAN_, "inconclusive"),                  # Holm p exactly alpha: not < alpha
+    (-0.1, 0.2, 0.5, ALPHA, "inconclusive"),                   # TOST p exactly alpha
+    (0.01, 0.2, 0.0499, NAN_, "better"),                       # just inside: the rule does fire
+    (-0.1, 0.2, 0.5, 0.0499, "equivalent"),
+])
+def test_verdict_thresholds_are_strict(lo, hi, p_holm, tost, want) -> None:
+    mean = (lo + hi) / 2
+    assert S.verdict(mean, lo, hi, p_holm, tost, ALPHA) == want
+    if want == "inconclusive" and hi == 0.0:  # the mirror case, lower is better
+        assert S.verdict(-0.1, -0.2, 0.0, 0.001, NAN_, ALPHA, higher_is_better=False) == want
+
+
+def test_ratio_verdict_of_exact_costs_and_of_an_undefined_bound() -> None:
+    """An exact ratio (no seed noise) is the answer by itself, on either side of 1; a noisy
+    ratio whose lower bound is undefined is inconclusive even if its upper bound is below 1."""
+    exact = {r: S.RatioResult(r, r, r, NAN_, True) for r in (1.5, 0.5, 1.0)}
+    assert S.ratio_verdict(exact[1.5], NAN_, ALPHA, True) == "better"
+    assert S.ratio_verdict(exact[0.5], NAN_, ALPHA, True) == "worse"
+    assert S.ratio_verdict(exact[1.5], NAN_, ALPHA, False) == "worse"
+    assert S.ratio_verdict(exact[1.0], NAN_, ALPHA, True) == "inconclusive"
+    half_known = S.RatioResult(0.5, NAN_, 0.8, 0.001, False)
+    assert S.ratio_verdict(half_known, 0.001, ALPHA, False) == "inconclusive"
+
+
+def _counts_frame(values: dict[str, list[float]]) -> pd.DataFrame:
+    return pd.DataFrame([{"dataset": d, "num_classes": k} for d, ks in values.items() for k in ks])
+
+
+def test_class_counts_accepts_integers_from_two_and_names_each_problem() -> None:
+    from fusion_sweep.analysis.chance import class_counts
+    from fusion_sweep.analysis.schema import AnalysisError
+
+    got = class_counts(_counts_frame({"z-topic": [3, 3], "a-binary": [2], "m-none": [NAN_]}))
+    assert got == {"a-binary": 2, "m-none": None, "z-topic": 3}
+    assert list(got) == ["a-binary", "m-none", "z-topic"]  # report order: by dataset name
+    with pytest.raises(AnalysisError, match="'num_classes' disagrees within dataset 'd': 2, 3"):
+        class_counts(_counts_frame({"d": [2, 3]}))
+    with pytest.raises(AnalysisError, match="'num_classes' disagrees within dataset 'd': 1, 2"):
+        class_counts(_counts_frame({"d": [1, 2]}))  # disagreement is named before range
+    for bad in (1, 2.5, 0):
+        with pytest.raises(AnalysisError, match=f"must be an integer >= 2, got {bad:g}"):
+            class_counts(_counts_frame({"d": [bad]}))
+    assert class_counts(_counts_frame({"d": [1]}), {"d": 4}) == {"d": 4}  # --num-classes wins
+
+
+def test_an_arm_whose_holm_p_equals_alpha_is_not_learned() -> None:
+    """`learned?` is yes only when the Holm p is below alpha; at exactly alpha it is no."""
+    from fusion_sweep.analysis.chance import chance_tests
+    from fusion_sweep.analysis.load import tidy
+
+    df = tidy(_chance_arms({"add": [0.030, 0.0, 0.025, 0.005, 0.015]}))
+    (first,), _, _ = chance_tests(df, ["test_acc"], {"synthetic-long": 2}, ALPHA)
+    p = first["p_holm"]
+    (at,), _, _ = chance_tests(df, ["test_acc"], {"synthetic-long": 2}, p)
+    assert at["learned"] == "no"
+    (above,), _, _ = chance_tests(df, ["test_acc"], {"synthetic-long": 2}, np.nextafter(p, 1))
+    assert above["learned"] == "yes"

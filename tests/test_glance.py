@@ -173,3 +173,23 @@ def test_html_and_markdown_open_with_the_grid(report, tmp_path: Path) -> None:
     assert md.index("Verdict grid") < md.index("Design warnings")
     stats = json.loads(files["json"].read_text())
     assert len(stats["verdict_grid"]) == len(report.comparisons)
+
+
+def test_a_long_verdict_flag_is_a_numbered_note_under_the_grid(tmp_path: Path, capsys) -> None:
+    """A flag is a sentence: inside a grid cell it made the column 160 characters wide and
+    wrapped the comparison names letter by letter (seen on the real-text sweep). The terminal
+    grid and short table carry '[k]' beside the verdict and spell the flag out below."""
+    rows = []
+    for fusion, vals in (("add", [0.504, 0.497, 0.502, 0.499, 0.503]), ("concat", [0.5] * 5)):
+        rows += [{"dataset": "d", "pe": "sin", "fusion": fusion, "seed": s, "test_acc": v,
+                  "num_classes": 2} for s, v in enumerate(vals)]
+    path = tmp_path / "r.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    out = _cli(["--results", str(path), "--equivalence-margin", "0.05", "--bootstrap", "200"],
+               capsys)
+    grid = out.split("Verdict grid", 1)[1].split("\n\n", 1)[0]
+    flag = "[1] no 'equivalent': standard/sin/concat has the same test_acc on every seed"
+    assert "n=5 [1]" in grid and flag in " ".join(grid.split())
+    table = out.split("d (median", 1)[1] if "d (median" in out else out.split("\nd ", 1)[1]
+    assert "inconclusive [1]" in table and flag in " ".join(table.split())
+    assert max(map(len, out.splitlines())) <= WIDTH

@@ -141,8 +141,8 @@ def _cell(platform: str | None, label: str = "") -> Cell:
 
 
 def test_pair_problem_platform() -> None:
-    a = _cell("p1", "torch 2, CPU AVX2 (x), 1 threads, no GPU, deterministic off")
-    b = _cell("p2", "torch 2, CPU AVX512 (x), 1 threads, no GPU, deterministic off")
+    a = _cell("p1", "torch 2, CPU AVX2 (x), 1 thread, no GPU, deterministic off")
+    b = _cell("p2", "torch 2, CPU AVX512 (x), 1 thread, no GPU, deterministic off")
     reason, detail = pair_problem(a, b, "concat", "add")
     assert reason == "platform_mismatch"
     assert detail.startswith("concat ran on CPU AVX2 (x), add on CPU AVX512 (x)")
@@ -154,7 +154,7 @@ def test_pair_problem_platform() -> None:
 
 
 def test_one_platform_names_it_in_the_source_line(tmp_path: Path, capsys) -> None:
-    label = "torch 2.13.0+cpu, CPU AVX2 (test), 1 threads, no GPU, deterministic off"
+    label = "torch 2.13.0+cpu, CPU AVX2 (test), 1 thread, no GPU, deterministic off"
     rows = [{"dataset": "d", "pe": "sinusoidal", "fusion": f, "seed": s, "test_acc": 0.5 + s / 50
              + (f == "concat") / 100, "fp_platform": "abc", "platform": label}
             for s in range(3) for f in ("add", "concat")]

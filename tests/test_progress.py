@@ -229,13 +229,16 @@ def test_summary_names_the_next_commands(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     here = f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
     ok = LaunchSummary(name="smoke", total=4, finished=4, trained_now=4, tracking_uri=here,
-                       experiment="fusion-sweep", parent_run_id="p1",
-                       experiment_path=str(tmp_path / "ray_results" / "smoke"),
+                       experiment="fusion-sweep", parent_run_id="f2ba6f39aced426aaa5aeb254b3619fe",
+                       seconds=266.0, experiment_path=str(tmp_path / "ray_results" / "smoke"),
                        results_csv=str(tmp_path / "ray_results" / "smoke" / "results.csv"))
     text = format_summary(ok, "smoke")
     assert "statistics: fusion-sweep stats --sweep smoke\n" in text
     assert "browse:     fusion-sweep ui   (" in text and "resume:" not in text
-    assert len(text.strip().splitlines()) == 5
+    assert len(text.strip().splitlines()) == 7
+    # The launch's last words fit the 120 columns the stats report keeps to (long store paths
+    # aside, which are the user's).
+    assert max(len(line) for line in text.splitlines() if str(tmp_path) not in line) <= 120
     bad = LaunchSummary(name="s2", total=4, finished=3, failed=1, trained_now=4,
                         tracking_uri="sqlite:////elsewhere/mlflow.db", experiment="e2",
                         parent_run_id="p2", experiment_path="/elsewhere/rr/s2",

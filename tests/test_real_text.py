@@ -229,9 +229,13 @@ def test_groups_never_cross_splits_and_the_split_follows_data_seed(name, fake) -
     assert not np.array_equal(where, package.group_split(groups, 1))
 
 
+@pytest.mark.parametrize("limits", [{}, {"limit_train": 9, "limit_eval": 5}])
 @pytest.mark.parametrize("name", PROBES)
-def test_probe_pairs_hold_the_same_tokens_in_another_order(name, fake) -> None:
-    d = load_encoded(name)
+def test_probe_pairs_hold_the_same_tokens_in_another_order(name, limits, fake) -> None:
+    """Also under limit_train / limit_eval: a subsample draws whole pairs, never halves."""
+    d = load_encoded(name, **limits)
+    if limits:
+        assert (len(d.train), len(d.val), len(d.test)) == (8, 4, 4)
     for split in (d.train, d.val, d.test):
         assert np.array_equal(split.labels[0::2], np.zeros(len(split) // 2)) and len(split) % 2 == 0
         for i in range(0, len(split), 2):
@@ -239,14 +243,16 @@ def test_probe_pairs_hold_the_same_tokens_in_another_order(name, fake) -> None:
             assert np.array_equal(np.sort(a), np.sort(b)) and not np.array_equal(a, b)
 
 
+@pytest.mark.parametrize("limits", [{}, {"limit_train": 9, "limit_eval": 5}])
 @pytest.mark.parametrize("name", PROBES)
-def test_a_position_free_model_is_exactly_at_chance_on_a_probe(name, fake) -> None:
+def test_a_position_free_model_is_exactly_at_chance_on_a_probe(name, limits, fake) -> None:
     """pe none: identical logits for a document and its shuffle, so exactly one of each pair
-    is right whatever was learned: test accuracy is 1/2 by construction."""
+    is right whatever was learned: test accuracy is 1/2 by construction (also on a
+    subsample, as real-ressformer.yaml draws one)."""
     from fusion_sweep.trial.config import TrialConfig
     from fusion_sweep.trial.trainer import train_trial
 
-    r = train_trial(TrialConfig.build(name, pe="none", **{**TINY, "epochs": 2}))
+    r = train_trial(TrialConfig.build(name, pe="none", **{**TINY, "epochs": 2, **limits}))
     assert r.metrics()["test_acc"] == pytest.approx(0.5, abs=1e-12)
 
 

@@ -228,7 +228,7 @@ def test_sweep_on_two_nodes_tracked_by_server(ray_cluster, mlflow_server, tmp_pa
     assert len(table) == 4 and {r["status"] for r in table} == {"FINISHED"}
     # ... with the platform each trial ran on: both nodes are this machine, one platform
     assert len({r["fp_platform"] for r in table}) == 1 and table[0]["fp_platform"]
-    assert table[0]["platform"].startswith("torch ") and "1 threads" in table[0]["platform"]
+    assert table[0]["platform"].startswith("torch ") and "1 thread," in table[0]["platform"]
 
     # launching the same sweep again re-runs nothing and creates no run
     s2 = launch("smoke", name="e2e", address=ray_cluster.address, tracking_uri=mlflow_server,

@@ -223,7 +223,7 @@ def _write_outputs(args: argparse.Namespace, report: Report, source: dict) -> No
         with tempfile.TemporaryDirectory(prefix="fusion-stats-") as tmp:
             write_report(report, tmp)
             rid = log_stats_run(source, tmp, report)
-    print(f"report logged to MLflow run {rid} (stats, under sweep parent "
+    print(f"report logged to MLflow run {rid}\n  (the stats run, under the sweep's parent run "
           f"{source['parent_run_id']})", file=sys.stderr)
 
 

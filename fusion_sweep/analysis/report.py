@@ -471,11 +471,16 @@ def _design_warnings(comps: list[dict], s: Settings) -> list[dict]:
     out = []
     for n in sorted({c["n"] for c in comps if c["n"] >= 1}):
         group = [c for c in comps if c["n"] == n]
-        floors = {"exact two-sided Wilcoxon": max(c["min_p_wilcoxon"] for c in group),
-                  "sign-flip permutation": max(c["min_p_signflip"] for c in group)}
-        blocked = {k: v for k, v in floors.items() if np.isfinite(v) and v >= s.alpha}
+        # The floor at n is the best case (every delta non-zero); zero deltas raise it further.
+        floors = {"exact two-sided Wilcoxon": [c["min_p_wilcoxon"] for c in group],
+                  "sign-flip permutation": [c["min_p_signflip"] for c in group]}
+        finite = {k: [v for v in vs if np.isfinite(v)] for k, vs in floors.items()}
+        blocked = {k: (min(v), max(v)) for k, v in finite.items() if v and min(v) >= s.alpha}
         if blocked:
-            what = " and ".join(f"the {k} test cannot go below p = {v:.4g}" for k, v in blocked.items())
+            what = " and ".join(
+                f"the {k} test cannot go below p = {lo:.4g}"
+                + (f" (up to {hi:.4g} where deltas of 0 are dropped)" if hi > lo else "")
+                for k, (lo, hi) in blocked.items())
             out.append({"code": "cannot_reach_alpha",
                         "message": f"at n = {n} ({_count(len(group), 'comparison')}) {what}, "
                                    f"which is not below alpha = {s.alpha}: only the t-test can "
@@ -525,11 +530,20 @@ def where(c: dict, axis: Axis) -> str:
 
 
 def _not_learned_warnings(comps: list[dict], axis: Axis) -> list[dict]:
-    return [{"code": "not_learned",
-             "message": f"neither arm beats chance on {c['dataset']}: this comparison says "
-                        f"nothing about {axis.noun} ({describe(c, axis)}, "
-                        f"{c['metric']}, chance = {c['chance_level']:.3g})"}
-            for c in comps if c["verdict"] == NOT_LEARNED]
+    """One warning per dataset and metric, naming each comparison whose arms both sit at
+    chance (a regime where nothing learns would otherwise repeat one sentence per arm)."""
+    groups: dict[tuple, list[dict]] = {}
+    for c in comps:
+        if c["verdict"] == NOT_LEARNED:
+            groups.setdefault((c["dataset"], c["metric"], c["chance_level"]), []).append(c)
+    out = []
+    for (dataset, metric, chance), cs in groups.items():
+        these = "this comparison says" if len(cs) == 1 else f"these {len(cs)} comparisons say"
+        out.append({"code": "not_learned",
+                    "message": f"neither arm beats chance on {dataset}: {these} nothing about "
+                               f"{axis.noun} ({'; '.join(describe(c, axis) for c in cs)}; "
+                               f"{metric}, chance = {chance:.3g})"})
+    return out
 
 
 def _code_mismatch_warning(dropped: list[dict], axis: Axis) -> list[dict]:

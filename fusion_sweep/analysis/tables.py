@@ -124,10 +124,10 @@ def grid_cell(c: dict | None, digits: int = 4, short: bool = False) -> tuple[str
     ci = fci(c["verdict_ci_low"], c["verdict_ci_high"], digits)
     detail = (f"{ci} {fpct(c['verdict_ci_level'])} · n={c['n']}" if ci != DASH
               else f"n={c['n']}")
+    if short:  # the terminal grid numbers the flags and spells them out below (compact_grid_table)
+        return head + SHORT_MARKS.get(mark, ""), detail
     flags = c.get("verdict_flags") or []  # what qualifies the verdict, beside it
     detail += "".join(f" · {f}" for f in flags)
-    if short:
-        return head + SHORT_MARKS.get(mark, ""), detail
     return head, detail + (f" · {mark}" if mark else "")
 
 
@@ -165,17 +165,22 @@ def compact_grid_table(report: Report) -> Table:
     grid = _grid_rows(report, None)
     refs = {c["baseline"] for row in grid for c in row.cells.values()}
     one_ref = len(refs) == 1  # then "vs REF" goes into the title, not into every row
+    flags: dict[str, int] = {}  # flag text -> its number: a sentence is too long for a cell
     for row in grid:
         cells = [grid_cell(row.cells.get(r.dataset), 3, short=True) for r in regimes]
+        details = [d + "".join(f" [{flags.setdefault(f, len(flags) + 1)}]"
+                               for f in (row.cells[r.dataset].get("verdict_flags") or []))
+                   if r.dataset in row.cells else d for (_, d), r in zip(cells, regimes)]
         pair, _, group = _row_label(report, row).partition(", ")  # group on the 2nd line
         if one_ref:
             pair = pair.rsplit(" vs ", 1)[0]
         rows.append([pair] + [h for h, _ in cells])
-        rows.append([group] + [d for _, d in cells])
+        rows.append([group] + details)
     vs = f" vs {refs.pop()}" if one_ref else ""
     marks = "; ".join(f"{sign}: {words}" for words, sign in SHORT_MARKS.items())
+    notes = [f"[{k}] {text}" for text, k in flags.items()]
     return Table(f"Verdict grid{vs} (Δ and verdict; below: the interval the verdict uses, n)",
-                 headers, rows, grid_footnotes(report) + [marks])
+                 headers, rows, grid_footnotes(report) + [marks] + notes)
 
 
 def _grid_rows(report: Report, metric: str | None) -> list[GridRow]:
@@ -203,14 +208,16 @@ def short_comparison_table(report: Report, metric: str, regime: str, group: tupl
     one_ref = len(refs) == 1  # then the reference goes into the title, not a column
     headers = [axis.noun, *([] if one_ref else ["vs"]), "n", "mean Δ", "CI the verdict uses",
                "level", "p_holm", "p_tost_holm", "power", "learned?", "verdict"]
+    numbered: dict[str, int] = {}  # long flags, spelled out below the table
     rows = [[axis.short(arm_of(c)), *([] if one_ref else [c["baseline"]]), str(c["n"]),
              fnum(c["mean_delta"], signed=True),
              fci(c["verdict_ci_low"], c["verdict_ci_high"]), fpct(c["verdict_ci_level"]),
              fp(c["p_holm"]), fp(c["tost_p_holm"]), fnum(c["power_at_holm_alpha"], 2),
-             learned_cell(c), verdict_cell(c)] for c in comps]
+             learned_cell(c), verdict_cell(c, numbered)] for c in comps]
     vs = f"vs {refs.pop()}" if one_ref else ""
     title = " · ".join(p for p in (regime, axis.title(group), vs, f"{metric} ({direction})") if p)
-    return Table(title, headers, rows, [power_footnote(comps, report.settings.alpha)])
+    notes = [f"[{k}] {text}" for text, k in numbered.items()]
+    return Table(title, headers, rows, [power_footnote(comps, report.settings.alpha)] + notes)
 
 
 def power_footnote(comps: list[dict], alpha: float) -> str:
@@ -278,10 +285,20 @@ def fratio(x: object) -> str:
     return f"{x:.4g}×"
 
 
-def verdict_cell(c: dict) -> str:
-    """The verdict with what qualifies it beside it: 'better [rests on normality (n = 2 < 5)]'."""
+SHORT_FLAG = 32  # a flag up to this long stays beside the verdict in a terminal table
+
+
+def verdict_cell(c: dict, numbered: dict[str, int] | None = None) -> str:
+    """The verdict with what qualifies it beside it: 'better [rests on normality (n = 2 < 5)]'.
+
+    numbered (the terminal): a flag longer than SHORT_FLAG becomes '[k]', and numbered maps
+    its text to k, for the table's footnotes; a sentence does not fit a table cell."""
     flags = c.get("verdict_flags") or []
-    return c["verdict"] + (f" [{'; '.join(flags)}]" if flags else "")
+    if numbered is None:
+        return c["verdict"] + (f" [{'; '.join(flags)}]" if flags else "")
+    inline = [f for f in flags if len(f) <= SHORT_FLAG]
+    refs = [f"[{numbered.setdefault(f, len(numbered) + 1)}]" for f in flags if len(f) > SHORT_FLAG]
+    return " ".join([c["verdict"] + (f" [{'; '.join(inline)}]" if inline else "")] + refs)
 
 
 def ratio_cells(c: dict) -> list[str]:

@@ -54,7 +54,7 @@ def load_encoded(name: str, *, data_dir: str = "", data_seed: int = 0, cache_dir
     spec, source, path = _plan(name, data_dir, data_seed, cache_dir, limit_train, limit_eval,
                                synthetic_overrides)
     data, _ = get_or_build(path, lambda: _build(spec, source, data_seed, TokenizerSettings()))
-    return apply_limits(data, limit_train, limit_eval, data_seed)
+    return apply_limits(data, limit_train, limit_eval, data_seed, pairs=spec.paired_documents)
 
 
 def _plan(name: str, data_dir: str, data_seed: int, cache_dir: str, limit_train: int,
@@ -160,22 +160,30 @@ def _build(spec: DatasetSpec, source: Source, data_seed: int, settings: Tokenize
 
 
 # --------------------------------------------------------------------------- subsampling
-def subsample(split: EncodedSplit, limit: int, data_seed: int, which: str) -> EncodedSplit:
-    """`limit` documents drawn without replacement from a data_seed stream (order kept)."""
+def subsample(split: EncodedSplit, limit: int, data_seed: int, which: str,
+              pairs: bool = False) -> EncodedSplit:
+    """`limit` documents drawn without replacement from a data_seed stream (order kept).
+
+    pairs: the split holds adjacent (original, perturbed) pairs (an order probe); whole pairs
+    are drawn, limit // 2 of them, so that a position-free model stays exactly at chance."""
     if limit <= 0 or limit >= len(split):
         return split
     rng = np.random.default_rng([data_seed, _STREAM_LIMIT[which]])
-    return split.subset(np.sort(rng.choice(len(split), size=limit, replace=False)))
+    if not pairs:
+        return split.subset(np.sort(rng.choice(len(split), size=limit, replace=False)))
+    first = 2 * np.sort(rng.choice(len(split) // 2, size=max(limit // 2, 1), replace=False))
+    return split.subset(np.stack([first, first + 1], axis=1).reshape(-1))  # (2·pairs,)
 
 
-def apply_limits(data: EncodedData, limit_train: int, limit_eval: int, data_seed: int) -> EncodedData:
+def apply_limits(data: EncodedData, limit_train: int, limit_eval: int, data_seed: int,
+                 pairs: bool = False) -> EncodedData:
     if limit_train <= 0 and limit_eval <= 0:
         return data
     return EncodedData(name=data.name, vocab_size=data.vocab_size, num_classes=data.num_classes,
                        pad_id=data.pad_id, unk_id=data.unk_id,
-                       train=subsample(data.train, limit_train, data_seed, "train"),
-                       val=subsample(data.val, limit_eval, data_seed, "val"),
-                       test=subsample(data.test, limit_eval, data_seed, "test"))
+                       train=subsample(data.train, limit_train, data_seed, "train", pairs),
+                       val=subsample(data.val, limit_eval, data_seed, "val", pairs),
+                       test=subsample(data.test, limit_eval, data_seed, "test", pairs))
 
 
 # --------------------------------------------------------------------------- statistics

@@ -121,6 +121,12 @@ class DatasetSpec:
         regime of a structure-noise probe (`synthetic.base`), else this dataset's own."""
         return str(self.synthetic.get("base") or self.name)
 
+    @property
+    def paired_documents(self) -> bool:
+        """An order probe of a package corpus: every split holds adjacent (original, words
+        shuffled) pairs, which a subsample (limit_train, limit_eval) must keep whole."""
+        return self.kind == "package" and bool(self.corpus.get("probe"))
+
     def longest_document(self) -> int:
         """Hard cap on a document's token count where truncating below it would drop what the
         label depends on (generated datasets; order probes of package corpora), else 0."""
