@@ -354,10 +354,14 @@ def check_error(case: Case, rc: int, out: str, err: str) -> str:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input_message(case: Case, env: Env, capsys, monkeypatch, tmp_path):
+def test_bad_input_message(case: Case, env: Env, capsys, monkeypatch, tmp_path,
+                           tmp_path_factory):
     monkeypatch.chdir(tmp_path)
     for var in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS"):
         monkeypatch.delenv(var, raising=False)
+    # A data cache of its own: a tokenized corpus already cached on this machine (after a
+    # real-text sweep) would be read without looking at the case's data_dir.
+    monkeypatch.setenv("FUSION_SWEEP_CACHE", str(tmp_path_factory.mktemp("cache")))
     rc, out, err = run_cli(case.argv(env), capsys)
     check_error(case, rc, out, err)
     assert not ("ray" in sys.modules and sys.modules["ray"].is_initialized()), "Ray started"
