@@ -34,7 +34,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fusion_sweep.trial.models.common import ACTIVATIONS, changed_fields, order_from_pe
+from fusion_sweep.trial.models.common import FeedForwardSublayer, changed_fields, order_from_pe
 from fusion_sweep.trial.models.fusion import Fusion, build_fusion
 from fusion_sweep.trial.models.positional import PositionalEncoding, build_positional
 from fusion_sweep.trial.models.ressformer import ReSSFormerEncoder
@@ -96,25 +96,14 @@ def attention_with_dropout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return out.view(B, H, L, dh)
 
 
-class EncoderLayer(nn.Module):
+class EncoderLayer(FeedForwardSublayer):
     """nn.TransformerEncoderLayer semantics: post-norm unless `norm_first`."""
 
     def __init__(self, d_model: int, heads: int, dim_ff: int, dropout: float, attn_dropout: float,
                  activation: str, norm_first: bool) -> None:
         super().__init__()
         self.attn = SelfAttention(d_model, heads, attn_dropout)
-        self.linear1 = nn.Linear(d_model, dim_ff)
-        self.linear2 = nn.Linear(dim_ff, d_model)
-        self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-        self.act = ACTIVATIONS[activation]
-        self.norm_first = norm_first
-
-    def _ff(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout2(self.linear2(self.dropout(self.act(self.linear1(x)))))
+        self._add_feed_forward(d_model, dim_ff, dropout, activation, norm_first)
 
     def forward(self, x, attn_mask, pe):
         if self.norm_first:

@@ -115,7 +115,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.profiler import record_function
 
-from fusion_sweep.trial.models.common import ACTIVATIONS, changed_fields, order_from_pe
+from fusion_sweep.trial.models.common import FeedForwardSublayer, changed_fields, order_from_pe
 from fusion_sweep.trial.models.positional import POSITIONAL, PositionalEncoding
 from fusion_sweep.trial.models.sparse import ATTN_ACTIVATIONS
 
@@ -362,25 +362,14 @@ class ReSSAttention(nn.Module):
         return f
 
 
-class ReSSLayer(nn.Module):
+class ReSSLayer(FeedForwardSublayer):
     """A sub-layer: ReSSAttention + FFN, post-norm unless `norm_first` (as EncoderLayer)."""
 
     def __init__(self, d_model: int, heads: int, dim_ff: int, dropout: float, attn_dropout: float,
                  activation: str, norm_first: bool, **attention: Any) -> None:
         super().__init__()
         self.attn = ReSSAttention(d_model, heads, attn_dropout, **attention)
-        self.linear1 = nn.Linear(d_model, dim_ff)
-        self.linear2 = nn.Linear(dim_ff, d_model)
-        self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-        self.act = ACTIVATIONS[activation]
-        self.norm_first = norm_first
-
-    def _ff(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout2(self.linear2(self.dropout(self.act(self.linear1(x)))))
+        self._add_feed_forward(d_model, dim_ff, dropout, activation, norm_first)
 
     def forward(self, x, attn_mask, pe, memory: Memory | None,
                 want_graph: bool) -> tuple[torch.Tensor, Graph | None]:
