@@ -643,8 +643,11 @@ def _mark_untestable(plans: list[Plan], tests: list[dict],
                      blind: frozenset[tuple[str, Variant]]) -> None:
     """A test whose claimed arm (a + term of its contrast) cannot see order on an order-only
     dataset is decided by the benchmark, not the model: its support becomes NOT_TESTABLE
-    (its statistics stay for the record) instead of CONTRADICTS or SUPPORTS."""
+    (its statistics stay for the record) instead of CONTRADICTS or SUPPORTS. Only accuracy
+    is decided that way: a cost (latency, FLOPs) does not depend on what the label is."""
     for plan, t in zip(plans, tests):
+        if not is_accuracy_like(t["metric"]):
+            continue
         hit = [x for x in plan.terms if x.coef > 0 and (x.dataset, x.variant) in blind]
         if hit and t["verdict"] != NOT_RUN:
             t["support"] = NOT_TESTABLE
