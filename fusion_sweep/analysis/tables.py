@@ -168,8 +168,7 @@ def compact_grid_table(report: Report) -> Table:
     flags: dict[str, int] = {}  # flag text -> its number: a sentence is too long for a cell
     for row in grid:
         cells = [grid_cell(row.cells.get(r.dataset), 3, short=True) for r in regimes]
-        details = [d + "".join(f" [{flags.setdefault(f, len(flags) + 1)}]"
-                               for f in (row.cells[r.dataset].get("verdict_flags") or []))
+        details = [" ".join([d] + flag_marks(row.cells[r.dataset], flags, inline_up_to=0))
                    if r.dataset in row.cells else d for (_, d), r in zip(cells, regimes)]
         pair, _, group = _row_label(report, row).partition(", ")  # group on the 2nd line
         if one_ref:
@@ -178,9 +177,8 @@ def compact_grid_table(report: Report) -> Table:
         rows.append([group] + details)
     vs = f" vs {refs.pop()}" if one_ref else ""
     marks = "; ".join(f"{sign}: {words}" for words, sign in SHORT_MARKS.items())
-    notes = [f"[{k}] {text}" for text, k in flags.items()]
     return Table(f"Verdict grid{vs} (Δ and verdict; below: the interval the verdict uses, n)",
-                 headers, rows, grid_footnotes(report) + [marks] + notes)
+                 headers, rows, grid_footnotes(report) + [marks] + flag_notes(flags))
 
 
 def _grid_rows(report: Report, metric: str | None) -> list[GridRow]:
@@ -216,8 +214,8 @@ def short_comparison_table(report: Report, metric: str, regime: str, group: tupl
              learned_cell(c), verdict_cell(c, numbered)] for c in comps]
     vs = f"vs {refs.pop()}" if one_ref else ""
     title = " · ".join(p for p in (regime, axis.title(group), vs, f"{metric} ({direction})") if p)
-    notes = [f"[{k}] {text}" for text, k in numbered.items()]
-    return Table(title, headers, rows, [power_footnote(comps, report.settings.alpha)] + notes)
+    return Table(title, headers, rows,
+                 [power_footnote(comps, report.settings.alpha)] + flag_notes(numbered))
 
 
 def power_footnote(comps: list[dict], alpha: float) -> str:
@@ -293,12 +291,25 @@ def verdict_cell(c: dict, numbered: dict[str, int] | None = None) -> str:
 
     numbered (the terminal): a flag longer than SHORT_FLAG becomes '[k]', and numbered maps
     its text to k, for the table's footnotes; a sentence does not fit a table cell."""
-    flags = c.get("verdict_flags") or []
     if numbered is None:
+        flags = c.get("verdict_flags") or []
         return c["verdict"] + (f" [{'; '.join(flags)}]" if flags else "")
-    inline = [f for f in flags if len(f) <= SHORT_FLAG]
-    refs = [f"[{numbered.setdefault(f, len(numbered) + 1)}]" for f in flags if len(f) > SHORT_FLAG]
-    return " ".join([c["verdict"] + (f" [{'; '.join(inline)}]" if inline else "")] + refs)
+    return " ".join([c["verdict"]] + flag_marks(c, numbered, inline_up_to=SHORT_FLAG))
+
+
+def flag_marks(c: dict, numbered: dict[str, int], inline_up_to: int) -> list[str]:
+    """A comparison's verdict flags for a terminal table: those up to `inline_up_to`
+    characters as '[text]', the longer ones as '[k]', numbered adds each (text -> k) for
+    flag_notes."""
+    flags = c.get("verdict_flags") or []
+    inline = [f for f in flags if len(f) <= inline_up_to]
+    refs = [f"[{numbered.setdefault(f, len(numbered) + 1)}]" for f in flags if len(f) > inline_up_to]
+    return ([f"[{'; '.join(inline)}]"] if inline else []) + refs
+
+
+def flag_notes(numbered: dict[str, int]) -> list[str]:
+    """The footnotes spelling out each numbered flag: '[k] text'."""
+    return [f"[{k}] {text}" for text, k in numbered.items()]
 
 
 def ratio_cells(c: dict) -> list[str]:
