@@ -69,6 +69,14 @@ def test_analysis_imports_neither_torch_nor_ray() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_the_terminal_report_does_not_load_matplotlib() -> None:
+    """`fusion-sweep stats` without --report draws nothing: its modules leave matplotlib
+    (about a second of start-up) to the figures, render and plots."""
+    code = ("import fusion_sweep.analysis.cli, fusion_sweep.analysis.text, sys; "
+            "assert 'matplotlib' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def _own_imports(path: Path) -> set[str]:
     """fusion_sweep.analysis modules `path` imports, at module level, in a function or under
     TYPE_CHECKING alike (each ties the two files)."""

@@ -151,6 +151,11 @@ def test_pair_problem_platform() -> None:
     assert pair_problem(a, _cell(None), "concat", "add") == (None, "")
     assert pair_problem(_cell("p1"), _cell("p2"), "x", "y")[1] == \
         "x ran on platform p1, y on p2"
+    # a GPU's part holds its own ', ' (CUDA, cuDNN): a cuDNN-only difference names the GPU part
+    gpu = "torch 2, CPU AVX2 (x), 1 thread, GPU A100 (CUDA 12.1, cuDNN {}), deterministic on"
+    _, detail = pair_problem(_cell("g1", gpu.format(9)), _cell("g2", gpu.format(8)), "x", "y")
+    assert detail.startswith("x ran on GPU A100 (CUDA 12.1, cuDNN 9), y on GPU A100 (CUDA 12.1, "
+                             "cuDNN 8)"), detail
 
 
 def test_one_platform_names_it_in_the_source_line(tmp_path: Path, capsys) -> None:

@@ -208,6 +208,7 @@ def test_report_table_and_figure(tmp_path) -> None:
     assert any(DESCRIPTIVE_LABEL in f for f in table.footnotes)
     md = sr.markdown_rows(plan.results)
     assert md[0].startswith("| family") and len(md) == 4
-    blocks = sr.sequential_blocks(plan.results, tmp_path)
+    from fusion_sweep.analysis.render import sequential_blocks
+    blocks = sequential_blocks(plan.results, tmp_path)
     png = tmp_path / blocks[-1][1]
     assert blocks[-1][0] == "img" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

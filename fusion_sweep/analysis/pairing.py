@@ -36,7 +36,8 @@ another platform, so the delta would mix the variant effect with the platform's.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -198,11 +199,10 @@ def copied_seeds(cells: dict[CellKey, Cell]) -> dict[CellKey, Cell]:
         for k in keys:
             c = out[k]
             if c.ok:
-                out[k] = Cell(value=c.value, fps=c.fps, code=c.code,
-                              reason="duplicate_fingerprint",
-                              detail=f"seeds {', '.join(map(str, seeds))} share the "
-                                     f"{name.removeprefix('fp_')} fingerprint {value[:10]} "
-                                     "(copied runs)")
+                out[k] = replace(c, reason="duplicate_fingerprint",
+                                 detail=f"seeds {', '.join(map(str, seeds))} share the "
+                                        f"{name.removeprefix('fp_')} fingerprint {value[:10]} "
+                                        "(copied runs)")
     return out
 
 
@@ -282,9 +282,13 @@ def pair_problem(a: Cell, b: Cell, a_name: str, b_name: str,
     return None, ""
 
 
+_PARTS = re.compile(r", (?![^()]*\))")  # a ', ' not inside parentheses
+
+
 def platform_difference(a: Cell, b: Cell, a_name: str, b_name: str) -> str:
     """Which parts of two platforms differ (their readable labels), else their hashes."""
-    pa, pb = a.platform_label.split(", "), b.platform_label.split(", ")
+    # The label's parts are ', '-separated, but 'GPU X (CUDA a, cuDNN b)' holds one inside.
+    pa, pb = (_PARTS.split(x.platform_label) for x in (a, b))
     only_a = [p for p in pa if p not in pb]
     only_b = [p for p in pb if p not in pa]
     if a.platform_label and b.platform_label and (only_a or only_b):

@@ -7,10 +7,11 @@ Each function takes comparison dicts (see :mod:`fusion_sweep.analysis.report`) a
 """
 from __future__ import annotations
 
+import math
 import re
 import textwrap
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 from matplotlib import colormaps
@@ -20,13 +21,16 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.text import Text
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from fusion_sweep.analysis.schema import SUPPORT_COLORS, VERDICT_COLORS
+from fusion_sweep.analysis.sequential_report import key_label
 from fusion_sweep.analysis.variants import Axis, Variant
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from fusion_sweep.analysis.sequential import SequentialResult
 
 _VERDICT_COLOR = VERDICT_COLORS
 
@@ -325,3 +329,70 @@ def _widen_to_fit(fig: Figure) -> None:
         for ax, pos in boxes:
             ax.set_position([(pos.x0 * w + shift) / new_w, pos.y0, pos.width * w / new_w,
                              pos.height])
+
+
+# ------------------------------------------------------ adaptive seeds: confidence sequences
+def cs_plot(results: Sequence[SequentialResult], path: str | Path, title: str = "") -> Path:
+    """One panel per comparison: its confidence sequence against seeds.
+
+    Shaded: the running-intersection CS (what decides); thin lines: the CS at each n
+    alone; black: the running mean Δ; dashed: 0; blue band: ±margin. The panel title is
+    coloured by the decision. Unbounded CS ends are drawn to the panel's edge.
+    """
+    cols = min(3, max(1, len(results)))
+    rows = max(1, math.ceil(len(results) / cols))
+    fig = Figure(figsize=(3.6 * cols, 3.0 * rows + (0.35 if title else 0)), dpi=110)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax, r in zip(axes, results):
+        _cs_panel(ax, r)
+    for ax in axes[len(results):]:
+        ax.set_axis_off()
+    if not results:
+        axes[0].text(0.5, 0.5, "no comparisons", ha="center", va="center")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, format="png")
+    return path
+
+
+def _cs_panel(ax, r: SequentialResult) -> None:
+    color = VERDICT_COLORS.get(r.decision, "black")
+    ax.axhline(0.0, color="#444", lw=0.8, ls="--")
+    if r.margin is not None:
+        ax.axhspan(-r.margin, r.margin, color="#0969da", alpha=0.08, lw=0)
+        for y in (-r.margin, r.margin):
+            ax.axhline(y, color="#0969da", lw=0.6, ls=":")
+    if r.path is not None:
+        p = r.path
+        n = np.arange(1, p.n + 1)
+        lo, hi = _ylim(r)
+        ax.fill_between(n, np.clip(p.low, lo, hi), np.clip(p.high, lo, hi), color=color,
+                        alpha=0.25, lw=0)
+        for raw in (p.raw_low, p.raw_high):
+            ax.plot(n, np.clip(raw, lo, hi), color=color, lw=0.7, alpha=0.6)
+        ax.plot(n, p.mean, color="black", lw=1.2)
+        ax.set_ylim(lo, hi)
+        ax.set_xlim(1, max(2, p.n))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    # "arm vs reference" on its own lines: variant labels are too long for one panel width
+    comparison = key_label(r.comparison).replace(" vs ", "\nvs ")
+    ax.set_title(f"{key_label(r.family)}: {r.decision_label} (n = {r.n})\n{comparison}",
+                 fontsize=7, color=color)
+    ax.set_xlabel("seeds", fontsize=7)
+    ax.set_ylabel("Δ (mean, CS)", fontsize=7)
+    ax.tick_params(labelsize=7)
+
+
+def _ylim(r: SequentialResult) -> tuple[float, float]:
+    """A y-range around what decided: the mean path, the final CS, 0 and the margin. The
+    early, wide CS ends are clipped to it (they carry no decision)."""
+    p = r.path
+    core = [0.0, *p.mean, *(v for v in (p.low[-1], p.high[-1]) if np.isfinite(v))]
+    if r.margin is not None:
+        core += [-r.margin, r.margin]
+    lo, hi = min(core), max(core)
+    pad = 0.6 * (hi - lo) or 0.05
+    return lo - pad, hi + pad

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
 
 from fusion_sweep.analysis import plots
 from fusion_sweep.analysis.regimes import lengths_known
 from fusion_sweep.analysis.grid import grid_rows
 from fusion_sweep.analysis.pairing import usable_values
 from fusion_sweep.analysis.report import Report
-from fusion_sweep.analysis.schema import INCONCLUSIVE, NOT_LEARNED, SUPPORT_COLORS, VERDICT_COLORS
-from fusion_sweep.analysis.sequential_report import sequential_blocks
+from fusion_sweep.analysis.schema import (
+    DESCRIPTIVE_LABEL, INCONCLUSIVE, NOT_LEARNED, SUPPORT_COLORS, VERDICT_COLORS,
+)
+from fusion_sweep.analysis.sequential_report import sequential_table
 from fusion_sweep.analysis.tables import (
     Table, arms_table, blocks_by_regime, chance_table, claim_tests_table, claims_table,
     comparison_table, dropped_table, fusion_by_dataset_tables, interaction_table,
@@ -27,6 +30,9 @@ from fusion_sweep.analysis.text import (
     VERDICT_RULE, descriptive, is_numeric_cell, source_line, warning_line,
 )
 from fusion_sweep.analysis.variants import Variant
+
+if TYPE_CHECKING:
+    from fusion_sweep.analysis.sequential import SequentialResult
 
 # Block kinds: ("h1"|"h2"|"h3"|"p", text), ("ul", [text]), ("table", Table), ("img", file, alt)
 Block = tuple
@@ -375,3 +381,17 @@ def _html_table(t: Table) -> str:
     foot = "".join(f'<p class="foot">{html.escape(f)}</p>' for f in t.footnotes)
     return (f'<div class="tw"><table><caption>{html.escape(t.title)}</caption>'
             f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{foot}")
+
+
+def sequential_blocks(results: Sequence[SequentialResult], out_dir: str | Path,
+                      name: str = "sequential_cs.png") -> list[tuple]:
+    """Blocks for fusion_sweep.analysis.render (("h2", ...), ("p", ...), ("table", Table), ("img", ...)),
+    with the CS figure written to out_dir/name."""
+    plots.cs_plot(results, Path(out_dir) / name, "Confidence sequences against seeds "
+            "(shaded: running intersection; band: ±margin)")
+    return [("h2", "Adaptive seeds: sequential decisions"),
+            ("p", "Seeds were added only where a comparison was still undecided; these "
+                  "decisions come from anytime-valid confidence sequences, valid at the "
+                  f"data-dependent stopping time. Fixed-n tests below are {DESCRIPTIVE_LABEL}."),
+            ("table", sequential_table(results)),
+            ("img", name, "confidence sequence of each comparison's mean delta against seeds")]

@@ -370,7 +370,7 @@ class ConfidenceSequence:
     raw_low: np.ndarray  # (n,)
     raw_high: np.ndarray  # (n,)
     p_anytime: np.ndarray  # (n,)
-    method: str = "normal-mixture"
+    method: str  # a SEQUENTIAL_METHODS name
 
     @property
     def n(self) -> int:
@@ -499,7 +499,7 @@ class SequentialResult:
     margin: float | None
     higher_is_better: bool
     path: ConfidenceSequence | None = field(repr=False)  # None when n = 0
-    method: str = "normal-mixture"  # a SEQUENTIAL_METHODS name
+    method: str  # a SEQUENTIAL_METHODS name
 
     @property
     def assumption(self) -> str:
@@ -577,7 +577,7 @@ class SequentialPlan:
     max_seeds: int
     seed_batch: int
     phi: float
-    method: str = "normal-mixture"
+    method: str  # a SEQUENTIAL_METHODS name
 
     def for_family(self, family: Hashable) -> tuple[SequentialResult, ...]:
         return tuple(r for r in self.results if r.family == family)
