@@ -359,7 +359,7 @@ def _run_sweep(pf: Preflight, auth: str, max_concurrent: int | None, verbose: bo
         status = "KILLED"
         print("\ninterrupted: run the same command again to resume", file=out)
     finally:
-        if driver.started_ray or pf.address is not None:
+        if driver.ray_up:
             import ray
 
             ray.shutdown()  # a no-op when Ray never started
@@ -374,7 +374,7 @@ class _Driver:
                  max_concurrent: int | None, verbose: bool, out: TextIO) -> None:
         self.pf, self.auth, self.ctx, self.out = pf, auth, ctx, out
         self.max_concurrent, self.verbose = max_concurrent, verbose
-        self.started_ray, self.ray_up = False, False
+        self.ray_up = False  # Ray started or connected (shut down at the end either way)
 
     def train(self, batch: list[GridPoint], round_no: int) -> list[str]:
         """Train the points of `batch` not FINISHED in MLflow; returns Tune's error lines."""
@@ -390,7 +390,7 @@ class _Driver:
                   f"{len(batch)} trials already finished (found by trial key in "
                   f"MLflow); {len(pending)} to train", file=out)
         if not self.ray_up:
-            self.started_ray = init_ray(pf.address, out)
+            init_ray(pf.address, out)
             self.ray_up = True
             signals.reclaim()
             _warn_resources(pf.space, pf.uri, out)

@@ -22,7 +22,6 @@ import subprocess
 import tempfile
 import time
 import traceback
-import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from datetime import datetime, timezone

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Sequence
 from fusion_sweep.analysis import plots
 from fusion_sweep.analysis.regimes import lengths_known
 from fusion_sweep.analysis.grid import grid_rows
-from fusion_sweep.analysis.pairing import usable_values
+from fusion_sweep.analysis.pairing import usable_values, variant_series
 from fusion_sweep.analysis.report import Report
 from fusion_sweep.analysis.schema import (
     DESCRIPTIVE_LABEL, INCONCLUSIVE, NOT_LEARNED, SUPPORT_COLORS, VERDICT_COLORS,
@@ -23,13 +23,13 @@ from fusion_sweep.analysis.sequential_report import sequential_table
 from fusion_sweep.analysis.tables import (
     Table, arms_table, blocks_by_regime, chance_table, claim_tests_table, claims_table,
     comparison_table, dropped_table, fusion_by_dataset_tables, interaction_table,
-    grid_regimes, pe_by_fusion_tables, seeds_needed_table, variant_by_dataset_tables,
+    grid_regimes, pe_by_fusion_tables, reference_first, seeds_needed_table,
+    variant_by_dataset_tables,
     verdict_grid_table,
 )
 from fusion_sweep.analysis.text import (
-    VERDICT_RULE, descriptive, is_numeric_cell, source_line, warning_line,
+    VERDICT_RULE, descriptive, descriptive_label, is_numeric_cell, source_line, warning_line,
 )
-from fusion_sweep.analysis.variants import Variant
 
 if TYPE_CHECKING:
     from fusion_sweep.analysis.sequential import SequentialResult
@@ -117,7 +117,7 @@ def _arms_figure_blocks(report: Report, out: Path) -> list[Block]:
     vals = usable_values(report.table, metric)
     if vals.empty:
         return []
-    arms = [Variant(*f) for f in zip(vals["encoder"], vals["pe"], vals["fusion"])]
+    arms = list(variant_series(vals))
     vals = vals.assign(arm=[axis.short(v) for v in arms], group=[axis.group(v) for v in arms])
     regimes = [(r.dataset, r.label) for r in grid_regimes(report)]
     chance = {a["dataset"]: a["chance_level"] for a in report.arms
@@ -126,8 +126,7 @@ def _arms_figure_blocks(report: Report, out: Path) -> list[Block]:
     for group in sorted(set(vals["group"])):
         sub = vals[vals["group"] == group]
         ref = axis.short(axis.reference(group))
-        names = sorted(set(sub["arm"]))
-        order = ([ref] if ref in names else []) + [a for a in names if a != ref]
+        order = reference_first(sub["arm"], ref)
         parts = [p for p in axis.path(group).split("/") if p]
         name = plots.slug("arms", *parts, metric) + ".png"
         where = " · ".join(p for p in (axis.title(group), metric) if p)
@@ -169,7 +168,7 @@ def _interaction_blocks(report: Report, out: Path) -> list[Block]:
         name = plots.slug("forest", *parts, metric) + ".png"
         where = " · ".join(p for p in (axis.title(group), metric) if p)
         margins = {c["equivalence_margin"] for c in comps}  # one band only if one margin
-        label = f" ({report.sequential['fixed_n_label']})" if report.sequential else ""
+        label = f" ({descriptive_label(report)})" if descriptive_label(report) else ""
         plots.forest_plot(comps, f"Δ vs reference across datasets · {where}{label}",
                           margins.pop() if len(margins) == 1 else None, out / name, axis,
                           alpha=report.settings.alpha)
@@ -188,8 +187,8 @@ def build_claims_blocks(report: Report, out: Path) -> list[Block]:
     """The claims document: the claims beside their results, a figure, every claim test."""
     claims = report.claims
     b: list[Block] = [("h1", f"fusion-sweep claims: {claims['title']}")]
-    if report.sequential is not None:
-        b.append(("p", f"Every claim test below is {report.sequential['fixed_n_label']}: "
+    if descriptive_label(report):
+        b.append(("p", f"Every claim test below is {descriptive_label(report)}: "
                        "fixed-n tests on a sweep whose seed count depended on the data."))
     b.append(("p", f"Paper: {claims['paper']}. Source: {source_line(report.source)}. "
                    f"alpha = {claims['alpha']}; Holm over the family of "

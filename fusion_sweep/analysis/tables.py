@@ -474,7 +474,7 @@ def fusion_by_dataset_tables(report: Report) -> list[Table]:
         vals = usable_values(report.table, metric)
         for (encoder, pe), sub in vals.groupby(["encoder", "pe"], sort=True):
             datasets = [r.dataset for r in report.regimes if r.dataset in set(sub["dataset"])]
-            fusions = _fusion_order(sub["fusion"].unique(), base)
+            fusions = reference_first(sub["fusion"].unique(), base)
             rows = [[f] + [_mean_sd(sub[(sub["fusion"] == f) & (sub["dataset"] == d)]["value"]
                                     .to_numpy()) for d in datasets] for f in fusions]
             labels = [r.label for r in report.regimes if r.dataset in datasets]
@@ -493,7 +493,7 @@ def pe_by_fusion_tables(report: Report) -> list[Table]:
         vals = usable_values(report.table, metric)
         for r in report.regimes:
             for encoder, sub in vals[vals["dataset"] == r.dataset].groupby("encoder", sort=True):
-                fusions = _fusion_order(sub["fusion"].unique(), base)
+                fusions = reference_first(sub["fusion"].unique(), base)
                 rows = [[pe] + [_mean_sd(sub[(sub["pe"] == pe) & (sub["fusion"] == f)]["value"]
                                          .to_numpy()) for f in fusions]
                         for pe in sorted(sub["pe"].unique())]
@@ -525,7 +525,8 @@ def variant_by_dataset_tables(report: Report) -> list[Table]:
     return out
 
 
-def _fusion_order(fusions: object, baseline: str | None) -> list[str]:
+def reference_first(fusions: object, baseline: str | None) -> list[str]:
+    """The distinct names, sorted, with the reference (if present) first."""
     fs = sorted(set(fusions))
     return ([baseline] if baseline in fs else []) + [f for f in fs if f != baseline]
 

@@ -26,13 +26,13 @@ def layout(table: Table, indent: str = "  ", width: int | None = None) -> str:
     widest text columns wrap onto continuation lines until the table fits, and the title
     and footnotes wrap too."""
     cols = list(zip(*([table.headers] + table.rows))) if table.rows else [[h] for h in table.headers]
-    widths = [max(len(str(v)) for v in col) for col in cols]
+    natural = [max(len(str(v)) for v in col) for col in cols]
+    widths = natural
     if width is not None:
-        widths = _fit(cols, widths, width - len(indent))
+        widths = _fit(cols, natural, width - len(indent))
         if _total(widths) > width - len(indent) and len(widths) > 2:
-            natural = [min(max(len(str(v)) for v in col), (width - len(indent)) // 2)
-                       for col in cols]
-            return _in_parts(table, natural, indent, width)
+            cap = (width - len(indent)) // 2
+            return _in_parts(table, [min(w, cap) for w in natural], indent, width)
 
     def lines(vals: list[str]) -> list[str]:
         parts = [_wrap_cell(v, w) if len(v) > w else [v] for v, w in zip(vals, widths)]
@@ -101,7 +101,7 @@ def _fit(cols: list, widths: list[int], width: int) -> list[int]:
     widths = list(widths)
     text = [i for i, col in enumerate(cols)
             if not all(is_numeric_cell(str(v)) or not v for v in col[1:])]
-    while sum(widths) + 2 * (len(widths) - 1) > width:
+    while _total(widths) > width:
         wide = [i for i in text if widths[i] > MIN_WRAPPED]
         if not wide:
             break

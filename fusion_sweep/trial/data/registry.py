@@ -76,7 +76,6 @@ class DatasetSpec:
     corpus: dict[str, Any] = field(default_factory=dict)
     label_depends: str = "content"  # one of LABEL_DEPENDS
     labels: tuple[str, ...] = ()  # class names, index = class id ("" = unnamed)
-    licence: str = ""
 
     def __post_init__(self) -> None:
         errs = []
@@ -103,8 +102,8 @@ class DatasetSpec:
     @property
     def licence_text(self) -> str:
         if self.artefact is not None:
-            return self.licence or self.artefact.licence
-        return self.licence or ("none needed (generated)" if self.generated else "see the hub card")
+            return self.artefact.licence
+        return "none needed (generated)" if self.generated else "see the hub card"
 
     def defaults(self) -> dict[str, Any]:
         """This dataset's hyperparameters: its reference set, then its own overrides."""
@@ -130,11 +129,7 @@ class DatasetSpec:
     def longest_document(self) -> int:
         """Hard cap on a document's token count where truncating below it would drop what the
         label depends on (generated datasets; order probes of package corpora), else 0."""
-        if self.generated:
-            return int(self.synthetic.get("max_len", 0))
-        if self.kind == "package" and self.label_depends == "order":
-            return int(self.corpus.get("max_tokens", 0))
-        return 0
+        return self.length_cap() if self.generated or self.label_depends == "order" else 0
 
     def length_cap(self) -> int:
         """The longest document this dataset's pipeline can produce, in tokens (generated

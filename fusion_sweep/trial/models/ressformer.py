@@ -244,9 +244,10 @@ class ReSSAttention(nn.Module):
             q = self._scale(q)
             qr, kr = pe.rotate(q, k)  # identity unless rotary (then soes is off)
         add = _additive(attn_mask, q.dtype) if attn_mask is not None else None
-        slot_add = None if memory is None else _slot_additive(memory.slot_mask, q.dtype)
+        # (B, S) True = a real segment -> (B, 1, 1, S) 0/−inf
+        slot_add = None if memory is None else _additive(memory.slot_mask, q.dtype)[:, None, None, :]
         if 0 < self.topk < L:
-            w, idx, width, v_sel = self._sparse_weights(q, qr, kr, k, v, add, slots, cache, slot_add)
+            w, idx, width, v_sel = self._sparse_weights(q, qr, kr, v, add, slots, cache, slot_add)
         else:
             w, idx, width, v_sel = self._dense_weights(q, qr, kr, v, add, slots, cache, slot_add,
                                                        rotated=qr is not q)
@@ -272,7 +273,7 @@ class ReSSAttention(nn.Module):
         with _span("ressformer.projections"):
             return self.out_proj(y.transpose(1, 2).reshape(B, L, D)), graph
 
-    def _sparse_weights(self, q, qr, kr, k, v, add, slots, cache, slot_add):
+    def _sparse_weights(self, q, qr, kr, v, add, slots, cache, slot_add):
         """Top-k. Two ways to the kept scores, by which moves less memory (`_rescore`):
         - re-scoring (long inputs): select on every score without autograd, in query blocks
           of bounded size, then score the k kept keys again with autograd, O(L·k·dh): the
@@ -634,12 +635,6 @@ def _unit(x: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
     one multiply (F.normalize divides by an expanded copy of the norm)."""
     inv = x.norm(dim=-1, keepdim=True).clamp_min(1e-12).reciprocal()
     return x * (inv if scale is None else scale * inv)
-
-
-def _slot_additive(slot_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """(B, S) True = a real segment -> (B, 1, 1, S) 0/−inf."""
-    return torch.zeros(slot_mask.shape, dtype=dtype, device=slot_mask.device).masked_fill_(
-        ~slot_mask, NEG_INF)[:, None, None, :]
 
 
 def _widen(add: torch.Tensor | None, slot_add: torch.Tensor, L: int) -> torch.Tensor:
