@@ -2,7 +2,10 @@
 (tests/ressformer_reference.py, kept verbatim) computes: the same logits to 1e-5, the same
 auxiliary loss and the same gradients, for every switch combination and attention activation,
 at the synthetic regimes' size (d 32, L 128) and a larger one, with padded rows.
-The gradients are compared in float64 (see `max_diffs`)."""
+The gradients are compared in float64 (see `max_diffs`).
+
+Both of the body's paths are checked: with the compiled CPU kernels (models/kernels.py) and
+the pure-torch path that runs where they cannot (`path` fixture)."""
 from __future__ import annotations
 
 import copy
@@ -14,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fusion_sweep.trial.models import ressformer
+from fusion_sweep.trial.models import kernels, ressformer
 from fusion_sweep.trial.models.encoder import FusionClassifier, initialize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -33,6 +36,16 @@ for soes, asam, r2mu in itertools.product([True, False], repeat=3):
     if asam:  # expert routing, and dense (topk 0) sparse activations
         CASES.append((soes, asam, r2mu, "entmax15", dict(experts=3, experts_topk=2), pes[0]))
         CASES.append((soes, asam, r2mu, "sparsemax", dict(topk=0), pes[0]))
+
+
+@pytest.fixture(params=["compiled", "torch"])
+def path(request, monkeypatch) -> str:
+    """Run the test with the compiled kernels, then with the pure-torch path."""
+    if request.param == "compiled":
+        assert kernels.available(torch.zeros(1)), "no C compiler: the kernels cannot be built"
+    else:
+        monkeypatch.setattr(kernels, "available", lambda *tensors: False)
+    return request.param
 
 
 def _case_id(case) -> str:
@@ -122,37 +135,43 @@ def check(diffs: dict[str, float]) -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
-def test_equal_to_reference_synthetic_size(case) -> None:
+def test_equal_to_reference_synthetic_size(case, path) -> None:
     """d 32, 2 heads, 1 layer, L 128 (the synthetic regimes' model and medium length)."""
     check(max_diffs(case, d=32, heads=2, layers=1, L=128, B=4))
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c[3] == "entmax15" and not c[4]
                                   and c[5] in ("none", "sinusoidal")], ids=_case_id)
-def test_equal_to_reference_larger(case) -> None:
+def test_equal_to_reference_larger(case, path) -> None:
     """d 64, 4 heads, 2 layers, L 300."""
     check(max_diffs(case, d=64, heads=4, layers=2, L=300, B=2))
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c[3] == "entmax15" and not c[4]
                                   and c[5] in ("none", "sinusoidal")], ids=_case_id)
-def test_equal_logits_with_repeated_tokens(case) -> None:
-    """Tokens repeated many times (tied keys under SOES): the logits still agree to 1e-5, and
-    the regulariser to 1e-4 relative (see `batch`)."""
+def test_equal_logits_with_repeated_tokens(case, path) -> None:
+    """Tokens repeated many times (tied keys under SOES): the logits still agree to 1e-5.
+    Which of two exactly tied keys top-k keeps is arbitrary (`batch`): torch.topk's choice
+    depends on the rounding of the other scores, the compiled selection's on its scan
+    order. The regulariser compares graphs key by key, so it agrees to 1e-4 relative on the
+    torch path and to 1e-2 on the compiled one (measured: 2e-3)."""
     model, ref = build_pair(case, d=32, heads=2, layers=1, max_len=128)
     ids = batch(6, 128, distinct=False)
     got_logits, got_aux, _ = step(model, ids)
     want_logits, want_aux, _ = step(ref, ids)
     assert (got_logits - want_logits).abs().max().item() <= 1e-5
     if want_aux is not None:
-        assert abs(got_aux.item() - want_aux.item()) <= 1e-4 * abs(want_aux.item())
+        tol = 1e-4 if path == "torch" else 1e-2
+        assert abs(got_aux.item() - want_aux.item()) <= tol * abs(want_aux.item())
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c[1] and not c[4] and c[3] != "sparsemax"
                                   and c[5] in ("none", "t5-bias")], ids=_case_id)
 def test_equal_to_reference_rescoring(case, monkeypatch) -> None:
-    """At d 32, L 128 top-k goes through the (L, L) scores (`_rescore`); forced to re-score
-    the kept keys instead, the results are the same (the larger shape re-scores by itself)."""
+    """Without the compiled kernels, at d 32, L 128 top-k goes through the (L, L) scores
+    (`_rescore`); forced to re-score the kept keys instead, the results are the same (the
+    larger shape re-scores by itself). (The compiled path always re-scores.)"""
+    monkeypatch.setattr(kernels, "available", lambda *tensors: False)
     monkeypatch.setattr(ressformer, "_rescore", lambda L, k, dh: True)
     check(max_diffs(case, d=32, heads=2, layers=1, L=128, B=4))
 
@@ -169,6 +188,7 @@ def test_blocked_selection_equals_whole(monkeypatch) -> None:
     case = (True, True, True, "entmax15", {}, "none")
     model, _ = build_pair(case, d=32, heads=2, layers=1, max_len=128)
     ids = batch(4, 128)
+    monkeypatch.setattr(kernels, "available", lambda *tensors: False)  # blocks: torch path only
     monkeypatch.setattr(ressformer, "_rescore", lambda L, k, dh: True)
     whole = step(model, ids)
     monkeypatch.setattr(ressformer, "SCORE_BLOCK", 4 * 2 * 128 * 5)  # 5 queries per block

@@ -84,22 +84,31 @@ the expert mix, FFN — times layers × iterations; elementwise work, normalisat
 activations' sorts are not counted.
 
 Cost: how it is computed, so that time follows those FLOPs (issue 23; tests/
-test_ressformer_equality.py checks every switch combination against the previous
-implementation, kept as tests/ressformer_reference.py).
+test_ressformer_equality.py checks every switch combination, on both paths below, against
+the previous implementation, kept as tests/ressformer_reference.py).
+- Compiled CPU kernels (models/kernels.py; a C compiler builds them once per machine, and the
+  pure-torch path runs where none works, off CPU, or with FUSION_SWEEP_KERNELS=0):
+  - top-k: each query's scores are made in a row buffer and its k best kept in the same
+    loop (`score_topk`): no (B, H, L, L) tensor, with or without autograd;
+  - the kept scores and the weighted sum: dot products and sums over the kept rows of the
+    key and value tables (`gather_dot`, `gather_sum`), backward by the same loops and an
+    accumulation into the table: O(L·k·dh) both ways, nothing of size (…, k, dh) written;
+  - entmax-1.5 on the k + S + 1 kept scores: one loop per row, the `entmax` package's
+    arithmetic;
+  - the graph regulariser: sparse rows compared entry by entry (`sparse_sqdist`); dense
+    graphs in one pass per graph each way (`chain_sqdist`: one gradient per graph, not one
+    per pair).
+- Pure-torch path, top-k: long inputs (`_rescore`: 16·k·dh < 10·L) score without autograd,
+  a block of queries at a time (SCORE_BLOCK elements), only to select, then gather the k kept
+  keys and score them again with autograd (backward O(L·k·dh)); short inputs select from the
+  (L, L) scores with autograd. The activation runs on the k + S + 1 kept scores, never on L.
 - Projections: every expert's queries in one matmul; the keys/values of the tokens, the cache
   and the slots in one matmul over their rows stacked, with one normalisation (SOES).
-- Top-k, long inputs (`_rescore`: 16·k·dh < 10·L): every score is computed without autograd,
-  a block of queries at a time (SCORE_BLOCK elements), only to select; the k kept keys are
-  then gathered and scored again with autograd, so the backward is O(L·k·dh) and no
-  (B, H, L, L) tensor is kept or zero-filled. Short inputs (the (L, L) scores no larger than
-  the kept keys) select from the scores with autograd, as before.
-- The activation (entmax sort, sparsemax, softmax) runs on the k + S + 1 kept scores, never
-  on L; weighted sums of kept values are vectorised multiply-and-sum over one gather.
-- Dense attention (ASAM off or topk 0): tokens and slots scored in one matmul; the own-cache
-  score is one more column.
-- Splits instead of slices everywhere a tensor is cut (a slice's backward zero-fills its
-  whole input); R2MU's segment masks are made once per forward; pooling is one masked
-  softmax; a gate is one lerp; the dense graph change is one norm pass.
+- Dense attention (ASAM off or topk 0): tokens and slots scored in one matmul, the own-cache
+  score one more column; with R2MU's memory the weighted sum reads the weights whole
+  (`_DenseMemoryMix`: no split, whose backward would copy them).
+- Splits instead of slices elsewhere (a slice's backward zero-fills its whole input); R2MU's
+  segment masks are made once per forward; pooling is one masked softmax; a gate is one lerp.
 - Every component sits under a torch.profiler label (`_span`, a no-op unless a profiler is
   recording) for benchmarks/profile_trial.py --components.
 """
@@ -113,8 +122,10 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 from torch.profiler import record_function
 
+from fusion_sweep.trial.models import kernels
 from fusion_sweep.trial.models.common import FeedForwardSublayer, changed_fields, order_from_pe
 from fusion_sweep.trial.models.positional import POSITIONAL, PositionalEncoding
 from fusion_sweep.trial.models.sparse import ATTN_ACTIVATIONS
@@ -167,6 +178,7 @@ class Graph:
     weights: torch.Tensor
     idx: torch.Tensor | None
     distinct: bool = True  # no index repeats within a row (one expert)
+    width: int | None = None  # dense: only the first `width` columns are token keys (None: all)
 
 
 class ReSSAttention(nn.Module):
@@ -246,32 +258,44 @@ class ReSSAttention(nn.Module):
         add = _additive(attn_mask, q.dtype) if attn_mask is not None else None
         # (B, S) True = a real segment -> (B, 1, 1, S) 0/−inf
         slot_add = None if memory is None else _additive(memory.slot_mask, q.dtype)[:, None, None, :]
+        gidx = None  # the kept keys as rows of the flat (B·H·L, dh) tables (compiled kernels)
         if 0 < self.topk < L:
-            w, idx, width, v_sel = self._sparse_weights(q, qr, kr, v, add, slots, cache, slot_add)
+            w, idx, width, v_sel, gidx = self._sparse_weights(q, qr, kr, v, add, slots, cache, slot_add)
         else:
             w, idx, width, v_sel = self._dense_weights(q, qr, kr, v, add, slots, cache, slot_add,
                                                        rotated=qr is not q)
+        dropout = self.training and self.attn_dropout > 0.0
+        if idx is None and memory is not None and not dropout:  # dense with memory: w whole
+            with _span("ressformer.graph_reg"):
+                graph = self._graph(w, idx, gates, width) if want_graph else None
+            with _span("ressformer.weighted_sum"):
+                out = _DenseMemoryMix.apply(w, v_sel, slots[1].unsqueeze(2), cache[1].unsqueeze(2))
+            return self._merge(out, gates, B, L, D), graph
         # split, not slicing: a slice's backward fills a zero tensor of w's size, per slice
         sizes = [width] if memory is None else [width, slots[0].shape[2], 1]
         parts = w.split(sizes, dim=-1)
-        if self.training and self.attn_dropout > 0.0:
-            dropped = F.dropout(w, self.attn_dropout).split(sizes, dim=-1)
-        else:
-            dropped = parts
+        dropped = F.dropout(w, self.attn_dropout).split(sizes, dim=-1) if dropout else parts
         with _span("ressformer.graph_reg"):
             graph = self._graph(parts[0], idx, gates) if want_graph else None
         with _span("ressformer.weighted_sum"):
             if idx is None:
                 out = dropped[0] @ v_sel  # (B, H, G, L, dh)
+            elif gidx is not None:  # one loop over the kept rows of the value table
+                out = kernels.gather_sum(dropped[0].reshape(-1, width), v.reshape(-1, v.shape[-1]),
+                                         gidx.view(-1, width)).view(*idx.shape[:-1], -1)
             else:  # mul-and-sum, vectorised (a batch of B·H·G·L (1×k)·(k×dh) matmuls runs
                 # a scalar loop on CPU)
                 out = (dropped[0].unsqueeze(-1) * v_sel).sum(-2)  # (B, H, G, L, dh)
             if memory is not None:  # the slots, the own cache entry
                 out = out + dropped[1] @ slots[1].unsqueeze(2) + dropped[2] * cache[1].unsqueeze(2)
+        return self._merge(out, gates, B, L, D), graph
+
+    def _merge(self, out: torch.Tensor, gates: torch.Tensor | None, B: int, L: int, D: int) -> torch.Tensor:
+        """The routed experts' outputs (B, H, G, L, dh), gate-weighted, through out_proj."""
         with _span("ressformer.expert_routing"):
             y = out.squeeze(2) if gates is None else (out * gates.unsqueeze(-1)).sum(2)  # (B, H, L, dh)
         with _span("ressformer.projections"):
-            return self.out_proj(y.transpose(1, 2).reshape(B, L, D)), graph
+            return self.out_proj(y.transpose(1, 2).reshape(B, L, D))
 
     def _sparse_weights(self, q, qr, kr, v, add, slots, cache, slot_add):
         """Top-k. Two ways to the kept scores, by which moves less memory (`_rescore`):
@@ -280,21 +304,35 @@ class ReSSAttention(nn.Module):
           backward never sees an (L, L) tensor;
         - selecting from the scores with autograd (short inputs, L < 5/3·k·dh: there the
           (L, L) scores are no larger than the kept keys' k·dh values per query).
+        With the compiled kernels (models/kernels.py) always re-scoring: selection by a loop
+        over the scores, the kept scores and (in forward) the weighted sum by loops over the
+        kept rows, nothing of size (…, k, dh) written.
         -> weights (B, H, G, L, k [+ S + 1]), idx (B, H, G, L, k), k, the kept values
-        (B, H, G, L, k, dh)."""
+        (B, H, G, L, k, dh) (None with the kernels), the kept keys' rows in the flat
+        (B·H·L, dh) tables (with the kernels; else None)."""
         B, H, G, L, dh = q.shape
         rows = (torch.arange(B * H, device=q.device) * L).view(B, H, 1, 1, 1)
-        if _rescore(L, self.topk, dh):
+        compiled = kernels.available(qr, kr, v)
+        gidx = None
+        if compiled:  # one copy each, shared by the selection and the kept scores
+            qr, kr = qr.contiguous(), kr.contiguous()
+        if compiled or _rescore(L, self.topk, dh):
             with _span("ressformer.topk"), torch.no_grad():
-                idx = _select_topk(qr, kr, add, self.topk)  # (B, H, G, L, k)
-            with _span("ressformer.gather"):
-                # rows of flat (B·H·L, dh) tables (backward: an index-add into the table); a
-                # gather on an expanded (…, L, L, dh) view would materialise that size
-                k_sel = F.embedding(idx + rows, kr.reshape(B * H * L, dh))  # (B, H, G, L, k, dh)
-            with _span("ressformer.kernel"):
-                s = (qr.unsqueeze(-2) * k_sel).sum(-1)  # (B, H, G, L, k)
-                if add is not None:  # padding −inf (and a pe's bias) at the kept keys
-                    s = s + _at(add, idx)
+                idx = _select_topk(qr, kr, add, self.topk, compiled)  # (B, H, G, L, k)
+            if compiled:
+                with _span("ressformer.kernel"):
+                    gidx = idx + rows
+                    s = kernels.gather_dot(qr.reshape(-1, dh), kr.reshape(B * H * L, dh),
+                                           gidx.view(-1, self.topk)).view(idx.shape)
+            else:
+                with _span("ressformer.gather"):
+                    # rows of flat (B·H·L, dh) tables (backward: an index-add into the table); a
+                    # gather on an expanded (…, L, L, dh) view would materialise that size
+                    k_sel = F.embedding(idx + rows, kr.reshape(B * H * L, dh))  # (B, H, G, L, k, dh)
+                with _span("ressformer.kernel"):
+                    s = (qr.unsqueeze(-2) * k_sel).sum(-1)  # (B, H, G, L, k)
+            if add is not None:  # padding −inf (and a pe's bias) at the kept keys
+                s = s + _at(add, idx)
         else:
             with _span("ressformer.kernel"):
                 z = qr @ kr.unsqueeze(2).transpose(-1, -2)  # (B, H, G, L, L)
@@ -303,7 +341,7 @@ class ReSSAttention(nn.Module):
             with _span("ressformer.topk"):
                 s, idx = z.topk(self.topk, dim=-1, sorted=False)  # (B, H, G, L, k)
         with _span("ressformer.gather"):
-            v_sel = F.embedding(idx + rows, v.reshape(B * H * L, dh))  # (B, H, G, L, k, dh)
+            v_sel = None if compiled else F.embedding(idx + rows, v.reshape(B * H * L, dh))  # (B, H, G, L, k, dh)
         with _span("ressformer.kernel"):
             parts = [s]
             if cache is not None:  # content queries: memory keys carry no position
@@ -312,7 +350,7 @@ class ReSSAttention(nn.Module):
             z = torch.cat(parts, dim=-1) if len(parts) > 1 else s
         with _span("ressformer.activation"):
             w = self.activation(z)  # on k [+ S + 1] values, not L
-        return w, idx, self.topk, v_sel
+        return w, idx, self.topk, v_sel, gidx
 
     def _dense_weights(self, q, qr, kr, v, add, slots, cache, slot_add, rotated: bool):
         """Every key: one score matmul over the token keys and (unless rotated: the slots take
@@ -337,13 +375,15 @@ class ReSSAttention(nn.Module):
         with _span("ressformer.activation"):
             return self.activation(z), None, L, v.unsqueeze(2)
 
-    def _graph(self, w: torch.Tensor, idx: torch.Tensor | None, gates: torch.Tensor | None) -> Graph:
+    def _graph(self, w: torch.Tensor, idx: torch.Tensor | None, gates: torch.Tensor | None,
+               width: int | None = None) -> Graph:
         """The per-head token graph: routed experts' rows, gate-weighted. w: the token part of
-        the weights (B, H, G, L, L or k)."""
+        the weights (B, H, G, L, L or k), or dense weights whose first `width` columns are the
+        tokens'."""
         if gates is not None:
             w = w * gates.unsqueeze(-1)  # (B, H, G, L, K)
-        if idx is None:
-            return Graph(w.squeeze(2) if w.shape[2] == 1 else w.sum(2), None)  # (B, H, L, L)
+        if idx is None:  # (B, H, L, L [+ S + 1])
+            return Graph(w.squeeze(2) if w.shape[2] == 1 else w.sum(2), None, width=width)
         B, H, G, L, K = w.shape
         if G == 1:
             return Graph(w.squeeze(2), idx.squeeze(2))
@@ -586,7 +626,8 @@ class ReSSFormerEncoder(nn.Module):
         if not pairs:
             return None
         real = mask.to(pairs[0][0].weights.dtype)  # (B, L)
-        total = sum((_row_change(a, b) * real.unsqueeze(1)).sum() for a, b in pairs)
+        total = sum((change * real.unsqueeze(1)).sum() for chain in zip(*graphs)
+                    for change in _chain_change(list(chain)))
         heads = pairs[0][0].weights.shape[1]
         return self.graph_reg * total / (len(pairs) * heads * real.sum().clamp(min=1.0))
 
@@ -605,11 +646,56 @@ class ReSSFormerEncoder(nn.Module):
         return f
 
 
+def _chain_change(chain: list[Graph]) -> list[torch.Tensor]:
+    """‖A_{t+1,i} − A_{t,i}‖² per (B, H, L) query row for each successive pair of one chain
+    (one sub-layer's graphs over the iterations, or the layers' in order)."""
+    ws = [g.weights for g in chain]
+    if len(chain) > 1 and chain[0].idx is None and kernels.available(*ws):
+        return list(kernels.chain_sqdist(ws, chain[0].width).unbind(0))
+    return [_row_change(a, b) for a, b in zip(chain, chain[1:])]
+
+
 def _row_change(a: Graph, b: Graph) -> torch.Tensor:
     """‖a_i − b_i‖² per (B, H, L) query row."""
-    if a.idx is None:  # one difference, one norm pass (and one pass each in the backward)
-        return torch.linalg.vector_norm(a.weights - b.weights, dim=-1).square()
+    if a.idx is None:
+        if kernels.available(a.weights, b.weights):  # one pass each way, no difference kept
+            return kernels.row_sqdist(a.weights, b.weights, a.width)
+        wa, wb = (a.weights, b.weights) if a.width is None else (
+            a.weights[..., :a.width], b.weights[..., :a.width])
+        # one difference, one norm pass (and one pass each in the backward)
+        return torch.linalg.vector_norm(wa - wb, dim=-1).square()
+    if kernels.available(a.weights, b.weights):  # one loop per row, both directions
+        return kernels.sparse_sqdist(a.weights, a.idx, b.weights, b.idx)
     return _inner(a, a) + _inner(b, b) - 2.0 * _inner(a, b)
+
+
+class _DenseMemoryMix(torch.autograd.Function):
+    """Dense attention's weighted sum with R2MU's memory from the whole weights, never split:
+    w (B, H, G, L, L + S + 1) over [token keys, slots, own cache entry], values v (B, H, 1, L,
+    dh), slot values vs (B, H, 1, S, dh), cache values vc (B, H, 1, L, dh) ->
+    w[..., :L] @ v + w[..., L:L+S] @ vs + w[..., -1:] * vc (B, H, G, L, dh). Splitting w costs
+    a copy of its size in the backward (the parts' gradients concatenated); here the
+    gradient of w is one matmul, its last column then filled in place."""
+
+    @staticmethod
+    def forward(ctx, w, v, vs, vc):
+        table = torch.cat([v, vs, v.new_zeros(*v.shape[:-2], 1, v.shape[-1])], dim=-2)  # (…, L+S+1, dh)
+        ctx.save_for_backward(w, table, vc)
+        return torch.addcmul(w @ table, w[..., -1:], vc)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, go):
+        w, table, vc = ctx.saved_tensors
+        gw = go @ table.transpose(-1, -2)  # (B, H, G, L, L+S+1); the last column is 0 here
+        gw[..., -1:] = (go * vc).sum(-1, keepdim=True)
+        gt = w.transpose(-1, -2) @ go  # (B, H, G, L+S+1, dh)
+        gvc = w[..., -1:] * go
+        if w.shape[2] > 1:  # values are shared by the experts
+            gt, gvc = gt.sum(2, keepdim=True), gvc.sum(2, keepdim=True)
+        L, S = vc.shape[-2], table.shape[-2] - vc.shape[-2] - 1
+        gv, gvs, _ = gt.split([L, S, 1], dim=-2)
+        return gw, gv, gvs, gvc
 
 
 def _inner(a: Graph, b: Graph) -> torch.Tensor:
@@ -654,10 +740,14 @@ def _rescore(L: int, k: int, dh: int) -> bool:
     return 16 * k * dh < 10 * L
 
 
-def _select_topk(q: torch.Tensor, k: torch.Tensor, add: torch.Tensor | None, kk: int) -> torch.Tensor:
+def _select_topk(q: torch.Tensor, k: torch.Tensor, add: torch.Tensor | None, kk: int,
+                 compiled: bool = False) -> torch.Tensor:
     """Indices of each query's kk highest-scoring keys (unsorted). q (B, H, G, L, dh), k (B, H,
     L, dh), add None | (B, 1, 1, L) | (B, H, L, L). Scores a block of queries at a time
-    (SCORE_BLOCK elements); call without autograd. -> (B, H, G, L, kk)."""
+    (SCORE_BLOCK elements), selecting with the compiled kernel if `compiled`, else
+    torch.topk; call without autograd. -> (B, H, G, L, kk)."""
+    if compiled:  # one loop: each query's scores in a row buffer, then its top kk
+        return kernels.score_topk(q, k, add, kk)
     B, H, G, L, _ = q.shape
     kt = k.unsqueeze(2).transpose(-1, -2)  # (B, H, 1, dh, L)
     rows = max(1, SCORE_BLOCK // max(B * H * G * k.shape[-2], 1))

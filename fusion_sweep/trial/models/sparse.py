@@ -23,6 +23,8 @@ from typing import Callable
 import torch
 from entmax import entmax15, sparsemax
 
+from fusion_sweep.trial.models import kernels
+
 
 def _softmax(z: torch.Tensor) -> torch.Tensor:
     return torch.softmax(z, dim=-1)
@@ -33,6 +35,8 @@ def _sparsemax(z: torch.Tensor) -> torch.Tensor:
 
 
 def _entmax15(z: torch.Tensor) -> torch.Tensor:
+    if z.shape[-1] <= kernels.ENTMAX_MAX_WIDTH and kernels.available(z):  # top-k's few scores
+        return kernels.entmax15(z)
     return entmax15(z, dim=-1)
 
 

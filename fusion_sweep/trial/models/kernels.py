@@ -1,0 +1,571 @@
+"""Compiled CPU kernels for ReSSFormer's sparse attention (issue 23): row top-k, and dot
+products / weighted sums over gathered rows of a table, with their backward passes.
+
+Why: on CPU, `torch.topk` selects row by row through a generic partial sort (about 1 µs per
+row of 128 scores: six times the matmul that made the scores), and a gather of the kept keys
+(`F.embedding`) writes an (R, k, dh) copy whose backward is a slow index-add. Each loop below
+does only the arithmetic the FLOPs count (`forward_flops`) plus one pass over the scores to
+select, and writes nothing of size (R, k, dh).
+
+    topk_rows(z, k)            (R, N) scores -> (R, k) int64 column indices of the k largest
+                               (unsorted; ties and −inf: any k of them, as torch.topk)
+    gather_dot(a, table, idx)  s[r, j] = ⟨a[r], table[idx[r, j]]⟩        autograd: a, table
+    gather_sum(w, table, idx)  o[r] = Σ_j w[r, j] · table[idx[r, j]]     autograd: w, table
+
+The C source is compiled once per machine with the system C compiler (`cc`, else `gcc`,
+`clang`) into the cache folder (`cache_root()/kernels/<hash of source, flags and CPU>`),
+then loaded with ctypes, which releases the GIL around each call. `available()` is False
+where no compiler works, the tensors are not CPU float32/float64, or FUSION_SWEEP_KERNELS=0;
+ReSSFormer then runs its pure-torch path, which computes the same values (tests/
+test_ressformer_equality.py checks both against the previous implementation). The loops
+run in one thread, like a trial (1 torch thread per trial).
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from fusion_sweep.trial.data.cache import cache_root
+
+ENV_SWITCH = "FUSION_SWEEP_KERNELS"  # "0" turns the compiled kernels off
+# No -ffast-math: −inf scores (padding) must compare as IEEE says. `omp simd` lets the dot
+# products vectorise without allowing any other reassociation.
+CFLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-shared", "-fPIC", "-std=c99")
+
+SOURCE = r"""
+#include <stdint.h>
+#include <string.h>
+#include <stdlib.h>
+#include <math.h>
+
+#define DEFINE(T, S, SQRT)                                                                     \
+/* Keep x in the running top-K (v, o) of a row: fill, then replace the smallest (at m).    \
+   The smallest is found again by a branch-free scan (its position is unpredictable). */  \
+static inline void keep_##S(T x, int64_t j, T *restrict v, int64_t *restrict o, int64_t K, \
+                            int64_t *restrict fill, int64_t *restrict m) {                 \
+    if (*fill < K) {                                                                       \
+        v[*fill] = x; o[*fill] = j;                                                        \
+        if (++*fill < K) return;                                                           \
+    } else if (x > v[*m]) {                                                                \
+        v[*m] = x; o[*m] = j;                                                              \
+    } else return;                                                                         \
+    int64_t mi = 0;                                                                        \
+    T mv = v[0];                                                                           \
+    for (int64_t i = 1; i < K; ++i) {                                                      \
+        const int lt = v[i] < mv;                                                          \
+        mv = lt ? v[i] : mv; mi = lt ? i : mi;                                             \
+    }                                                                                      \
+    *m = mi;                                                                               \
+}                                                                                          \
+/* Per row: trailing −inf entries (right padding) are dropped; the rest is cut into chunks \
+   of 8. thr, the K-th largest chunk maximum, has at least K entries at or above it, so     \
+   only the entries >= thr of the chunks whose maximum is >= thr can be in the top K (about \
+   K + 2 candidates on random scores). Exact whatever the values: ties and −inf only make  \
+   more candidates. */                                                                     \
+static void topk_row_##S(const T *row, int64_t N, int64_t K, int64_t *o, T *v, T *cm,    \
+                         int64_t *ci) {                                                    \
+    const int64_t W = 8;                                                                   \
+    int64_t fill = 0, m = 0, n = N, cf = 0, cmi = 0;                                       \
+    while (n > K && row[n - 1] == -(T)INFINITY) --n;                                       \
+    const int64_t full = n / W, nc = (n + W - 1) / W;                                      \
+    for (int64_t c = 0; c < full; ++c) {                                                   \
+        const T *x = row + c * W;                                                          \
+        T mx = x[0];                                                                       \
+        for (int64_t j = 1; j < 8; ++j) mx = x[j] > mx ? x[j] : mx;                        \
+        cm[c] = mx;                                                                        \
+    }                                                                                      \
+    if (nc > full) {                                                                       \
+        T mx = row[full * W];                                                              \
+        for (int64_t j = full * W + 1; j < n; ++j) mx = row[j] > mx ? row[j] : mx;         \
+        cm[full] = mx;                                                                     \
+    }                                                                                      \
+    T thr = -(T)INFINITY;                                                                  \
+    if (nc >= K) {                                                                         \
+        for (int64_t c = 0; c < nc; ++c) keep_##S(cm[c], c, v, ci, K, &cf, &cmi);          \
+        thr = v[cmi];                                                                      \
+    }                                                                                      \
+    for (int64_t c = 0; c < nc; ++c) {                                                     \
+        if (!(cm[c] >= thr)) continue;                                                     \
+        const int64_t j1 = (c + 1) * W < n ? (c + 1) * W : n;                              \
+        for (int64_t j = c * W; j < j1; ++j)                                               \
+            if (row[j] >= thr) keep_##S(row[j], j, v, o, K, &fill, &m);                   \
+    }                                                                                      \
+    for (int64_t j = 0; fill < K && j < N; ++j) /* NaN: any K indices */                   \
+        keep_##S(row[j], j, v, o, K, &fill, &m);                                           \
+}                                                                                          \
+void topk_rows_##S(const T *z, int64_t R, int64_t N, int64_t K, int64_t *out) {           \
+    T *v = malloc(K * sizeof(T)), *cm = malloc((N / 8 + 1) * sizeof(T));                   \
+    int64_t *ci = malloc(K * sizeof(int64_t));                                             \
+    for (int64_t r = 0; r < R; ++r) topk_row_##S(z + r * N, N, K, out + r * K, v, cm, ci); \
+    free(v); free(cm); free(ci);                                                           \
+}                                                                                          \
+/* Score and select in one pass per query, the scores never leaving a row buffer:         \
+   q (BH, GL, D) rows, kt (BH, D, L) keys transposed (so a query's L scores vectorise),    \
+   add: an additive mask read at add[b*sb + h*sh + (i % L)*si + j] (NULL: none), where     \
+   block = b*H + h and i the row in the block. -> out (BH, GL, K) key indices. */           \
+void score_topk_##S(const T *q, const T *kt, const T *add, int64_t sb, int64_t sh,         \
+                    int64_t si, int64_t BH, int64_t H, int64_t GL, int64_t L, int64_t D,   \
+                    int64_t K, int64_t *out) {                                             \
+    T *buf = malloc(L * sizeof(T)), *v = malloc(K * sizeof(T)),                            \
+      *cm = malloc((L / 8 + 1) * sizeof(T));                                               \
+    int64_t *ci = malloc(K * sizeof(int64_t));                                             \
+    for (int64_t blk = 0; blk < BH; ++blk) {                                               \
+        const T *kb = kt + blk * D * L;                                                    \
+        for (int64_t i = 0; i < GL; ++i) {                                                 \
+            const T *qi = q + (blk * GL + i) * D;                                          \
+            if (add) {                                                                     \
+                const T *ar = add + (blk / H) * sb + (blk % H) * sh + (i % L) * si;        \
+                memcpy(buf, ar, L * sizeof(T));                                            \
+            } else memset(buf, 0, L * sizeof(T));                                          \
+            for (int64_t d = 0; d < D; ++d) {                                              \
+                const T qd = qi[d];                                                        \
+                const T *kd = kb + d * L;                                                  \
+                _Pragma("omp simd")                                                        \
+                for (int64_t j = 0; j < L; ++j) buf[j] += qd * kd[j];                      \
+            }                                                                              \
+            topk_row_##S(buf, L, K, out + (blk * GL + i) * K, v, cm, ci);                  \
+        }                                                                                  \
+    }                                                                                      \
+    free(buf); free(v); free(cm); free(ci);                                                \
+}                                                                                          \
+/* out[r] = Σ_{j<n} (a[r, j] − b[r, j])², rows ra / rb apart; backward into (R, N) rows: \
+   2·go[r]·(a − b) for j < n, 0 beyond. */                                                \
+void row_sqdist_##S(const T *a, int64_t ra, const T *b, int64_t rb, int64_t R, int64_t n, \
+                    T *out) {                                                              \
+    for (int64_t r = 0; r < R; ++r) {                                                      \
+        const T *ar = a + r * ra, *br = b + r * rb;                                        \
+        T acc = 0;                                                                         \
+        _Pragma("omp simd reduction(+:acc)")                                               \
+        for (int64_t j = 0; j < n; ++j) acc += (ar[j] - br[j]) * (ar[j] - br[j]);         \
+        out[r] = acc;                                                                      \
+    }                                                                                      \
+}                                                                                          \
+void row_sqdist_grad_##S(const T *a, int64_t ra, const T *b, int64_t rb, const T *go,     \
+                         int64_t R, int64_t n, int64_t N, T *ga, T *gb) {                  \
+    for (int64_t r = 0; r < R; ++r) {                                                      \
+        const T *ar = a + r * ra, *br = b + r * rb;                                        \
+        const T g = 2 * go[r];                                                             \
+        T *gar = ga + r * N, *gbr = gb + r * N;                                            \
+        _Pragma("omp simd")                                                                \
+        for (int64_t j = 0; j < n; ++j) {                                                  \
+            const T x = g * (ar[j] - br[j]);                                               \
+            gar[j] = x; gbr[j] = -x;                                                       \
+        }                                                                                  \
+        for (int64_t j = n; j < N; ++j) gar[j] = gbr[j] = 0;                               \
+    }                                                                                      \
+}                                                                                          \
+/* The gradient of Σ_t Σ_{j<n} go_t[r]·(A_{t+1} − A_t)² for one A_t of a chain: rows of   \
+   2·(gp[r]·(A_t − A_{t−1}) − gn[r]·(A_{t+1} − A_t)), 0 beyond column n; prev (with gp) or \
+   next (with gn) NULL at the chain's ends. */                                             \
+void chain_grad_##S(const T *prev, int64_t rp, const T *cur, int64_t rc, const T *next,   \
+                    int64_t rn, const T *gp, const T *gn, int64_t R, int64_t n, int64_t N, \
+                    T *out) {                                                              \
+    for (int64_t r = 0; r < R; ++r) {                                                      \
+        const T *c = cur + r * rc;                                                         \
+        const T p2 = prev ? 2 * gp[r] : 0, n2 = next ? 2 * gn[r] : 0;                      \
+        const T *pr = prev ? prev + r * rp : c, *nr = next ? next + r * rn : c;            \
+        T *o = out + r * N;                                                                \
+        _Pragma("omp simd")                                                                \
+        for (int64_t j = 0; j < n; ++j) o[j] = p2 * (c[j] - pr[j]) - n2 * (nr[j] - c[j]);  \
+        for (int64_t j = n; j < N; ++j) o[j] = 0;                                          \
+    }                                                                                      \
+}                                                                                          \
+/* 1.5-entmax over rows of N (small: an insertion sort per row), the `entmax` package's   \
+   Entmax15Function step by step: x = (z − max)/2, sorted descending; running means give   \
+   tau_i; the support is the count of i with tau_i <= x_(i); y = max(x − tau, 0)². Sorted   \
+   −inf entries end the scan (there the package's arithmetic gives NaN, never support). */ \
+void entmax15_##S(const T *z, int64_t R, int64_t N, T *y) {                                \
+    T *srt = malloc(N * sizeof(T)), *tau = malloc(N * sizeof(T));                          \
+    for (int64_t r = 0; r < R; ++r) {                                                      \
+        const T *zr = z + r * N;                                                           \
+        T *yr = y + r * N, mx = zr[0];                                                     \
+        for (int64_t j = 1; j < N; ++j) mx = zr[j] > mx ? zr[j] : mx;                      \
+        for (int64_t j = 0; j < N; ++j) {                                                  \
+            const T x = (zr[j] - mx) / 2;                                                  \
+            int64_t i = j;                                                                 \
+            while (i > 0 && srt[i - 1] < x) { srt[i] = srt[i - 1]; --i; }                  \
+            srt[i] = x; yr[j] = x;                                                         \
+        }                                                                                  \
+        T sum = 0, sq = 0;                                                                 \
+        int64_t support = 0;                                                               \
+        for (int64_t i = 0; i < N && srt[i] != -(T)INFINITY; ++i) {                        \
+            const T rho = (T)(i + 1);                                                      \
+            sum += srt[i]; sq += srt[i] * srt[i];                                          \
+            const T mean = sum / rho, mean_sq = sq / rho;                                  \
+            const T ss = rho * (mean_sq - mean * mean);                                    \
+            const T delta = (1 - ss) / rho;                                                \
+            tau[i] = mean - SQRT(delta > 0 ? delta : 0);                                   \
+            support += tau[i] <= srt[i];                                                   \
+        }                                                                                  \
+        const T t = tau[support > 0 ? support - 1 : 0];                                    \
+        for (int64_t j = 0; j < N; ++j) {                                                  \
+            const T d = yr[j] - t;                                                         \
+            yr[j] = d > 0 ? d * d : 0;                                                     \
+        }                                                                                  \
+    }                                                                                      \
+    free(srt); free(tau);                                                                  \
+}                                                                                          \
+void entmax15_grad_##S(const T *y, const T *dy, int64_t R, int64_t N, T *dx) {            \
+    for (int64_t r = 0; r < R; ++r) {                                                      \
+        const T *yr = y + r * N, *gr = dy + r * N;                                         \
+        T *o = dx + r * N, num = 0, den = 0;                                               \
+        for (int64_t j = 0; j < N; ++j) {                                                  \
+            const T g = SQRT(yr[j]);                                                       \
+            o[j] = gr[j] * g; num += o[j]; den += g;                                       \
+        }                                                                                  \
+        const T q = num / den;                                                             \
+        for (int64_t j = 0; j < N; ++j) o[j] -= q * SQRT(yr[j]);                           \
+    }                                                                                      \
+}                                                                                          \
+/* ‖Σ_i a_i e(ia_i) − Σ_j b_j e(ib_j)‖² per row of two sparse rows (weights at key          \
+   indices; an index may repeat), and its gradient: by pairs of entries, O((Na + Nb)²). */ \
+static T sparse_dot_##S(const T *a, const int64_t *ia, int64_t Na, int64_t key) {          \
+    T acc = 0;                                                                             \
+    for (int64_t i = 0; i < Na; ++i) acc += ia[i] == key ? a[i] : 0;                       \
+    return acc;                                                                            \
+}                                                                                          \
+void sparse_sqdist_##S(const T *a, const int64_t *ia, int64_t Na, const T *b,             \
+                       const int64_t *ib, int64_t Nb, int64_t R, const T *go, T *out,      \
+                       T *ga, T *gb) {                                                     \
+    for (int64_t r = 0; r < R; ++r) {                                                      \
+        const T *ar = a + r * Na, *br = b + r * Nb;                                        \
+        const int64_t *iar = ia + r * Na, *ibr = ib + r * Nb;                              \
+        T acc = 0;                                                                         \
+        for (int64_t i = 0; i < Na; ++i) {  /* d_i: the difference at a's key i */         \
+            const T d = sparse_dot_##S(ar, iar, Na, iar[i]) - sparse_dot_##S(br, ibr, Nb, iar[i]); \
+            if (go) ga[r * Na + i] = 2 * go[r] * d; else acc += ar[i] * d;                 \
+        }                                                                                  \
+        for (int64_t j = 0; j < Nb; ++j) {                                                 \
+            const T d = sparse_dot_##S(br, ibr, Nb, ibr[j]) - sparse_dot_##S(ar, iar, Na, ibr[j]); \
+            if (go) gb[r * Nb + j] = 2 * go[r] * d; else acc += br[j] * d;                 \
+        }                                                                                  \
+        if (!go) out[r] = acc;                                                             \
+    }                                                                                      \
+}                                                                                          \
+void gather_dot_##S(const T *a, const T *t, const int64_t *idx, int64_t R, int64_t K,     \
+                    int64_t D, T *out) {                                                   \
+    for (int64_t r = 0; r < R; ++r) {                                                      \
+        const T *ar = a + r * D;                                                           \
+        for (int64_t j = 0; j < K; ++j) {                                                  \
+            const T *tr = t + idx[r * K + j] * D;                                          \
+            T acc = 0;                                                                     \
+            _Pragma("omp simd reduction(+:acc)")                                           \
+            for (int64_t d = 0; d < D; ++d) acc += ar[d] * tr[d];                          \
+            out[r * K + j] = acc;                                                          \
+        }                                                                                  \
+    }                                                                                      \
+}                                                                                          \
+void gather_sum_##S(const T *w, const T *t, const int64_t *idx, int64_t R, int64_t K,     \
+                    int64_t D, T *out) {                                                   \
+    for (int64_t r = 0; r < R; ++r) {                                                      \
+        T *o = out + r * D;                                                                \
+        memset(o, 0, D * sizeof(T));                                                       \
+        for (int64_t j = 0; j < K; ++j) {                                                  \
+            const T *tr = t + idx[r * K + j] * D;                                          \
+            const T wj = w[r * K + j];                                                     \
+            _Pragma("omp simd")                                                            \
+            for (int64_t d = 0; d < D; ++d) o[d] += wj * tr[d];                            \
+        }                                                                                  \
+    }                                                                                      \
+}                                                                                          \
+void scatter_outer_##S(const T *w, const T *a, const int64_t *idx, int64_t R, int64_t K,  \
+                       int64_t D, T *out) {                                                \
+    for (int64_t r = 0; r < R; ++r) {                                                      \
+        const T *ar = a + r * D;                                                           \
+        for (int64_t j = 0; j < K; ++j) {                                                  \
+            T *o = out + idx[r * K + j] * D;                                               \
+            const T wj = w[r * K + j];                                                     \
+            _Pragma("omp simd")                                                            \
+            for (int64_t d = 0; d < D; ++d) o[d] += wj * ar[d];                            \
+        }                                                                                  \
+    }                                                                                      \
+}
+
+DEFINE(float, f32, sqrtf)
+DEFINE(double, f64, sqrt)
+"""
+_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+_I64 = ctypes.c_int64
+
+
+def _cpu_key() -> str:
+    """What -march=native compiles for: the CPU's model and flags (a library built on one
+    CPU may not run on another that shares the cache folder)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    keep = [ln for ln in lines if ln.startswith(("model name", "flags"))][:2]
+    return "\n".join([platform.machine(), platform.processor(), *keep])
+
+
+def _compiler() -> str | None:
+    return next((c for c in (os.environ.get("CC", ""), "cc", "gcc", "clang") if c and shutil.which(c)), None)
+
+
+@lru_cache(maxsize=1)
+def _library() -> ctypes.CDLL | None:
+    """The compiled kernels, building them on first use; None where that is impossible."""
+    if os.environ.get(ENV_SWITCH, "1") == "0":
+        return None
+    cc = _compiler()
+    if cc is None:
+        return None
+    key = hashlib.sha256("\n".join([SOURCE, cc, *CFLAGS, _cpu_key()]).encode()).hexdigest()[:24]
+    folder = cache_root() / "kernels" / key
+    lib = folder / "ressformer_kernels.so"
+    if not lib.exists():
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=folder) as tmp:  # concurrent trials: build
+                src, out = Path(tmp) / "k.c", Path(tmp) / "k.so"  # apart, rename atomically
+                src.write_text(SOURCE)
+                subprocess.run([cc, *CFLAGS, "-o", str(out), str(src)], check=True,
+                               capture_output=True, timeout=120)
+                os.replace(out, lib)
+        except (OSError, subprocess.SubprocessError):
+            return None
+    try:
+        return ctypes.CDLL(str(lib))
+    except OSError:
+        return None
+
+
+def available(*tensors: torch.Tensor) -> bool:
+    """Whether the compiled kernels can run on these tensors (CPU, float32 or float64)."""
+    return (all(t.device.type == "cpu" and t.dtype in _SUFFIX for t in tensors)
+            and _library() is not None)
+
+
+def _call(name: str, dtype: torch.dtype, *args) -> None:
+    fn = getattr(_library(), f"{name}_{_SUFFIX[dtype]}")
+    fn(*[ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor)
+         else ctypes.c_void_p(None) if a is None else _I64(a) for a in args])
+
+
+def topk_rows(z: torch.Tensor, k: int) -> torch.Tensor:
+    """z (..., N) -> (..., k) int64 indices of each row's k largest entries (unsorted).
+    No autograd (it selects). Requires 1 <= k <= N."""
+    N = z.shape[-1]
+    zc = z.detach().contiguous()
+    out = torch.empty(*z.shape[:-1], k, dtype=torch.int64)
+    _call("topk_rows", z.dtype, zc, zc.numel() // max(N, 1), N, k, out)
+    return out
+
+
+def score_topk(q: torch.Tensor, k: torch.Tensor, add: torch.Tensor | None, kk: int) -> torch.Tensor:
+    """Each query's kk highest-scoring keys, scores never stored: q (B, H, G, L, dh), k (B, H,
+    L, dh), add None | (B, 1, 1, L) | (B, H, L, L) added to the scores (padding −inf, a pe's
+    bias). No autograd (it selects). -> (B, H, G, L, kk) int64, unsorted."""
+    B, H, G, L, D = q.shape
+    qc = q.detach().contiguous()
+    kt = k.detach().transpose(-1, -2).contiguous()  # (B, H, D, L)
+    out = torch.empty(B, H, G, L, kk, dtype=torch.int64)
+    if add is None:
+        mask, strides = None, (0, 0, 0)
+    else:
+        mask = add.detach().to(q.dtype)
+        if mask.stride(-1) != 1:
+            mask = mask.contiguous()
+        strides = tuple(0 if mask.shape[i] == 1 else mask.stride(i) for i in range(3))
+    _call("score_topk", q.dtype, qc, kt, mask, *strides, B * H, H, G * L, L, D, kk, out)
+    return out
+
+
+def _gather_dot(a: torch.Tensor, table: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    R, D = a.shape
+    out = torch.empty(R, idx.shape[1], dtype=a.dtype)
+    _call("gather_dot", a.dtype, a, table, idx, R, idx.shape[1], D, out)
+    return out
+
+
+def _gather_sum(w: torch.Tensor, table: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    R, K = w.shape
+    out = torch.empty(R, table.shape[1], dtype=w.dtype)
+    _call("gather_sum", w.dtype, w, table, idx, R, K, table.shape[1], out)
+    return out
+
+
+def _scatter_outer(w: torch.Tensor, a: torch.Tensor, idx: torch.Tensor, rows: int) -> torch.Tensor:
+    """out[idx[r, j]] += w[r, j] · a[r]: the table's gradient, (rows, D)."""
+    R, K = w.shape
+    out = torch.zeros(rows, a.shape[1], dtype=a.dtype)
+    _call("scatter_outer", a.dtype, w, a, idx, R, K, a.shape[1], out)
+    return out
+
+
+class _GatherDot(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, table, idx):  # a (R, D), table (M, D), idx (R, K) -> (R, K)
+        a, table, idx = a.contiguous(), table.contiguous(), idx.contiguous()
+        ctx.save_for_backward(a, table, idx)
+        return _gather_dot(a, table, idx)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, ds):
+        a, table, idx = ctx.saved_tensors
+        ds = ds.contiguous()
+        da = _gather_sum(ds, table, idx) if ctx.needs_input_grad[0] else None
+        dt = _scatter_outer(ds, a, idx, table.shape[0]) if ctx.needs_input_grad[1] else None
+        return da, dt, None
+
+
+class _GatherSum(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, w, table, idx):  # w (R, K), table (M, D), idx (R, K) -> (R, D)
+        w, table, idx = w.contiguous(), table.contiguous(), idx.contiguous()
+        ctx.save_for_backward(w, table, idx)
+        return _gather_sum(w, table, idx)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, do):
+        w, table, idx = ctx.saved_tensors
+        do = do.contiguous()
+        dw = _gather_dot(do, table, idx) if ctx.needs_input_grad[0] else None
+        dt = _scatter_outer(w, do, idx, table.shape[0]) if ctx.needs_input_grad[1] else None
+        return dw, dt, None
+
+
+def _rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """x (..., N) as rows: itself and its row stride where its rows are evenly spaced with
+    unit columns (a split or a slice of a contiguous tensor), else a contiguous copy."""
+    shape, stride = x.shape, x.stride()
+    even = x.dim() >= 2 and stride[-1] == 1 and all(
+        stride[i] == stride[i + 1] * shape[i + 1] for i in range(x.dim() - 2))
+    return (x, stride[-2]) if even else (x.contiguous(), shape[-1])
+
+
+class _RowSqDist(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b, n):  # (..., N) twice, columns used -> (...)
+        (a_, ra), (b_, rb) = _rows(a), _rows(b)
+        ctx.save_for_backward(a_, b_)
+        ctx.strides, ctx.n = (ra, rb), n
+        out = torch.empty(a.shape[:-1], dtype=a.dtype)
+        _call("row_sqdist", a.dtype, a_, ra, b_, rb, out.numel(), n, out)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, go):
+        a, b = ctx.saved_tensors
+        ga, gb = torch.empty(a.shape, dtype=a.dtype), torch.empty(a.shape, dtype=a.dtype)
+        _call("row_sqdist_grad", a.dtype, a, ctx.strides[0], b, ctx.strides[1],
+              go.contiguous(), go.numel(), ctx.n, a.shape[-1], ga, gb)
+        return ga, gb, None
+
+
+def row_sqdist(a: torch.Tensor, b: torch.Tensor, n: int | None = None) -> torch.Tensor:
+    """‖a_r − b_r‖² per row over the first n columns (None: all): a, b (..., N) of one shape
+    -> (...); one pass forward and one backward, no (..., N) difference kept."""
+    return _RowSqDist.apply(a, b, a.shape[-1] if n is None else n)
+
+
+class _ChainSqDist(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, n, *ws):  # P + 1 tensors (..., N) of one shape -> (P, ...)
+        rows = [_rows(w) for w in ws]
+        ctx.save_for_backward(*[r[0] for r in rows])
+        ctx.strides, ctx.n = [r[1] for r in rows], n
+        out = torch.empty(len(ws) - 1, *ws[0].shape[:-1], dtype=ws[0].dtype)
+        for t, ((a, ra), (b, rb)) in enumerate(zip(rows, rows[1:])):
+            _call("row_sqdist", a.dtype, a, ra, b, rb, out[t].numel(), n, out[t])
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, go):
+        ws, st, go = ctx.saved_tensors, ctx.strides, go.contiguous()
+        grads = []
+        for t, w in enumerate(ws):
+            prev = (ws[t - 1], st[t - 1], go[t - 1]) if t > 0 else (None, 0, None)
+            nxt = (ws[t + 1], st[t + 1], go[t]) if t + 1 < len(ws) else (None, 0, None)
+            g = torch.empty(w.shape, dtype=w.dtype)
+            _call("chain_grad", w.dtype, prev[0], prev[1], w, st[t], nxt[0], nxt[1], prev[2],
+                  nxt[2], go[0].numel(), ctx.n, w.shape[-1], g)
+            grads.append(g)
+        return (None, *grads)
+
+
+def chain_sqdist(ws: list[torch.Tensor], n: int | None = None) -> torch.Tensor:
+    """‖A_{t+1} − A_t‖² per row over the first n columns (None: all) for a chain A_0..A_P of
+    one shape (..., N) -> (P, ...). Its backward writes one gradient per A_t (not one per
+    pair, summed afterwards): the least memory traffic for dense (L, L) graphs."""
+    return _ChainSqDist.apply(ws[0].shape[-1] if n is None else n, *ws)
+
+
+# Rows longer than this go to the entmax package (an insertion sort is O(N²)).
+ENTMAX_MAX_WIDTH = 64
+
+
+class _Entmax15(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, z):  # (..., N) -> (..., N)
+        z = z.contiguous()
+        y = torch.empty_like(z)
+        _call("entmax15", z.dtype, z, z.numel() // z.shape[-1], z.shape[-1], y)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        y, = ctx.saved_tensors
+        dx = torch.empty_like(y)
+        _call("entmax15_grad", y.dtype, y, dy.contiguous(), y.numel() // y.shape[-1], y.shape[-1], dx)
+        return dx
+
+
+def entmax15(z: torch.Tensor) -> torch.Tensor:
+    """1.5-entmax over the last axis of rows no wider than ENTMAX_MAX_WIDTH (the kept
+    scores of top-k attention): the `entmax` package's computation, one loop per row."""
+    return _Entmax15.apply(z)
+
+
+class _SparseSqDist(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, ia, b, ib):  # (..., Na) weights and indices, (..., Nb) -> (...)
+        a, ia, b, ib = a.contiguous(), ia.contiguous(), b.contiguous(), ib.contiguous()
+        ctx.save_for_backward(a, ia, b, ib)
+        out = torch.empty(a.shape[:-1], dtype=a.dtype)
+        _call("sparse_sqdist", a.dtype, a, ia, a.shape[-1], b, ib, b.shape[-1], out.numel(),
+              None, out, None, None)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, go):
+        a, ia, b, ib = ctx.saved_tensors
+        ga, gb = torch.empty_like(a), torch.empty_like(b)
+        _call("sparse_sqdist", a.dtype, a, ia, a.shape[-1], b, ib, b.shape[-1], go.numel(),
+              go.contiguous(), None, ga, gb)
+        return ga, None, gb, None
+
+
+def sparse_sqdist(a: torch.Tensor, ia: torch.Tensor, b: torch.Tensor, ib: torch.Tensor) -> torch.Tensor:
+    """‖a_r − b_r‖² of sparse rows: weights a (..., Na) at key indices ia (int64; a key may
+    repeat, the entries then add up), b (..., Nb) at ib -> (...). (Σ_i a_i d_i + Σ_j b_j d_j,
+    with d the difference at each entry's key, is the squared norm.)"""
+    return _SparseSqDist.apply(a, ia, b, ib)
+
+
+def gather_dot(a: torch.Tensor, table: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """a (R, D), table (M, D), idx (R, K) int64 rows of table -> (R, K) dot products."""
+    return _GatherDot.apply(a, table, idx)
+
+
+def gather_sum(w: torch.Tensor, table: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """w (R, K), table (M, D), idx (R, K) int64 rows of table -> (R, D) weighted sums."""
+    return _GatherSum.apply(w, table, idx)

@@ -1,0 +1,187 @@
+"""The compiled CPU kernels of ReSSFormer's sparse attention (models/kernels.py): each against
+a plain-torch computation of the same quantity, in float32 and float64, gradients by
+torch.autograd.gradcheck; and the fallbacks (no compiler, switched off, unsupported tensors)."""
+from __future__ import annotations
+
+import pytest
+import torch
+from entmax import entmax15
+
+from fusion_sweep.trial.models import kernels
+
+NEG_INF = float("-inf")
+DTYPES = (torch.float32, torch.float64)
+
+
+@pytest.fixture(autouse=True)
+def _compiled() -> None:
+    assert kernels.available(torch.zeros(1)), "no C compiler here: the kernels cannot be built"
+
+
+def _kept_values(z: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """The selected scores, sorted: two selections agree if they keep equal values (which of
+    two tied entries is kept is arbitrary, as in torch.topk)."""
+    return z.gather(-1, idx).sort(-1).values
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("N,k", [(128, 8), (540, 8), (1024, 8), (13, 8), (8, 8), (100, 1), (64, 30)])
+def test_topk_rows_keeps_the_k_largest(N: int, k: int, dtype) -> None:
+    g = torch.Generator().manual_seed(N * 31 + k)
+    z = torch.randn(300, N, generator=g, dtype=dtype)
+    lengths = torch.randint(1, N + 1, (300,), generator=g)
+    z[torch.arange(N) >= lengths[:, None]] = NEG_INF  # right padding, fewer real keys than k too
+    z[:5, N // 2] = NEG_INF  # −inf inside a row
+    z[5:10] = z[5:10].round()  # many ties
+    idx = kernels.topk_rows(z, k)
+    assert idx.shape == (300, k) and idx.dtype == torch.int64
+    assert ((idx >= 0) & (idx < N)).all()
+    assert (idx.sort(-1).values.diff(dim=-1) > 0).all(), "an index kept twice"
+    assert torch.equal(_kept_values(z, idx), _kept_values(z, z.topk(k, dim=-1).indices))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mask", ["none", "padding", "bias"])
+def test_score_topk_equals_scores_then_topk(mask: str, dtype) -> None:
+    """Scoring in a row buffer and selecting = the (L, L) scores plus the mask, then topk;
+    with 3 routed experts (G) per head."""
+    g = torch.Generator().manual_seed(1)
+    B, H, G, L, D = 3, 2, 3, 70, 16
+    q = torch.randn(B, H, G, L, D, generator=g, dtype=dtype)
+    k = torch.randn(B, H, L, D, generator=g, dtype=dtype)
+    add = None
+    if mask == "padding":
+        add = torch.zeros(B, 1, 1, L, dtype=dtype)
+        add[0, ..., 50:] = NEG_INF
+        add[1, ..., 5:] = NEG_INF  # 5 real keys < k = 8
+    elif mask == "bias":
+        add = torch.randn(B, H, L, L, generator=g, dtype=dtype)
+    z = q @ k.unsqueeze(2).transpose(-1, -2) + (0 if add is None else add.unsqueeze(2))
+    idx = kernels.score_topk(q, k, add, 8)
+    assert idx.shape == (B, H, G, L, 8)
+    torch.testing.assert_close(_kept_values(z, idx), _kept_values(z, z.topk(8, dim=-1).indices))
+
+
+def _sparse_inputs(dtype, R=40, M=25, D=6, K=5):
+    g = torch.Generator().manual_seed(2)
+    a = torch.randn(R, D, generator=g, dtype=dtype, requires_grad=True)
+    table = torch.randn(M, D, generator=g, dtype=dtype, requires_grad=True)
+    w = torch.randn(R, K, generator=g, dtype=dtype, requires_grad=True)
+    idx = torch.randint(0, M, (R, K), generator=g)  # rows may repeat
+    return a, table, w, idx
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gather_dot_and_sum_equal_indexing(dtype) -> None:
+    a, table, w, idx = _sparse_inputs(dtype)
+    torch.testing.assert_close(kernels.gather_dot(a, table, idx), (a.unsqueeze(1) * table[idx]).sum(-1))
+    torch.testing.assert_close(kernels.gather_sum(w, table, idx), (w.unsqueeze(-1) * table[idx]).sum(1))
+
+
+def test_gather_gradients() -> None:
+    a, table, w, idx = _sparse_inputs(torch.float64)
+    assert torch.autograd.gradcheck(lambda a, t: kernels.gather_dot(a, t, idx), (a, table))
+    assert torch.autograd.gradcheck(lambda w, t: kernels.gather_sum(w, t, idx), (w, table))
+
+
+def _dense_graphs(n_graphs: int, width: int = 9, extra: int = 3):
+    """Graphs as the body passes them: the token columns of wider weights (a split, so rows are
+    evenly spaced but not contiguous), and one contiguous."""
+    g = torch.Generator().manual_seed(3)
+    ws = [torch.randn(2, 3, 5, width + extra, generator=g, dtype=torch.float64, requires_grad=True)
+          for _ in range(n_graphs)]
+    return ws, width
+
+
+def test_row_sqdist_over_the_first_columns() -> None:
+    (a, b), n = _dense_graphs(2)
+    want = ((a[..., :n] - b[..., :n]) ** 2).sum(-1)
+    torch.testing.assert_close(kernels.row_sqdist(a, b, n), want)
+    torch.testing.assert_close(kernels.row_sqdist(a.split([n, 3], -1)[0], b[..., :n].contiguous()), want)
+    assert torch.autograd.gradcheck(lambda a, b: kernels.row_sqdist(a, b, n), (a, b))
+
+
+def test_chain_sqdist_equals_the_pairs() -> None:
+    ws, n = _dense_graphs(4)
+    got = kernels.chain_sqdist(ws, n)
+    want = torch.stack([((b[..., :n] - a[..., :n]) ** 2).sum(-1) for a, b in zip(ws, ws[1:])])
+    torch.testing.assert_close(got, want)
+    assert torch.autograd.gradcheck(lambda *w: kernels.chain_sqdist(list(w), n), tuple(ws))
+    parts = [w.split([n, 3], -1)[0] for w in ws[:3]]  # strided rows, all columns used
+    assert torch.autograd.gradcheck(lambda *w: kernels.chain_sqdist(list(w)), tuple(parts))
+
+
+def test_sparse_sqdist_equals_the_dense_distance() -> None:
+    """Rows of weights at key indices, an index repeated (experts): the squared distance of
+    the dense rows they scatter to."""
+    g = torch.Generator().manual_seed(4)
+    R, keys = 60, 7
+    a = torch.randn(R, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(R, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    ia, ib = torch.randint(0, keys, (R, 6), generator=g), torch.randint(0, keys, (R, 4), generator=g)
+
+    def dense(w, i):
+        return torch.zeros(R, keys, dtype=w.dtype).scatter_add(1, i, w)
+
+    want = ((dense(a, ia) - dense(b, ib)) ** 2).sum(-1)
+    torch.testing.assert_close(kernels.sparse_sqdist(a, ia, b, ib), want)
+    assert torch.autograd.gradcheck(lambda a, b: kernels.sparse_sqdist(a, ia, b, ib), (a, b))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_entmax15_equals_the_package(dtype) -> None:
+    """Values and gradients of the `entmax` package's entmax15, rows with −inf (masked keys)
+    and a row with one finite entry."""
+    g = torch.Generator().manual_seed(5)
+    z = torch.randn(500, 13, generator=g, dtype=dtype) * 3
+    z[::3, 9:] = NEG_INF
+    z[7, 1:] = NEG_INF
+    dy = torch.randn(500, 13, generator=g, dtype=dtype)
+    got_in, want_in = z.clone().requires_grad_(), z.clone().requires_grad_()
+    got, want = kernels.entmax15(got_in), entmax15(want_in, dim=-1)
+    tol = dict(atol=1e-5, rtol=0) if dtype == torch.float32 else dict(atol=1e-12, rtol=0)
+    torch.testing.assert_close(got, want, **tol)
+    assert (got[z == NEG_INF] == 0).all()
+    got.backward(dy)
+    want.backward(dy)
+    torch.testing.assert_close(got_in.grad, want_in.grad, **tol)
+
+
+def test_unsupported_tensors_are_not_available() -> None:
+    assert not kernels.available(torch.zeros(2, dtype=torch.float16))
+    assert not kernels.available(torch.zeros(2), torch.zeros(2, dtype=torch.bfloat16))
+    assert kernels.available(torch.zeros(2), torch.zeros(2, dtype=torch.float64))
+
+
+def test_switched_off_or_no_compiler_means_not_available(monkeypatch) -> None:
+    """FUSION_SWEEP_KERNELS=0, or no working C compiler: the kernels are unavailable (the body
+    then runs its torch path), and nothing raises."""
+    try:
+        kernels._library.cache_clear()
+        monkeypatch.setenv(kernels.ENV_SWITCH, "0")
+        assert not kernels.available(torch.zeros(1))
+        kernels._library.cache_clear()
+        monkeypatch.delenv(kernels.ENV_SWITCH)
+        monkeypatch.setattr(kernels, "_compiler", lambda: None)
+        assert not kernels.available(torch.zeros(1))
+    finally:
+        kernels._library.cache_clear()
+        monkeypatch.undo()
+    assert kernels.available(torch.zeros(1))
+
+
+def test_a_failing_compiler_means_not_available(monkeypatch, tmp_path) -> None:
+    """A compiler that exits non-zero leaves no library behind and falls back."""
+    fake = tmp_path / "cc"
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    fake.chmod(0o755)
+    try:
+        kernels._library.cache_clear()
+        monkeypatch.setenv("FUSION_SWEEP_CACHE", str(tmp_path / "cache"))
+        monkeypatch.setattr(kernels, "_compiler", lambda: str(fake))
+        assert not kernels.available(torch.zeros(1))
+        assert not list((tmp_path / "cache").rglob("*.so"))
+    finally:
+        kernels._library.cache_clear()
+        monkeypatch.undo()
+    assert kernels.available(torch.zeros(1))
