@@ -273,6 +273,8 @@ class ReSSAttention(nn.Module):
             return self._merge(out, gates, B, L, D), graph
         # split, not slicing: a slice's backward fills a zero tensor of w's size, per slice
         sizes = [width] if memory is None else [width, slots[0].shape[2], 1]
+        if w.shape[-1] > sum(sizes):  # dense scores' padding (DENSE_ALIGN), weight 0
+            sizes.append(w.shape[-1] - sum(sizes))
         parts = w.split(sizes, dim=-1)
         dropped = F.dropout(w, self.attn_dropout).split(sizes, dim=-1) if dropout else parts
         with _span("ressformer.graph_reg"):
@@ -354,8 +356,9 @@ class ReSSAttention(nn.Module):
 
     def _dense_weights(self, q, qr, kr, v, add, slots, cache, slot_add, rotated: bool):
         """Every key: one score matmul over the token keys and (unless rotated: the slots take
-        unrotated queries) the slot keys stacked; the own-cache score is one more column.
-        -> weights (B, H, G, L, L [+ S + 1]), None, L, the values (B, H, 1, L, dh)."""
+        unrotated queries) the slot keys stacked; the own-cache score is one more column
+        (not rotated: then −inf padding to a multiple of DENSE_ALIGN columns).
+        -> weights (B, H, G, L, L [+ S + 1 [+ P]]), None, L, the values (B, H, 1, L, dh)."""
         L = q.shape[-2]
         with _span("ressformer.kernel"):
             if cache is None:
@@ -364,14 +367,15 @@ class ReSSAttention(nn.Module):
                     z = z.add_(add.unsqueeze(2))
             else:
                 ks, vs = slots
+                c = (q * cache[0].unsqueeze(2)).sum(-1, keepdim=True)  # (…, 1)
                 if rotated:
                     z = torch.cat([qr @ kr.unsqueeze(2).transpose(-1, -2),
                                    q @ ks.unsqueeze(2).transpose(-1, -2)], dim=-1)
-                else:
-                    z = q @ torch.cat([kr, ks], dim=2).unsqueeze(2).transpose(-1, -2)  # (…, L + S)
-                z = z.add_(_widen(add, slot_add, L).unsqueeze(2))
-                c = (q * cache[0].unsqueeze(2)).sum(-1, keepdim=True)  # (…, 1)
-                z = torch.cat([z, c], dim=-1)  # (B, H, G, L, L + S + 1)
+                    z = z.add_(_widen(add, slot_add, L).unsqueeze(2))
+                    z = torch.cat([z, c], dim=-1)  # (B, H, G, L, L + S + 1)
+                else:  # the cache score written into the matmul's output: no copy of it
+                    z = _DenseMemoryScores.apply(q, torch.cat([kr, ks], dim=2), c)  # (…, L+S+1+P)
+                    z = z.add_(F.pad(_widen(add, slot_add, L), (0, z.shape[-1] - L - ks.shape[2])).unsqueeze(2))
         with _span("ressformer.activation"):
             return self.activation(z), None, L, v.unsqueeze(2)
 
@@ -669,33 +673,70 @@ def _row_change(a: Graph, b: Graph) -> torch.Tensor:
     return _inner(a, a) + _inner(b, b) - 2.0 * _inner(a, b)
 
 
+# Dense attention with memory pads its score columns to a multiple of this: a matmul whose
+# output is 1,029 wide runs ~20% slower than one 1,040 wide (d 256, L 1024, this CPU).
+DENSE_ALIGN = 16
+
+
+class _DenseMemoryScores(torch.autograd.Function):
+    """Dense attention's scores with R2MU's memory in one tensor: queries q (B, H, G, L, dh)
+    against keys (B, H, N, dh) (tokens then slots), each query's own-cache score c
+    (B, H, G, L, 1) in column N, and −inf padding after it up to a multiple of DENSE_ALIGN
+    columns -> (B, H, G, L, N + 1 + P). One matmul over the keys and rows of zeros, its extra
+    columns then overwritten: concatenating c would copy the scores."""
+
+    @staticmethod
+    def forward(ctx, q, keys, c):
+        N = keys.shape[-2]
+        extra = 1 + (-(N + 1)) % DENSE_ALIGN
+        table = torch.cat([keys, keys.new_zeros(*keys.shape[:-2], extra, keys.shape[-1])], dim=-2)
+        z = q @ table.unsqueeze(2).transpose(-1, -2)  # (B, H, G, L, N + 1 + P)
+        z[..., N:N + 1] = c
+        z[..., N + 1:] = NEG_INF  # padding: weight 0 under every activation
+        ctx.save_for_backward(q, table)
+        ctx.N = N
+        return z
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, gz):
+        q, table = ctx.saved_tensors
+        N = ctx.N
+        gq = gz @ table.unsqueeze(2)  # the zero rows add nothing; c's column is its own
+        gt = (gz.transpose(-1, -2) @ q).sum(2)  # (B, H, N + 1 + P, dh), summed over the experts
+        return gq, gt[..., :N, :], gz[..., N:N + 1].clone()
+
+
 class _DenseMemoryMix(torch.autograd.Function):
     """Dense attention's weighted sum with R2MU's memory from the whole weights, never split:
-    w (B, H, G, L, L + S + 1) over [token keys, slots, own cache entry], values v (B, H, 1, L,
-    dh), slot values vs (B, H, 1, S, dh), cache values vc (B, H, 1, L, dh) ->
-    w[..., :L] @ v + w[..., L:L+S] @ vs + w[..., -1:] * vc (B, H, G, L, dh). Splitting w costs
-    a copy of its size in the backward (the parts' gradients concatenated); here the
-    gradient of w is one matmul, its last column then filled in place."""
+    w (B, H, G, L, L + S + 1 [+ P]) over [token keys, slots, own cache entry, padding of
+    weight 0], values v (B, H, 1, L, dh), slot values vs (B, H, 1, S, dh), cache values vc
+    (B, H, 1, L, dh) -> w[..., :L] @ v + w[..., L:L+S] @ vs + w[..., L+S] * vc (B, H, G, L,
+    dh). Splitting w costs a copy of its size in the backward (the parts' gradients
+    concatenated); here the gradient of w is one matmul, its cache column then filled in
+    place."""
 
     @staticmethod
     def forward(ctx, w, v, vs, vc):
-        table = torch.cat([v, vs, v.new_zeros(*v.shape[:-2], 1, v.shape[-1])], dim=-2)  # (…, L+S+1, dh)
+        N = v.shape[-2] + vs.shape[-2]
+        rows = w.shape[-1] - N  # the cache's and the padding's
+        table = torch.cat([v, vs, v.new_zeros(*v.shape[:-2], rows, v.shape[-1])], dim=-2)
         ctx.save_for_backward(w, table, vc)
-        return torch.addcmul(w @ table, w[..., -1:], vc)
+        ctx.N = N
+        return torch.addcmul(w @ table, w[..., N:N + 1], vc)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, go):
         w, table, vc = ctx.saved_tensors
-        gw = go @ table.transpose(-1, -2)  # (B, H, G, L, L+S+1); the last column is 0 here
-        gw[..., -1:] = (go * vc).sum(-1, keepdim=True)
-        gt = w.transpose(-1, -2) @ go  # (B, H, G, L+S+1, dh)
-        gvc = w[..., -1:] * go
+        N, L = ctx.N, vc.shape[-2]
+        gw = go @ table.transpose(-1, -2)  # (B, H, G, L, N + 1 + P); 0 past column N - 1
+        gw[..., N:N + 1] = (go * vc).sum(-1, keepdim=True)
+        gt = w.transpose(-1, -2) @ go  # (B, H, G, N + 1 + P, dh)
+        gvc = w[..., N:N + 1] * go
         if w.shape[2] > 1:  # values are shared by the experts
             gt, gvc = gt.sum(2, keepdim=True), gvc.sum(2, keepdim=True)
-        L, S = vc.shape[-2], table.shape[-2] - vc.shape[-2] - 1
-        gv, gvs, _ = gt.split([L, S, 1], dim=-2)
-        return gw, gv, gvs, gvc
+        return gw, gt[..., :L, :], gt[..., L:N, :], gvc
 
 
 def _inner(a: Graph, b: Graph) -> torch.Tensor:
