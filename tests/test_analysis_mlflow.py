@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -374,3 +375,14 @@ def test_stats_claims_on_a_ressformer_sweep(ress_store: str, tmp_path: Path, cap
         [client.get_experiment_by_name(EXP).experiment_id], "tags.`fusion_sweep.role` = 'stats'")
     assert stats_run.data.metrics["n_claims_not_testable_here_the_label_is_order_only"] >= 1
     assert "claims.html" in {a.path for a in client.list_artifacts(stats_run.info.run_id)}
+
+
+def test_claims_text_says_why_a_claim_counts_no_training(ress_store: str, capsys) -> None:
+    """An order-only claim's line names its descriptive claim tests, not an empty 'not run'."""
+    code, out, err = _run(["--tracking-uri", ress_store, "--sweep", "ress", "--bootstrap", "200",
+                           "--claims", "ressformer"], capsys)
+    assert code == 0, err
+    flat = " ".join(out.split())  # the report wraps its lines
+    assert re.search(r"C1 SOES beats absolute PE: not testable here \(the label is order-only\) "
+                     r"\(no training counts; its claim tests below are descriptive\)", flat)
+    assert "(not run: )" not in flat

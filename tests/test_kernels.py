@@ -15,7 +15,9 @@ DTYPES = (torch.float32, torch.float64)
 
 @pytest.fixture(autouse=True)
 def _compiled() -> None:
-    assert kernels.available(torch.zeros(1)), "no C compiler here: the kernels cannot be built"
+    if kernels._compiler() is None:
+        pytest.skip("no C compiler on this machine: the kernels cannot be built")
+    assert kernels.available(torch.zeros(1)), "a C compiler is here, but the kernels did not build"
 
 
 def _kept_values(z: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:

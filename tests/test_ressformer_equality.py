@@ -42,7 +42,9 @@ for soes, asam, r2mu in itertools.product([True, False], repeat=3):
 def path(request, monkeypatch) -> str:
     """Run the test with the compiled kernels, then with the pure-torch path."""
     if request.param == "compiled":
-        assert kernels.available(torch.zeros(1)), "no C compiler: the kernels cannot be built"
+        if kernels._compiler() is None:
+            pytest.skip("no C compiler on this machine: the kernels cannot be built")
+        assert kernels.available(torch.zeros(1)), "a C compiler is here, but the kernels did not build"
     else:
         monkeypatch.setattr(kernels, "available", lambda *tensors: False)
     return request.param

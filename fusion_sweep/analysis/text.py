@@ -213,10 +213,14 @@ def format_claims(claims: dict, width: int | None = None, label: str | None = No
                              f"(alpha = {claims['alpha']}); TOST over "
                              f"{claims['tost_family_size']}", width, ""))]
     for c in claims["claims"]:
-        tally = (f"{c['n_supports']} support, {c['n_contradicts']} contradict, "
-                 f"{c['n_undecided']} undecided of {c['n_tests']} trainings; "
-                 f"{c['n_claim_tests']} claim tests" if c["n_tests"] else
-                 "not run: " + "; ".join(c["missing"]))
+        if c["n_tests"]:
+            tally = (f"{c['n_supports']} support, {c['n_contradicts']} contradict, "
+                     f"{c['n_undecided']} undecided of {c['n_tests']} trainings; "
+                     f"{c['n_claim_tests']} claim tests")
+        elif c["missing"]:
+            tally = "not run: " + "; ".join(c["missing"])
+        else:  # every training is outside what the claim can be tested on (order-only labels)
+            tally = "no training counts; its claim tests below are descriptive"
         out.append("\n".join(
             _wrap(f"{c['claim']} {c['title']}: {c['support']} ({tally})", width, "")
             + _wrap(f"paper ({c['where']}): “{c['quote']}”", width, "    ")

@@ -1,24 +1,32 @@
-"""Compiled CPU kernels for ReSSFormer's sparse attention (issue 23): row top-k, and dot
-products / weighted sums over gathered rows of a table, with their backward passes.
+"""Compiled CPU kernels for ReSSFormer's sparse attention (issue 23): top-k selection, dot
+products and weighted sums over gathered rows of a table, entmax-1.5 on few scores, and the
+graph regulariser's row distances, each with its backward pass.
 
 Why: on CPU, `torch.topk` selects row by row through a generic partial sort (about 1 µs per
-row of 128 scores: six times the matmul that made the scores), and a gather of the kept keys
-(`F.embedding`) writes an (R, k, dh) copy whose backward is a slow index-add. Each loop below
-does only the arithmetic the FLOPs count (`forward_flops`) plus one pass over the scores to
-select, and writes nothing of size (R, k, dh).
+row of 128 scores: six times the matmul that made the scores), a gather of the kept keys
+(`F.embedding`) writes an (R, k, dh) copy whose backward is a slow index-add, and small ops
+(entmax's sort of 13 values, the regulariser's differences) cost their dispatch many times
+over. Each loop below does the arithmetic the FLOPs count (`forward_flops`), plus one pass
+over the scores to select, and writes nothing of size (R, k, dh).
 
     topk_rows(z, k)            (R, N) scores -> (R, k) int64 column indices of the k largest
                                (unsorted; ties and −inf: any k of them, as torch.topk)
+    score_topk(q, k, add, kk)  the same for q·kᵀ + add, the scores never stored
     gather_dot(a, table, idx)  s[r, j] = ⟨a[r], table[idx[r, j]]⟩        autograd: a, table
     gather_sum(w, table, idx)  o[r] = Σ_j w[r, j] · table[idx[r, j]]     autograd: w, table
+    entmax15(z)                the `entmax` package's 1.5-entmax on short rows  autograd
+    row_sqdist(a, b, n)        ‖a_r − b_r‖² over the first n columns          autograd
+    chain_sqdist(ws, n)        the same for each successive pair of a chain  autograd
+    sparse_sqdist(a, ia, b, ib)  the same for rows of weights at key indices  autograd: a, b
 
 The C source is compiled once per machine with the system C compiler (`cc`, else `gcc`,
 `clang`) into the cache folder (`cache_root()/kernels/<hash of source, flags and CPU>`),
 then loaded with ctypes, which releases the GIL around each call. `available()` is False
 where no compiler works, the tensors are not CPU float32/float64, or FUSION_SWEEP_KERNELS=0;
 ReSSFormer then runs its pure-torch path, which computes the same values (tests/
-test_ressformer_equality.py checks both against the previous implementation). The loops
-run in one thread, like a trial (1 torch thread per trial).
+test_ressformer_equality.py checks both against the previous implementation; tests/
+test_kernels.py each kernel against plain torch). The loops run in one thread, like a trial
+(1 torch thread per trial).
 """
 from __future__ import annotations
 
