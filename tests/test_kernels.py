@@ -28,15 +28,19 @@ def _kept_values(z: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("N,k", [(128, 8), (540, 8), (1024, 8), (13, 8), (8, 8), (100, 1), (64, 30)])
-def test_topk_rows_keeps_the_k_largest(N: int, k: int, dtype) -> None:
+def test_selection_keeps_the_k_largest(N: int, k: int, dtype) -> None:
+    """The selection on rows of given scores: zero queries and keys, so each score is the
+    additive mask's entry (a (B, 1, N, N) mask: one row of N per query)."""
     g = torch.Generator().manual_seed(N * 31 + k)
-    z = torch.randn(300, N, generator=g, dtype=dtype)
-    lengths = torch.randint(1, N + 1, (300,), generator=g)
+    rows = 3 * N
+    z = torch.randn(rows, N, generator=g, dtype=dtype)
+    lengths = torch.randint(1, N + 1, (rows,), generator=g)
     z[torch.arange(N) >= lengths[:, None]] = NEG_INF  # right padding, fewer real keys than k too
     z[:5, N // 2] = NEG_INF  # −inf inside a row
     z[5:10] = z[5:10].round()  # many ties
-    idx = kernels.topk_rows(z, k)
-    assert idx.shape == (300, k) and idx.dtype == torch.int64
+    zero_q, zero_k = torch.zeros(3, 1, 1, N, 1, dtype=dtype), torch.zeros(3, 1, N, 1, dtype=dtype)
+    idx = kernels.score_topk(zero_q, zero_k, z.view(3, 1, N, N), k).view(rows, k)
+    assert idx.dtype == torch.int64
     assert ((idx >= 0) & (idx < N)).all()
     assert (idx.sort(-1).values.diff(dim=-1) > 0).all(), "an index kept twice"
     assert torch.equal(_kept_values(z, idx), _kept_values(z, z.topk(k, dim=-1).indices))
@@ -95,12 +99,13 @@ def _dense_graphs(n_graphs: int, width: int = 9, extra: int = 3):
     return ws, width
 
 
-def test_row_sqdist_over_the_first_columns() -> None:
+def test_pair_sqdist_over_the_first_columns() -> None:
+    """A chain of two (one pair): the first n columns, strided or contiguous rows."""
     (a, b), n = _dense_graphs(2)
     want = ((a[..., :n] - b[..., :n]) ** 2).sum(-1)
-    torch.testing.assert_close(kernels.row_sqdist(a, b, n), want)
-    torch.testing.assert_close(kernels.row_sqdist(a.split([n, 3], -1)[0], b[..., :n].contiguous()), want)
-    assert torch.autograd.gradcheck(lambda a, b: kernels.row_sqdist(a, b, n), (a, b))
+    torch.testing.assert_close(kernels.chain_sqdist([a, b], n)[0], want)
+    torch.testing.assert_close(kernels.chain_sqdist([a.split([n, 3], -1)[0], b[..., :n].contiguous()])[0], want)
+    assert torch.autograd.gradcheck(lambda a, b: kernels.chain_sqdist([a, b], n), (a, b))
 
 
 def test_chain_sqdist_equals_the_pairs() -> None:

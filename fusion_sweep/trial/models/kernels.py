@@ -9,14 +9,13 @@ row of 128 scores: six times the matmul that made the scores), a gather of the k
 over. Each loop below does the arithmetic the FLOPs count (`forward_flops`), plus one pass
 over the scores to select, and writes nothing of size (R, k, dh).
 
-    topk_rows(z, k)            (R, N) scores -> (R, k) int64 column indices of the k largest
-                               (unsorted; ties and −inf: any k of them, as torch.topk)
-    score_topk(q, k, add, kk)  the same for q·kᵀ + add, the scores never stored
+    score_topk(q, k, add, kk)  each query's kk best keys by q·kᵀ + add, the scores never
+                               stored (unsorted; ties and −inf: any kk of them, as torch.topk)
     gather_dot(a, table, idx)  s[r, j] = ⟨a[r], table[idx[r, j]]⟩        autograd: a, table
     gather_sum(w, table, idx)  o[r] = Σ_j w[r, j] · table[idx[r, j]]     autograd: w, table
     entmax15(z)                the `entmax` package's 1.5-entmax on short rows  autograd
-    row_sqdist(a, b, n)        ‖a_r − b_r‖² over the first n columns          autograd
-    chain_sqdist(ws, n)        the same for each successive pair of a chain  autograd
+    chain_sqdist(ws, n)        ‖A_{t+1} − A_t‖² per row over the first n columns, for each
+                               successive pair of a chain                     autograd
     sparse_sqdist(a, ia, b, ib)  the same for rows of weights at key indices  autograd: a, b
 
 The C source is compiled once per machine with the system C compiler (`cc`, else `gcc`,
@@ -111,12 +110,6 @@ static void topk_row_##S(const T *row, int64_t N, int64_t K, int64_t *o, T *v, T
     for (int64_t j = 0; fill < K && j < N; ++j) /* NaN: any K indices */                   \
         keep_##S(row[j], j, v, o, K, &fill, &m);                                           \
 }                                                                                          \
-void topk_rows_##S(const T *z, int64_t R, int64_t N, int64_t K, int64_t *out) {           \
-    T *v = malloc(K * sizeof(T)), *cm = malloc((N / 8 + 1) * sizeof(T));                   \
-    int64_t *ci = malloc(K * sizeof(int64_t));                                             \
-    for (int64_t r = 0; r < R; ++r) topk_row_##S(z + r * N, N, K, out + r * K, v, cm, ci); \
-    free(v); free(cm); free(ci);                                                           \
-}                                                                                          \
 /* Score and select in one pass per query, the scores never leaving a row buffer:         \
    q (BH, GL, D) rows, kt (BH, D, L) keys transposed (so a query's L scores vectorise),    \
    add: an additive mask read at add[b*sb + h*sh + (i % L)*si + j] (NULL: none), where     \
@@ -146,8 +139,7 @@ void score_topk_##S(const T *q, const T *kt, const T *add, int64_t sb, int64_t s
     }                                                                                      \
     free(buf); free(v); free(cm); free(ci);                                                \
 }                                                                                          \
-/* out[r] = Σ_{j<n} (a[r, j] − b[r, j])², rows ra / rb apart; backward into (R, N) rows: \
-   2·go[r]·(a − b) for j < n, 0 beyond. */                                                \
+/* out[r] = Σ_{j<n} (a[r, j] − b[r, j])², rows ra / rb apart (chain_sqdist's forward). */ \
 void row_sqdist_##S(const T *a, int64_t ra, const T *b, int64_t rb, int64_t R, int64_t n, \
                     T *out) {                                                              \
     for (int64_t r = 0; r < R; ++r) {                                                      \
@@ -156,20 +148,6 @@ void row_sqdist_##S(const T *a, int64_t ra, const T *b, int64_t rb, int64_t R, i
         _Pragma("omp simd reduction(+:acc)")                                               \
         for (int64_t j = 0; j < n; ++j) acc += (ar[j] - br[j]) * (ar[j] - br[j]);         \
         out[r] = acc;                                                                      \
-    }                                                                                      \
-}                                                                                          \
-void row_sqdist_grad_##S(const T *a, int64_t ra, const T *b, int64_t rb, const T *go,     \
-                         int64_t R, int64_t n, int64_t N, T *ga, T *gb) {                  \
-    for (int64_t r = 0; r < R; ++r) {                                                      \
-        const T *ar = a + r * ra, *br = b + r * rb;                                        \
-        const T g = 2 * go[r];                                                             \
-        T *gar = ga + r * N, *gbr = gb + r * N;                                            \
-        _Pragma("omp simd")                                                                \
-        for (int64_t j = 0; j < n; ++j) {                                                  \
-            const T x = g * (ar[j] - br[j]);                                               \
-            gar[j] = x; gbr[j] = -x;                                                       \
-        }                                                                                  \
-        for (int64_t j = n; j < N; ++j) gar[j] = gbr[j] = 0;                               \
     }                                                                                      \
 }                                                                                          \
 /* The gradient of Σ_t Σ_{j<n} go_t[r]·(A_{t+1} − A_t)² for one A_t of a chain: rows of   \
@@ -361,16 +339,6 @@ def _call(name: str, dtype: torch.dtype, *args) -> None:
          else ctypes.c_void_p(None) if a is None else _I64(a) for a in args])
 
 
-def topk_rows(z: torch.Tensor, k: int) -> torch.Tensor:
-    """z (..., N) -> (..., k) int64 indices of each row's k largest entries (unsorted).
-    No autograd (it selects). Requires 1 <= k <= N."""
-    N = z.shape[-1]
-    zc = z.detach().contiguous()
-    out = torch.empty(*z.shape[:-1], k, dtype=torch.int64)
-    _call("topk_rows", z.dtype, zc, zc.numel() // max(N, 1), N, k, out)
-    return out
-
-
 def score_topk(q: torch.Tensor, k: torch.Tensor, add: torch.Tensor | None, kk: int) -> torch.Tensor:
     """Each query's kk highest-scoring keys, scores never stored: q (B, H, G, L, dh), k (B, H,
     L, dh), add None | (B, 1, 1, L) | (B, H, L, L) added to the scores (padding −inf, a pe's
@@ -453,32 +421,6 @@ def _rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
     even = x.dim() >= 2 and stride[-1] == 1 and all(
         stride[i] == stride[i + 1] * shape[i + 1] for i in range(x.dim() - 2))
     return (x, stride[-2]) if even else (x.contiguous(), shape[-1])
-
-
-class _RowSqDist(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, a, b, n):  # (..., N) twice, columns used -> (...)
-        (a_, ra), (b_, rb) = _rows(a), _rows(b)
-        ctx.save_for_backward(a_, b_)
-        ctx.strides, ctx.n = (ra, rb), n
-        out = torch.empty(a.shape[:-1], dtype=a.dtype)
-        _call("row_sqdist", a.dtype, a_, ra, b_, rb, out.numel(), n, out)
-        return out
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, go):
-        a, b = ctx.saved_tensors
-        ga, gb = torch.empty(a.shape, dtype=a.dtype), torch.empty(a.shape, dtype=a.dtype)
-        _call("row_sqdist_grad", a.dtype, a, ctx.strides[0], b, ctx.strides[1],
-              go.contiguous(), go.numel(), ctx.n, a.shape[-1], ga, gb)
-        return ga, gb, None
-
-
-def row_sqdist(a: torch.Tensor, b: torch.Tensor, n: int | None = None) -> torch.Tensor:
-    """‖a_r − b_r‖² per row over the first n columns (None: all): a, b (..., N) of one shape
-    -> (...); one pass forward and one backward, no (..., N) difference kept."""
-    return _RowSqDist.apply(a, b, a.shape[-1] if n is None else n)
 
 
 class _ChainSqDist(torch.autograd.Function):

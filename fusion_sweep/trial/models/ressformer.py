@@ -662,8 +662,6 @@ def _chain_change(chain: list[Graph]) -> list[torch.Tensor]:
 def _row_change(a: Graph, b: Graph) -> torch.Tensor:
     """‖a_i − b_i‖² per (B, H, L) query row."""
     if a.idx is None:
-        if kernels.available(a.weights, b.weights):  # one pass each way, no difference kept
-            return kernels.row_sqdist(a.weights, b.weights, a.width)
         wa, wb = (a.weights, b.weights) if a.width is None else (
             a.weights[..., :a.width], b.weights[..., :a.width])
         # one difference, one norm pass (and one pass each in the backward)
