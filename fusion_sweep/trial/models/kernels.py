@@ -56,6 +56,7 @@ SOURCE = r"""
 #include <math.h>
 
 #define DEFINE(T, S, SQRT)                                                                     \
+typedef T vec_##S __attribute__((vector_size(64)));                                        \
 /* Keep x in the running top-K (v, o) of a row: fill, then replace the smallest (at m).    \
    The smallest is found again by a branch-free scan (its position is unpredictable). */  \
 static inline void keep_##S(T x, int64_t j, T *restrict v, int64_t *restrict o, int64_t K, \
@@ -110,6 +111,45 @@ static void topk_row_##S(const T *row, int64_t N, int64_t K, int64_t *o, T *v, T
     for (int64_t j = 0; fill < K && j < N; ++j) /* NaN: any K indices */                   \
         keep_##S(row[j], j, v, o, K, &fill, &m);                                           \
 }                                                                                          \
+/* The common case of a row: thr = the K-th largest maximum of C = 2K (at least 16)        \
+   interleaved chunks (chunk c: the j with j % C = c; their maxima vectorise), so at least \
+   K entries are >= thr. Only those entries (about K + 2 on random scores) are candidates: \
+   gathered block by block (a block of 16 with none costs one vector test), and the K      \
+   largest of them kept. Exact: the K largest are all >= thr. Returns 0 where the slow path\
+   (topk_row) decides: fewer than C entries, NaN, or a tie-heavy row (> 4K candidates). */ \
+static int topk_fast_##S(const T *restrict row, int64_t N, int64_t K, int64_t *restrict o, \
+                         T *restrict cm, int64_t *restrict ci, T *restrict cv,             \
+                         T *restrict v) {                                                  \
+    int64_t n = N;                                                                         \
+    while (n > K && row[n - 1] == -(T)INFINITY) --n;                                       \
+    const int64_t C = 2 * K < 16 ? 16 : (2 * K + 15) / 16 * 16;                            \
+    if (n < C) return 0;                                                                   \
+    memcpy(cm, row, C * sizeof(T));                                                        \
+    int64_t j0 = C;                                                                        \
+    for (; j0 + C <= n; j0 += C) {                                                         \
+        const T *restrict x = row + j0;                                                    \
+        _Pragma("omp simd")                                                                \
+        for (int64_t c = 0; c < C; ++c) cm[c] = x[c] > cm[c] ? x[c] : cm[c];               \
+    }                                                                                      \
+    for (int64_t j = j0; j < n; ++j) cm[j - j0] = row[j] > cm[j - j0] ? row[j] : cm[j - j0];\
+    int64_t fill = 0, m = 0;                                                               \
+    for (int64_t c = 0; c < C; ++c) keep_##S(cm[c], c, v, ci, K, &fill, &m);               \
+    const T thr = v[m];                                                                    \
+    if (thr != thr) return 0;                                                              \
+    int64_t nc = 0;                                                                        \
+    for (int64_t j0 = 0; j0 < n; j0 += 16) { /* blocks without a candidate: one test */    \
+        const int64_t j1 = j0 + 16 < n ? j0 + 16 : n;                                      \
+        int any = 0;                                                                       \
+        _Pragma("omp simd reduction(|:any)")                                               \
+        for (int64_t j = j0; j < j1; ++j) any |= row[j] >= thr;                            \
+        if (!any) continue;                                                                \
+        for (int64_t j = j0; j < j1; ++j) { ci[nc] = j; cv[nc] = row[j]; nc += row[j] >= thr; }\
+    }                                                                                      \
+    if (nc < K || nc > 4 * K) return 0;                                                    \
+    fill = 0; m = 0;                                                                       \
+    for (int64_t a = 0; a < nc; ++a) keep_##S(cv[a], ci[a], v, o, K, &fill, &m);           \
+    return fill == K;                                                                      \
+}                                                                                          \
 /* Score and select in one pass per query, the scores never leaving a row buffer:         \
    q (BH, GL, D) rows, kt (BH, D, L) keys transposed (so a query's L scores vectorise),    \
    add: an additive mask read at add[b*sb + h*sh + (i % L)*si + j] (NULL: none), where     \
@@ -118,26 +158,51 @@ void score_topk_##S(const T *q, const T *kt, const T *add, int64_t sb, int64_t s
                     int64_t si, int64_t BH, int64_t H, int64_t GL, int64_t L, int64_t D,   \
                     int64_t K, int64_t *out) {                                             \
     T *buf = malloc(L * sizeof(T)), *v = malloc(K * sizeof(T)),                            \
-      *cm = malloc((L / 8 + 1) * sizeof(T));                                               \
-    int64_t *ci = malloc(K * sizeof(int64_t));                                             \
+      *cm = malloc((L + 16) * sizeof(T)), *cv = malloc(L * sizeof(T));                     \
+    int64_t *ci = malloc((L + K) * sizeof(int64_t));                                       \
     for (int64_t blk = 0; blk < BH; ++blk) {                                               \
         const T *kb = kt + blk * D * L;                                                    \
         for (int64_t i = 0; i < GL; ++i) {                                                 \
             const T *qi = q + (blk * GL + i) * D;                                          \
-            if (add) {                                                                     \
-                const T *ar = add + (blk / H) * sb + (blk % H) * sh + (i % L) * si;        \
-                memcpy(buf, ar, L * sizeof(T));                                            \
-            } else memset(buf, 0, L * sizeof(T));                                          \
-            for (int64_t d = 0; d < D; ++d) {                                              \
-                const T qd = qi[d];                                                        \
-                const T *kd = kb + d * L;                                                  \
-                _Pragma("omp simd")                                                        \
-                for (int64_t j = 0; j < L; ++j) buf[j] += qd * kd[j];                      \
+            const T *ar = add ? add + (blk / H) * sb + (blk % H) * sh + (i % L) * si : NULL;\
+            /* 4 vectors of scores at a time in registers (GCC/clang vector extension): each\
+               key column read once per query, the row buffer written once; every score    \
+               summed in the same order as one at a time */                                \
+            const int64_t VW = 64 / sizeof(T), BW = 4 * VW;                                \
+            int64_t j0 = 0;                                                                \
+            for (; j0 + BW <= L; j0 += BW) {                                               \
+                vec_##S a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, kv;                        \
+                if (ar) {                                                                  \
+                    memcpy(&a0, ar + j0, 64); memcpy(&a1, ar + j0 + VW, 64);               \
+                    memcpy(&a2, ar + j0 + 2 * VW, 64); memcpy(&a3, ar + j0 + 3 * VW, 64);  \
+                }                                                                          \
+                for (int64_t d = 0; d < D; ++d) {                                          \
+                    const T *kd = kb + d * L + j0;                                         \
+                    const vec_##S qd = (vec_##S){0} + qi[d];                               \
+                    memcpy(&kv, kd, 64); a0 += qd * kv;                                    \
+                    memcpy(&kv, kd + VW, 64); a1 += qd * kv;                               \
+                    memcpy(&kv, kd + 2 * VW, 64); a2 += qd * kv;                           \
+                    memcpy(&kv, kd + 3 * VW, 64); a3 += qd * kv;                           \
+                }                                                                          \
+                memcpy(buf + j0, &a0, 64); memcpy(buf + j0 + VW, &a1, 64);                 \
+                memcpy(buf + j0 + 2 * VW, &a2, 64); memcpy(buf + j0 + 3 * VW, &a3, 64);    \
             }                                                                              \
-            topk_row_##S(buf, L, K, out + (blk * GL + i) * K, v, cm, ci);                  \
+            if (j0 < L) {                                                                  \
+                if (ar) memcpy(buf + j0, ar + j0, (L - j0) * sizeof(T));                   \
+                else memset(buf + j0, 0, (L - j0) * sizeof(T));                            \
+                for (int64_t d = 0; d < D; ++d) {                                          \
+                    const T qd = qi[d];                                                    \
+                    const T *kd = kb + d * L;                                              \
+                    _Pragma("omp simd")                                                    \
+                    for (int64_t j = j0; j < L; ++j) buf[j] += qd * kd[j];                 \
+                }                                                                          \
+            }                                                                              \
+            int64_t *o = out + (blk * GL + i) * K;                                         \
+            if (!topk_fast_##S(buf, L, K, o, cm, ci, cv, v))                                \
+                topk_row_##S(buf, L, K, o, v, cm, ci);                                     \
         }                                                                                  \
     }                                                                                      \
-    free(buf); free(v); free(cm); free(ci);                                                \
+    free(buf); free(v); free(cm); free(ci); free(cv);                                      \
 }                                                                                          \
 /* out[r] = Σ_{j<n} (a[r, j] − b[r, j])², rows ra / rb apart (chain_sqdist's forward). */ \
 void row_sqdist_##S(const T *a, int64_t ra, const T *b, int64_t rb, int64_t R, int64_t n, \
