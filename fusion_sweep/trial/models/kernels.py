@@ -40,6 +40,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 from fusion_sweep.trial.data.cache import cache_root
@@ -55,6 +56,9 @@ SOURCE = r"""
 #include <stdlib.h>
 #include <math.h>
 
+/* Keys per panel in score_topk: 4 vectors of 64 bytes (64 floats, 32 doubles). */
+#define PANEL_BYTES 256
+#define BW_MAX 64
 #define DEFINE(T, S, SQRT)                                                                     \
 typedef T vec_##S __attribute__((vector_size(64)));                                        \
 /* Keep x in the running top-K (v, o) of a row: fill, then replace the smallest (at m).    \
@@ -124,14 +128,21 @@ static int topk_fast_##S(const T *restrict row, int64_t N, int64_t K, int64_t *r
     while (n > K && row[n - 1] == -(T)INFINITY) --n;                                       \
     const int64_t C = 2 * K < 16 ? 16 : (2 * K + 15) / 16 * 16;                            \
     if (n < C) return 0;                                                                   \
-    memcpy(cm, row, C * sizeof(T));                                                        \
-    int64_t j0 = C;                                                                        \
-    for (; j0 + C <= n; j0 += C) {                                                         \
-        const T *restrict x = row + j0;                                                    \
-        _Pragma("omp simd")                                                                \
-        for (int64_t c = 0; c < C; ++c) cm[c] = x[c] > cm[c] ? x[c] : cm[c];               \
+    /* a vector of chunks at a time, their running maxima in a register; the entries past  \
+       the last full round of C go to the chunks 0, 1, ... */                              \
+    const int64_t last = n / C * C, VW = 64 / sizeof(T);                                   \
+    for (int64_t c0 = 0; c0 < C; c0 += VW) {                                               \
+        T mm[64 / sizeof(T)];                                                              \
+        memcpy(mm, row + c0, 64);                                                          \
+        for (int64_t j0 = C; j0 < last; j0 += C) {                                         \
+            const T *restrict x = row + j0 + c0;                                           \
+            _Pragma("omp simd")                                                            \
+            for (int64_t l = 0; l < VW; ++l) mm[l] = x[l] > mm[l] ? x[l] : mm[l];          \
+        }                                                                                  \
+        memcpy(cm + c0, mm, 64);                                                           \
     }                                                                                      \
-    for (int64_t j = j0; j < n; ++j) cm[j - j0] = row[j] > cm[j - j0] ? row[j] : cm[j - j0];\
+    for (int64_t j = last; j < n; ++j)                                                     \
+        cm[j - last] = row[j] > cm[j - last] ? row[j] : cm[j - last];                      \
     int64_t fill = 0, m = 0;                                                               \
     for (int64_t c = 0; c < C; ++c) keep_##S(cm[c], c, v, ci, K, &fill, &m);               \
     const T thr = v[m];                                                                    \
@@ -151,7 +162,7 @@ static int topk_fast_##S(const T *restrict row, int64_t N, int64_t K, int64_t *r
     return fill == K;                                                                      \
 }                                                                                          \
 /* Score and select in one pass per query, the scores never leaving a row buffer:         \
-   q (BH, GL, D) rows, kt (BH, D, L) keys transposed (so a query's L scores vectorise),    \
+   q (BH, GL, D) rows, kt (BH, P, D, BW) the keys in panels of BW, zero-padded to P·BW >= L;\
    add: an additive mask read at add[b*sb + h*sh + (i % L)*si + j] (NULL: none), where     \
    block = b*H + h and i the row in the block. -> out (BH, GL, K) key indices. */           \
 void score_topk_##S(const T *q, const T *kt, const T *add, int64_t sb, int64_t sh,         \
@@ -160,42 +171,33 @@ void score_topk_##S(const T *q, const T *kt, const T *add, int64_t sb, int64_t s
     T *buf = malloc(L * sizeof(T)), *v = malloc(K * sizeof(T)),                            \
       *cm = malloc((L + 16) * sizeof(T)), *cv = malloc(L * sizeof(T));                     \
     int64_t *ci = malloc((L + K) * sizeof(int64_t));                                       \
+    const int64_t BW = PANEL_BYTES / sizeof(T), VW = BW / 4, NP = (L + BW - 1) / BW;       \
     for (int64_t blk = 0; blk < BH; ++blk) {                                               \
-        const T *kb = kt + blk * D * L;                                                    \
+        const T *kb = kt + blk * NP * D * BW;                                              \
         for (int64_t i = 0; i < GL; ++i) {                                                 \
             const T *qi = q + (blk * GL + i) * D;                                          \
             const T *ar = add ? add + (blk / H) * sb + (blk % H) * sh + (i % L) * si : NULL;\
-            /* 4 vectors of scores at a time in registers (GCC/clang vector extension): each\
-               key column read once per query, the row buffer written once; every score    \
-               summed in the same order as one at a time */                                \
-            const int64_t VW = 64 / sizeof(T), BW = 4 * VW;                                \
-            int64_t j0 = 0;                                                                \
-            for (; j0 + BW <= L; j0 += BW) {                                               \
+            /* A panel (BW keys) at a time, its scores in 4 vector registers (GCC/clang vector\
+               extension): the panel is read contiguously, the row buffer written once */  \
+            for (int64_t j0 = 0, p = 0; j0 < L; j0 += BW, ++p) {                           \
+                const T *panel = kb + p * D * BW;                                          \
                 vec_##S a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, kv;                        \
-                if (ar) {                                                                  \
-                    memcpy(&a0, ar + j0, 64); memcpy(&a1, ar + j0 + VW, 64);               \
-                    memcpy(&a2, ar + j0 + 2 * VW, 64); memcpy(&a3, ar + j0 + 3 * VW, 64);  \
-                }                                                                          \
                 for (int64_t d = 0; d < D; ++d) {                                          \
-                    const T *kd = kb + d * L + j0;                                         \
+                    const T *kd = panel + d * BW;                                          \
                     const vec_##S qd = (vec_##S){0} + qi[d];                               \
                     memcpy(&kv, kd, 64); a0 += qd * kv;                                    \
                     memcpy(&kv, kd + VW, 64); a1 += qd * kv;                               \
                     memcpy(&kv, kd + 2 * VW, 64); a2 += qd * kv;                           \
                     memcpy(&kv, kd + 3 * VW, 64); a3 += qd * kv;                           \
                 }                                                                          \
-                memcpy(buf + j0, &a0, 64); memcpy(buf + j0 + VW, &a1, 64);                 \
-                memcpy(buf + j0 + 2 * VW, &a2, 64); memcpy(buf + j0 + 3 * VW, &a3, 64);    \
-            }                                                                              \
-            if (j0 < L) {                                                                  \
-                if (ar) memcpy(buf + j0, ar + j0, (L - j0) * sizeof(T));                   \
-                else memset(buf + j0, 0, (L - j0) * sizeof(T));                            \
-                for (int64_t d = 0; d < D; ++d) {                                          \
-                    const T qd = qi[d];                                                    \
-                    const T *kd = kb + d * L;                                              \
+                T tmp[BW_MAX];                                                             \
+                memcpy(tmp, &a0, 64); memcpy(tmp + VW, &a1, 64);                           \
+                memcpy(tmp + 2 * VW, &a2, 64); memcpy(tmp + 3 * VW, &a3, 64);              \
+                const int64_t w = L - j0 < BW ? L - j0 : BW;                               \
+                if (ar) { /* the mask after the dot product, as q·kᵀ + add in torch */     \
                     _Pragma("omp simd")                                                    \
-                    for (int64_t j = j0; j < L; ++j) buf[j] += qd * kd[j];                 \
-                }                                                                          \
+                    for (int64_t j = 0; j < w; ++j) buf[j0 + j] = tmp[j] + ar[j0 + j];     \
+                } else memcpy(buf + j0, tmp, w * sizeof(T));                               \
             }                                                                              \
             int64_t *o = out + (blk * GL + i) * K;                                         \
             if (!topk_fast_##S(buf, L, K, o, cm, ci, cv, v))                                \
@@ -346,6 +348,7 @@ DEFINE(float, f32, sqrtf)
 DEFINE(double, f64, sqrt)
 """
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+PANEL_BYTES = 256  # as in SOURCE: score_topk reads the keys in panels of 4 vectors
 _I64 = ctypes.c_int64
 
 
@@ -410,7 +413,10 @@ def score_topk(q: torch.Tensor, k: torch.Tensor, add: torch.Tensor | None, kk: i
     bias). No autograd (it selects). -> (B, H, G, L, kk) int64, unsorted."""
     B, H, G, L, D = q.shape
     qc = q.detach().contiguous()
-    kt = k.detach().transpose(-1, -2).contiguous()  # (B, H, D, L)
+    bw = PANEL_BYTES // q.element_size()  # keys per panel: the kernel's 4 vector registers
+    pad = (-L) % bw
+    kp = F.pad(k.detach(), (0, 0, 0, pad)) if pad else k.detach()  # (B, H, P·bw, dh)
+    kt = kp.view(B, H, -1, bw, D).transpose(-1, -2).contiguous()  # (B, H, P, dh, bw) panels
     out = torch.empty(B, H, G, L, kk, dtype=torch.int64)
     if add is None:
         mask, strides = None, (0, 0, 0)
