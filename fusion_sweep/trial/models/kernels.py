@@ -59,6 +59,13 @@ SOURCE = r"""
 /* Keys per panel in score_topk: 4 vectors of 64 bytes (64 floats, 32 doubles). */
 #define PANEL_BYTES 256
 #define BW_MAX 64
+/* Run CALL with DD the constant D where D is 16, 32 or 64 (the compiler then unrolls and
+   vectorises the row loops), else with DD = D. */
+#define DISPATCH_D(D, CALL) do { switch (D) { \
+    case 16: { const int64_t DD = 16; CALL; break; } \
+    case 32: { const int64_t DD = 32; CALL; break; } \
+    case 64: { const int64_t DD = 64; CALL; break; } \
+    default: { const int64_t DD = (D); CALL; } } } while (0)
 #define DEFINE(T, S, SQRT)                                                                     \
 typedef T vec_##S __attribute__((vector_size(64)));                                        \
 /* Keep x in the running top-K (v, o) of a row: fill, then replace the smallest (at m).    \
@@ -232,6 +239,81 @@ void chain_grad_##S(const T *prev, int64_t rp, const T *cur, int64_t rc, const T
         for (int64_t j = 0; j < n; ++j) o[j] = p2 * (c[j] - pr[j]) - n2 * (nr[j] - c[j]);  \
         for (int64_t j = n; j < N; ++j) o[j] = 0;                                          \
     }                                                                                      \
+}                                                                                          \
+/* One row of heads_fwd / heads_bwd (below); inlined with D a constant where it is 16, 32  \
+   or 64 (DISPATCH_D), so the row loops vectorise without remainder code. */               \
+static inline void head_fwd_##S(const T *restrict x, T *restrict o, T s, int64_t unit,     \
+                                int64_t D) {                                               \
+    if (unit) {                                                                            \
+        T acc = 0;                                                                         \
+        _Pragma("omp simd reduction(+:acc)")                                               \
+        for (int64_t d = 0; d < D; ++d) acc += x[d] * x[d];                                \
+        const T nrm = SQRT(acc), r = 1 / (nrm < (T)1e-12 ? (T)1e-12 : nrm);                \
+        s = s * r;                                                                         \
+    }                                                                                      \
+    _Pragma("omp simd")                                                                    \
+    for (int64_t d = 0; d < D; ++d) o[d] = x[d] * s;                                       \
+}                                                                                          \
+static inline void head_bwd_##S(const T *restrict gi, const T *restrict x, T *restrict gr, \
+                                T s, int64_t unit, T *restrict gs, int64_t D) {            \
+    if (!unit) {                                                                           \
+        if (gs) {                                                                          \
+            T dot = 0;                                                                     \
+            _Pragma("omp simd reduction(+:dot)")                                           \
+            for (int64_t d = 0; d < D; ++d) dot += x[d] * gi[d];                           \
+            *gs += dot;                                                                    \
+        }                                                                                  \
+        _Pragma("omp simd")                                                                \
+        for (int64_t d = 0; d < D; ++d) gr[d] = gi[d] * s;                                 \
+        return;                                                                            \
+    }                                                                                      \
+    T acc = 0, dot = 0;                                                                    \
+    _Pragma("omp simd reduction(+:acc)")                                                   \
+    for (int64_t d = 0; d < D; ++d) acc += x[d] * x[d];                                    \
+    const T nrm = SQRT(acc), r = 1 / (nrm < (T)1e-12 ? (T)1e-12 : nrm);                    \
+    _Pragma("omp simd reduction(+:dot)")                                                   \
+    for (int64_t d = 0; d < D; ++d) dot += x[d] * r * gi[d];                               \
+    if (gs) *gs += dot;                                                                    \
+    const T c = nrm < (T)1e-12 ? 0 : dot * r, sr = s * r;                                  \
+    _Pragma("omp simd")                                                                    \
+    for (int64_t d = 0; d < D; ++d) gr[d] = sr * (gi[d] - x[d] * c);                       \
+}                                                                                          \
+/* Heads out of a projection and back (SOES's normalisation fused in): raw (B, N, P, H, D) \
+   is a Linear's output, P projections side by side; part p, rows n0 <= n < n1, goes to out\
+   (B, H, n1 − n0, D) contiguous, each row times s = scale[h] (NULL: 1) and, with unit, by \
+   r = 1/max(‖row‖, 1e-12) too (as x * (scale * r) in torch). */                           \
+void heads_fwd_##S(const T *raw, int64_t B, int64_t N, int64_t P, int64_t H, int64_t D,    \
+                   int64_t p, int64_t n0, int64_t n1, int64_t unit, const T *scale, T *out) {\
+    const int64_t M = n1 - n0;                                                             \
+    for (int64_t b = 0; b < B; ++b)                                                        \
+        for (int64_t n = n0; n < n1; ++n)                                                  \
+            for (int64_t h = 0; h < H; ++h) {                                              \
+                const T *x = raw + (((b * N + n) * P + p) * H + h) * D;                    \
+                __builtin_prefetch(x + 8 * P * H * D); /* the same head 8 rows on */       \
+                T *o = out + ((b * H + h) * M + n - n0) * D;                               \
+                const T s = scale ? scale[h] : (T)1;                                       \
+                DISPATCH_D(D, head_fwd_##S(x, o, s, unit, DD));                            \
+            }                                                                              \
+}                                                                                          \
+/* Its backward into graw (raw's shape, part p, rows n0..n1): g (B, H, n1 − n0, D) (NULL:  \
+   zero) times s; with unit, minus the component along the row (none where the norm was    \
+   clamped); gscale[h] += ⟨g, x·r⟩ (x·1 without unit; NULL: not wanted); r computed again. */\
+void heads_bwd_##S(const T *g, const T *raw, int64_t B, int64_t N, int64_t P, int64_t H,   \
+                   int64_t D, int64_t p, int64_t n0, int64_t n1, int64_t unit,             \
+                   const T *scale, T *graw, T *gscale) {                                   \
+    const int64_t M = n1 - n0;                                                             \
+    for (int64_t b = 0; b < B; ++b)                                                        \
+        for (int64_t n = n0; n < n1; ++n)                                                  \
+            for (int64_t h = 0; h < H; ++h) {                                              \
+                const int64_t at = (((b * N + n) * P + p) * H + h) * D;                    \
+                if (!g) { memset(graw + at, 0, D * sizeof(T)); continue; }                 \
+                __builtin_prefetch(raw + at + 8 * P * H * D);                              \
+                const T *gi = g + ((b * H + h) * M + n - n0) * D;                          \
+                __builtin_prefetch(gi + 8 * D);                                            \
+                const T s = scale ? scale[h] : (T)1;                                       \
+                T *gs = gscale ? gscale + h : NULL;                                        \
+                DISPATCH_D(D, head_bwd_##S(gi, raw + at, graw + at, s, unit, gs, DD));     \
+            }                                                                              \
 }                                                                                          \
 /* 1.5-entmax over rows of N (small: an insertion sort per row), the `entmax` package's   \
    Entmax15Function step by step: x = (z − max)/2, sorted descending; running means give   \
@@ -525,6 +607,56 @@ def chain_sqdist(ws: list[torch.Tensor], n: int | None = None) -> torch.Tensor:
     one shape (..., N) -> (P, ...). Its backward writes one gradient per A_t (not one per
     pair, summed afterwards): the least memory traffic for dense (L, L) graphs."""
     return _ChainSqDist.apply(ws[0].shape[-1] if n is None else n, *ws)
+
+
+class _Heads(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, raw, scale, parts, heads, unit, sizes):
+        # raw (B, N, parts·heads·D) -> parts × len(sizes) tensors (B, heads, n, D)
+        B, N, F = raw.shape
+        D = F // (parts * heads)
+        raw = raw.contiguous()
+        sc = None if scale is None else scale.detach().to(raw.dtype).contiguous()
+        outs = []
+        for p in range(parts):
+            n0 = 0
+            for m in sizes:
+                o = torch.empty(B, heads, m, D, dtype=raw.dtype)
+                _call("heads_fwd", raw.dtype, raw, B, N, parts, heads, D, p, n0, n0 + m,
+                      int(unit[p]), sc, o)
+                outs.append(o)
+                n0 += m
+        ctx.save_for_backward(raw, sc)
+        ctx.shape, ctx.unit, ctx.sizes = (B, N, parts, heads, D), unit, sizes
+        ctx.set_materialize_grads(False)  # an unused output's gradient: None, not zeros
+        return tuple(outs)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *grads):
+        raw, sc = ctx.saved_tensors
+        B, N, parts, heads, D = ctx.shape
+        graw = torch.empty_like(raw)
+        gscale = torch.zeros(heads, dtype=raw.dtype) if ctx.needs_input_grad[1] else None
+        it = iter(grads)
+        for p in range(parts):
+            n0 = 0
+            for m in ctx.sizes:
+                g = next(it)
+                _call("heads_bwd", raw.dtype, None if g is None else g.contiguous(), raw, B, N,
+                      parts, heads, D, p, n0, n0 + m, int(ctx.unit[p]), sc, graw, gscale)
+                n0 += m
+        return graw, gscale, None, None, None, None
+
+
+def heads(raw: torch.Tensor, parts: int, heads: int, unit: tuple[bool, ...],
+          scale: torch.Tensor | None, sizes: list[int]) -> tuple[torch.Tensor, ...]:
+    """A Linear's output raw (B, N, parts·heads·dh), `parts` projections side by side (q; or k
+    and v), cut into heads: for each part and each run of rows of `sizes` (summing to N), a
+    contiguous (B, heads, n, dh) tensor, rows times scale[h] ((heads,) or None) and, where
+    unit[part], divided by max(‖row‖, 1e-12) first (SOES: `ressformer._unit`). One pass each
+    way; the backward writes raw's gradient in place of the permute-and-copy of torch's."""
+    return _Heads.apply(raw, scale, parts, heads, tuple(unit), tuple(sizes))
 
 
 # Rows longer than this go to the entmax package (an insertion sort is O(N²)).

@@ -204,23 +204,39 @@ class ReSSAttention(nn.Module):
             nn.init.constant_(self.log_temp, 0.5 * math.log(self.dh))
 
     # ---------------------------------------------------------------- pieces
-    def _project(self, x: torch.Tensor, memory: "Memory | None"):
-        """Every expert's queries of x; keys (SOES: unit-norm) and values of x, the cache and
-        the slots in one matmul and one normalisation over their rows stacked.
-        -> q (B, L, E, H, dh), (k, v) of x, of the slots, of the cache (None without memory),
-        each (B, H, N, dh)."""
-        B, L, D = x.shape
+    def _queries(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Every routed expert's queries of x, scaled (SOES: τ_h q/‖q‖; else q/√dh)
+        -> (B, H, G, L, dh), gates (B, H, G, L) or None."""
+        B, L, _ = x.shape
+        if self.router is None and kernels.available(x):  # heads out and scaled in one pass
+            scale = self.log_temp.exp() if self.soes else x.new_full((self.heads,), self.dh ** -0.5)
+            q, = kernels.heads(self.q_proj(x), 1, self.heads, (self.soes,), scale, [L])
+            return q.unsqueeze(2), None  # (B, H, 1, L, dh)
         q = self.q_proj(x).view(B, L, self.experts, self.heads, self.dh)
+        with _span("ressformer.expert_routing"):
+            q, gates = self._route(q, x)
+        return self._scale(q), gates
+
+    def _project(self, x: torch.Tensor, memory: "Memory | None"):
+        """Keys (SOES: unit-norm) and values of x, the cache and the slots in one matmul and
+        one normalisation over their rows stacked.
+        -> (k, v) of x, of the slots, of the cache (None without memory), each (B, H, N, dh)."""
+        B, L, D = x.shape
         rows = x if memory is None else torch.cat([x, memory.cache, memory.slots], dim=1)
         N = rows.shape[1]
-        k, v = self.kv_proj(rows).view(B, N, 2, self.heads, self.dh).permute(2, 0, 3, 1, 4)
-        if self.soes:
-            k = _unit(k)
+        sizes = [L] if memory is None else [L, L, N - 2 * L]  # x, cache, slots
+        if kernels.available(rows):  # heads out, keys normalised, one pass each way
+            kv = kernels.heads(self.kv_proj(rows), 2, self.heads, (self.soes, False), None, sizes)
+            ks, vs = kv[:len(sizes)], kv[len(sizes):]
+        else:
+            k, v = self.kv_proj(rows).view(B, N, 2, self.heads, self.dh).permute(2, 0, 3, 1, 4)
+            if self.soes:
+                k = _unit(k)
+            # split, not slicing: one cat in the backward, no zero fill
+            ks, vs = k.split(sizes, dim=2), v.split(sizes, dim=2)
         if memory is None:
-            return q, (k, v), None, None
-        sizes = [L, L, N - 2 * L]  # split, not slicing: one cat in the backward, no zero fill
-        (kx, kc, ks), (vx, vc, vs) = k.split(sizes, dim=2), v.split(sizes, dim=2)
-        return q, (kx, vx), (ks, vs), (kc, vc)
+            return (ks[0], vs[0]), None, None
+        return (ks[0], vs[0]), (ks[2], vs[2]), (ks[1], vs[1])
 
     def _route(self, q: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """q (B, L, E, H, dh) -> routed queries (B, H, G, L, dh), gates (B, H, G, L) or None."""
@@ -249,11 +265,9 @@ class ReSSAttention(nn.Module):
         `want_graph` else None)."""
         B, L, D = x.shape
         with _span("ressformer.projections"):
-            q, (k, v), slots, cache = self._project(x, memory)
-        with _span("ressformer.expert_routing"):
-            q, gates = self._route(q, x)  # (B, H, G, L, dh)
+            q, gates = self._queries(x)  # (B, H, G, L, dh), scaled
+            (k, v), slots, cache = self._project(x, memory)
         with _span("ressformer.kernel"):
-            q = self._scale(q)
             qr, kr = pe.rotate(q, k)  # identity unless rotary (then soes is off)
         add = _additive(attn_mask, q.dtype) if attn_mask is not None else None
         # (B, S) True = a real segment -> (B, 1, 1, S) 0/−inf
