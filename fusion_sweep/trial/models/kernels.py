@@ -315,7 +315,7 @@ void heads_bwd_##S(const T *g, const T *raw, int64_t B, int64_t N, int64_t P, in
                 DISPATCH_D(D, head_bwd_##S(gi, raw + at, graw + at, s, unit, gs, DD));     \
             }                                                                              \
 }                                                                                          \
-/* 1.5-entmax over rows of N (small: an insertion sort per row), the `entmax` package's   \
+/* 1.5-entmax over rows of N (small: a sort by ranks, O(N²) vector compares), the package's\
    Entmax15Function step by step: x = (z − max)/2, sorted descending; running means give   \
    tau_i; the support is the count of i with tau_i <= x_(i); y = max(x − tau, 0)². Sorted   \
    −inf entries end the scan (there the package's arithmetic gives NaN, never support). */ \
@@ -325,11 +325,26 @@ void entmax15_##S(const T *z, int64_t R, int64_t N, T *y) {                     
         const T *zr = z + r * N;                                                           \
         T *yr = y + r * N, mx = zr[0];                                                     \
         for (int64_t j = 1; j < N; ++j) mx = zr[j] > mx ? zr[j] : mx;                      \
-        for (int64_t j = 0; j < N; ++j) {                                                  \
-            const T x = (zr[j] - mx) / 2;                                                  \
-            int64_t i = j;                                                                 \
-            while (i > 0 && srt[i - 1] < x) { srt[i] = srt[i - 1]; --i; }                  \
-            srt[i] = x; yr[j] = x;                                                         \
+        for (int64_t j = 0; j < N; ++j) yr[j] = srt[j] = (zr[j] - mx) / 2;                 \
+        /* sorted by rank (how many come before it): up to 16 entries, padded with −inf    \
+           after them, in one vector compare each; NaN: ranks may collide */               \
+        T pad[16];                                                                         \
+        const int64_t W = N <= 16 ? 16 : N;                                                \
+        const T *xs = yr;                                                                  \
+        if (N <= 16) {                                                                     \
+            for (int64_t j = 0; j < 16; ++j) pad[j] = j < N ? yr[j] : -(T)INFINITY;        \
+            xs = pad;                                                                      \
+        }                                                                                  \
+        for (int64_t i = 0; i < N; ++i) {                                                  \
+            const T x = xs[i];                                                             \
+            int rank = 0;                                                                  \
+            if (W == 16) {                                                                 \
+                _Pragma("omp simd reduction(+:rank)")                                      \
+                for (int j = 0; j < 16; ++j) rank += (xs[j] > x) | ((xs[j] == x) & (j < i));\
+            } else {                                                                       \
+                for (int64_t j = 0; j < W; ++j) rank += (xs[j] > x) | ((xs[j] == x) & (j < i));\
+            }                                                                              \
+            if (rank < N) srt[rank] = x;                                                   \
         }                                                                                  \
         T sum = 0, sq = 0;                                                                 \
         int64_t support = 0;                                                               \
