@@ -59,6 +59,83 @@ SOURCE = r"""
 /* Keys per panel in score_topk: 4 vectors of 64 bytes (64 floats, 32 doubles). */
 #define PANEL_BYTES 256
 #define BW_MAX 64
+
+/* topk_fast's steps with AVX-512 (float32; elsewhere the portable loops): compact_ gathers
+   the entries of row[0..n) that are >= thr, in order: their indices (cj) and values (cv),
+   both with room for n + 16, and returns how many (a block of 16 without one costs one
+   vector test; with AVX-512 a block is compacted by one compress instruction). */
+#define COMPACT_GENERIC(T, S)                                                                  \
+static inline int64_t compact_##S(const T *restrict row, int64_t n, T thr,                 \
+                                  int32_t *restrict cj, T *restrict cv) {                  \
+    int64_t nc = 0;                                                                        \
+    for (int64_t j0 = 0; j0 < n; j0 += 16) {                                               \
+        const int64_t j1 = j0 + 16 < n ? j0 + 16 : n;                                      \
+        int any = 0;                                                                       \
+        _Pragma("omp simd reduction(|:any)")                                               \
+        for (int64_t j = j0; j < j1; ++j) any |= row[j] >= thr;                            \
+        if (!any) continue;                                                                \
+        for (int64_t j = j0; j < j1; ++j) { cj[nc] = j; cv[nc] = row[j]; nc += row[j] >= thr; }\
+    }                                                                                      \
+    return nc;                                                                             \
+}
+#if defined(__AVX512F__)
+#include <immintrin.h>
+static inline int64_t compact_f32(const float *restrict row, int64_t n, float thr,
+                                  int32_t *restrict cj, float *restrict cv) {
+    int64_t nc = 0, j = 0;
+    const __m512 t = _mm512_set1_ps(thr);
+    __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i step = _mm512_set1_epi32(16);
+    for (; j + 16 <= n; j += 16, idx = _mm512_add_epi32(idx, step)) {
+        const __m512 x = _mm512_loadu_ps(row + j);
+        const __mmask16 m = _mm512_cmp_ps_mask(x, t, _CMP_GE_OQ);
+        if (!m) continue;
+        _mm512_storeu_ps(cv + nc, _mm512_maskz_compress_ps(m, x));
+        _mm512_storeu_si512((void *)(cj + nc), _mm512_maskz_compress_epi32(m, idx));
+        nc += __builtin_popcount(m);
+    }
+    for (; j < n; ++j) { cj[nc] = j; cv[nc] = row[j]; nc += row[j] >= thr; }
+    return nc;
+}
+/* Up to 16 candidates (values cv, indices cj): the K of highest rank (how many beat it,
+   ties by position) into o, one vector compare per candidate; 0: not done here. */
+static inline int select16_f32(const float *cv, const int32_t *cj, int64_t nc, int64_t K,
+                               int64_t *o) {
+    if (nc > 16) return 0;
+    const __mmask16 valid = nc == 16 ? 0xFFFF : (__mmask16)((1u << nc) - 1);
+    const __m512 V = _mm512_maskz_loadu_ps(valid, cv);
+    int64_t f = 0;
+    for (int a = 0; a < nc; ++a) {
+        const __m512 x = _mm512_set1_ps(cv[a]);
+        const int r = __builtin_popcount(_mm512_mask_cmp_ps_mask(valid, V, x, _CMP_GT_OQ))
+            + __builtin_popcount(_mm512_mask_cmp_ps_mask(valid & ((1u << a) - 1), V, x,
+                                                         _CMP_EQ_OQ));
+        if (r < K) o[f++] = cj[a];
+    }
+    return f == K;
+}
+/* The K-th largest of exactly 16 values (rank K − 1) into *thr; 0: not done here. */
+static inline int kth16_f32(const float *cm, int64_t C, int64_t K, float *thr) {
+    if (C != 16) return 0;
+    const __m512 V = _mm512_loadu_ps(cm);
+    for (int i = 0; i < 16; ++i) {
+        const __m512 x = _mm512_set1_ps(cm[i]);
+        const int r = __builtin_popcount(_mm512_cmp_ps_mask(V, x, _CMP_GT_OQ))
+            + __builtin_popcount(_mm512_mask_cmp_ps_mask((1u << i) - 1, V, x, _CMP_EQ_OQ));
+        if (r == K - 1) { *thr = cm[i]; return 1; }
+    }
+    return 0;
+}
+#else
+COMPACT_GENERIC(float, f32)
+static inline int select16_f32(const float *cv, const int32_t *cj, int64_t nc, int64_t K,
+                               int64_t *o) { return 0; }
+static inline int kth16_f32(const float *cm, int64_t C, int64_t K, float *thr) { return 0; }
+#endif
+COMPACT_GENERIC(double, f64)
+static inline int select16_f64(const double *cv, const int32_t *cj, int64_t nc, int64_t K,
+                               int64_t *o) { return 0; }
+static inline int kth16_f64(const double *cm, int64_t C, int64_t K, double *thr) { return 0; }
 /* Run CALL with DD the constant D where D is 16, 32 or 64 (the compiler then unrolls and
    vectorises the row loops), else with DD = D. */
 #define DISPATCH_D(D, CALL) do { switch (D) { \
@@ -130,7 +207,7 @@ static void topk_row_##S(const T *row, int64_t N, int64_t K, int64_t *o, T *v, T
    (topk_row) decides: fewer than C entries, NaN, or a tie-heavy row (> 4K candidates). */ \
 static int topk_fast_##S(const T *restrict row, int64_t N, int64_t K, int64_t *restrict o, \
                          T *restrict cm, int64_t *restrict ci, T *restrict cv,             \
-                         T *restrict v) {                                                  \
+                         T *restrict v, int32_t *restrict cj) {                            \
     int64_t n = N;                                                                         \
     while (n > K && row[n - 1] == -(T)INFINITY) --n;                                       \
     const int64_t C = 2 * K < 16 ? 16 : (2 * K + 15) / 16 * 16;                            \
@@ -151,21 +228,17 @@ static int topk_fast_##S(const T *restrict row, int64_t N, int64_t K, int64_t *r
     for (int64_t j = last; j < n; ++j)                                                     \
         cm[j - last] = row[j] > cm[j - last] ? row[j] : cm[j - last];                      \
     int64_t fill = 0, m = 0;                                                               \
-    for (int64_t c = 0; c < C; ++c) keep_##S(cm[c], c, v, ci, K, &fill, &m);               \
-    const T thr = v[m];                                                                    \
-    if (thr != thr) return 0;                                                              \
-    int64_t nc = 0;                                                                        \
-    for (int64_t j0 = 0; j0 < n; j0 += 16) { /* blocks without a candidate: one test */    \
-        const int64_t j1 = j0 + 16 < n ? j0 + 16 : n;                                      \
-        int any = 0;                                                                       \
-        _Pragma("omp simd reduction(|:any)")                                               \
-        for (int64_t j = j0; j < j1; ++j) any |= row[j] >= thr;                            \
-        if (!any) continue;                                                                \
-        for (int64_t j = j0; j < j1; ++j) { ci[nc] = j; cv[nc] = row[j]; nc += row[j] >= thr; }\
+    T thr;                                                                                 \
+    if (!kth16_##S(cm, C, K, &thr)) {                                                      \
+        for (int64_t c = 0; c < C; ++c) keep_##S(cm[c], c, v, ci, K, &fill, &m);           \
+        thr = v[m];                                                                        \
     }                                                                                      \
+    if (thr != thr) return 0;                                                              \
+    const int64_t nc = compact_##S(row, n, thr, cj, cv);                                   \
     if (nc < K || nc > 4 * K) return 0;                                                    \
+    if (select16_##S(cv, cj, nc, K, o)) return 1;                                          \
     fill = 0; m = 0;                                                                       \
-    for (int64_t a = 0; a < nc; ++a) keep_##S(cv[a], ci[a], v, o, K, &fill, &m);           \
+    for (int64_t a = 0; a < nc; ++a) keep_##S(cv[a], cj[a], v, o, K, &fill, &m);           \
     return fill == K;                                                                      \
 }                                                                                          \
 /* Score and select in one pass per query, the scores never leaving a row buffer:         \
@@ -176,8 +249,9 @@ void score_topk_##S(const T *q, const T *kt, const T *add, int64_t sb, int64_t s
                     int64_t si, int64_t BH, int64_t H, int64_t GL, int64_t L, int64_t D,   \
                     int64_t K, int64_t *out) {                                             \
     T *buf = malloc(L * sizeof(T)), *v = malloc(K * sizeof(T)),                            \
-      *cm = malloc((L + 16) * sizeof(T)), *cv = malloc(L * sizeof(T));                     \
+      *cm = malloc((L + 16) * sizeof(T)), *cv = malloc((L + 16) * sizeof(T));              \
     int64_t *ci = malloc((L + K) * sizeof(int64_t));                                       \
+    int32_t *cj = malloc((L + 16) * sizeof(int32_t));                                      \
     const int64_t BW = PANEL_BYTES / sizeof(T), VW = BW / 4, NP = (L + BW - 1) / BW;       \
     for (int64_t blk = 0; blk < BH; ++blk) {                                               \
         const T *kb = kt + blk * NP * D * BW;                                              \
@@ -207,11 +281,11 @@ void score_topk_##S(const T *q, const T *kt, const T *add, int64_t sb, int64_t s
                 } else memcpy(buf + j0, tmp, w * sizeof(T));                               \
             }                                                                              \
             int64_t *o = out + (blk * GL + i) * K;                                         \
-            if (!topk_fast_##S(buf, L, K, o, cm, ci, cv, v))                                \
+            if (!topk_fast_##S(buf, L, K, o, cm, ci, cv, v, cj))                                \
                 topk_row_##S(buf, L, K, o, v, cm, ci);                                     \
         }                                                                                  \
     }                                                                                      \
-    free(buf); free(v); free(cm); free(ci); free(cv);                                      \
+    free(buf); free(v); free(cm); free(ci); free(cv); free(cj);                            \
 }                                                                                          \
 /* out[r] = Σ_{j<n} (a[r, j] − b[r, j])², rows ra / rb apart (chain_sqdist's forward). */ \
 void row_sqdist_##S(const T *a, int64_t ra, const T *b, int64_t rb, int64_t R, int64_t n, \
@@ -400,6 +474,113 @@ void sparse_sqdist_##S(const T *a, const int64_t *ia, int64_t Na, const T *b,   
             if (go) gb[r * Nb + j] = 2 * go[r] * d; else acc += br[j] * d;                 \
         }                                                                                  \
         if (!go) out[r] = acc;                                                             \
+    }                                                                                      \
+}                                                                                          \
+/* Sparse attention with R2MU's memory, per query row r (block blk = r / GL of B·H, token  \
+   i = r % L, batch b = blk / H): N = K + S + 1 scores [the K kept token keys, the block's \
+   S slots, the row's own cache entry]. Tables: kr, v (BH·L, D) rows at gidx (R, K); ks, vs\
+   (BH, S, D); kc, vc (BH·L, D). */                                                        \
+static inline T dot_##S(const T *restrict a, const T *restrict b, int64_t D) {             \
+    T acc = 0;                                                                             \
+    _Pragma("omp simd reduction(+:acc)")                                                   \
+    for (int64_t d = 0; d < D; ++d) acc += a[d] * b[d];                                    \
+    return acc;                                                                            \
+}                                                                                          \
+static inline void axpy_##S(T *restrict y, T a, const T *restrict x, int64_t D) {          \
+    _Pragma("omp simd")                                                                    \
+    for (int64_t d = 0; d < D; ++d) y[d] += a * x[d];                                      \
+}                                                                                          \
+static inline void mem_scores_row_##S(const T *qr, const T *q, const T *kr, const int64_t *ix,\
+                                      const T *ak, const T *ks, const T *sa, const T *kc,  \
+                                      int64_t K, int64_t S, T *z, int64_t D) {             \
+    for (int64_t j = 0; j < K; ++j)                                                        \
+        z[j] = dot_##S(qr, kr + ix[j] * D, D) + (ak ? ak[j] : 0);                          \
+    for (int64_t m = 0; m < S; ++m) z[K + m] = dot_##S(q, ks + m * D, D) + sa[m];          \
+    z[K + S] = dot_##S(q, kc, D);                                                          \
+}                                                                                          \
+/* z (R, N): the scores (token scores plus ak (R, K), the mask at the kept keys, or NULL;  \
+   slot scores plus sa (B, S), 0 or −inf). */                                              \
+void mem_scores_##S(const T *qr, const T *q, const T *kr, const int64_t *gidx, const T *ak,\
+                    const T *ks, const T *sa, const T *kc, int64_t R, int64_t K, int64_t S,\
+                    int64_t D, int64_t GL, int64_t H, int64_t L, T *z) {                   \
+    for (int64_t r = 0; r < R; ++r) {                                                      \
+        const int64_t blk = r / GL, i = r % L;                                             \
+        DISPATCH_D(D, mem_scores_row_##S(qr + r * D, q + r * D, kr, gidx + r * K,          \
+                                         ak ? ak + r * K : NULL, ks + blk * S * DD,        \
+                                         sa + (blk / H) * S, kc + (blk * L + i) * DD, K, S,\
+                                         z + r * (K + S + 1), DD));                        \
+    }                                                                                      \
+}                                                                                          \
+static inline void mem_scores_grad_row_##S(const T *dz, const T *qr, const T *q, const T *kr,\
+                                           const int64_t *ix, const T *ks, const T *kc,    \
+                                           int64_t K, int64_t S, T *dqr, T *dq, T *dkr,    \
+                                           T *dks, T *dkc, int64_t D) {                    \
+    memset(dqr, 0, D * sizeof(T)); memset(dq, 0, D * sizeof(T));                           \
+    for (int64_t j = 0; j < K; ++j) {                                                      \
+        axpy_##S(dqr, dz[j], kr + ix[j] * D, D);                                           \
+        axpy_##S(dkr + ix[j] * D, dz[j], qr, D);                                           \
+    }                                                                                      \
+    for (int64_t m = 0; m < S; ++m) {                                                      \
+        axpy_##S(dq, dz[K + m], ks + m * D, D);                                            \
+        axpy_##S(dks + m * D, dz[K + m], q, D);                                            \
+    }                                                                                      \
+    axpy_##S(dq, dz[K + S], kc, D);                                                        \
+    axpy_##S(dkc, dz[K + S], q, D);                                                        \
+}                                                                                          \
+/* mem_scores' backward: dqr, dq (R, D) written; dkr, dks, dkc accumulated (zeroed first). */\
+void mem_scores_grad_##S(const T *dz, const T *qr, const T *q, const T *kr,                \
+                         const int64_t *gidx, const T *ks, const T *kc, int64_t R, int64_t K,\
+                         int64_t S, int64_t D, int64_t GL, int64_t L, T *dqr, T *dq, T *dkr,\
+                         T *dks, T *dkc) {                                                 \
+    for (int64_t r = 0; r < R; ++r) {                                                      \
+        const int64_t blk = r / GL, i = r % L;                                             \
+        DISPATCH_D(D, mem_scores_grad_row_##S(dz + r * (K + S + 1), qr + r * DD, q + r * DD,\
+                                              kr, gidx + r * K, ks + blk * S * DD,         \
+                                              kc + (blk * L + i) * DD, K, S, dqr + r * DD, \
+                                              dq + r * DD, dkr, dks + blk * S * DD,        \
+                                              dkc + (blk * L + i) * DD, DD));              \
+    }                                                                                      \
+}                                                                                          \
+static inline void mem_mix_row_##S(const T *w, const T *v, const int64_t *ix, const T *vs, \
+                                   const T *vc, int64_t K, int64_t S, T *o, int64_t D) {   \
+    memset(o, 0, D * sizeof(T));                                                           \
+    for (int64_t j = 0; j < K; ++j) axpy_##S(o, w[j], v + ix[j] * D, D);                   \
+    for (int64_t m = 0; m < S; ++m) axpy_##S(o, w[K + m], vs + m * D, D);                  \
+    axpy_##S(o, w[K + S], vc, D);                                                          \
+}                                                                                          \
+/* out (R, D) = Σ_j w_j v[gidx_j] + Σ_m w_{K+m} vs_m + w_{K+S} vc_i: the weighted sum. */  \
+void mem_mix_##S(const T *w, const T *v, const int64_t *gidx, const T *vs, const T *vc,    \
+                 int64_t R, int64_t K, int64_t S, int64_t D, int64_t GL, int64_t L, T *out) {\
+    for (int64_t r = 0; r < R; ++r) {                                                      \
+        const int64_t blk = r / GL, i = r % L;                                             \
+        DISPATCH_D(D, mem_mix_row_##S(w + r * (K + S + 1), v, gidx + r * K, vs + blk * S * DD,\
+                                      vc + (blk * L + i) * DD, K, S, out + r * DD, DD));   \
+    }                                                                                      \
+}                                                                                          \
+static inline void mem_mix_grad_row_##S(const T *go, const T *w, const T *v, const int64_t *ix,\
+                                        const T *vs, const T *vc, int64_t K, int64_t S, T *dw,\
+                                        T *dv, T *dvs, T *dvc, int64_t D) {                \
+    for (int64_t j = 0; j < K; ++j) {                                                      \
+        dw[j] = dot_##S(go, v + ix[j] * D, D);                                             \
+        axpy_##S(dv + ix[j] * D, w[j], go, D);                                             \
+    }                                                                                      \
+    for (int64_t m = 0; m < S; ++m) {                                                      \
+        dw[K + m] = dot_##S(go, vs + m * D, D);                                            \
+        axpy_##S(dvs + m * D, w[K + m], go, D);                                            \
+    }                                                                                      \
+    dw[K + S] = dot_##S(go, vc, D);                                                        \
+    axpy_##S(dvc, w[K + S], go, D);                                                        \
+}                                                                                          \
+/* mem_mix's backward: dw (R, N) written; dv, dvs, dvc accumulated (zeroed first). */      \
+void mem_mix_grad_##S(const T *go, const T *w, const T *v, const int64_t *gidx, const T *vs,\
+                      const T *vc, int64_t R, int64_t K, int64_t S, int64_t D, int64_t GL, \
+                      int64_t L, T *dw, T *dv, T *dvs, T *dvc) {                           \
+    for (int64_t r = 0; r < R; ++r) {                                                      \
+        const int64_t blk = r / GL, i = r % L;                                             \
+        DISPATCH_D(D, mem_mix_grad_row_##S(go + r * DD, w + r * (K + S + 1), v, gidx + r * K,\
+                                           vs + blk * S * DD, vc + (blk * L + i) * DD, K, S,\
+                                           dw + r * (K + S + 1), dv, dvs + blk * S * DD,   \
+                                           dvc + (blk * L + i) * DD, DD));                 \
     }                                                                                      \
 }                                                                                          \
 void gather_dot_##S(const T *a, const T *t, const int64_t *idx, int64_t R, int64_t K,     \
@@ -672,6 +853,83 @@ def heads(raw: torch.Tensor, parts: int, heads: int, unit: tuple[bool, ...],
     unit[part], divided by max(‖row‖, 1e-12) first (SOES: `ressformer._unit`). One pass each
     way; the backward writes raw's gradient in place of the permute-and-copy of torch's."""
     return _Heads.apply(raw, scale, parts, heads, tuple(unit), tuple(sizes))
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    return x.contiguous()
+
+
+class _MemoryScores(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, qr, q, kr, ks, kc, gidx, ak, sa):
+        # qr, q (B, H, G, L, D); kr, kc (B, H, L, D); ks (B, H, S, D); gidx (B, H, G, L, K);
+        # ak (B, H, G, L, K) or None; sa (B, S) -> z (B, H, G, L, K + S + 1)
+        B, H, G, L, D = q.shape
+        K, S = gidx.shape[-1], ks.shape[2]
+        qr, q, kr, ks, kc, gidx, sa = map(_flat, (qr, q, kr, ks, kc, gidx, sa))
+        ak = None if ak is None else ak.contiguous()
+        z = torch.empty(B, H, G, L, K + S + 1, dtype=q.dtype)
+        _call("mem_scores", q.dtype, qr, q, kr, gidx, ak, ks, sa, kc, B * H * G * L, K, S, D,
+              G * L, H, L, z)
+        ctx.save_for_backward(qr, q, kr, ks, kc, gidx)
+        ctx.dims = (K, S, D, G * L, L)
+        return z
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dz):
+        qr, q, kr, ks, kc, gidx = ctx.saved_tensors
+        K, S, D, GL, L = ctx.dims
+        dqr, dq = torch.empty_like(qr), torch.empty_like(q)
+        dkr, dks, dkc = torch.zeros_like(kr), torch.zeros_like(ks), torch.zeros_like(kc)
+        _call("mem_scores_grad", q.dtype, dz.contiguous(), qr, q, kr, gidx, ks, kc,
+              q.numel() // D, K, S, D, GL, L, dqr, dq, dkr, dks, dkc)
+        dak = dz[..., :K] if ctx.needs_input_grad[6] else None
+        return dqr, dq, dkr, dks, dkc, None, dak, None
+
+
+class _MemoryMix(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, w, v, vs, vc, gidx):
+        # w (B, H, G, L, K + S + 1); v, vc (B, H, L, D); vs (B, H, S, D) -> (B, H, G, L, D)
+        B, H, G, L, N = w.shape
+        K, S, D = gidx.shape[-1], vs.shape[2], v.shape[-1]
+        w, v, vs, vc, gidx = map(_flat, (w, v, vs, vc, gidx))
+        out = torch.empty(B, H, G, L, D, dtype=w.dtype)
+        _call("mem_mix", w.dtype, w, v, gidx, vs, vc, B * H * G * L, K, S, D, G * L, L, out)
+        ctx.save_for_backward(w, v, vs, vc, gidx)
+        ctx.dims = (K, S, D, G * L, L)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, go):
+        w, v, vs, vc, gidx = ctx.saved_tensors
+        K, S, D, GL, L = ctx.dims
+        dw = torch.empty_like(w)
+        dv, dvs, dvc = torch.zeros_like(v), torch.zeros_like(vs), torch.zeros_like(vc)
+        _call("mem_mix_grad", w.dtype, go.contiguous(), w, v, gidx, vs, vc,
+              w.numel() // w.shape[-1], K, S, D, GL, L, dw, dv, dvs, dvc)
+        return dw, dv, dvs, dvc, None
+
+
+def memory_scores(qr: torch.Tensor, q: torch.Tensor, kr: torch.Tensor, ks: torch.Tensor,
+                  kc: torch.Tensor, gidx: torch.Tensor, ak: torch.Tensor | None,
+                  sa: torch.Tensor) -> torch.Tensor:
+    """Sparse attention's scores with R2MU's memory, one loop per query row: qr, q (B, H, G,
+    L, dh) (rotated, and not: the memory keys carry no position); the kept token keys' rows
+    gidx (B, H, G, L, k) of kr (B, H, L, dh), plus ak (the mask there) or None; the slots ks
+    (B, H, S, dh), plus sa (B, S) 0 / −inf; the row's own cache key kc (B, H, L, dh)
+    -> z (B, H, G, L, k + S + 1)."""
+    return _MemoryScores.apply(qr, q, kr, ks, kc, gidx, ak, sa)
+
+
+def memory_mix(w: torch.Tensor, v: torch.Tensor, vs: torch.Tensor, vc: torch.Tensor,
+               gidx: torch.Tensor) -> torch.Tensor:
+    """The weighted sum that goes with memory_scores: w (B, H, G, L, k + S + 1) over the kept
+    token values (rows gidx of v (B, H, L, dh)), the slot values vs (B, H, S, dh) and the
+    row's own cache value vc (B, H, L, dh) -> (B, H, G, L, dh)."""
+    return _MemoryMix.apply(w, v, vs, vc, gidx)
 
 
 # Rows longer than this go to the entmax package (an insertion sort is O(N²)).

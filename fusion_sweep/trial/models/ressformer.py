@@ -273,12 +273,20 @@ class ReSSAttention(nn.Module):
         # (B, S) True = a real segment -> (B, 1, 1, S) 0/−inf
         slot_add = None if memory is None else _additive(memory.slot_mask, q.dtype)[:, None, None, :]
         gidx = None  # the kept keys as rows of the flat (B·H·L, dh) tables (compiled kernels)
+        dropout = self.training and self.attn_dropout > 0.0
         if 0 < self.topk < L:
-            w, idx, width, v_sel, gidx = self._sparse_weights(q, qr, kr, v, add, slots, cache, slot_add)
+            w, idx, width, v_sel, gidx = self._sparse_weights(q, qr, kr, v, add, slots, cache,
+                                                              slot_add, fused=not dropout)
         else:
             w, idx, width, v_sel = self._dense_weights(q, qr, kr, v, add, slots, cache, slot_add,
                                                        rotated=qr is not q)
-        dropout = self.training and self.attn_dropout > 0.0
+        if gidx is not None and memory is not None and not dropout:  # fused: w whole
+            with _span("ressformer.graph_reg"):
+                graph = self._graph(w.split([width, w.shape[-1] - width], dim=-1)[0], idx,
+                                    gates) if want_graph else None
+            with _span("ressformer.weighted_sum"):  # one loop over rows: tokens, slots, cache
+                out = kernels.memory_mix(w, v, slots[1], cache[1], gidx)
+            return self._merge(out, gates, B, L, D), graph
         if idx is None and memory is not None and not dropout:  # dense with memory: w whole
             with _span("ressformer.graph_reg"):
                 graph = self._graph(w, idx, gates, width) if want_graph else None
@@ -313,7 +321,7 @@ class ReSSAttention(nn.Module):
         with _span("ressformer.projections"):
             return self.out_proj(y.transpose(1, 2).reshape(B, L, D))
 
-    def _sparse_weights(self, q, qr, kr, v, add, slots, cache, slot_add):
+    def _sparse_weights(self, q, qr, kr, v, add, slots, cache, slot_add, fused: bool = False):
         """Top-k. Two ways to the kept scores, by which moves less memory (`_rescore`):
         - re-scoring (long inputs): select on every score without autograd, in query blocks
           of bounded size, then score the k kept keys again with autograd, O(L·k·dh): the
@@ -323,6 +331,8 @@ class ReSSAttention(nn.Module):
         With the compiled kernels (models/kernels.py) always re-scoring: selection by a loop
         over the scores, the kept scores and (in forward) the weighted sum by loops over the
         kept rows, nothing of size (…, k, dh) written.
+        With the kernels, memory and `fused` (no attention dropout), every score of a row
+        (kept tokens, slots, own cache) comes from one loop (`kernels.memory_scores`).
         -> weights (B, H, G, L, k [+ S + 1]), idx (B, H, G, L, k), k, the kept values
         (B, H, G, L, k, dh) (None with the kernels), the kept keys' rows in the flat
         (B·H·L, dh) tables (with the kernels; else None)."""
@@ -335,6 +345,14 @@ class ReSSAttention(nn.Module):
         if compiled or _rescore(L, self.topk, dh):
             with _span("ressformer.topk"), torch.no_grad():
                 idx = _select_topk(qr, kr, add, self.topk, compiled)  # (B, H, G, L, k)
+            if compiled and cache is not None and fused:
+                with _span("ressformer.kernel"):
+                    gidx = idx + rows
+                    z = kernels.memory_scores(qr, q, kr, slots[0], cache[0], gidx,
+                                              None if add is None else _at(add, idx),
+                                              slot_add.view(slot_add.shape[0], -1))
+                with _span("ressformer.activation"):
+                    return self.activation(z), idx, self.topk, None, gidx
             if compiled:
                 with _span("ressformer.kernel"):
                     gidx = idx + rows
