@@ -4,6 +4,7 @@ in the same process, at two sizes.
 
     python benchmarks/encoder_cost.py [--rounds 5] [--reps 3] [--threads 1]
                                       [--big-batch 4] [--sizes small,paper] [--quick]
+                                      [--no-heap-reuse]
 
 Sizes (every variant of search_spaces/ressformer.yaml, built by the trainer's build_model):
 - `small`: the synthetic regimes' model (synthetic-medium's config: d 32, 2 heads, 1 layer,
@@ -17,11 +18,14 @@ the same round), so slow drift of the machine cancels. `time_over_flops` = time 
 ratio (FLOPs: the analytic `forward_flops`, so 1.0 means a variant costs exactly what its
 arithmetic says, relative to standard/sinusoidal/add). Quiet machine only: record the load
 average printed with the result. `--quick` is a smoke check (1 round, 1 step, the paper-like
-size at 256 tokens): its numbers mean nothing.
+size at 256 tokens): its numbers mean nothing. The process allocates as a trial does
+(`SpeedOptions.heap_reuse`: freed memory kept, fusion_sweep/trial/heap.py);
+`--no-heap-reuse` measures with the C library's default instead.
 
 The last stdout line is JSON: {"sizes": {size: {variant: {params, flops_per_token,
 flops_ratio, ms, ratio, time_over_flops}}}, "time_over_flops": {size: {variant: x}},
-"asam_faster_than_no_asam": {size: bool or null}, "loadavg_before", "loadavg_after"}.
+"asam_faster_than_no_asam": {size: bool or null}, "loadavg_before", "loadavg_after",
+"heap_reuse"}.
 """
 from __future__ import annotations
 
@@ -39,6 +43,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fusion_sweep.space import load_space  # noqa: E402
+from fusion_sweep.trial.heap import keep_freed_memory  # noqa: E402
 from fusion_sweep.trial.models.encoder import count_parameters  # noqa: E402
 from fusion_sweep.trial.trainer import build_model  # noqa: E402
 
@@ -120,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quick", action="store_true",
                     help="smoke check: 1 round, 1 step, paper-like size at 256 tokens")
+    ap.add_argument("--no-heap-reuse", action="store_true",
+                    help="the C library's default allocator, not a trial's (heap.py)")
     args = ap.parse_args(argv)
     sizes = [s for s in args.sizes.split(",") if s]
     bad = sorted(set(sizes) - {"small", "paper"})
@@ -129,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.rounds, args.reps, args.big_length = 1, 1, min(args.big_length, 256)
     torch.set_num_threads(args.threads)
+    heap = False if args.no_heap_reuse else keep_freed_memory()
     space = load_space("ressformer")
     small = [space.trial_config("synthetic-medium", v, 0) for v in space.variant_list()]
     plans = {
@@ -139,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     before = os.getloadavg()[0]
     print(f"load average before: {before:.2f}; {args.threads} thread(s), {args.rounds} rounds x "
-          f"{args.reps} steps" + (" (--quick: a smoke check, not a measurement)" if args.quick else ""))
+          f"{args.reps} steps; freed memory kept (as in a trial): {heap}"
+          + (" (--quick: a smoke check, not a measurement)" if args.quick else ""))
     results: dict[str, dict] = {}
     for size in sizes:
         name, configs, batch, length = plans[size]
@@ -155,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                             for s, rows in results.items()},
         "asam_faster_than_no_asam": {s: asam_faster(rows) for s, rows in results.items()},
         "loadavg_before": before, "loadavg_after": after, "threads": args.threads,
-        "quick": args.quick}))
+        "quick": args.quick, "heap_reuse": heap}))
     return 0
 
 

@@ -192,3 +192,109 @@ def test_a_failing_compiler_means_not_available(monkeypatch, tmp_path) -> None:
         kernels._library.cache_clear()
         monkeypatch.undo()
     assert kernels.available(torch.zeros(1))
+
+
+def _unit_ref(x: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
+    inv = x.norm(dim=-1, keepdim=True).clamp_min(1e-12).reciprocal()
+    return x * (inv if scale is None else scale * inv)
+
+
+@pytest.mark.parametrize("D", [16, 5])  # a dispatched constant width, and any other
+def test_heads_equal_permute_and_normalise(D: int) -> None:
+    """k/v out of one projection (k normalised, v not), cut into row runs, with a zero row
+    (its norm clamped) and a per-head scale: values and gradients as the permute-and-normalise
+    it replaces; an output left unused gets no gradient."""
+    g = torch.Generator().manual_seed(6)
+    B, N, H = 3, 7, 2
+    raw = torch.randn(B, N, 2 * H * D, generator=g, dtype=torch.float64)
+    raw[0, 1, :D] = 0.0  # a zero key row: clamped norm
+    scale = torch.rand(H, generator=g, dtype=torch.float64) + 0.5
+    r1, s1 = raw.clone().requires_grad_(), scale.clone().requires_grad_()
+    r2, s2 = raw.clone().requires_grad_(), scale.clone().requires_grad_()
+    got = kernels.heads(r1, 2, H, (True, False), s1, [3, 4])
+    k, v = r2.view(B, N, 2, H, D).permute(2, 0, 3, 1, 4)
+    s = s2.view(1, -1, 1, 1)
+    want = list(_unit_ref(k, s).split([3, 4], dim=2)) + list((v * s).split([3, 4], dim=2))
+    assert all(t.is_contiguous() for t in got)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    gs = [torch.randn(t.shape, generator=g, dtype=torch.float64) for t in got]
+    sum((a * w).sum() for a, w in zip(got[:3], gs)).backward()  # got[3]: unused
+    sum((b * w).sum() for b, w in zip(want[:3], gs)).backward()
+    torch.testing.assert_close(r1.grad, r2.grad)
+    torch.testing.assert_close(s1.grad, s2.grad)
+    fresh = torch.randn(B, N, 2 * H * D, generator=g, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda r, s: kernels.heads(r, 2, H, (True, False), s, [3, 4]), (fresh, s1.detach().requires_grad_()))
+
+
+def _memory_inputs(D: int, G: int = 2):
+    g = torch.Generator().manual_seed(7)
+    B, H, L, K, S = 2, 2, 9, 3, 4
+
+    def t(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64, requires_grad=True)
+
+    q, qr = t(B, H, G, L, D), t(B, H, G, L, D)
+    kr, kc, v, vc, ks, vs = t(B, H, L, D), t(B, H, L, D), t(B, H, L, D), t(B, H, L, D), t(B, H, S, D), t(B, H, S, D)
+    idx = torch.stack([torch.randperm(L, generator=g)[:K] for _ in range(B * H * G * L)]).view(B, H, G, L, K)
+    gidx = idx + (torch.arange(B * H) * L).view(B, H, 1, 1, 1)
+    sa = torch.zeros(B, S, dtype=torch.float64)
+    sa[0, 2] = NEG_INF  # an empty segment
+    return dict(q=q, qr=qr, kr=kr, kc=kc, v=v, vc=vc, ks=ks, vs=vs, gidx=gidx, sa=sa,
+                ak=t(B, H, G, L, K), dims=(B, H, G, L, K, S, D))
+
+
+@pytest.mark.parametrize("D", [16, 5])
+def test_memory_scores_and_mix_equal_their_torch_forms(D: int) -> None:
+    """The fused sparse-attention-with-memory loops against gather, matmul and concatenation
+    (2 routed experts per head, a masked slot); gradients by gradcheck, with qr the same
+    tensor as q (no rotation: its two gradients add up)."""
+    m = _memory_inputs(D)
+    B, H, G, L, K, S, D = m["dims"]
+    gidx, sa = m["gidx"], m["sa"]
+
+    def scores(qr, q, kr, ks, kc, ak):
+        s = (qr.unsqueeze(-2) * kr.reshape(-1, D)[gidx]).sum(-1) + ak
+        slots = q @ ks.unsqueeze(2).transpose(-1, -2) + sa[:, None, None, None, :]
+        return torch.cat([s, slots, (q * kc.unsqueeze(2)).sum(-1, keepdim=True)], -1)
+
+    def mix(w, v, vs, vc):
+        kept = (w[..., :K, None] * v.reshape(-1, D)[gidx]).sum(-2)
+        return kept + w[..., K:K + S] @ vs.unsqueeze(2) + w[..., K + S:] * vc.unsqueeze(2)
+
+    args = (m["qr"], m["q"], m["kr"], m["ks"], m["kc"], m["ak"])
+    torch.testing.assert_close(kernels.memory_scores(*args[:5], gidx, args[5], sa), scores(*args))
+    w = torch.softmax(scores(*args), -1).detach().requires_grad_()
+    torch.testing.assert_close(kernels.memory_mix(w, m["v"], m["vs"], m["vc"], gidx),
+                               mix(w, m["v"], m["vs"], m["vc"]))
+    open_slots = torch.zeros_like(sa)
+    assert torch.autograd.gradcheck(
+        lambda qr, q, kr, ks, kc, ak: kernels.memory_scores(qr, q, kr, ks, kc, gidx, ak, open_slots), args)
+    assert torch.autograd.gradcheck(
+        lambda q, kr, ks, kc: kernels.memory_scores(q, q, kr, ks, kc, gidx, None, open_slots),
+        (m["q"], m["kr"], m["ks"], m["kc"]))
+    assert torch.autograd.gradcheck(lambda w, v, vs, vc: kernels.memory_mix(w, v, vs, vc, gidx),
+                                    (w, m["v"], m["vs"], m["vc"]))
+
+
+def test_the_portable_build_selects_the_same(monkeypatch, tmp_path) -> None:
+    """The kernels built without AVX-512 (the portable selection and compaction loops; this
+    CPU may otherwise use AVX-512 compress and rank compares) keep the k largest too."""
+    try:
+        kernels._library.cache_clear()
+        monkeypatch.setenv("FUSION_SWEEP_CACHE", str(tmp_path / "cache"))
+        monkeypatch.setattr(kernels, "CFLAGS", (*kernels.CFLAGS, "-mno-avx512f"))
+        assert kernels.available(torch.zeros(1))
+        g = torch.Generator().manual_seed(8)
+        for N in (128, 540):
+            z = torch.randn(3 * N, N, generator=g)
+            z[5:10] = z[5:10].round()  # ties
+            z[10:12, N // 2:] = NEG_INF  # padding
+            idx = kernels.score_topk(torch.zeros(3, 1, 1, N, 1), torch.zeros(3, 1, N, 1),
+                                     z.view(3, 1, N, N), 8).view(3 * N, 8)
+            assert torch.equal(_kept_values(z, idx), _kept_values(z, z.topk(8, dim=-1).indices))
+    finally:
+        kernels._library.cache_clear()
+        monkeypatch.undo()
+    assert kernels.available(torch.zeros(1))

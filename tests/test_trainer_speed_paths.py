@@ -1,12 +1,17 @@
 """The trainer's fast path (`SpeedOptions()`) computes what the reference path computes."""
 from __future__ import annotations
 
+import platform
+import resource
+
 import numpy as np
 import pytest
+import torch
 
 from fusion_sweep.trial.batching import eval_batches, pad_batch, pad_batches, truncated_lengths
 from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.trial.data.types import EncodedData, EncodedSplit
+from fusion_sweep.trial import heap, trainer
 from fusion_sweep.trial.trainer import SpeedOptions, train_trial
 from tests.test_trainer import random_split as trainer_split
 
@@ -69,10 +74,38 @@ def test_speed_options_parse(monkeypatch: pytest.MonkeyPatch) -> None:
     assert SpeedOptions.parse("fast") == SpeedOptions()
     assert SpeedOptions.parse("reference") == SpeedOptions.reference()
     assert SpeedOptions.parse("reference,eval_cache=1,eval_batch_mult=2") == SpeedOptions(
-        vector_pad=False, epoch_sync=False, eval_cache=True, eval_batch_mult=2, latency_warmup=True)
+        vector_pad=False, epoch_sync=False, eval_cache=True, eval_batch_mult=2, latency_warmup=True,
+        heap_reuse=False)
     with pytest.raises(ValueError, match="vector_pad"):
         SpeedOptions.parse("nope=1")
     monkeypatch.setenv("FUSION_SWEEP_SPEED", "reference")
     assert SpeedOptions.from_env() == SpeedOptions.reference()
     monkeypatch.delenv("FUSION_SWEEP_SPEED")
     assert SpeedOptions.from_env() == SpeedOptions()
+
+
+def test_heap_reuse_is_switched_on_by_the_fast_path_only(data: EncodedData,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(trainer, "keep_freed_memory", lambda: calls.append(1) or True)
+    config = TrialConfig.build("synthetic-short", **{**TINY, "epochs": 1})
+    train_trial(config, data=data, speed=SpeedOptions.reference())
+    assert calls == []
+    train_trial(config, data=data, speed=SpeedOptions())
+    assert calls == [1]
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+def test_keep_freed_memory_reuses_the_pages_of_a_large_tensor() -> None:
+    """64 MB is above glibc's largest mmap threshold (32 MB): by default every such tensor is
+    fresh pages, each page-faulted (15,000 of them); kept, a slightly smaller second tensor
+    (so that it fits the freed block with its alignment) reuses the first's pages."""
+    assert heap.keep_freed_memory() and heap.keep_freed_memory()  # idempotent
+    n = 16_000_000  # floats: 64 MB
+    first = torch.ones(n)
+    del first
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    second = torch.ones(n - 262_144)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    assert second.sum().item() == n - 262_144
+    assert faults < 1_000, f"{faults} page faults: the freed 64 MB was not reused"
