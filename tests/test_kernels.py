@@ -135,6 +135,26 @@ def test_sparse_sqdist_equals_the_dense_distance() -> None:
     assert torch.autograd.gradcheck(lambda a, b: kernels.sparse_sqdist(a, ia, b, ib), (a, b))
 
 
+@pytest.mark.parametrize("N", [8, 16, 5])  # the unrolled widths, and any other
+def test_sparse_sqdist_of_distinct_rows(N: int) -> None:
+    """Top-k rows of one expert (no key twice in a row): the `distinct` shortcut gives the
+    dense distance too."""
+    g = torch.Generator().manual_seed(9)
+    R, keys = 50, 20
+    a = torch.randn(R, N, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(R, N, generator=g, dtype=torch.float64, requires_grad=True)
+    ia = torch.stack([torch.randperm(keys, generator=g)[:N] for _ in range(R)])
+    ib = torch.stack([torch.randperm(keys, generator=g)[:N] for _ in range(R)])
+
+    def dense(w, i):
+        return torch.zeros(R, keys, dtype=w.dtype).scatter_add(1, i, w)
+
+    want = ((dense(a, ia) - dense(b, ib)) ** 2).sum(-1)
+    torch.testing.assert_close(kernels.sparse_sqdist(a, ia, b, ib, distinct=True), want)
+    assert torch.autograd.gradcheck(
+        lambda a, b: kernels.sparse_sqdist(a, ia, b, ib, distinct=True), (a, b))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_entmax15_equals_the_package(dtype) -> None:
     """Values and gradients of the `entmax` package's entmax15, rows with −inf (masked keys)

@@ -451,29 +451,45 @@ void entmax15_grad_##S(const T *y, const T *dy, int64_t R, int64_t N, T *dx) {  
         for (int64_t j = 0; j < N; ++j) o[j] -= q * SQRT(yr[j]);                           \
     }                                                                                      \
 }                                                                                          \
-/* ‖Σ_i a_i e(ia_i) − Σ_j b_j e(ib_j)‖² per row of two sparse rows (weights at key          \
-   indices; an index may repeat), and its gradient: by pairs of entries, O((Na + Nb)²). */ \
-static T sparse_dot_##S(const T *a, const int64_t *ia, int64_t Na, int64_t key) {          \
+/* ‖Σ_i a_i e(ia_i) − Σ_j b_j e(ib_j)‖² per row of two sparse rows (weights at key         \
+   indices; an index may repeat), and its gradient: by pairs of entries, O((Na + Nb)²).    \
+   distinct: no index repeats within a row (top-k of one expert), so a row's weight at its \
+   own i-th key is its i-th entry; rows of 8 or 16 entries: the loops unrolled. */         \
+static inline T sparse_dot_##S(const T *a, const int64_t *ia, int64_t Na, int64_t key) {   \
     T acc = 0;                                                                             \
+    _Pragma("omp simd reduction(+:acc)")                                                   \
     for (int64_t i = 0; i < Na; ++i) acc += ia[i] == key ? a[i] : 0;                       \
     return acc;                                                                            \
 }                                                                                          \
-void sparse_sqdist_##S(const T *a, const int64_t *ia, int64_t Na, const T *b,             \
-                       const int64_t *ib, int64_t Nb, int64_t R, const T *go, T *out,      \
-                       T *ga, T *gb) {                                                     \
+static inline void sparse_row_##S(const T *ar, const int64_t *iar, int64_t Na, const T *br,\
+                                  const int64_t *ibr, int64_t Nb, int64_t distinct,        \
+                                  const T *go, T *out, T *ga, T *gb) {                     \
+    T acc = 0;                                                                             \
+    for (int64_t i = 0; i < Na; ++i) {  /* d_i: the difference at a's key i */             \
+        const T own = distinct ? ar[i] : sparse_dot_##S(ar, iar, Na, iar[i]);              \
+        const T d = own - sparse_dot_##S(br, ibr, Nb, iar[i]);                             \
+        if (go) ga[i] = 2 * *go * d; else acc += ar[i] * d;                                \
+    }                                                                                      \
+    for (int64_t j = 0; j < Nb; ++j) {                                                     \
+        const T own = distinct ? br[j] : sparse_dot_##S(br, ibr, Nb, ibr[j]);              \
+        const T d = own - sparse_dot_##S(ar, iar, Na, ibr[j]);                             \
+        if (go) gb[j] = 2 * *go * d; else acc += br[j] * d;                                \
+    }                                                                                      \
+    if (!go) *out = acc;                                                                   \
+}                                                                                          \
+void sparse_sqdist_##S(const T *a, const int64_t *ia, int64_t Na, const T *b,              \
+                       const int64_t *ib, int64_t Nb, int64_t R, int64_t distinct,         \
+                       const T *go, T *out, T *ga, T *gb) {                                \
     for (int64_t r = 0; r < R; ++r) {                                                      \
-        const T *ar = a + r * Na, *br = b + r * Nb;                                        \
+        const T *ar = a + r * Na, *br = b + r * Nb, *gr = go ? go + r : NULL;              \
         const int64_t *iar = ia + r * Na, *ibr = ib + r * Nb;                              \
-        T acc = 0;                                                                         \
-        for (int64_t i = 0; i < Na; ++i) {  /* d_i: the difference at a's key i */         \
-            const T d = sparse_dot_##S(ar, iar, Na, iar[i]) - sparse_dot_##S(br, ibr, Nb, iar[i]); \
-            if (go) ga[r * Na + i] = 2 * go[r] * d; else acc += ar[i] * d;                 \
-        }                                                                                  \
-        for (int64_t j = 0; j < Nb; ++j) {                                                 \
-            const T d = sparse_dot_##S(br, ibr, Nb, ibr[j]) - sparse_dot_##S(ar, iar, Na, ibr[j]); \
-            if (go) gb[r * Nb + j] = 2 * go[r] * d; else acc += br[j] * d;                 \
-        }                                                                                  \
-        if (!go) out[r] = acc;                                                             \
+        T *o = go ? NULL : out + r, *gar = go ? ga + r * Na : NULL, *gbr = go ? gb + r * Nb : NULL;\
+        if (Na == 8 && Nb == 8)                                                            \
+            sparse_row_##S(ar, iar, 8, br, ibr, 8, distinct, gr, o, gar, gbr);             \
+        else if (Na == 16 && Nb == 16)                                                     \
+            sparse_row_##S(ar, iar, 16, br, ibr, 16, distinct, gr, o, gar, gbr);           \
+        else                                                                               \
+            sparse_row_##S(ar, iar, Na, br, ibr, Nb, distinct, gr, o, gar, gbr);           \
     }                                                                                      \
 }                                                                                          \
 /* Sparse attention with R2MU's memory, per query row r (block blk = r / GL of B·H, token  \
@@ -962,12 +978,13 @@ def entmax15(z: torch.Tensor) -> torch.Tensor:
 
 class _SparseSqDist(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, a, ia, b, ib):  # (..., Na) weights and indices, (..., Nb) -> (...)
+    def forward(ctx, a, ia, b, ib, distinct):  # (..., Na) weights and indices, (..., Nb) -> (...)
         a, ia, b, ib = a.contiguous(), ia.contiguous(), b.contiguous(), ib.contiguous()
         ctx.save_for_backward(a, ia, b, ib)
+        ctx.distinct = int(distinct)
         out = torch.empty(a.shape[:-1], dtype=a.dtype)
         _call("sparse_sqdist", a.dtype, a, ia, a.shape[-1], b, ib, b.shape[-1], out.numel(),
-              None, out, None, None)
+              ctx.distinct, None, out, None, None)
         return out
 
     @staticmethod
@@ -976,15 +993,17 @@ class _SparseSqDist(torch.autograd.Function):
         a, ia, b, ib = ctx.saved_tensors
         ga, gb = torch.empty_like(a), torch.empty_like(b)
         _call("sparse_sqdist", a.dtype, a, ia, a.shape[-1], b, ib, b.shape[-1], go.numel(),
-              go.contiguous(), None, ga, gb)
-        return ga, None, gb, None
+              ctx.distinct, go.contiguous(), None, ga, gb)
+        return ga, None, gb, None, None
 
 
-def sparse_sqdist(a: torch.Tensor, ia: torch.Tensor, b: torch.Tensor, ib: torch.Tensor) -> torch.Tensor:
+def sparse_sqdist(a: torch.Tensor, ia: torch.Tensor, b: torch.Tensor, ib: torch.Tensor,
+                  distinct: bool = False) -> torch.Tensor:
     """‖a_r − b_r‖² of sparse rows: weights a (..., Na) at key indices ia (int64; a key may
     repeat, the entries then add up), b (..., Nb) at ib -> (...). (Σ_i a_i d_i + Σ_j b_j d_j,
-    with d the difference at each entry's key, is the squared norm.)"""
-    return _SparseSqDist.apply(a, ia, b, ib)
+    with d the difference at each entry's key, is the squared norm.) `distinct`: no key
+    repeats within a row of a or of b (then half the comparisons)."""
+    return _SparseSqDist.apply(a, ia, b, ib, distinct)
 
 
 def gather_dot(a: torch.Tensor, table: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:

@@ -699,7 +699,8 @@ def _row_change(a: Graph, b: Graph) -> torch.Tensor:
         # one difference, one norm pass (and one pass each in the backward)
         return torch.linalg.vector_norm(wa - wb, dim=-1).square()
     if kernels.available(a.weights, b.weights):  # one loop per row, both directions
-        return kernels.sparse_sqdist(a.weights, a.idx, b.weights, b.idx)
+        return kernels.sparse_sqdist(a.weights, a.idx, b.weights, b.idx,
+                                     distinct=a.distinct and b.distinct)
     return _inner(a, a) + _inner(b, b) - 2.0 * _inner(a, b)
 
 
