@@ -318,3 +318,29 @@ def test_the_portable_build_selects_the_same(monkeypatch, tmp_path) -> None:
         kernels._library.cache_clear()
         monkeypatch.undo()
     assert kernels.available(torch.zeros(1))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_masked_softmax_equals_softmax_of_the_sum(dtype) -> None:
+    """softmax(z + mask) in one pass: masks broadcast over batch rows (padding −inf, a
+    −inf inside a row), over heads and queries (a learned bias: it gets z's gradient, summed
+    where it broadcasts), or none; masked entries exact zeros; rows of 16 + 5 (a vector and
+    a tail)."""
+    g = torch.Generator().manual_seed(10)
+    B, H, G, L, N = 2, 3, 2, 5, 21
+    z = torch.randn(B, H, G, L, N, generator=g, dtype=dtype) * 4
+    pad = torch.zeros(B, 1, 1, 1, N, dtype=dtype)
+    pad[0, ..., 17:] = NEG_INF
+    pad[1, ..., 3] = NEG_INF
+    bias = torch.randn(1, H, 1, L, N, generator=g, dtype=dtype)
+    tol = dict(atol=1e-6, rtol=1e-5) if dtype == torch.float32 else dict(atol=1e-14, rtol=0)
+    for mask in (None, pad, bias):
+        got = kernels.masked_softmax(z, mask)
+        want = torch.softmax(z if mask is None else z + mask, -1)
+        torch.testing.assert_close(got, want, **tol)
+        assert torch.equal(got == 0, want == 0)
+    if dtype == torch.float64:
+        zz = z[:, :, :, :, :9].clone().requires_grad_()
+        bb = bias[..., :9].clone().requires_grad_()
+        assert torch.autograd.gradcheck(kernels.masked_softmax, (zz, bb))
+        assert torch.autograd.gradcheck(lambda z: kernels.masked_softmax(z, pad[..., :9]), (zz,))

@@ -625,6 +625,17 @@ void gather_sum_##S(const T *w, const T *t, const int64_t *idx, int64_t R, int64
         }                                                                                  \
     }                                                                                      \
 }                                                                                          \
+/* Softmax's backward over rows of N: gz = y · (g − Σ g·y). */                             \
+void softmax_grad_##S(const T *y, const T *g, int64_t R, int64_t N, T *gz) {               \
+    for (int64_t r = 0; r < R; ++r) {                                                      \
+        const T *yr = y + r * N, *gr = g + r * N;                                          \
+        T *o = gz + r * N, dot = 0;                                                        \
+        _Pragma("omp simd reduction(+:dot)")                                               \
+        for (int64_t j = 0; j < N; ++j) dot += yr[j] * gr[j];                              \
+        _Pragma("omp simd")                                                                \
+        for (int64_t j = 0; j < N; ++j) o[j] = yr[j] * (gr[j] - dot);                      \
+    }                                                                                      \
+}                                                                                          \
 void scatter_outer_##S(const T *w, const T *a, const int64_t *idx, int64_t R, int64_t K,  \
                        int64_t D, T *out) {                                                \
     for (int64_t r = 0; r < R; ++r) {                                                      \
@@ -640,6 +651,90 @@ void scatter_outer_##S(const T *w, const T *a, const int64_t *idx, int64_t R, in
 
 DEFINE(float, f32, sqrtf)
 DEFINE(double, f64, sqrt)
+
+/* Softmax of z + mask over rows of N (dense attention): the mask read at m[b*sb + h*sh +
+   i*si] for row r = ((b*H + h)*G + g)*L + i (NULL: none), added in the same pass. float32:
+   exp by the Cephes polynomial on 16 lanes (GCC/clang vector extension; within 2 ulp of
+   expf), anything below −87.3 after the max is subtracted (−inf: a masked key) an exact 0.
+   float64: libm's exp. A row of only −inf gives NaN, as torch's softmax. */
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+static inline v16f exp16_nonpos(v16f x) {
+    const v16i tiny = x < -87.33654f;
+    const v16f fx = x * 1.44269504088896341f + 0.5f;
+    v16i n = __builtin_convertvector(fx, v16i);           /* truncation; floor below */
+    n -= (v16i)(__builtin_convertvector(n, v16f) > fx) & 1;
+    const v16f nf = __builtin_convertvector(n, v16f);
+    x = x - nf * 0.693359375f + nf * 2.12194440e-4f;
+    const v16f z = x * x;
+    v16f p = 1.9875691500e-4f * x + 1.3981999507e-3f;
+    p = p * x + 8.3334519073e-3f;
+    p = p * x + 4.1665795894e-2f;
+    p = p * x + 1.6666665459e-1f;
+    p = p * x + 5.0000001201e-1f;
+    p = p * z + x + 1.0f;
+    return (v16f)((v16i)(p * (v16f)((n + 127) << 23)) & ~tiny);
+}
+static inline const float *mrow_f32(const float *m, int64_t r, int64_t H, int64_t G,
+                                    int64_t L, int64_t sb, int64_t sh, int64_t si) {
+    const int64_t i = r % L, h = (r / (G * L)) % H, b = r / (H * G * L);
+    return m ? m + b * sb + h * sh + i * si : NULL;
+}
+void masked_softmax_f32(const float *z, const float *m, int64_t sb, int64_t sh, int64_t si,
+                        int64_t H, int64_t G, int64_t L, int64_t R, int64_t N, float *y) {
+    for (int64_t r = 0; r < R; ++r) {
+        const float *zr = z + r * N, *mr = mrow_f32(m, r, H, G, L, sb, sh, si);
+        float *yr = y + r * N, mx = -INFINITY;
+        if (mr) {
+            _Pragma("omp simd reduction(max:mx)")
+            for (int64_t j = 0; j < N; ++j) {
+                const float t = zr[j] + mr[j];
+                yr[j] = t; mx = t > mx ? t : mx;
+            }
+        } else {
+            _Pragma("omp simd reduction(max:mx)")
+            for (int64_t j = 0; j < N; ++j) { yr[j] = zr[j]; mx = zr[j] > mx ? zr[j] : mx; }
+        }
+        v16f acc = {0};
+        int64_t j = 0;
+        for (; j + 16 <= N; j += 16) {
+            v16f x;
+            memcpy(&x, yr + j, 64);
+            const v16f e = exp16_nonpos(x - mx);
+            memcpy(yr + j, &e, 64);
+            acc += e;
+        }
+        if (j < N) { /* the last < 16 entries, padded with −inf (exp 0) */
+            float t[16];
+            for (int l = 0; l < 16; ++l) t[l] = j + l < N ? yr[j + l] : -INFINITY;
+            v16f x;
+            memcpy(&x, t, 64);
+            const v16f e = exp16_nonpos(x - mx);
+            acc += e;
+            memcpy(t, &e, 64);
+            for (int l = 0; j + l < N; ++l) yr[j + l] = t[l];
+        }
+        float sum = 0;
+        for (int l = 0; l < 16; ++l) sum += acc[l];
+        const float inv = 1 / sum;
+        _Pragma("omp simd")
+        for (int64_t k = 0; k < N; ++k) yr[k] *= inv;
+    }
+}
+void masked_softmax_f64(const double *z, const double *m, int64_t sb, int64_t sh, int64_t si,
+                        int64_t H, int64_t G, int64_t L, int64_t R, int64_t N, double *y) {
+    for (int64_t r = 0; r < R; ++r) {
+        const int64_t i = r % L, h = (r / (G * L)) % H, b = r / (H * G * L);
+        const double *zr = z + r * N, *mr = m ? m + b * sb + h * sh + i * si : NULL;
+        double *yr = y + r * N, mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < N; ++j) {
+            yr[j] = mr ? zr[j] + mr[j] : zr[j];
+            mx = yr[j] > mx ? yr[j] : mx;
+        }
+        for (int64_t j = 0; j < N; ++j) { yr[j] = exp(yr[j] - mx); sum += yr[j]; }
+        for (int64_t j = 0; j < N; ++j) yr[j] /= sum;
+    }
+}
 """
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 PANEL_BYTES = 256  # as in SOURCE: score_topk reads the keys in panels of 4 vectors
@@ -678,7 +773,7 @@ def _library() -> ctypes.CDLL | None:
             with tempfile.TemporaryDirectory(dir=folder) as tmp:  # concurrent trials: build
                 src, out = Path(tmp) / "k.c", Path(tmp) / "k.so"  # apart, rename atomically
                 src.write_text(SOURCE)
-                subprocess.run([cc, *CFLAGS, "-o", str(out), str(src)], check=True,
+                subprocess.run([cc, *CFLAGS, "-o", str(out), str(src), "-lm"], check=True,
                                capture_output=True, timeout=120)
                 os.replace(out, lib)
         except (OSError, subprocess.SubprocessError):
@@ -946,6 +1041,44 @@ def memory_mix(w: torch.Tensor, v: torch.Tensor, vs: torch.Tensor, vc: torch.Ten
     token values (rows gidx of v (B, H, L, dh)), the slot values vs (B, H, S, dh) and the
     row's own cache value vc (B, H, L, dh) -> (B, H, G, L, dh)."""
     return _MemoryMix.apply(w, v, vs, vc, gidx)
+
+
+class _MaskedSoftmax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, z, mask):
+        # z (B, H, G, L, N); mask None or (B | 1, H | 1, 1, L | 1, N) -> (B, H, G, L, N)
+        z = z.contiguous()
+        B, H, G, L, N = z.shape
+        y = torch.empty_like(z)
+        if mask is None:
+            m, strides = None, (0, 0, 0)
+        else:
+            m = mask.detach().to(z.dtype)
+            if m.stride(-1) != 1:
+                m = m.contiguous()
+            strides = tuple(0 if m.shape[i] == 1 else m.stride(i) for i in (0, 1, 3))
+        _call("masked_softmax", z.dtype, z, m, *strides, H, G, L, z.numel() // N, N, y)
+        ctx.save_for_backward(y)
+        ctx.mask_shape = None if mask is None else mask.shape
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        y, = ctx.saved_tensors
+        dz = torch.empty_like(y)
+        _call("softmax_grad", y.dtype, y, dy.contiguous(), y.numel() // y.shape[-1], y.shape[-1], dz)
+        # a learned bias in the mask (a pe's): its gradient is z's, summed where it broadcasts
+        dmask = dz.sum_to_size(ctx.mask_shape) if ctx.needs_input_grad[1] else None
+        return dz, dmask
+
+
+def masked_softmax(z: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """softmax(z + mask) over the last axis in one pass per row: z (B, H, G, L, N), mask
+    None or (B | 1, H | 1, 1, L | 1, N) additive (0 / −inf; a pe's bias, which gets its
+    gradient; shared by the G experts). −inf entries are exact zeros; a row of only −inf
+    gives NaN, as torch's."""
+    return _MaskedSoftmax.apply(z, mask)
 
 
 # Rows longer than this go to the entmax package (an insertion sort is O(N²)).

@@ -392,11 +392,11 @@ class ReSSAttention(nn.Module):
         (not rotated: then −inf padding to a multiple of DENSE_ALIGN columns).
         -> weights (B, H, G, L, L [+ S + 1 [+ P]]), None, L, the values (B, H, 1, L, dh)."""
         L = q.shape[-2]
+        mask = None  # added by the activation, in its own pass where it can
         with _span("ressformer.kernel"):
             if cache is None:
                 z = qr @ kr.unsqueeze(2).transpose(-1, -2)  # (B, H, G, L, L)
-                if add is not None:
-                    z = z.add_(add.unsqueeze(2))
+                mask = None if add is None else add.unsqueeze(2)
             else:
                 ks, vs = slots
                 c = (q * cache[0].unsqueeze(2)).sum(-1, keepdim=True)  # (…, 1)
@@ -407,9 +407,9 @@ class ReSSAttention(nn.Module):
                     z = torch.cat([z, c], dim=-1)  # (B, H, G, L, L + S + 1)
                 else:  # the cache score written into the matmul's output: no copy of it
                     z = _DenseMemoryScores.apply(q, torch.cat([kr, ks], dim=2), c)  # (…, L+S+1+P)
-                    z = z.add_(F.pad(_widen(add, slot_add, L), (0, z.shape[-1] - L - ks.shape[2])).unsqueeze(2))
+                    mask = F.pad(_widen(add, slot_add, L), (0, z.shape[-1] - L - ks.shape[2])).unsqueeze(2)
         with _span("ressformer.activation"):
-            return self.activation(z), None, L, v.unsqueeze(2)
+            return self.activation(z, mask), None, L, v.unsqueeze(2)
 
     def _graph(self, w: torch.Tensor, idx: torch.Tensor | None, gates: torch.Tensor | None,
                width: int | None = None) -> Graph:

@@ -15,6 +15,11 @@ Masking: a masked entry must be −inf (not a large negative number), so that it
 zero in the output and cannot shift the threshold τ: then the weights of the real keys do not
 depend on how many masked keys a row has (padding invariance). Every row needs at least one
 finite entry.
+
+Each activation is `f(z, add=None)` = the map of z + add (add: an additive mask or bias
+broadcastable to z; a learned bias gets its gradient). Softmax on (B, H, G, L, N) scores with
+the compiled kernels adds it in the same pass (`kernels.masked_softmax`); elsewhere z + add
+is formed first.
 """
 from __future__ import annotations
 
@@ -26,21 +31,29 @@ from entmax import entmax15, sparsemax
 from fusion_sweep.trial.models import kernels
 
 
-def _softmax(z: torch.Tensor) -> torch.Tensor:
-    return torch.softmax(z, dim=-1)
+def _plus(z: torch.Tensor, add: torch.Tensor | None) -> torch.Tensor:
+    return z if add is None else z + add
 
 
-def _sparsemax(z: torch.Tensor) -> torch.Tensor:
-    return sparsemax(z, dim=-1)
+def _softmax(z: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
+    if z.dim() == 5 and kernels.available(z):  # one pass: mask, max, exp, sum, scale
+        return kernels.masked_softmax(z, add)
+    return torch.softmax(_plus(z, add), dim=-1)
 
 
-def _entmax15(z: torch.Tensor) -> torch.Tensor:
+def _sparsemax(z: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
+    return sparsemax(_plus(z, add), dim=-1)
+
+
+def _entmax15(z: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
+    z = _plus(z, add)
     if z.shape[-1] <= kernels.ENTMAX_MAX_WIDTH and kernels.available(z):  # top-k's few scores
         return kernels.entmax15(z)
     return entmax15(z, dim=-1)
 
 
-ATTN_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+Activation = Callable[..., torch.Tensor]  # (z, add=None) -> weights, z's shape
+ATTN_ACTIVATIONS: dict[str, Activation] = {
     "softmax": _softmax,
     "sparsemax": _sparsemax,
     "entmax15": _entmax15,
