@@ -48,7 +48,7 @@ from fusion_sweep.trial.data.cache import cache_root
 ENV_SWITCH = "FUSION_SWEEP_KERNELS"  # "0" turns the compiled kernels off
 # No -ffast-math: −inf scores (padding) must compare as IEEE says. `omp simd` lets the dot
 # products vectorise without allowing any other reassociation.
-CFLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-shared", "-fPIC", "-std=c99")
+CFLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-shared", "-fPIC", "-std=c99")
 
 SOURCE = r"""
 #include <stdint.h>
@@ -393,7 +393,7 @@ void heads_bwd_##S(const T *g, const T *raw, int64_t B, int64_t N, int64_t P, in
    Entmax15Function step by step: x = (z − max)/2, sorted descending; running means give   \
    tau_i; the support is the count of i with tau_i <= x_(i); y = max(x − tau, 0)². Sorted   \
    −inf entries end the scan (there the package's arithmetic gives NaN, never support). */ \
-void entmax15_##S(const T *z, int64_t R, int64_t N, T *y) {                                \
+static void entmax15_rows_##S(const T *z, int64_t R, int64_t N, T *y) {                    \
     T *srt = malloc(N * sizeof(T)), *tau = malloc(N * sizeof(T));                          \
     for (int64_t r = 0; r < R; ++r) {                                                      \
         const T *zr = z + r * N;                                                           \
@@ -438,6 +438,71 @@ void entmax15_##S(const T *z, int64_t R, int64_t N, T *y) {                     
         }                                                                                  \
     }                                                                                      \
     free(srt); free(tau);                                                                  \
+}                                                                                          \
+/* The same, 64 / sizeof(T) rows at a time (16 in float32), one row per vector lane:       \
+   the rows transposed into a local block, sorted by an odd-even transposition network     \
+   (N passes of compare-exchange, the same in every lane), the running sums and tau_i in   \
+   the same order and arithmetic as one row at a time, then transposed back. Rows of at most\
+   64 (ENTMAX_MAX_WIDTH); the last R % lanes rows go one at a time. */                     \
+void entmax15_##S(const T *z, int64_t R, int64_t N, T *y) {                                \
+    enum { W = 64 / sizeof(T) };                                                           \
+    T X[64][W], Sr[64][W], tau[64][W];                                                     \
+    const int64_t R0 = N <= 64 ? R / W * W : 0;                                            \
+    for (int64_t r0 = 0; r0 < R0; r0 += W) {                                               \
+        T mx[W], cs[W], cq[W], t[W];                                                       \
+        int64_t alive[W], support[W];                                                      \
+        for (int64_t l = 0; l < W; ++l)                                                    \
+            for (int64_t i = 0; i < N; ++i) X[i][l] = z[(r0 + l) * N + i];                 \
+        _Pragma("omp simd")                                                                \
+        for (int64_t l = 0; l < W; ++l) mx[l] = X[0][l];                                   \
+        for (int64_t i = 1; i < N; ++i) {                                                  \
+            _Pragma("omp simd")                                                            \
+            for (int64_t l = 0; l < W; ++l) mx[l] = X[i][l] > mx[l] ? X[i][l] : mx[l];     \
+        }                                                                                  \
+        for (int64_t i = 0; i < N; ++i) {                                                  \
+            _Pragma("omp simd")                                                            \
+            for (int64_t l = 0; l < W; ++l) Sr[i][l] = X[i][l] = (X[i][l] - mx[l]) / 2;    \
+        }                                                                                  \
+        for (int64_t pass = 0; pass < N; ++pass)                                           \
+            for (int64_t i = pass & 1; i + 1 < N; i += 2) {                                \
+                _Pragma("omp simd")                                                        \
+                for (int64_t l = 0; l < W; ++l) {                                          \
+                    const T a = Sr[i][l], b = Sr[i + 1][l];                                \
+                    const int up = b > a;                                                  \
+                    Sr[i][l] = up ? b : a;                                                 \
+                    Sr[i + 1][l] = up ? a : b;                                             \
+                }                                                                          \
+            }                                                                              \
+        _Pragma("omp simd")                                                                \
+        for (int64_t l = 0; l < W; ++l) { cs[l] = 0; cq[l] = 0; alive[l] = 1; support[l] = 0; }\
+        for (int64_t i = 0; i < N; ++i) {                                                  \
+            const T rho = (T)(i + 1);                                                      \
+            _Pragma("omp simd")                                                            \
+            for (int64_t l = 0; l < W; ++l) {                                              \
+                const T x = Sr[i][l];                                                      \
+                alive[l] &= x != -(T)INFINITY;                                             \
+                cs[l] += alive[l] ? x : 0;                                                 \
+                cq[l] += alive[l] ? x * x : 0;                                             \
+                const T mean = cs[l] / rho, mean_sq = cq[l] / rho;                         \
+                const T ss = rho * (mean_sq - mean * mean);                                \
+                const T delta = (1 - ss) / rho;                                            \
+                tau[i][l] = mean - SQRT(delta > 0 ? delta : 0);                            \
+                support[l] += alive[l] & (tau[i][l] <= x);                                 \
+            }                                                                              \
+        }                                                                                  \
+        _Pragma("omp simd")                                                                \
+        for (int64_t l = 0; l < W; ++l) t[l] = tau[0][l];                                  \
+        for (int64_t i = 1; i < N; ++i) {                                                  \
+            _Pragma("omp simd")                                                            \
+            for (int64_t l = 0; l < W; ++l) t[l] = support[l] - 1 == i ? tau[i][l] : t[l]; \
+        }                                                                                  \
+        for (int64_t l = 0; l < W; ++l)                                                    \
+            for (int64_t i = 0; i < N; ++i) {                                              \
+                const T d = X[i][l] - t[l];                                                \
+                y[(r0 + l) * N + i] = d > 0 ? d * d : 0;                                   \
+            }                                                                              \
+    }                                                                                      \
+    if (R0 < R) entmax15_rows_##S(z + R0 * N, R - R0, N, y + R0 * N);                      \
 }                                                                                          \
 void entmax15_grad_##S(const T *y, const T *dy, int64_t R, int64_t N, T *dx) {            \
     for (int64_t r = 0; r < R; ++r) {                                                      \
