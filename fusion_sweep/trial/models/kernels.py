@@ -1,22 +1,33 @@
-"""Compiled CPU kernels for ReSSFormer's sparse attention (issue 23): top-k selection, dot
-products and weighted sums over gathered rows of a table, entmax-1.5 on few scores, and the
-graph regulariser's row distances, each with its backward pass.
+"""Compiled CPU kernels for ReSSFormer (issue 23): top-k selection, the projections' heads,
+the sparse attention with R2MU's memory, dot products and weighted sums over gathered rows of
+a table, entmax-1.5 on few scores, a masked softmax, and the graph regulariser's row
+distances, each with its backward pass.
 
 Why: on CPU, `torch.topk` selects row by row through a generic partial sort (about 1 µs per
 row of 128 scores: six times the matmul that made the scores), a gather of the kept keys
 (`F.embedding`) writes an (R, k, dh) copy whose backward is a slow index-add, and small ops
-(entmax's sort of 13 values, the regulariser's differences) cost their dispatch many times
-over. Each loop below does the arithmetic the FLOPs count (`forward_flops`), plus one pass
-over the scores to select, and writes nothing of size (R, k, dh).
+(entmax's sort of 13 values, the regulariser's differences, permutes of (…, dh = 16) rows)
+cost their dispatch and memory passes many times over. Each loop below does the arithmetic
+the FLOPs count (`forward_flops`), plus one pass over the scores to select, and writes
+nothing of size (R, k, dh).
 
     score_topk(q, k, add, kk)  each query's kk best keys by q·kᵀ + add, the scores never
                                stored (unsorted; ties and −inf: any kk of them, as torch.topk)
+    heads(raw, parts, heads, unit, scale, sizes)
+                               a Linear's output cut into (B, H, n, dh) heads, SOES's unit
+                               norm and a per-head scale fused       autograd: raw, scale
+    memory_scores(qr, q, kr, ks, kc, gidx, ak, sa)
+                               a row's kept-token, slot and own-cache scores   autograd
+    memory_mix(w, v, vs, vc, gidx)  their weighted sum                         autograd
     gather_dot(a, table, idx)  s[r, j] = ⟨a[r], table[idx[r, j]]⟩        autograd: a, table
     gather_sum(w, table, idx)  o[r] = Σ_j w[r, j] · table[idx[r, j]]     autograd: w, table
-    entmax15(z)                the `entmax` package's 1.5-entmax on short rows  autograd
+    entmax15(z)                the `entmax` package's 1.5-entmax on short rows, 16 rows at
+                               a time (one per vector lane)                    autograd
+    masked_softmax(z, mask)    softmax(z + mask) in one pass per row     autograd (z, mask)
     chain_sqdist(ws, n)        ‖A_{t+1} − A_t‖² per row over the first n columns, for each
                                successive pair of a chain                     autograd
-    sparse_sqdist(a, ia, b, ib)  the same for rows of weights at key indices  autograd: a, b
+    sparse_sqdist(a, ia, b, ib, distinct)  the same for rows of weights at key indices
+                                                                         autograd: a, b
 
 The C source is compiled once per machine with the system C compiler (`cc`, else `gcc`,
 `clang`) into the cache folder (`cache_root()/kernels/<hash of source, flags and CPU>`),

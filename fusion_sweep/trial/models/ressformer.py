@@ -88,16 +88,22 @@ test_ressformer_equality.py checks every switch combination, on both paths below
 the previous implementation, kept as tests/ressformer_reference.py).
 - Compiled CPU kernels (models/kernels.py; a C compiler builds them once per machine, and the
   pure-torch path runs where none works, off CPU, or with FUSION_SWEEP_KERNELS=0):
+  - projections: the q and k/v outputs cut into contiguous heads in one pass each way, SOES's
+    normalisation and scale fused (`heads`): no permute copies, no norm backward;
   - top-k: each query's scores are made in a row buffer and its k best kept in the same
     loop (`score_topk`): no (B, H, L, L) tensor, with or without autograd;
-  - the kept scores and the weighted sum: dot products and sums over the kept rows of the
-    key and value tables (`gather_dot`, `gather_sum`), backward by the same loops and an
-    accumulation into the table: O(L·k·dh) both ways, nothing of size (…, k, dh) written;
-  - entmax-1.5 on the k + S + 1 kept scores: one loop per row, the `entmax` package's
-    arithmetic;
-  - the graph regulariser: sparse rows compared entry by entry (`sparse_sqdist`); dense
-    graphs in one pass per graph each way (`chain_sqdist`: one gradient per graph, not one
-    per pair).
+  - with R2MU's memory (no attention dropout): a row's kept-token, slot and own-cache
+    scores in one loop (`memory_scores`), and their weighted sum in another (`memory_mix`),
+    backward by the same loops: O(L·(k + S)·dh), nothing of size (…, k, dh) written;
+    without memory, the kept scores and the weighted sum over the kept rows of the key and
+    value tables (`gather_dot`, `gather_sum`);
+  - entmax-1.5 on the k + S + 1 kept scores: the `entmax` package's arithmetic, 16 rows at a
+    time;
+  - dense attention: the mask added inside the softmax pass (`masked_softmax`, through the
+    activation registry's `add`);
+  - the graph regulariser: sparse rows compared entry by entry (`sparse_sqdist`, half the
+    comparisons for one expert's distinct keys); dense graphs in one pass per graph each way
+    (`chain_sqdist`: one gradient per graph, not one per pair).
 - Pure-torch path, top-k: long inputs (`_rescore`: 16·k·dh < 10·L) score without autograd,
   a block of queries at a time (SCORE_BLOCK elements), only to select, then gather the k kept
   keys and score them again with autograd (backward O(L·k·dh)); short inputs select from the
