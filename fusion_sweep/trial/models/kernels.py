@@ -1157,7 +1157,7 @@ def masked_softmax(z: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     return _MaskedSoftmax.apply(z, mask)
 
 
-# Rows longer than this go to the entmax package (an insertion sort is O(N²)).
+# Rows longer than this go to the entmax package (the kernel's sorts are O(N²) per row).
 ENTMAX_MAX_WIDTH = 64
 
 
