@@ -65,6 +65,7 @@ import reference_loop as ref  # noqa: E402  (benchmarks/ only; never imported by
 
 from fusion_sweep.trial.config import TrialConfig  # noqa: E402
 from fusion_sweep.trial.data.types import EncodedSplit  # noqa: E402
+from fusion_sweep.trial.heap import release_freed_memory  # noqa: E402
 from fusion_sweep.trial.models.fusion import FUSIONS  # noqa: E402
 from fusion_sweep.trial.trainer import (build_model, build_optimizer, cpu_threads,  # noqa: E402
                                   train_epoch, training_schedule)
@@ -154,15 +155,6 @@ class CPUShare:
         self.share = (t.user + t.system - self.cpu0) / max(wall * self.threads, 1e-9)
 
 
-def _malloc_trim() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
 class PeakRSS:
     """Peak resident memory of a code block, as the increase over the RSS before it (MiB):
     for a training step, its working memory (activations kept for backward, gradients,
@@ -173,7 +165,7 @@ class PeakRSS:
     """
 
     def __enter__(self) -> "PeakRSS":
-        _malloc_trim()  # hand freed heap pages back, so the block's own allocations show
+        release_freed_memory()  # hand freed heap pages back, so the block's own allocations show
         self.before = _proc_status_kib("VmRSS")
         try:
             with open("/proc/self/clear_refs", "w") as f:

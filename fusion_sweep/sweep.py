@@ -25,7 +25,6 @@ The optional hyperparameter search before a sweep (`fusion-sweep tune`, Optuna) 
 from __future__ import annotations
 
 import csv
-import functools
 import json
 import os
 import socket
@@ -52,6 +51,7 @@ from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.trial.data.registry import DATASETS
 from fusion_sweep.trial.data.synthetic import SyntheticParams
 from fusion_sweep.trial.data.tokenize import TokenizerSettings
+from fusion_sweep.trial.heap import release_freed_memory
 from fusion_sweep.trial.models.encoder import ENCODERS
 from fusion_sweep.trial.trainer import train_trial
 
@@ -110,33 +110,6 @@ def _node_tags() -> dict[str, str]:
         tags[schema.NODE_ID] = ray.get_runtime_context().get_node_id()
         tags[schema.NODE_IP] = ray.util.get_node_ip_address()
     return tags
-
-
-def release_freed_memory() -> None:
-    """Hand the memory a finished trial freed back to the OS (glibc `malloc_trim`; a no-op
-    elsewhere).
-
-    Why: Tune runs each trial of a reused actor in a new thread, and glibc gives each new
-    thread its own malloc arena (up to 8 x cores), which keeps the pages its trial freed. A
-    long-regime actor grew by ~200 MB per trial, to 2.2 GB over the default sweep, where the
-    same trials in one process stay at ~0.75 GB (benchmarks/README.md, trial memory).
-    `malloc_trim(0)` releases free pages of every arena, between trials, so it cannot slow a
-    trial. Capping the arenas instead (MALLOC_ARENA_MAX=2) also removed the growth, but it
-    changes allocation inside every trial (it looked 4-8% slower in one small A/B here)."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
-@functools.lru_cache(maxsize=1)
-def _malloc_trim() -> Any:
-    """glibc's malloc_trim, looked up once per process (None elsewhere)."""
-    import ctypes
-
-    try:
-        return ctypes.CDLL(None).malloc_trim  # the process's own C library
-    except (OSError, AttributeError):  # not glibc
-        return None
 
 
 def peak_rss_mb() -> float:

@@ -253,7 +253,7 @@ def test_freed_memory_is_released_between_trials() -> None:
     import ctypes
     import threading
 
-    from fusion_sweep.sweep import release_freed_memory
+    from fusion_sweep.trial.heap import release_freed_memory
 
     def rss_mb() -> float:
         return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20

@@ -61,14 +61,16 @@ ENV_SWITCH = "FUSION_SWEEP_KERNELS"  # "0" turns the compiled kernels off
 # products vectorise without allowing any other reassociation.
 CFLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-shared", "-fPIC", "-std=c99")
 
-SOURCE = r"""
+# score_topk reads the keys in panels of 4 vectors of 64 bytes (its 4 vector registers).
+PANEL_BYTES = 256
+SOURCE = f"#define PANEL_BYTES {PANEL_BYTES}\n" + r"""
 #include <stdint.h>
 #include <string.h>
 #include <stdlib.h>
 #include <math.h>
 
-/* Keys per panel in score_topk: 4 vectors of 64 bytes (64 floats, 32 doubles). */
-#define PANEL_BYTES 256
+/* Keys per panel in score_topk: 4 vectors of 64 bytes (64 floats, 32 doubles); PANEL_BYTES
+   is defined ahead of this source from the Python constant of that name. */
 #define BW_MAX 64
 
 /* topk_fast's steps with AVX-512 (float32; elsewhere the portable loops): compact_ gathers
@@ -813,7 +815,6 @@ void masked_softmax_f64(const double *z, const double *m, int64_t sb, int64_t sh
 }
 """
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
-PANEL_BYTES = 256  # as in SOURCE: score_topk reads the keys in panels of 4 vectors
 _I64 = ctypes.c_int64
 
 
@@ -872,6 +873,25 @@ def _call(name: str, dtype: torch.dtype, *args) -> None:
          else ctypes.c_void_p(None) if a is None else _I64(a) for a in args])
 
 
+def _row_mask(mask: torch.Tensor | None, dtype: torch.dtype,
+              dims: tuple[int, int, int]) -> tuple[torch.Tensor | None, tuple[int, int, int]]:
+    """An additive mask as the kernels read it: rows of unit stride, and its strides along
+    the (batch, head, query) dims `dims` (0 where it broadcasts); None: (None, zeros)."""
+    if mask is None:
+        return None, (0, 0, 0)
+    m = mask.detach().to(dtype)
+    if m.stride(-1) != 1:
+        m = m.contiguous()
+    return m, tuple(0 if m.shape[i] == 1 else m.stride(i) for i in dims)
+
+
+def _row_grad(name: str, y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    """The backward of a row-wise map from its output y (..., N): kernel `name`(y, dy)."""
+    dz = torch.empty_like(y)
+    _call(name, y.dtype, y, dy.contiguous(), y.numel() // y.shape[-1], y.shape[-1], dz)
+    return dz
+
+
 def score_topk(q: torch.Tensor, k: torch.Tensor, add: torch.Tensor | None, kk: int) -> torch.Tensor:
     """Each query's kk highest-scoring keys, scores never stored: q (B, H, G, L, dh), k (B, H,
     L, dh), add None | (B, 1, 1, L) | (B, H, L, L) added to the scores (padding −inf, a pe's
@@ -883,13 +903,7 @@ def score_topk(q: torch.Tensor, k: torch.Tensor, add: torch.Tensor | None, kk: i
     kp = F.pad(k.detach(), (0, 0, 0, pad)) if pad else k.detach()  # (B, H, P·bw, dh)
     kt = kp.view(B, H, -1, bw, D).transpose(-1, -2).contiguous()  # (B, H, P, dh, bw) panels
     out = torch.empty(B, H, G, L, kk, dtype=torch.int64)
-    if add is None:
-        mask, strides = None, (0, 0, 0)
-    else:
-        mask = add.detach().to(q.dtype)
-        if mask.stride(-1) != 1:
-            mask = mask.contiguous()
-        strides = tuple(0 if mask.shape[i] == 1 else mask.stride(i) for i in range(3))
+    mask, strides = _row_mask(add, q.dtype, (0, 1, 2))
     _call("score_topk", q.dtype, qc, kt, mask, *strides, B * H, H, G * L, L, D, kk, out)
     return out
 
@@ -1042,10 +1056,6 @@ def heads(raw: torch.Tensor, parts: int, heads: int, unit: tuple[bool, ...],
     return _Heads.apply(raw, scale, parts, heads, tuple(unit), tuple(sizes))
 
 
-def _flat(x: torch.Tensor) -> torch.Tensor:
-    return x.contiguous()
-
-
 class _MemoryScores(torch.autograd.Function):
     @staticmethod
     def forward(ctx, qr, q, kr, ks, kc, gidx, ak, sa):
@@ -1053,7 +1063,7 @@ class _MemoryScores(torch.autograd.Function):
         # ak (B, H, G, L, K) or None; sa (B, S) -> z (B, H, G, L, K + S + 1)
         B, H, G, L, D = q.shape
         K, S = gidx.shape[-1], ks.shape[2]
-        qr, q, kr, ks, kc, gidx, sa = map(_flat, (qr, q, kr, ks, kc, gidx, sa))
+        qr, q, kr, ks, kc, gidx, sa = (t.contiguous() for t in (qr, q, kr, ks, kc, gidx, sa))
         ak = None if ak is None else ak.contiguous()
         z = torch.empty(B, H, G, L, K + S + 1, dtype=q.dtype)
         _call("mem_scores", q.dtype, qr, q, kr, gidx, ak, ks, sa, kc, B * H * G * L, K, S, D,
@@ -1081,7 +1091,7 @@ class _MemoryMix(torch.autograd.Function):
         # w (B, H, G, L, K + S + 1); v, vc (B, H, L, D); vs (B, H, S, D) -> (B, H, G, L, D)
         B, H, G, L, N = w.shape
         K, S, D = gidx.shape[-1], vs.shape[2], v.shape[-1]
-        w, v, vs, vc, gidx = map(_flat, (w, v, vs, vc, gidx))
+        w, v, vs, vc, gidx = (t.contiguous() for t in (w, v, vs, vc, gidx))
         out = torch.empty(B, H, G, L, D, dtype=w.dtype)
         _call("mem_mix", w.dtype, w, v, gidx, vs, vc, B * H * G * L, K, S, D, G * L, L, out)
         ctx.save_for_backward(w, v, vs, vc, gidx)
@@ -1126,13 +1136,7 @@ class _MaskedSoftmax(torch.autograd.Function):
         z = z.contiguous()
         B, H, G, L, N = z.shape
         y = torch.empty_like(z)
-        if mask is None:
-            m, strides = None, (0, 0, 0)
-        else:
-            m = mask.detach().to(z.dtype)
-            if m.stride(-1) != 1:
-                m = m.contiguous()
-            strides = tuple(0 if m.shape[i] == 1 else m.stride(i) for i in (0, 1, 3))
+        m, strides = _row_mask(mask, z.dtype, (0, 1, 3))
         _call("masked_softmax", z.dtype, z, m, *strides, H, G, L, z.numel() // N, N, y)
         ctx.save_for_backward(y)
         ctx.mask_shape = None if mask is None else mask.shape
@@ -1142,8 +1146,7 @@ class _MaskedSoftmax(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy):
         y, = ctx.saved_tensors
-        dz = torch.empty_like(y)
-        _call("softmax_grad", y.dtype, y, dy.contiguous(), y.numel() // y.shape[-1], y.shape[-1], dz)
+        dz = _row_grad("softmax_grad", y, dy)
         # a learned bias in the mask (a pe's): its gradient is z's, summed where it broadcasts
         dmask = dz.sum_to_size(ctx.mask_shape) if ctx.needs_input_grad[1] else None
         return dz, dmask
@@ -1174,9 +1177,7 @@ class _Entmax15(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy):
         y, = ctx.saved_tensors
-        dx = torch.empty_like(y)
-        _call("entmax15_grad", y.dtype, y, dy.contiguous(), y.numel() // y.shape[-1], y.shape[-1], dx)
-        return dx
+        return _row_grad("entmax15_grad", y, dy)
 
 
 def entmax15(z: torch.Tensor) -> torch.Tensor:
