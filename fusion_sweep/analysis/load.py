@@ -17,7 +17,7 @@ from fusion_sweep.schema import PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN
 
 from fusion_sweep.analysis.metrics import is_proportion
 from fusion_sweep.analysis.schema import (
-    DEFAULT_ENCODER, ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS, KEY_COLUMNS, LABEL_COLUMNS,
+    BLANK_STATUS, DEFAULT_ENCODER, ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS, KEY_COLUMNS, LABEL_COLUMNS,
     NON_METRIC_COLUMNS, AnalysisError,
 )
 from fusion_sweep.analysis.variants import Axis, Variant, check_present, parse_baseline
@@ -141,11 +141,15 @@ def _integer_seeds(col: pd.Series, source: str) -> pd.Series:
 
 
 def _status(df: pd.DataFrame) -> pd.Series:
-    """Run status, upper-cased; a file without a status column holds finished trials."""
+    """Run status, upper-cased; a file without a status column holds finished trials.
+
+    A blank cell in a status column is not read as FINISHED (a run whose status was never
+    written may have crashed): it becomes BLANK_STATUS, and the pairing drops it with the
+    reason `blank_status`."""
     if "status" not in df.columns:
         return pd.Series([FINISHED] * len(df), index=df.index, dtype=object)
-    s = df["status"].astype(object).where(df["status"].notna(), FINISHED)
-    return s.map(lambda v: str(v).strip().upper() or FINISHED).astype(object)
+    s = df["status"].astype(object).where(df["status"].notna(), "")
+    return s.map(lambda v: str(v).strip().upper() or BLANK_STATUS).astype(object)
 
 
 def _optional_str(col: pd.Series) -> pd.Series:

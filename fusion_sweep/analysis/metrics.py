@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from fusion_sweep.schema import DIRECTIONS
+from fusion_sweep.schema import DIRECTIONS, METRIC_DIRECTIONS
 
 from fusion_sweep.analysis.schema import (
     ACCURACY_PARTS, HIGHER_IS_BETTER, HIGHER_IS_BETTER_PARTS, LOWER_IS_BETTER,
@@ -42,10 +42,20 @@ def name_direction(metric: str) -> str | None:
 
 def resolve_direction(metric: str, flag: str = AUTO,
                       directions: Mapping[str, str] | None = None) -> str:
-    """'higher' or 'lower' for `metric`: flag, then the sweep's mapping, then the name rule."""
-    if flag in DIRECTION_VALUES:
-        return flag
+    """'higher' or 'lower' for `metric`: flag, then the sweep's mapping, then the name rule.
+
+    The flag is for metrics whose direction nothing records: it is refused for a metric whose
+    direction is known (schema.METRIC_DIRECTIONS or the sweep's `directions`) when it says
+    the opposite, since it would silently turn 'better' into 'worse'."""
     given = (directions or {}).get(metric)
+    known = given if given is not None else METRIC_DIRECTIONS.get(metric)
+    if flag in DIRECTION_VALUES:
+        if known is not None and known != flag:
+            where = "the sweep's `directions`" if given is not None else "its known direction"
+            raise AnalysisError(f"--direction {flag} contradicts the direction of metric "
+                                f"{metric!r} ({known} is better, {where}); drop --direction "
+                                f"for {metric!r}: it is only for metrics of unknown direction")
+        return flag
     if given is not None:
         return check_direction_value(metric, given)
     by_name = name_direction(metric)

@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from fusion_sweep.analysis.schema import (
-    ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS, KEY_COLUMNS, PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN,
+    BLANK_STATUS, ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS, KEY_COLUMNS, PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN,
     SEED_FP_COLUMNS,
 )
 from fusion_sweep.analysis.variants import Axis, Variant, parse_baseline
@@ -154,6 +154,9 @@ def _cell(cols: _Columns, idx: np.ndarray, metric: str) -> Cell:
                     detail=f"{len(finished)} finished runs for the same seed{extra}")
     if len(finished) == 0:
         statuses = sorted(set(cols.status[idx]))
+        if statuses == [BLANK_STATUS]:  # never read as FINISHED: the run may have crashed
+            return Cell(reason="blank_status", detail="status column blank: not known to "
+                        "have finished")
         return Cell(reason="failed_trial", detail=f"status {'/'.join(statuses)}")
     i = finished[0]
     value = cols.value[i]

@@ -53,6 +53,8 @@ META_COLUMNS: tuple[str, ...] = ("status", *FP_COLUMNS, *ENCODER_FP_COLUMNS, "co
 NON_METRIC_COLUMNS: frozenset[str] = frozenset((*KEY_COLUMNS, *META_COLUMNS))
 
 FINISHED = "FINISHED"
+# A blank cell of a status column: dropped as `blank_status`, never read as FINISHED.
+BLANK_STATUS = "(BLANK)"
 
 # Direction of improvement by name (--direction auto), after the sweep's `directions`.
 # Exact names first (they would otherwise match no rule, or the wrong one), then
@@ -228,6 +230,8 @@ DROP_REASONS: tuple[str, ...] = (
     # two different seeds of one arm with an identical seed-dependent fingerprint
     # (SEED_FP_COLUMNS): a copied run, not an independent replication; every copy is dropped
     "duplicate_fingerprint",
+    # a row whose status cell is blank: not known to have finished (never read as FINISHED)
+    "blank_status",
 )
 # Fingerprints that differ between two seeds of one arm by construction (batch order,
 # initial weights, dropout stream): identical values on two seeds reveal a copied run. The
