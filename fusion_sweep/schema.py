@@ -225,6 +225,23 @@ ERROR = "fusion_sweep.error"
 LABEL_DEPENDS_TAG = "fusion_sweep.label_depends"
 ORDER_ACCESS_TAG = "fusion_sweep.order_access"
 LABEL_COLUMNS: tuple[str, ...] = ("label_depends", "order_access")
+# Issue 31/30 (records): what verdicts need, as trial tags / metrics and results-file columns.
+# REGIME_TAG: the training regime a dataset belongs to (a probe's clean regime, else its own
+# name); PROBE_OF_TAG: the regime a probe re-tests ("" for a clean regime); LONG_CONTEXT_TAG:
+# "true" when the registry marks the regime long-context. Read back as REGIME_COLUMNS.
+REGIME_TAG = "fusion_sweep.regime"
+PROBE_OF_TAG = "fusion_sweep.probe_of"
+LONG_CONTEXT_TAG = "fusion_sweep.long_context"
+REGIME_COLUMNS: tuple[str, ...] = ("regime_of", "probe_of", "long_context")
+# Trial metrics: the majority-class share of the test split (chance for accuracy) and the
+# test split's size (the exact per-seed learn test needs it).
+TEST_MAJORITY_RATE = "test_majority_rate"
+TEST_SIZE = "test_n"
+# Results-file columns of the sweep (same value on every row): the code fingerprint, the
+# comparison family (JSON of COMPARISON_FAMILY) and the adaptive settings (JSON of ADAPTIVE).
+CODE_FINGERPRINT_COLUMN = "code_fingerprint"
+COMPARISON_FAMILY_COLUMN = "comparison_family"
+ADAPTIVE_COLUMN = "adaptive"
 # Parent-run tag: every dataset name the launching version knows (JSON list), so `stats`
 # can tell "a dataset this sweep lacks" from "no such dataset" without the dataset registry.
 KNOWN_DATASETS = "fusion_sweep.known_datasets"

@@ -2,16 +2,21 @@
 
 A comparison of two models that both sit at chance says nothing about the variants: their
 delta is noise around 0, and an "inconclusive" (or "equivalent") verdict would read as
-evidence about them. So, for accuracy-like metrics ('acc' in the name) only:
+evidence about them. So every arm's accuracy (the first accuracy-like metric shown, else
+the table's ``test_acc``) is tested once, and its state guards the comparisons of EVERY
+metric (a chance-level pair can differ on macro-F1 or latency; that says nothing either):
 
-- chance level = 1 / num_classes, with the class count from the ``num_classes`` column
-  (the trial runs' MLflow metric, or a CSV column), overridden by ``--num-classes D=K``;
-- per arm, a one-sided one-sample t-test (``scipy.stats.ttest_1samp(alternative=
-  'greater')``) of its per-seed accuracy against the chance level;
-- Holm across every arm tested in the report; an arm "learned" (``yes``) when its
-  Holm-adjusted p < alpha, else ``no``. ``unknown`` when the class count is unknown (a
-  warning says so) or the test is undefined (fewer than 2 seeds, or identical values);
-  ``n/a`` for metrics that are not accuracy-like.
+- chance = the test split's majority-class share (``test_majority_rate``, logged by every
+  trial): what a constant predictor scores on an imbalanced split. 1/num_classes only as a
+  labelled fallback when no rate is recorded (``chance_source``);
+- with the test size (``test_n``): per seed, the exact one-sided binomial test of
+  round(acc * test_n) correct answers against the majority rate
+  (:func:`fusion_sweep.analysis.winrate.learn_rate`); the arm's learn rate is the count of
+  seeds that beat chance, and it ``learned`` when it did on most of its seeds;
+- without it: a one-sided one-sample t of the per-seed accuracies against chance, Holm
+  across the arms. ``unknown`` when chance is unknown (a warning says so) or the test is
+  undefined (fewer than 2 seeds, or identical values); ``n/a`` when the table holds no
+  accuracy at all.
 
 The report turns a comparison where *both* arms are ``no`` into the verdict
 ``not learned``. "No" means "not shown to beat chance": with very few seeds a weak model
@@ -25,15 +30,21 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from fusion_sweep.analysis.load import to_metric
 from fusion_sweep.analysis.metrics import is_accuracy_like
 from fusion_sweep.analysis.pairing import cells_for
-from fusion_sweep.analysis.schema import AnalysisError
+from fusion_sweep.analysis.schema import (
+    FINISHED, TEST_MAJORITY_RATE, TEST_SIZE, AnalysisError,
+)
 from fusion_sweep.analysis.stats import NAN, beats_chance, holm
 from fusion_sweep.analysis.variants import Variant
+from fusion_sweep.analysis.winrate import learn_rate
 
-METHOD = ("one-sided one-sample t-test of each arm's per-seed accuracy > 1/num_classes "
-          "(scipy ttest_1samp, alternative='greater'); Holm across the arms")
-ArmKey = tuple  # (dataset, Variant, metric)
+METHOD = ("each arm's accuracy against chance = its test split's majority-class share "
+          "(1/num_classes when none is recorded): exact one-sided binomial test per seed "
+          "when the test size is known (learned on most seeds), else a one-sided one-sample "
+          "t of the per-seed accuracies, Holm across the arms; guards every metric")
+ArmKey = tuple  # (dataset, Variant): one chance test per arm, on its accuracy
 
 
 def class_counts(df: pd.DataFrame, overrides: Mapping[str, int] | None = None
@@ -60,38 +71,81 @@ def class_counts(df: pd.DataFrame, overrides: Mapping[str, int] | None = None
     return out
 
 
+ACCURACY_METRIC = "test_acc"  # the accuracy a non-accuracy comparison is guarded by
+MAJORITY_SOURCE, FALLBACK_SOURCE = "test majority rate", "1/K (no test_majority_rate recorded)"
+EXACT_METHOD = ("exact one-sided binomial test per seed of round(acc * test_n) correct against "
+                "the test split's majority rate; learned = on most seeds")
+T_METHOD = "one-sided one-sample t of per-seed accuracy > chance, Holm across arms"
+
+
+def accuracy_metric(df: pd.DataFrame, metrics: list[str]) -> str | None:
+    """The accuracy every comparison's learned? state is read from: the first accuracy-like
+    metric asked for, else the table's ACCURACY_METRIC column, else None (no guard)."""
+    for m in metrics:
+        if is_accuracy_like(m):
+            return m
+    return ACCURACY_METRIC if ACCURACY_METRIC in df.columns else None
+
+
 def chance_tests(
     df: pd.DataFrame, metrics: list[str], counts: Mapping[str, int | None], alpha: float,
 ) -> tuple[list[dict], dict[ArmKey, dict], list[dict]]:
-    """Test every arm of every accuracy-like metric against chance.
+    """Test every arm's accuracy against chance (once per arm, whatever metrics are shown).
 
-    Returns (tests with CHANCE_TEST_KEYS, arm key -> that test, warnings).
-    """
-    tests: list[dict] = []
-    for metric in (m for m in metrics if is_accuracy_like(m)):
-        values: dict[tuple, list[float]] = {}
-        for (dataset, encoder, pe, fusion, _seed), cell in cells_for(df, metric).items():
-            if cell.ok:
-                values.setdefault((dataset, Variant(encoder, pe, fusion)), []).append(cell.value)
-        for (dataset, v), vals in sorted(values.items()):
-            tests.append(_arm_test(dataset, v, metric, np.array(vals), counts.get(dataset)))
+    Chance is the test split's majority-class share (`test_majority_rate`) when recorded,
+    1/K otherwise (labelled). With a test size the per-seed exact binomial test decides each
+    seed (the learn rate) and the arm learned when it did on most seeds; without one, the
+    one-sided t of the per-seed accuracies, Holm across arms.
+    Returns (tests with CHANCE_TEST_KEYS, (dataset, Variant) -> that test, warnings)."""
+    metric = accuracy_metric(df, metrics)
+    if metric is None:
+        return [], {}, []
+    df = df.assign(**{metric: to_metric(df, metric)})
+    rows: dict[tuple, list[tuple[float, float, float]]] = {}
+    extra = _per_seed(df)
+    for key, cell in cells_for(df, metric).items():
+        if cell.ok:
+            dataset, encoder, pe, fusion, seed = key
+            rows.setdefault((dataset, Variant(encoder, pe, fusion)), []).append(
+                (cell.value, *extra.get(key, (NAN, NAN))))
+    tests = [_arm_test(d, v, metric, np.array(vals, dtype=float), counts.get(d), alpha)
+             for (d, v), vals in sorted(rows.items())]
     adjusted = holm(np.array([t["p"] for t in tests], dtype=float))
     for t, p in zip(tests, adjusted):
         t["p_holm"] = float(p)
-        if np.isfinite(p):
+        if np.isfinite(p) and t["learn_n"] is None:
             t["learned"] = "yes" if p < alpha else "no"
-    by_arm = {(t["dataset"], Variant(t["encoder"], t["pe"], t["fusion"]), t["metric"]): t
-              for t in tests}
+    by_arm = {(t["dataset"], Variant(t["encoder"], t["pe"], t["fusion"])): t for t in tests}
     return tests, by_arm, _unknown_warning(tests)
 
 
-def _arm_test(dataset: str, v: Variant, metric: str, vals: np.ndarray, k: int | None) -> dict:
-    chance = 1.0 / k if k else NAN
-    t, p = beats_chance(vals, chance) if k else (NAN, NAN)
-    return {"dataset": dataset, "encoder": v.encoder, "pe": v.pe, "metric": metric,
-            "fusion": v.fusion, "variant": v.label, "n": int(vals.size), "num_classes": k,
-            "chance_level": chance, "mean": float(vals.mean()) if vals.size else NAN, "t": t,
-            "p": p, "p_holm": NAN, "learned": "unknown"}
+def _per_seed(df: pd.DataFrame) -> dict[tuple, tuple[float, float]]:
+    """(dataset, encoder, pe, fusion, seed) -> (majority rate, test size) of a finished run."""
+    keys = df[["dataset", "encoder", "pe", "fusion", "seed"]].itertuples(index=False, name=None)
+    done = (df["status"] == FINISHED).to_numpy()
+    rate, size = (df[c].to_numpy(dtype=float) for c in (TEST_MAJORITY_RATE, TEST_SIZE))
+    return {k: (r, n) for k, r, n, ok in zip(keys, rate, size, done) if ok}
+
+
+def _arm_test(dataset: str, v: Variant, metric: str, vals: np.ndarray, k: int | None,
+              alpha: float) -> dict:
+    """vals (seeds, 3): accuracy, majority rate, test size per seed."""
+    acc, rate, size = vals.T if vals.size else (np.zeros(0),) * 3  # (seeds,) each
+    known = rate[np.isfinite(rate)]
+    chance = float(known.mean()) if known.size else (1.0 / k if k else NAN)
+    source = MAJORITY_SOURCE if known.size else FALLBACK_SOURCE
+    t, p = beats_chance(acc, chance) if np.isfinite(chance) else (NAN, NAN)
+    out = {"dataset": dataset, "encoder": v.encoder, "pe": v.pe, "metric": metric,
+           "fusion": v.fusion, "variant": v.label, "n": int(acc.size), "num_classes": k,
+           "chance_level": chance, "mean": float(acc.mean()) if acc.size else NAN, "t": t,
+           "p": p, "p_holm": NAN, "learned": "unknown", "chance_source": source,
+           "learn_method": T_METHOD, "learn_count": None, "learn_n": None}
+    exact = acc.size and known.size == acc.size and np.all(np.isfinite(size) & (size >= 1))
+    if exact:
+        lr = learn_rate(np.round(acc * size), size, rate, alpha)
+        out.update(learn_method=EXACT_METHOD, learn_count=lr.count, learn_n=lr.n,
+                   learned="yes" if 2 * lr.count > lr.n else "no")
+    return out
 
 
 def _unknown_warning(tests: list[dict]) -> list[dict]:
@@ -106,13 +160,19 @@ def _unknown_warning(tests: list[dict]) -> list[dict]:
 
 
 def arm_state(by_arm: Mapping[ArmKey, dict], dataset: str, v: Variant, metric: str) -> str:
-    """LEARNED_STATES value of one arm: n/a for metrics without a chance level."""
-    if not is_accuracy_like(metric):
+    """LEARNED_STATES value of one arm, on any metric: its accuracy's chance test ("n/a"
+    only when the table holds no accuracy at all)."""
+    if not by_arm:
         return "n/a"
-    test = by_arm.get((dataset, v, metric))
+    test = by_arm.get((dataset, v))
     return test["learned"] if test else "unknown"
 
 
 def chance_level(by_arm: Mapping[ArmKey, dict], dataset: str, v: Variant, metric: str) -> float:
-    """1/K of an arm's dataset (nan when unknown or not accuracy-like)."""
-    return by_arm.get((dataset, v, metric), {}).get("chance_level", NAN)
+    """The chance level of an arm's accuracy (nan when unknown or no accuracy recorded)."""
+    return by_arm.get((dataset, v), {}).get("chance_level", NAN)
+
+
+def chance_test(by_arm: Mapping[ArmKey, dict], dataset: str, v: Variant) -> dict | None:
+    """The arm's chance test (CHANCE_TEST_KEYS), None when it has none."""
+    return by_arm.get((dataset, v))

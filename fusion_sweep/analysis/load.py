@@ -17,6 +17,7 @@ from fusion_sweep.schema import PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN
 
 from fusion_sweep.analysis.metrics import is_proportion
 from fusion_sweep.analysis.schema import (
+    ADAPTIVE_COLUMN, COMPARISON_FAMILY_COLUMN, REGIME_COLUMNS, TEST_MAJORITY_RATE, TEST_SIZE,
     BLANK_STATUS, DEFAULT_ENCODER, ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS, KEY_COLUMNS, LABEL_COLUMNS,
     NON_METRIC_COLUMNS, AnalysisError,
 )
@@ -113,9 +114,10 @@ def tidy(raw: pd.DataFrame, source: str = "results") -> pd.DataFrame:
     df["seed"] = _integer_seeds(df["seed"], source)
     df["status"] = _status(df)
     for col in (*FP_COLUMNS, *ENCODER_FP_COLUMNS, "code_fingerprint", PLATFORM_COLUMN,
-                PLATFORM_LABEL_COLUMN, *LABEL_COLUMNS):
+                PLATFORM_LABEL_COLUMN, *LABEL_COLUMNS, *REGIME_COLUMNS, COMPARISON_FAMILY_COLUMN,
+                ADAPTIVE_COLUMN):
         df[col] = _optional_str(df[col]) if col in df.columns else None
-    for col in ("median_tokens", "num_classes"):
+    for col in ("median_tokens", "num_classes", TEST_MAJORITY_RATE, TEST_SIZE):
         df[col] = pd.to_numeric(df[col], errors="coerce") if col in df.columns else np.nan
     return df.reset_index(drop=True)
 

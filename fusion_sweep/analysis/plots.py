@@ -138,7 +138,7 @@ def arms_by_regime_plot(values: "pd.DataFrame", regimes: list[tuple[str, str]],
                         path: Path, reference: str | None = None) -> Path:
     """The paper-style figure: each arm's metric per regime (x, short -> long), every seed a
     dot, the seeds of one pair joined by a line across the arms of a regime, the arms' mean
-    a bar, and chance (1/K) a dashed line.
+    a bar, and chance (the majority rate, 1/K when none) a dashed line.
 
     values: one row per usable cell with columns dataset, arm, seed, value; regimes:
     (dataset, label) short -> long; chance: dataset -> chance level (absent: none drawn);
@@ -177,7 +177,7 @@ def arms_by_regime_plot(values: "pd.DataFrame", regimes: list[tuple[str, str]],
     handles += [Line2D([], [], color="#8c959f", lw=0.7, label="one seed across arms\n(a pair)"),
                 Line2D([], [], color="#444", lw=2.2, label="bar: mean over seeds")]
     if chance:
-        handles.append(Line2D([], [], color="#9a6700", ls=":", lw=1.3, label="chance (1/K)"))
+        handles.append(Line2D([], [], color="#9a6700", ls=":", lw=1.3, label="chance (majority rate)"))
     ax.legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5),
               frameon=False, title="dot = one seed", title_fontsize=7)
     return _save(fig, path)

@@ -40,7 +40,9 @@ import pandas as pd
 
 from fusion_sweep.analysis import stats
 from fusion_sweep.analysis.chance import METHOD as CHANCE_METHOD
-from fusion_sweep.analysis.chance import arm_state, chance_level, chance_tests, class_counts
+from fusion_sweep.analysis.chance import (
+    arm_state, chance_level, chance_test, chance_tests, class_counts,
+)
 from fusion_sweep.analysis.grid import verdict_grid
 from fusion_sweep.analysis.load import select
 from fusion_sweep.analysis.claims import evaluate, get_claim_set
@@ -323,6 +325,7 @@ def _compare(p: Paired, s: Settings, regime: Regime, by_arm: dict) -> dict:
         "baseline_learned": arm_state(by_arm, p.dataset, p.ref, p.metric),
         "encoder": p.arm.encoder, "variant": p.arm.label, "baseline_variant": p.ref.label,
         "group": p.group, **_ratio(p, s), "verdict_flags": [], "_unchecked": p.unchecked,
+        "_collapse": _collapse(by_arm, p),
         "_x": p.x, "_y": p.y,
     }
 
@@ -381,34 +384,56 @@ def _qualify(c: dict, s: Settings, not_learned: bool) -> None:
     - the verdict with the pairs dropped by fingerprint/code checks put back, when it
       differs (the verdict itself never uses them; copied seeds are never put back)."""
     flags = c["verdict_flags"]
-    why = _unknown_arm(c)
-    if why and c["verdict"] in (BETTER, EQUIVALENT):
+    why = _unlearned_arm(c)
+    if why and c["verdict"] in (BETTER, WORSE, EQUIVALENT):
         flags.append(f"no '{c['verdict']}': {why}")
         c["notes"] = c["notes"] + [f"verdict withheld ('{c['verdict']}' -> 'inconclusive'): "
-                                   f"{why}; a model that may sit at chance can show neither an "
-                                   "improvement nor the absence of an effect"]
+                                   f"{why}; a model that may sit at chance can show neither a "
+                                   "difference nor the absence of one"]
         c["verdict"] = INCONCLUSIVE
     if c["verdict"] in (BETTER, WORSE, EQUIVALENT) and c["n"] < NORMALITY_BELOW_N:
         flags.append(f"rests on normality (n = {c['n']} < {NORMALITY_BELOW_N})")
         c["notes"] = c["notes"] + [
             f"only {c['n']} pairs: the verdict rests on the paired t-test's normality "
             "assumption; no exact test can reach alpha at this n"]
+    collapse = c.pop("_collapse")
+    if collapse and c["verdict"] in (BETTER, WORSE, EQUIVALENT):
+        flags.append(f"rests on normality ({collapse})")
+        c["notes"] = c["notes"] + [
+            f"{collapse}: the deltas mix collapsed and learned seeds, so the mean-Δ verdict "
+            "rests on the t-test's normality; read the win rate (exact) beside it"]
     x, y, unchecked = c.pop("_x"), c.pop("_y"), c.pop("_unchecked")
     if unchecked:
         _sensitivity(c, s, np.asarray(x, float), np.asarray(y, float), unchecked, not_learned)
 
 
-def _unknown_arm(c: dict) -> str:
-    """Why an arm's chance state is unknown ('' when both are known or not applicable)."""
+def _unlearned_arm(c: dict) -> str:
+    """Why an arm may sit at chance ('' when both beat it or chance does not apply): an arm
+    whose learned? is `no` or `unknown` on either side withholds better, worse and
+    equivalent alike (the guards are symmetric)."""
     for label, state in ((c["variant"], c["learned"]), (c["baseline_variant"],
                                                           c["baseline_learned"])):
+        if state == "no":
+            return f"{label} does not beat chance ({c['chance_level']:.3g})"
         if state != "unknown":
             continue
         if not np.isfinite(c["chance_level"]):
             return f"chance level unknown for {label} (class count unknown)"
-        return (f"{label} has the same {c['metric']} on every seed (or fewer than 2 seeds): "
+        return (f"{label} has the same accuracy on every seed (or fewer than 2 seeds): "
                 "whether it beats chance is unknown")
     return ""
+
+
+def _collapse(by_arm: dict, p: Paired) -> str:
+    """'ARM at chance on k of n seeds' when an arm learned on some seeds but not all (the
+    exact per-seed test): a seed at chance beside seeds well above it."""
+    out = []
+    for v in (p.arm, p.ref):
+        t = chance_test(by_arm, p.dataset, v)
+        if t and t["learn_n"] and 0 < t["learn_count"] < t["learn_n"]:
+            out.append(f"{v.label} at chance on {t['learn_n'] - t['learn_count']} of "
+                       f"{t['learn_n']} seeds")
+    return "; ".join(out)
 
 
 def _sensitivity(c: dict, s: Settings, x: np.ndarray, y: np.ndarray, unchecked: tuple,
@@ -425,7 +450,7 @@ def _sensitivity(c: dict, s: Settings, x: np.ndarray, y: np.ndarray, unchecked: 
              else 1.0)
     other = stats.verdict(t.mean, t.low, t.high, min(1.0, t.p * step), min(1.0, tost * tstep),
                           s.alpha, c["higher_is_better"], not_learned=not_learned)
-    if other == c["verdict"] or (other in (BETTER, EQUIVALENT) and _unknown_arm(c)):
+    if other == c["verdict"] or (other in (BETTER, WORSE, EQUIVALENT) and _unlearned_arm(c)):
         return
     c["verdict_flags"].append(f"with all {len(seeds)} pairs: {other}")
     c["notes"] = c["notes"] + [
@@ -453,7 +478,7 @@ def _verdict_notes(c: dict, alpha: float) -> list[str]:
                      (c["t_ci_low"] > 0 or c["t_ci_high"] < 0))
     margin = c["equivalence_margin"]
     if c["verdict"] == NOT_LEARNED:
-        return [f"neither arm beats chance (1/K = {c['chance_level']:.3g}): verdict 'not learned'; "
+        return [f"neither arm beats chance ({c['chance_level']:.3g}): verdict 'not learned'; "
                 "these statistics compare two chance-level models"]
     if c["verdict"] in (BETTER, WORSE) and equivalent:
         return [f"also equivalent within ±{margin:g} (Holm-adjusted TOST p = {tost:.3g}): the "

@@ -38,6 +38,9 @@ from fusion_sweep.schema import (  # DEFAULT_ENCODER: re-exported for the analys
     LABEL_COLUMNS, VARIANT_FIELDS,
 )  # noqa: F401
 from fusion_sweep.schema import PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN  # noqa: F401
+from fusion_sweep.schema import (  # noqa: F401
+    ADAPTIVE_COLUMN, COMPARISON_FAMILY_COLUMN, REGIME_COLUMNS, TEST_MAJORITY_RATE, TEST_SIZE,
+)
 
 KEY_COLUMNS: tuple[str, ...] = IDENTITY_FIELDS
 # What is compared within a dataset; the comparison axis is built from these (variants.py).
@@ -49,7 +52,9 @@ FP_COLUMNS: tuple[str, ...] = FINGERPRINT_COLUMNS
 ENCODER_FP_COLUMNS: tuple[str, ...] = ENCODER_FINGERPRINT_COLUMNS
 META_COLUMNS: tuple[str, ...] = ("status", *FP_COLUMNS, *ENCODER_FP_COLUMNS, "code_fingerprint",
                                  "median_tokens", "num_classes", "run_id", "trial_key",
-                                 PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN, *LABEL_COLUMNS)
+                                 PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN, *LABEL_COLUMNS,
+                                 *REGIME_COLUMNS, TEST_MAJORITY_RATE, TEST_SIZE,
+                                 COMPARISON_FAMILY_COLUMN, ADAPTIVE_COLUMN)
 NON_METRIC_COLUMNS: frozenset[str] = frozenset((*KEY_COLUMNS, *META_COLUMNS))
 
 FINISHED = "FINISHED"
@@ -173,6 +178,11 @@ INTERACTION_TEST_KEYS: tuple[str, ...] = (
 CHANCE_TEST_KEYS: tuple[str, ...] = (
     "dataset", "encoder", "pe", "metric", "fusion", "variant", "n", "num_classes",
     "chance_level", "mean", "t", "p", "p_holm", "learned",
+    # chance_source: "test majority rate" (the test split's majority-class share, from the
+    # data) or "1/K" (the labelled fallback when no test_majority_rate is recorded);
+    # learn_method: how `learned` was decided; learn_count of learn_n seeds beat chance by the
+    # exact per-seed binomial test (null without a test size): the per-arm learn rate.
+    "chance_source", "learn_method", "learn_count", "learn_n",
 )
 LEARNED_STATES: tuple[str, ...] = ("yes", "no", "unknown", "n/a")
 

@@ -137,7 +137,8 @@ def grid_footnotes(report: Report) -> list[str]:
             f"t-interval the verdict uses, at level 1 − α·p/p_holm (α = {a}, Holm over the "
             f"report's m comparisons): it excludes 0 exactly when the verdict is better/worse",
             "regimes short → long by median length; 'not learned': neither arm beats chance "
-            "(1/K), 'arm/reference not learned': that one does not"]
+            "(the test split's majority rate; 1/K when none is recorded), 'arm/reference not "
+            "learned': that one does not; either withholds better/worse/equivalent"]
 
 
 def verdict_grid_table(report: Report, metric: str | None = None) -> Table:
@@ -265,8 +266,8 @@ def comparison_table(report: Report, metric: str, regime: str, group: tuple,
         foot.append(f"equivalence margin ±{margin:g} ({metric} units), TOST, Holm across the "
                     "report's TOST tests")
     if any(c["learned"] != "n/a" for c in comps):
-        foot.append(f"learned?: does the {axis.noun} / the reference beat chance 1/K "
-                    f"({fnum(comps[0]['chance_level'], 3)} here; one-sided t, Holm)")
+        foot.append(f"learned?: does the {axis.noun} / the reference beat chance "
+                    f"({fnum(comps[0]['chance_level'], 3)} here; see the chance table)")
     if cost:
         foot.append(f"ratio: geometric mean of {axis.noun}/reference over the paired seeds; "
                     f"{level} t-interval of the mean log ratio, exponentiated; p_ratio_holm: "
@@ -431,13 +432,20 @@ def chance_table(report: Report) -> Table:
     cols = arm_columns(report)
     rank = {r.dataset: r.rank for r in report.regimes}
     tests = sorted(report.chance["tests"], key=lambda t: rank.get(t["dataset"], len(rank)))
-    headers = ["dataset", *cols, "metric", "fusion", "n", "K", "chance", "mean", "t", "p",
-               "p_holm", "learned"]
+    headers = ["dataset", *cols, "metric", "fusion", "n", "K", "chance", "from", "mean", "t",
+               "p", "p_holm", "learn rate", "learned"]
     rows = [[t["dataset"], *(t[f] for f in cols), t["metric"], t["fusion"], str(t["n"]),
              DASH if t["num_classes"] is None else str(t["num_classes"]),
-             fnum(t["chance_level"], 3), fnum(t["mean"]), fnum(t["t"], 2), fp(t["p"]),
-             fp(t["p_holm"]), t["learned"]] for t in tests]
-    return Table("Does each arm beat chance?", headers, rows, [CHANCE_METHOD])
+             fnum(t["chance_level"], 3), t["chance_source"], fnum(t["mean"]), fnum(t["t"], 2),
+             fp(t["p"]), fp(t["p_holm"]), learn_rate_text(t), t["learned"]] for t in tests]
+    return Table("Does each arm beat chance?", headers, rows,
+                 [CHANCE_METHOD, "learn rate: seeds on which the arm beat chance by the exact "
+                  "per-seed binomial test (— without a recorded test size)"])
+
+
+def learn_rate_text(t: dict) -> str:
+    """'3 of 5 seeds' (the exact per-seed learn rate), a dash when it is not known."""
+    return DASH if t["learn_n"] is None else f"{t['learn_count']} of {t['learn_n']} seeds"
 
 
 def arms_table(report: Report, short: bool = False) -> Table:
@@ -454,8 +462,8 @@ def arms_table(report: Report, short: bool = False) -> Table:
              a["learned"]] for a in report.arms]
     return Table("Each arm over its seeds", headers, rows,
                  ["per-seed SD: sample SD over seeds (ddof 1), the noise each paired Δ is "
-                  "judged against; chance: 1/K for accuracy-like metrics; learned?: beats "
-                  "chance (one-sided t, Holm)"])
+                  "judged against; chance: the arm's test majority rate (1/K when none is "
+                  "recorded); learned?: its accuracy beats chance (see the chance table)"])
 
 
 def _mean_sd(values: np.ndarray) -> str:
