@@ -36,7 +36,9 @@ EXTRA_KEYS = [
     "power_at_holm_alpha", "seeds_for_80_power_at_holm_alpha", "chance_level", "learned",
     "baseline_learned", "encoder", "variant", "baseline_variant", "ratio", "ratio_ci_low",
     "ratio_ci_high", "ratio_p", "ratio_p_holm", "ratio_verdict", "verdict_flags",
-    "verdict_ci_low", "verdict_ci_high", "verdict_ci_level",
+    "verdict_ci_low", "verdict_ci_high", "verdict_ci_level", "estimand", "assumes",
+    "win_estimand", "win_assumes", "wins", "losses", "ties", "win_rate", "win_ci_low",
+    "win_ci_high", "sign_p", "sign_p_holm", "win_verdict",
 ]
 FAST = ["--bootstrap", "500"]
 
@@ -204,7 +206,7 @@ def test_json_schema_exact(csv: Path, capsys) -> None:
     rep = json.loads(out)
     assert list(rep) == ["source", "settings", "regimes", "warnings", "arms", "comparisons",
                          "dropped", "interaction", "chance", "claims", "sequential",
-                         "verdict_grid"]
+                         "verdict_grid", "family"]
     assert rep["claims"] is None  # no --claims
     assert rep["arms"] and all(list(a) == list(ARM_KEYS) for a in rep["arms"])
     assert rep["comparisons"]
@@ -227,7 +229,7 @@ def test_json_schema_exact(csv: Path, capsys) -> None:
         "pe", "metric", "fusion", "baseline", "datasets", "n_per_dataset", "welch_f", "df_num",
         "df_denom", "welch_p", "p_holm", "long_dataset", "short_dataset", "diff_in_deltas",
         "diff_ci_low", "diff_ci_high", "diff_p", "notes", "ordered_by", "encoder", "variant",
-        "baseline_variant"}
+        "baseline_variant", "excluded_not_learned", "verdict"}
     assert set(rep["chance"]) == {"method", "tests"}
     assert set(rep["chance"]["tests"][0]) == {
         "dataset", "encoder", "pe", "metric", "fusion", "variant", "n", "num_classes",
@@ -682,10 +684,21 @@ def test_class_count_from_flag_else_unknown(tmp_path: Path, capsys) -> None:
     assert "expected DATASET=K with an integer K >= 2" in capsys.readouterr().err
 
 
-def test_chance_level_only_for_accuracy_like_metrics() -> None:
+def test_chance_guards_every_metric_by_the_arms_accuracy() -> None:
+    """Issue 31: a latency comparison of two chance-level arms is `not learned` too; the
+    arms' accuracy (test_acc, not asked for) decides, once per arm."""
     rep = _analyze(_chance_table(), metrics=("latency_ms_per_sample",))
+    states = {c["dataset"]: (c["learned"], c["baseline_learned"]) for c in rep.comparisons}
+    assert set(states.values()) == {("no", "no"), ("yes", "yes")}
+    assert {t["metric"] for t in rep.chance["tests"]} == {"test_acc"}
+    for c in rep.comparisons:
+        assert (c["verdict"] == "not learned") == (c["learned"] == "no")
+
+
+def test_no_accuracy_column_means_no_guard() -> None:
+    rep = _analyze(_chance_table().drop(columns="test_acc"), metrics=("latency_ms_per_sample",))
     assert {(c["learned"], c["baseline_learned"]) for c in rep.comparisons} == {("n/a", "n/a")}
-    assert rep.chance["tests"] == [] and "not learned" not in {c["verdict"] for c in rep.comparisons}
+    assert rep.chance["tests"] == []
 
 
 # 8. inputs

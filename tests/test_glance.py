@@ -166,7 +166,7 @@ def test_html_and_markdown_open_with_the_grid(report, tmp_path: Path) -> None:
     html = files["html"].read_text()
     assert html.index('id="verdict-grid"') < html.index("<table", html.index("verdict-grid") + 20)
     assert html.index("<table") == html.index('<table class="grid" id="verdict-grid"')
-    assert html.index("verdict-grid") < html.index("Verdict: not learned")  # rule after grid
+    assert html.index("verdict-grid") < html.index("Verdicts name their estimand")  # rule after grid
     assert "figures loaded" not in html  # no debug line for a reader
     assert html.index("arms_") < html.index("Design warnings")  # the paper figure below it
     md = files["markdown"].read_text()
@@ -188,7 +188,7 @@ def test_a_long_verdict_flag_is_a_numbered_note_under_the_grid(tmp_path: Path, c
     out = _cli(["--results", str(path), "--equivalence-margin", "0.05", "--bootstrap", "200"],
                capsys)
     grid = out.split("Verdict grid", 1)[1].split("\n\n", 1)[0]
-    flag = "[1] no 'equivalent': standard/sin/concat has the same test_acc on every seed"
+    flag = "[1] no 'equivalent': standard/sin/concat has the same accuracy on every seed"
     assert "n=5 [1]" in grid and flag in " ".join(grid.split())
     table = out.split("d (median", 1)[1] if "d (median" in out else out.split("\nd ", 1)[1]
     assert "inconclusive [1]" in table and flag in " ".join(table.split())

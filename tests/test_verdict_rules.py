@@ -56,7 +56,7 @@ def test_an_arm_at_chance_with_unknown_learned_state_is_never_equivalent(tmp_pat
     assert (c["learned"], c["baseline_learned"]) == ("unknown", "no")
     assert c["verdict"] == "inconclusive"
     assert c["verdict_flags"] == [
-        "no 'equivalent': standard/sin/concat has the same test_acc on every seed (or fewer "
+        "no 'equivalent': standard/sin/concat has the same accuracy on every seed (or fewer "
         "than 2 "
         "seeds): whether it beats chance is unknown"]
     # unknown class count: no better either

@@ -24,7 +24,8 @@ def verdict_grid(comps: list[dict]) -> list[dict]:
             "delta": c["mean_delta"], "ci_low": c["verdict_ci_low"],
             "ci_high": c["verdict_ci_high"], "ci_level": c["verdict_ci_level"], "n": c["n"],
             "verdict": c["verdict"], "metric": c["metric"], "regime": c["regime"],
-            "arm_learned": c["learned"], "reference_learned": c["baseline_learned"]}
+            "arm_learned": c["learned"], "reference_learned": c["baseline_learned"],
+            "estimand": c["estimand"], "win_verdict": c["win_verdict"]}
            for c in comps]
     assert all(tuple(cell) == VERDICT_GRID_KEYS for cell in out)
     return out

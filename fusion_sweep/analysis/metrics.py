@@ -44,17 +44,16 @@ def resolve_direction(metric: str, flag: str = AUTO,
                       directions: Mapping[str, str] | None = None) -> str:
     """'higher' or 'lower' for `metric`: flag, then the sweep's mapping, then the name rule.
 
-    The flag is for metrics whose direction nothing records: it is refused for a metric whose
-    direction is known (schema.METRIC_DIRECTIONS or the sweep's `directions`) when it says
-    the opposite, since it would silently turn 'better' into 'worse'."""
+    The flag is for metrics of unknown direction (or to override a sweep's own `directions`):
+    it is refused where it contradicts a metric's known direction (schema.METRIC_DIRECTIONS),
+    since it would silently turn 'better' into 'worse'."""
     given = (directions or {}).get(metric)
-    known = given if given is not None else METRIC_DIRECTIONS.get(metric)
+    known = METRIC_DIRECTIONS.get(metric)
     if flag in DIRECTION_VALUES:
         if known is not None and known != flag:
-            where = "the sweep's `directions`" if given is not None else "its known direction"
-            raise AnalysisError(f"--direction {flag} contradicts the direction of metric "
-                                f"{metric!r} ({known} is better, {where}); drop --direction "
-                                f"for {metric!r}: it is only for metrics of unknown direction")
+            raise AnalysisError(f"--direction {flag} contradicts the known direction of metric "
+                                f"{metric!r} ({known} is better); drop --direction: it is only "
+                                "for metrics whose direction is not known")
         return flag
     if given is not None:
         return check_direction_value(metric, given)

@@ -21,6 +21,7 @@ with n < :data:`WELCH_MIN_N` makes Welch's approximation poorly calibrated.
 """
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 
@@ -29,6 +30,7 @@ import pandas as pd
 from statsmodels.stats.oneway import anova_oneway
 from statsmodels.stats.weightstats import CompareMeans, DescrStatsW
 
+from fusion_sweep.analysis.schema import INCONCLUSIVE
 from fusion_sweep.analysis.settings import DEFAULT_BASELINE
 from fusion_sweep.analysis.stats import NAN, holm
 from fusion_sweep.analysis.variants import Axis, Variant, parse_baseline
@@ -122,17 +124,45 @@ def interaction_tests(
     tests, warns = [], []
     for comps in groups.values():
         comps = sorted(comps, key=lambda c: rank[c["dataset"]])
-        usable = [c for c in comps if len(c["deltas"]) >= 2]
         name = _name(comps[0], axis)
+        # A regime where neither arm beats chance has no effect to differ: never claimed over.
+        idle = [c for c in comps if c["learned"] == "no" and c["baseline_learned"] == "no"]
+        comps = [c for c in comps if c not in idle]
+        usable = [c for c in comps if len(c["deltas"]) >= 2]
         if len(comps) >= 2 and len(usable) < len(comps):
             warns.append(_left_out_warning(name, comps, len(usable)))
+        if idle and len(comps) + len(idle) >= 2:
+            warns.append(_not_learned_left_out(name, idle))
         if len(usable) < 2:
             continue
         tests.append(_one_test(name, usable, alpha, warns, ordered_by))
+        tests[-1]["excluded_not_learned"] = [c["dataset"] for c in idle]
     adjusted = holm(np.array([t["welch_p"] for t in tests], dtype=float))
     for t, p in zip(tests, adjusted):
         t["p_holm"] = float(p)
+        t["verdict"] = interaction_verdict(float(p), alpha)
     return tests, warns
+
+
+DIFFERS = "differs"
+# The interaction verdict: decided here, beside the test, and written in the JSON.
+INTERACTION_VERDICT_RULE = (
+    "verdict (estimand: the mean paired Δ per dataset; Welch's ANOVA assumes approximately "
+    "normal deltas): 'differs' = the Welch ANOVA's Holm-adjusted p < α (the effect is not "
+    "the same on every dataset; which dataset it is larger on: the contrast); else "
+    "inconclusive (no claim that the effect is the same). Datasets where neither arm beats "
+    "chance are left out (excluded_not_learned)")
+
+
+def interaction_verdict(p_holm: float, alpha: float) -> str:
+    """'differs' when the Holm-adjusted Welch p is below alpha, else 'inconclusive'."""
+    return DIFFERS if math.isfinite(p_holm) and p_holm < alpha else INCONCLUSIVE
+
+
+def _not_learned_left_out(name: str, idle: list[dict]) -> dict:
+    return {"code": "interaction_not_learned_left_out",
+            "message": f"interaction {name}: left out {', '.join(c['dataset'] for c in idle)}, "
+                       "where neither arm beats chance (no effect there to differ)"}
 
 
 def _name(c: dict, axis: Axis) -> str:
@@ -184,4 +214,5 @@ def _one_test(name: str, usable: list[dict], alpha: float, warns: list[dict],
         "diff_in_deltas": diff, "diff_ci_low": low, "diff_ci_high": high, "diff_p": dp,
         "notes": notes, "ordered_by": ordered_by, "encoder": first["encoder"],
         "variant": first["variant"], "baseline_variant": first["baseline_variant"],
+        "excluded_not_learned": [], "verdict": INCONCLUSIVE,
     }

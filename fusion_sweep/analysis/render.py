@@ -11,6 +11,7 @@ import html
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
+from fusion_sweep.analysis.estimands import VERDICT_RULE
 from fusion_sweep.analysis import plots
 from fusion_sweep.analysis.regimes import lengths_known
 from fusion_sweep.analysis.grid import grid_rows
@@ -28,7 +29,7 @@ from fusion_sweep.analysis.tables import (
     verdict_grid_table,
 )
 from fusion_sweep.analysis.text import (
-    VERDICT_RULE, descriptive, descriptive_label, is_numeric_cell, source_line, warning_line,
+    descriptive, descriptive_label, is_numeric_cell, source_line, warning_line,
 )
 
 if TYPE_CHECKING:

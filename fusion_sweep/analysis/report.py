@@ -43,6 +43,7 @@ from fusion_sweep.analysis.chance import METHOD as CHANCE_METHOD
 from fusion_sweep.analysis.chance import (
     arm_state, chance_level, chance_test, chance_tests, class_counts,
 )
+from fusion_sweep.analysis.estimands import ASSUMES, MEAN_DELTA, WIN_RATE
 from fusion_sweep.analysis.grid import verdict_grid
 from fusion_sweep.analysis.load import select
 from fusion_sweep.analysis.claims import evaluate, get_claim_set
@@ -52,13 +53,14 @@ from fusion_sweep.analysis.pairing import (
 from fusion_sweep.analysis.platforms import platform_warnings, platforms_of
 from fusion_sweep.analysis.regimes import Regime, interaction_tests, lengths_known, regimes_for
 from fusion_sweep.analysis.schema import (
-    ARM_KEYS, BETTER, COMPARISON_KEYS, COST_METRICS, DEFAULT_ENCODER, DESCRIPTIVE_LABEL,
-    EQUIVALENT, INCONCLUSIVE, NORMALITY_BELOW_N, NOT_LEARNED, TOP_LEVEL_KEYS, WORSE,
-    AnalysisError,
+    ADAPTIVE_COLUMN, ARM_KEYS, BETTER, COMPARISON_FAMILY_COLUMN, COMPARISON_KEYS, COST_METRICS,
+    DEFAULT_ENCODER, DESCRIPTIVE_LABEL, EQUIVALENT, INCONCLUSIVE, NORMALITY_BELOW_N, NOT_LEARNED,
+    TOP_LEVEL_KEYS, WORSE, AnalysisError,
 )
 from fusion_sweep.analysis.sequential import LEGACY_METHOD, from_comparisons, get_method
 from fusion_sweep.analysis.settings import Settings
 from fusion_sweep.analysis.variants import Axis, Variant
+from fusion_sweep.analysis.winrate import sign_test
 
 @dataclass
 class Report:
@@ -78,6 +80,8 @@ class Report:
     # An adaptive sweep: SEQUENTIAL_KEYS dict, and the results objects for the figure.
     sequential: dict | None = None
     sequential_results: list = field(default_factory=list, repr=False)
+    # The fixed-n Holm family: {"m", "source"} (fixed_family); m never depends on a selection.
+    family: dict = field(default_factory=lambda: {"m": 0, "source": ""})
 
     def to_dict(self) -> dict:
         """The `--format json` object: exactly TOP_LEVEL_KEYS, NaN/inf -> null."""
@@ -97,6 +101,7 @@ class Report:
             "claims": self.claims,
             "sequential": self.sequential,
             "verdict_grid": verdict_grid(self.comparisons),
+            "family": self.family,
         }
         assert tuple(out) == TOP_LEVEL_KEYS
         return _json_clean(out)
@@ -157,17 +162,17 @@ def analyze(
     extra_warnings (e.g. from the MLflow loader) are listed after the design warnings.
     """
     validated(settings)
-    source = source or {"kind": "table"}
+    source = sweep_columns(df, source or {"kind": "table"})
     axis = settings.axis
     everything = df  # an adaptive sweep's family is the launch's, never the selection's
-    df = select(df, settings.metrics, axis, settings.datasets, settings.pes, settings.encoders)
+    # Every statistic is computed over the whole input (the family); --dataset/--pe/--encoder
+    # choose what is shown afterwards and never change m (issue 31 item 4).
+    df = select(df, settings.metrics, axis)
     for metric in settings.metrics:  # an unknown direction fails before any statistics
         settings.higher_is_better(metric)
     df, superseded = supersede(df, source.get("code_fingerprint"))
-    source = {**source, "platforms": platforms_of(df)}  # named in the report's source line
     regimes, regime_warns = regimes_for(df)
     pairing = pair_trials(df, list(settings.metrics), axis, settings.pairs)
-    dropped = superseded + pairing.dropped
     counts = class_counts(df, settings.num_classes)
     arms, by_arm, chance_warns = chance_tests(df, list(settings.metrics), counts, settings.alpha)
     by_dataset = {r.dataset: r for r in regimes}
@@ -177,12 +182,23 @@ def analyze(
         by_dataset[pairing.pairs[i].dataset].rank, pairing.pairs[i].group, i))
     comps = [_compare(pairing.pairs[i], settings, by_dataset[pairing.pairs[i].dataset], by_arm)
              for i in order]
-    _holm_and_verdicts(comps, settings)
+    family = fixed_family(comps, settings, source)
+    _holm_and_verdicts(comps, settings, family["m"])
+    _win_verdicts(comps, settings, family["m"])
     tests, inter_warns = interaction_tests(comps, regimes, settings.alpha, axis)
-    warnings = (_design_warnings(comps, settings) + _not_learned_warnings(comps, axis)
-                + _code_mismatch_warning(pairing.dropped, axis)
-                + platform_warnings(source["platforms"], pairing.dropped,
-                                    lambda d: where(d, axis))
+    shown = _shown(settings)
+    comps, tests = [c for c in comps if shown(c)], [t for t in tests if shown(t)]
+    dropped = [d for d in superseded + pairing.dropped if shown(d)]
+    arms = [a for a in arms if shown(a)]
+    df = select(everything, settings.metrics, axis, settings.datasets, settings.pes,
+                settings.encoders)
+    df, _ = supersede(df, source.get("code_fingerprint"))
+    regimes = [r for r in regimes if r.dataset in set(df["dataset"])]
+    source = {**source, "platforms": platforms_of(df)}  # named in the report's source line
+    warnings = (_design_warnings(comps, settings, family["m"])
+                + _not_learned_warnings(comps, axis)
+                + _code_mismatch_warning(dropped, axis)
+                + platform_warnings(source["platforms"], dropped, lambda d: where(d, axis))
                 + pairing.warnings
                 + regime_warns + chance_warns + _margin_warnings(comps, settings)
                 + list(extra_warnings or []) + _degenerate_warnings(comps, axis)
@@ -209,7 +225,65 @@ def analyze(
             claims["method"] = f"{sequential['fixed_n_label']}: {claims['method']}"
     return Report(source, settings, regimes, comps, dropped, warnings, interaction, df,
                   {"method": CHANCE_METHOD, "tests": arms},
-                  arm_summaries(df, settings, regimes, by_arm), claims, sequential, seq_results)
+                  arm_summaries(df, settings, regimes, by_arm), claims, sequential, seq_results,
+                  family)
+
+
+def _shown(s: Settings):
+    """Whether a record (comparison, test, dropped pair, arm) is in the --dataset/--pe/
+    --encoder selection: its dataset(s), and both variants' pe and encoder."""
+    def ok(r: dict) -> bool:
+        datasets = r.get("datasets") or [r["dataset"]]
+        variants = [r["variant"]] + ([r["baseline_variant"]] if r.get("baseline_variant")
+                                     else [])
+        encs, pes = {v.split("/")[0] for v in variants}, {v.split("/")[1] for v in variants}
+        return ((not s.datasets or all(d in s.datasets for d in datasets))
+                and (not s.encoders or encs <= set(s.encoders))
+                and (not s.pes or pes <= set(s.pes)))
+    return ok
+
+
+FAMILY_FIXED = "fixed by the sweep"
+
+
+def fixed_family(comps: list[dict], s: Settings, source: dict) -> dict:
+    """m of the fixed-n Holm family and where it came from. The family is every comparison
+    the input allows (before any --dataset/--pe/--encoder selection), or the sweep's
+    pre-registered family (schema.COMPARISON_FAMILY; a results file's comparison_family
+    column) when that is larger: members the input lacks count as p = 1."""
+    m = len(comps)
+    recorded = source.get("comparison_family")
+    if isinstance(recorded, dict) and isinstance(recorded.get("m"), int):
+        metric = (source.get("space") or {}).get("metric") or s.metrics[0]
+        own = sum(c["metric"] == metric for c in comps)
+        return {"m": m + max(0, recorded["m"] - own), "source": FAMILY_FIXED}
+    where = source.get("path") or ("the sweep" if source.get("kind") == "mlflow"
+                                   else "the input")
+    return {"m": m, "source": f"every comparison in {where}"}
+
+
+def sweep_columns(df: pd.DataFrame, source: dict) -> dict:
+    """A results file's sweep-level columns (schema.ADAPTIVE_COLUMN, COMPARISON_FAMILY_COLUMN:
+    JSON, one value on every row) into the source, as the MLflow loader reads the parent
+    run's tags; MLflow input's own record wins."""
+    out = dict(source)
+    for key, col in (("adaptive", ADAPTIVE_COLUMN), ("comparison_family",
+                                                       COMPARISON_FAMILY_COLUMN)):
+        if col not in df.columns or out.get(key) is not None:
+            continue
+        values = {v for v in df[col] if isinstance(v, str) and v.strip()}
+        if not values:
+            continue
+        if len(values) > 1:
+            raise AnalysisError(f"column {col!r} must hold one value on every row (the "
+                                f"sweep's), found {len(values)} different values")
+        try:
+            out[key] = json.loads(values.pop())
+        except json.JSONDecodeError as exc:
+            raise AnalysisError(f"column {col!r} must hold JSON: {exc.msg}") from None
+        if not isinstance(out[key], dict):
+            raise AnalysisError(f"column {col!r} must hold a JSON object")
+    return out
 
 
 def sequential_section(comps: list[dict], s: Settings, source: dict,
@@ -325,9 +399,33 @@ def _compare(p: Paired, s: Settings, regime: Regime, by_arm: dict) -> dict:
         "baseline_learned": arm_state(by_arm, p.dataset, p.ref, p.metric),
         "encoder": p.arm.encoder, "variant": p.arm.label, "baseline_variant": p.ref.label,
         "group": p.group, **_ratio(p, s), "verdict_flags": [], "_unchecked": p.unchecked,
-        "_collapse": _collapse(by_arm, p),
+        "_collapse": _collapse(by_arm, p), **_win_rate(p, s),
         "_x": p.x, "_y": p.y,
     }
+
+
+def _win_rate(p: Paired, s: Settings) -> dict:
+    """The win-rate estimand: exact sign test of the paired deltas (ties excluded, counted),
+    its Clopper-Pearson interval; the Holm p and win_verdict are set with the others."""
+    st = sign_test(stats.paired_deltas(p.x, p.y), confidence=1 - s.alpha)
+    return {"estimand": MEAN_DELTA, "assumes": ASSUMES[MEAN_DELTA], "win_estimand": WIN_RATE,
+            "win_assumes": ASSUMES[WIN_RATE], "wins": st.wins, "losses": st.losses,
+            "ties": st.ties, "win_rate": st.win_rate, "win_ci_low": st.ci_low,
+            "win_ci_high": st.ci_high, "sign_p": st.p_two_sided, "sign_p_holm": stats.NAN,
+            "win_verdict": INCONCLUSIVE}
+
+
+def _win_verdicts(comps: list[dict], s: Settings, family_m: int) -> None:
+    """Holm over the win-rate family (the same comparisons, its own family), then each
+    win-rate verdict under the same learned? guards as the mean-Δ verdict."""
+    adjusted = holm_in_family([c["sign_p"] for c in comps], family_m)
+    for c, p in zip(comps, adjusted):
+        c["sign_p_holm"] = float(p)
+        if c["verdict"] == NOT_LEARNED:
+            c["win_verdict"] = NOT_LEARNED
+        elif np.isfinite(p) and p < s.alpha and not _unlearned_arm(c):
+            c["win_verdict"] = BETTER if (c["win_rate"] > 0.5) == c["higher_is_better"] \
+                else WORSE
 
 
 def _ratio(p: Paired, s: Settings) -> dict:
@@ -346,13 +444,21 @@ INFO_NOTES = ("also equivalent", "equivalent within", "neither arm beats chance"
               "ratio: the same ratio")
 
 
-def _holm_and_verdicts(comps: list[dict], s: Settings) -> None:
-    """Holm over the report's paired-t and TOST families, post hoc power at Holm's first
-    step, then each verdict and the notes that qualify it."""
-    adjusted = stats.holm(np.array([c["t_p"] for c in comps], dtype=float))
+def holm_in_family(pvals: list[float], m: int) -> np.ndarray:
+    """Holm over a family of m: the members without a p here (not in the input) count as
+    p = 1, which is what they can contribute at most."""
+    p = np.array(pvals, dtype=float)  # (k,)
+    pad = max(0, m - p.size)
+    return stats.holm(np.r_[p, np.ones(pad)])[:p.size]
+
+
+def _holm_and_verdicts(comps: list[dict], s: Settings, family_m: int) -> None:
+    """Holm over the report's paired-t and TOST families (of family_m members), post hoc
+    power at Holm's first step, then each verdict and the notes that qualify it."""
+    adjusted = holm_in_family([c["t_p"] for c in comps], family_m)
     tost_adjusted = stats.holm(np.array([c["tost_p"] for c in comps], dtype=float))
     ratio_adjusted = stats.holm(np.array([_nan(c["ratio_p"]) for c in comps], dtype=float))
-    m = max(1, int(np.isfinite(adjusted).sum()))
+    m = max(1, int(np.isfinite(adjusted).sum()) + max(0, family_m - len(comps)))
     for c, p, tp, rp in zip(comps, adjusted, tost_adjusted, ratio_adjusted):
         c["p_holm"], c["tost_p_holm"] = float(p), float(tp)
         _power_at_holm_alpha(c, s.alpha / m)
@@ -491,7 +597,7 @@ def _verdict_notes(c: dict, alpha: float) -> list[str]:
     return []
 
 
-def _design_warnings(comps: list[dict], s: Settings) -> list[dict]:
+def _design_warnings(comps: list[dict], s: Settings, family_m: int) -> list[dict]:
     """What the design cannot do, before looking at results: floors on p, small n."""
     out = []
     for n in sorted({c["n"] for c in comps if c["n"] >= 1}):
@@ -518,7 +624,7 @@ def _design_warnings(comps: list[dict], s: Settings) -> list[dict]:
                                f"{stats.BOOT_DESCRIPTIVE_BELOW} pairs (n = {ns}): BCa bootstrap "
                                "CIs undercover at this n and are descriptive only; the "
                                "t-interval is the primary interval"})
-    m = int(np.isfinite([c["t_p"] for c in comps]).sum())
+    m = family_m
     r = int(np.isfinite([_nan(c["ratio_p"]) for c in comps]).sum())
     if r > 1:
         out.append({"code": "holm_ratio_family",
@@ -526,7 +632,8 @@ def _design_warnings(comps: list[dict], s: Settings) -> list[dict]:
                                "scale): a ratio verdict needs its Holm-adjusted p below alpha"})
     if m > 1:
         out.append({"code": "holm_family",
-                    "message": f"Holm adjustment over m = {m} comparisons: the smallest "
+                    "message": f"Holm adjustment over m = {m} comparisons (the whole "
+                               "family, whatever a selection shows): the smallest "
                                f"paired-t p must be below alpha/m = {s.alpha / m:.3g} to count; "
                                "'seeds for 80% power' is given at both alpha and alpha/m, post "
                                "hoc (at the observed effect)"})

@@ -117,6 +117,14 @@ EXTRA_COMPARISON_KEYS: tuple[str, ...] = (
     # excludes 0 exactly when p_holm < alpha (stats.holm_consistent_interval); what the
     # verdict grid and the figures draw. The t_ci_* above are unadjusted (1 - alpha).
     "verdict_ci_low", "verdict_ci_high", "verdict_ci_level",
+    # What `verdict` is about and what it assumes (fusion_sweep.analysis.estimands): "mean Δ".
+    "estimand", "assumes",
+    # The win-rate estimand P(Δ > 0) vs P(Δ < 0): exact two-sided sign test, ties excluded
+    # and counted; win_rate = wins / (wins + losses) with its Clopper-Pearson interval at
+    # 1 - alpha; sign_p_holm: Holm over the same family as p_holm; win_verdict: better /
+    # worse / inconclusive / not learned (never equivalent), under the same learned? guards.
+    "win_estimand", "win_assumes", "wins", "losses", "ties", "win_rate", "win_ci_low",
+    "win_ci_high", "sign_p", "sign_p_holm", "win_verdict",
 )
 COMPARISON_KEYS: tuple[str, ...] = REQUIRED_COMPARISON_KEYS + EXTRA_COMPARISON_KEYS
 
@@ -131,6 +139,10 @@ TOP_LEVEL_KEYS: tuple[str, ...] = (
     # The answer at a glance: one cell per comparison (VERDICT_GRID_KEYS), metric as given,
     # regime short -> long; the first thing every report format shows.
     "verdict_grid",
+    # The fixed-n Holm family: {"m": its size, "source": where m came from ("fixed by the
+    # sweep", or "every comparison in FILE")}; a --dataset/--pe/--encoder selection never
+    # changes it.
+    "family",
 )
 # One cell of `verdict_grid`: arm/reference are variant labels (encoder/pe/fusion); delta
 # the mean paired difference; [ci_low, ci_high] the interval the verdict uses, at level
@@ -138,6 +150,8 @@ TOP_LEVEL_KEYS: tuple[str, ...] = (
 VERDICT_GRID_KEYS: tuple[str, ...] = (
     "dataset", "arm", "reference", "delta", "ci_low", "ci_high", "ci_level", "n", "verdict",
     "metric", "regime", "arm_learned", "reference_learned",
+    # `verdict` is about `estimand` ("mean Δ"); win_verdict about the win rate.
+    "estimand", "win_verdict",
 )
 # One entry per arm (dataset, variant, metric): the per-seed spread that every paired
 # comparison is judged against. sd is the sample SD over seeds (ddof 1; null for n < 2).
@@ -173,6 +187,9 @@ INTERACTION_TEST_KEYS: tuple[str, ...] = (
     "ordered_by",
     # The variant pair tested across datasets (as in `comparisons`).
     "encoder", "variant", "baseline_variant",
+    # Datasets left out because neither arm beats chance there, and the verdict: "differs"
+    # (Holm-adjusted Welch p < alpha) or "inconclusive" (regimes.interaction_verdict).
+    "excluded_not_learned", "verdict",
 )
 # One entry of `chance.tests`: one-sided one-sample t of an arm's per-seed accuracy > 1/K.
 CHANCE_TEST_KEYS: tuple[str, ...] = (

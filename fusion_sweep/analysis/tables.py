@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fusion_sweep.analysis.chance import METHOD as CHANCE_METHOD
+from fusion_sweep.analysis.estimands import MEAN_DELTA, WIN_RATE, labelled
 from fusion_sweep.analysis.grid import GridRow, grid_rows, not_learned_mark
-from fusion_sweep.analysis.regimes import lengths_known
+from fusion_sweep.analysis.regimes import INTERACTION_VERDICT_RULE, lengths_known
 from fusion_sweep.analysis.pairing import usable_values
 from fusion_sweep.analysis.report import Report
 from fusion_sweep.analysis.schema import COST_METRICS, DEFAULT_ENCODER, INCONCLUSIVE
@@ -120,20 +121,29 @@ def grid_cell(c: dict | None, digits: int = 4, short: bool = False) -> tuple[str
         return DASH, ""
     mark = not_learned_mark(c)
     mark = mark if mark and c["verdict"] != mark else ""
-    head = f"{fnum(c['mean_delta'], digits, signed=True)} {c['verdict']}"
+    head = f"{fnum(c['mean_delta'], digits, signed=True)} {labelled(c['verdict'], MEAN_DELTA)}"
     ci = fci(c["verdict_ci_low"], c["verdict_ci_high"], digits)
     detail = (f"{ci} {fpct(c['verdict_ci_level'])} · n={c['n']}" if ci != DASH
               else f"n={c['n']}")
     if short:  # the terminal grid numbers the flags and spells them out below (compact_grid_table)
         return head + SHORT_MARKS.get(mark, ""), detail
     flags = c.get("verdict_flags") or []  # what qualifies the verdict, beside it
-    detail += "".join(f" · {f}" for f in flags)
+    detail += "".join(f" · {f}" for f in flags) + f" · {win_text(c)}"
     return head, detail + (f" · {mark}" if mark else "")
+
+
+def win_text(c: dict) -> str:
+    """'wins 5/5 (0 ties): inconclusive (win rate)': the exact sign test's reading."""
+    return (f"wins {c['wins']}/{c['wins'] + c['losses']}"
+            + (f" ({c['ties']} ties)" if c["ties"] else "")
+            + f": {labelled(c['win_verdict'], WIN_RATE)}")
 
 
 def grid_footnotes(report: Report) -> list[str]:
     a = report.settings.alpha
-    return [f"each cell: mean paired Δ (arm − reference) and the verdict; below it the "
+    return [f"each cell: mean paired Δ (arm − reference) and its verdict (mean Δ: assumes "
+            "approximately normal paired Δ), then the win count and the win-rate verdict "
+            "(exact sign test, distribution-free; see docs/statistics.md); below the Δ the "
             f"t-interval the verdict uses, at level 1 − α·p/p_holm (α = {a}, Holm over the "
             f"report's m comparisons): it excludes 0 exactly when the verdict is better/worse",
             "regimes short → long by median length; 'not learned': neither arm beats chance "
@@ -169,7 +179,8 @@ def compact_grid_table(report: Report) -> Table:
     flags: dict[str, int] = {}  # flag text -> its number: a sentence is too long for a cell
     for row in grid:
         cells = [grid_cell(row.cells.get(r.dataset), 3, short=True) for r in regimes]
-        details = [" ".join([d] + flag_marks(row.cells[r.dataset], flags, inline_up_to=0))
+        details = [" ".join([d] + flag_marks(row.cells[r.dataset], flags, inline_up_to=0)
+                            + [f"· {win_text(row.cells[r.dataset])}"])
                    if r.dataset in row.cells else d for (_, d), r in zip(cells, regimes)]
         pair, _, group = _row_label(report, row).partition(", ")  # group on the 2nd line
         if one_ref:
@@ -354,7 +365,7 @@ def interaction_table(report: Report, short: bool = False) -> Table:
                      fp(t["p_holm"]), f"Δ {t['long_dataset']} − Δ {t['short_dataset']}",
                      fnum(t["diff_in_deltas"], signed=True),
                      fci(t["diff_ci_low"], t["diff_ci_high"]), fp(t["diff_p"]),
-                     interaction_verdict(t, report.settings.alpha)])
+                     t["verdict"]])
     return Table(f"Does the {axis.noun} effect differ across these datasets?", headers, rows,
                  [report.interaction["method"], INTERACTION_VERDICT_RULE])
 
@@ -368,7 +379,7 @@ def _short_interaction_table(report: Report) -> Table:
     rows = [[axis.short(arm_of(t)), t["baseline"], *(t[f] for f in cols), t["metric"],
              "/".join(map(str, t["n_per_dataset"])), fp(t["p_holm"]),
              fnum(t["diff_in_deltas"], signed=True), fci(t["diff_ci_low"], t["diff_ci_high"]),
-             interaction_verdict(t, report.settings.alpha)] for t in tests]
+             t["verdict"]] for t in tests]
     known = lengths_known(report.regimes)
     order = ("datasets short → long: " if known else "datasets (by name; lengths unknown): ")
     contrasts = sorted({f"Δ {t['long_dataset']} − Δ {t['short_dataset']}" for t in tests})
@@ -377,19 +388,6 @@ def _short_interaction_table(report: Report) -> Table:
                   + "; p_holm: Welch one-way ANOVA of the per-seed deltas, Holm across tests; "
                   f"Δ difference: {'; '.join(contrasts)}, with its Welch t-interval (`--wide`: "
                   "every column)", INTERACTION_VERDICT_RULE])
-
-
-DIFFERS = "differs"
-INTERACTION_VERDICT_RULE = (
-    "verdict: 'differs' = the Welch ANOVA's Holm-adjusted p < α (the effect is not the same "
-    "on every dataset; which dataset it is larger on: the contrast); else inconclusive (no "
-    "claim that the effect is the same)")
-
-
-def interaction_verdict(t: dict, alpha: float) -> str:
-    """'differs' when the Holm-adjusted Welch p is below alpha, else 'inconclusive'."""
-    p = t["p_holm"]
-    return DIFFERS if p is not None and math.isfinite(p) and p < alpha else INCONCLUSIVE
 
 
 def dropped_table(report: Report) -> Table:

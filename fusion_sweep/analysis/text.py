@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import textwrap
 
+from fusion_sweep.analysis.estimands import VERDICT_RULE
 from fusion_sweep.analysis.platforms import platform_line
 from fusion_sweep.analysis.report import Report
 from fusion_sweep.analysis.sequential_report import sequential_table
@@ -153,7 +154,7 @@ def format_text(report: Report, wide: bool = False) -> str:
     width = None if wide else WIDTH
     parts = ["\n".join(_wrap(
         f"fusion-sweep stats · source: {source_line(report.source)} · baseline={s.baseline} · "
-        f"alpha={s.alpha} · margin={s.margin_label()} · "
+        f"alpha={s.alpha} · {family_line(report)} · margin={s.margin_label()} · "
         f"bootstrap={s.n_boot} · rng-seed={s.rng_seed}", width, ""))]
     if report.comparisons:
         parts.append(layout(compact_grid_table(report), width=width))
@@ -229,11 +230,9 @@ def format_claims(claims: dict, width: int | None = None, label: str | None = No
     return "\n\n".join(out)
 
 
-VERDICT_RULE = (
-    "Verdict: not learned = neither arm beats chance (1/num_classes; accuracy-like metrics); "
-    "better/worse = Holm-adjusted paired-t p < alpha and the t-interval excludes 0; "
-    "equivalent = Holm-adjusted TOST p < alpha within ±margin (noted when the t-interval "
-    "excludes 0); else inconclusive. No effect is never claimed without TOST.")
+def family_line(report: Report) -> str:
+    """'m=6, fixed by the sweep' / 'm=6, every comparison in FILE': the fixed-n Holm family."""
+    return f"m={report.family['m']}, {report.family['source']}"
 
 
 def source_line(src: dict) -> str:
