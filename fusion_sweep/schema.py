@@ -233,6 +233,9 @@ REGIME_TAG = "fusion_sweep.regime"
 PROBE_OF_TAG = "fusion_sweep.probe_of"
 LONG_CONTEXT_TAG = "fusion_sweep.long_context"
 REGIME_COLUMNS: tuple[str, ...] = ("regime_of", "probe_of", "long_context")
+# A regime is long-context when its documents are truncated beyond this many tokens (the
+# reference Transformer's context, agnews-imdb's max_len): synthetic-long (540), arxiv (4096).
+LONG_CONTEXT_ABOVE_TOKENS = 512
 # Trial metrics: the majority-class share of the test split (chance for accuracy) and the
 # test split's size (the exact per-seed learn test needs it).
 TEST_MAJORITY_RATE = "test_majority_rate"

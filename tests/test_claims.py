@@ -412,7 +412,9 @@ def test_claims_not_run_name_what_is_missing() -> None:
     assert c6["missing"] == ["variant ressformer-no-r2mu/none/add not in the sweep"]
     (t,) = _tests(rep, "C6")
     assert (t["verdict"], t["support"], t["n"]) == ("not run", "not run", 0)
-    assert _claim(rep, "C3")["missing"] == ["no dataset 'X-shuffled' beside its clean regime 'X'"]
+    assert _claim(rep, "C3")["missing"] == [
+        "no structure-noise probe beside its clean regime (trial tag fusion_sweep.probe_of; a "
+        "results file: column probe_of)"]
     assert _claim(rep, "C7")["support"] == "not run"
     assert _claim(rep, "C1")["support"] == "SUPPORTS"  # the rest still runs
     # a variant missing on one regime only: that regime's test is not run, the others run
@@ -479,3 +481,19 @@ def test_claims_html_in_headless_chromium(tmp_path: Path) -> None:
     loaded, total = check.images_loaded(chromium, rdir / "claims.html")
     assert total == 2 and loaded == total  # differences + ratios
     assert check.check_page(chromium, rdir / "claims.html", tmp_path / "shot.png")
+
+
+@pytest.mark.parametrize("dataset", sorted(__import__(
+    "fusion_sweep.trial.data.registry", fromlist=["DATASETS"]).DATASETS))
+def test_each_trial_logs_its_regime_facts_from_the_registry(dataset: str) -> None:
+    """Issue 30 item 5: the regime, what a probe re-tests and long context are tags the
+    trial writes from the registry (TrialConfig.label_tags), which claims read back."""
+    from fusion_sweep.schema import LONG_CONTEXT_TAG, PROBE_OF_TAG, REGIME_TAG
+    from fusion_sweep.trial.config import TrialConfig
+    from fusion_sweep.trial.data.registry import DATASETS
+    tags = TrialConfig.build(dataset, seed=0).label_tags()
+    spec = DATASETS[dataset]
+    assert tags[REGIME_TAG] == spec.stream_name and tags[REGIME_TAG] in DATASETS
+    assert tags[PROBE_OF_TAG] == ("" if spec.stream_name == dataset else spec.stream_name)
+    assert tags[LONG_CONTEXT_TAG] == ("true" if DATASETS[spec.stream_name].defaults()["max_len"]
+                                      > 512 else "false")

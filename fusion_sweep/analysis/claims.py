@@ -61,34 +61,25 @@ from fusion_sweep.analysis.variants import Variant
 TWO_SIDED, GREATER = "two-sided", "greater"
 MEAN_DIFF, RATIO, DIFF_OF_DIFFS = ("mean difference", "geometric-mean ratio",
                                    "difference of mean differences")
-SHUFFLED_SUFFIX = "-shuffled"  # a structure-noise probe "X-shuffled" shuffles regime "X"
-# Probe suffixes: "X-shuffled" re-tests the models trained on regime X on other test
-# documents. A probe is the same training as its regime: claim tallies count trainings, and
-# a regime filter never picks a probe.
-PROBE_SUFFIXES: tuple[str, ...] = (SHUFFLED_SUFFIX,)
-LONG_PART = "long"  # a long-context regime: a whole word of the regime's name
-NAME_WORD_SEPARATORS = ("-", "_")
 
 
-def regime_of(dataset: str) -> str:
-    """The training regime of a dataset: its name minus a probe suffix ('synthetic-long' for
-    'synthetic-long-shuffled'; a clean regime is its own)."""
-    for suffix in PROBE_SUFFIXES:
-        if dataset.endswith(suffix):
-            return dataset[:-len(suffix)]
-    return dataset
+def probes_of(df: pd.DataFrame) -> dict[str, str]:
+    """probe dataset -> the clean regime it re-tests, from the registry's facts the trials
+    log (schema.PROBE_OF_TAG, the tidy table's `probe_of` column); nothing from names. An
+    input without the column (an older sweep, a results file) holds no known probe."""
+    if "probe_of" not in df.columns:
+        return {}
+    pairs = df[["dataset", "probe_of"]].dropna().drop_duplicates()
+    return {d: str(r) for d, r in pairs.itertuples(index=False, name=None) if str(r).strip()}
 
 
-def is_probe(dataset: str) -> bool:
-    return regime_of(dataset) != dataset
-
-
-def name_has_word(name: str, word: str) -> bool:
-    """True when `word` is one whole word of `name` (words split at '-' and '_'):
-    'long' is a word of 'synthetic-long', not of 'longformer-news'."""
-    for sep in NAME_WORD_SEPARATORS[1:]:
-        name = name.replace(sep, NAME_WORD_SEPARATORS[0])
-    return word in name.split(NAME_WORD_SEPARATORS[0])
+def long_context_of(df: pd.DataFrame) -> frozenset[str]:
+    """The datasets whose regime the registry marks long-context (`long_context` column,
+    schema.LONG_CONTEXT_TAG); none when the input lacks the column."""
+    if "long_context" not in df.columns:
+        return frozenset()
+    flags = df["long_context"].astype(str).str.strip().str.lower()
+    return frozenset(df.loc[flags == "true", "dataset"])
 
 
 # ------------------------------------------------------------------------------ plans
@@ -139,6 +130,13 @@ class Sweep:
     datasets: tuple[str, ...]
     present: frozenset[tuple[str, Variant]]
     metrics: frozenset[str]
+    # Registry facts read from the trials' tags (probes_of, long_context_of).
+    probe_of: Mapping[str, str] = field(default_factory=dict)
+    long_context: frozenset[str] = frozenset()
+
+    def regime(self, dataset: str) -> str:
+        """The training regime of a dataset: a probe's clean regime, else its own."""
+        return self.probe_of.get(dataset, dataset)
 
     def has(self, dataset: str, *variants: Variant) -> bool:
         return all((dataset, v) in self.present for v in variants)
@@ -200,13 +198,14 @@ def _pair_terms(arm: Variant, ref: Variant, dataset: str) -> tuple[Term, Term]:
 # ------------------------------------------------------------------------------ kinds
 @dataclass(frozen=True)
 class Beats:
-    """metric(arm) - metric(reference), per regime (all, or the clean regimes whose name has
-    the whole word `only_word`; probes excluded); two-sided, TOST with the sweep's margin."""
+    """metric(arm) - metric(reference), per regime (all, or only the clean regimes the
+    registry marks long-context when `only_long`; probes excluded); two-sided, TOST with the
+    sweep's margin."""
 
     arm: Variant
     ref: Variant
     metric: str = DEFAULT_METRIC
-    only_word: str | None = None
+    only_long: bool = False
     holds_if: tuple[str, ...] = (BETTER,)
     contradicted_if: tuple[str, ...] = (WORSE, EQUIVALENT)
     negligible: bool = False
@@ -218,16 +217,16 @@ class Beats:
         return (self.metric,)
 
     def _datasets(self, sweep: Sweep) -> list[str]:
-        word = self.only_word
-        return [d for d in sweep.datasets
-                if word is None or (not is_probe(d) and name_has_word(d, word))]
+        return [d for d in sweep.datasets if not self.only_long
+                or (d not in sweep.probe_of and d in sweep.long_context)]
 
     def plans(self, claim: str, sweep: Sweep) -> list[Plan]:
         datasets = self._datasets(sweep)
         if not datasets:
             return [_not_run(claim, claim, self.metric,
-                             [f"no regime whose name has the word {self.only_word!r}"],
-                             self.describe())]
+                             ["no regime the registry marks long-context (trial tag "
+                              "fusion_sweep.long_context; a results file: column "
+                              "long_context)"], self.describe())]
 
         def make(metric: str, d: str) -> Plan:
             pair = _pair_terms(self.arm, self.ref, d)
@@ -239,9 +238,9 @@ class Beats:
         return _per_regime(claim, self, sweep, (self.metric,), datasets, make)
 
     def describe(self) -> str:
-        where = ("every regime" if self.only_word is None else
-                 f"each regime whose name has the word {self.only_word!r} (its probes are the "
-                 "same training and are left out)")
+        where = ("every regime" if not self.only_long else
+                 "each regime the registry marks long-context (its probes are the same "
+                 "training and are left out)")
         if self.negligible:
             return (f"{self.metric}: {self.arm.label} vs {self.ref.label}, paired by seed, on "
                     f"{where}; 'negligible impact' is equivalence: TOST within the sweep's "
@@ -299,12 +298,12 @@ class LargerOnShuffled:
         return (self.metric,)
 
     def plans(self, claim: str, sweep: Sweep) -> list[Plan]:
-        clean = {d: d.removesuffix(SHUFFLED_SUFFIX) for d in sweep.datasets
-                 if d.endswith(SHUFFLED_SUFFIX)}
-        probes = [(d, c) for d, c in clean.items() if c in sweep.datasets]
+        probes = [(d, sweep.probe_of[d]) for d in sweep.datasets
+                  if d in sweep.probe_of and sweep.probe_of[d] in sweep.datasets]
         if not probes:
             return [_not_run(claim, claim, self.metric,
-                             [f"no dataset 'X{SHUFFLED_SUFFIX}' beside its clean regime 'X'"],
+                             ["no structure-noise probe beside its clean regime (trial tag "
+                              "fusion_sweep.probe_of; a results file: column probe_of)"],
                              self.describe())]
         absent = sweep.absent(self.variants())
         if absent:
@@ -332,7 +331,7 @@ class LargerOnShuffled:
 
     def describe(self) -> str:
         return (f"{self.metric}: the advantage Δ = {self.arm.label} − {self.ref.label} is "
-                f"larger on each 'X{SHUFFLED_SUFFIX}' dataset than on its clean regime X: per "
+                f"larger on each structure-noise probe than on the clean regime it re-tests: per "
                 "seed Δ(shuffled) − Δ(clean) (seeds are shared across datasets), one-sided t "
                 "> 0 (Holm over the claim family); opposite direction at alpha/m")
 
@@ -434,7 +433,8 @@ def evaluate(cs: ClaimSet, df: pd.DataFrame, settings: Settings,
         df[m] = to_metric(df, m)
     variant = variant_series(df)
     sweep = Sweep(tuple(r.dataset for r in regimes),
-                  frozenset(zip(df["dataset"], variant)), frozenset(present_metrics))
+                  frozenset(zip(df["dataset"], variant)), frozenset(present_metrics),
+                  probes_of(df), long_context_of(df))
     cells = {m: cells_for(df, m) for m in present_metrics}
     acc = [m for m in present_metrics if is_accuracy_like(m)]
     _, by_arm, _ = chance_tests(df, acc, counts, settings.alpha)
@@ -443,7 +443,8 @@ def evaluate(cs: ClaimSet, df: pd.DataFrame, settings: Settings,
     tests = [_statistics(r, settings, by_arm) for r in results]
     family, tost_family = _holm(tests, settings.alpha)
     _mark_untestable(plans, tests, _order_blind(df, variant))
-    claims = [_summary(c, [t for t in tests if t["claim"] == c.id]) for c in cs.claims]
+    claims = [_summary(c, [t for t in tests if t["claim"] == c.id], sweep.probe_of)
+              for c in cs.claims]
     out = {"name": cs.name, "title": cs.title, "paper": cs.paper,
            "method": METHOD + "".join(f". {n}" for n in cs.notes),
            "alpha": settings.alpha, "family_size": family, "tost_family_size": tost_family,
@@ -655,22 +656,23 @@ def _mark_untestable(plans: list[Plan], tests: list[dict],
                                        f"is order-only" for x in hit]
 
 
-def training_unit(t: dict) -> str:
+def training_unit(t: dict, probe_of: Mapping[str, str]) -> str:
     """The trained models a claim test looks at: its name with each probe dataset replaced
-    by its regime ('C1 · synthetic-long-shuffled' -> 'C1 · synthetic-long')."""
+    by the regime it re-tests (probe_of, the registry's fact): 'C1 · synthetic-long-shuffled'
+    -> 'C1 · synthetic-long'."""
     name = t["test"]
     for d in sorted(t["datasets"], key=len, reverse=True):
-        name = name.replace(d, regime_of(d))
+        name = name.replace(d, probe_of.get(d, d))
     return name
 
 
-def _per_training(run: list[dict]) -> list[str]:
+def _per_training(run: list[dict], probe_of: Mapping[str, str]) -> list[str]:
     """One support state per training: its tests (a regime and its probes re-test the same
     models, so they are not independent replications) SUPPORT when some support and none
     contradict, CONTRADICT when some contradict and none support, else do not decide."""
     units: dict[str, list[str]] = {}
     for t in run:
-        units.setdefault(training_unit(t), []).append(t["support"])
+        units.setdefault(training_unit(t, probe_of), []).append(t["support"])
     out = []
     for states in units.values():
         sup, con = SUPPORTS in states, CONTRADICTS in states
@@ -679,19 +681,23 @@ def _per_training(run: list[dict]) -> list[str]:
     return out
 
 
-def _summary(c: Claim, tests: list[dict]) -> dict:
+def _summary(c: Claim, tests: list[dict], probe_of: Mapping[str, str]) -> dict:
     """A CLAIM_KEYS dict: the claim, its operationalisation, the tally of its tests, counted
     per training (independent replications), not per test set (tests not testable here are
-    left out of it; a claim with only those is NOT_TESTABLE)."""
+    left out of it; a claim with only those is NOT_TESTABLE).
+
+    The paper's claims hold across regimes ("consistently outperforms"): SUPPORTS needs
+    every testable training to support; one regime supporting beside undecided ones does
+    not decide the claim (the tally says how many did), and one contradicting suffices to
+    contradict it."""
     untestable = [t for t in tests if t["support"] == NOT_TESTABLE]
     run = [t for t in tests if t["verdict"] != NOT_RUN and t["support"] != NOT_TESTABLE]
-    units = _per_training(run)
+    units = _per_training(run, probe_of)
     sup = sum(u == SUPPORTS for u in units)
     con = sum(u == CONTRADICTS for u in units)
-    # The tally's reading; the counts beside it say how many regimes decided.
     support = (NOT_TESTABLE if not run and untestable else NOT_RUN if not run
-               else MIXED if sup and con else SUPPORTS if sup else CONTRADICTS if con
-               else UNDECIDED)
+               else MIXED if sup and con else SUPPORTS if sup == len(units)
+               else CONTRADICTS if con else UNDECIDED)
     out = {"claim": c.id, "title": c.title, "quote": c.quote, "where": c.where,
            "operationalisation": c.kind.describe(),
            "variants": [v.label for v in c.kind.variants()],
@@ -748,7 +754,7 @@ RESSFORMER = ClaimSet(
         Claim("C6", "R2MU: better long-context retention",
               "recurrence boosts long-context retention",
               "§4.6",
-              Beats(_RESS, _NO_R2MU, only_word=LONG_PART)),
+              Beats(_RESS, _NO_R2MU, only_long=True)),
         Claim("C7", "Ablation order: SOES > ASAM > R2MU",
               "The largest degradation occurs when SOES is disabled … R2MU and ASAM also "
               "provide clear benefits",

@@ -62,6 +62,8 @@ def synthetic_results(
 # (measured: seed noise) and an analytic FLOPs factor (deterministic: no noise).
 RESS_DATASETS = {**{d: m for d, m in DATASETS.items()},
                  **{f"{d}-shuffled": m for d, m in DATASETS.items()}}
+# The regimes the registry marks long-context (max_len above schema.LONG_CONTEXT_ABOVE_TOKENS).
+LONG_CONTEXT = frozenset({"synthetic-long"})
 RESS_EFFECTS: dict[str, tuple[float, float] | None] = {
     "standard/sinusoidal/add": (0.0, -0.06),
     "standard/rotary/add": (0.01, -0.05),
@@ -110,5 +112,8 @@ def synthetic_ressformer_results(
                     "fp_shared_init": _fp("init", ds, seed),
                     "fp_dropout": _fp("dropout", ds, seed),
                     "fp_encoder_init": _fp("encoder", ds, encoder, seed),
+                    # The registry's facts, as the trial logs them (TrialConfig.label_tags).
+                    "regime_of": clean, "probe_of": clean if ds != clean else "",
+                    "long_context": "true" if clean in LONG_CONTEXT else "false",
                 })
     return pd.DataFrame(rows)

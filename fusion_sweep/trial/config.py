@@ -160,15 +160,26 @@ class TrialConfig:
         tags (schema.LABEL_DEPENDS_TAG, schema.ORDER_ACCESS_TAG): what the dataset's label
         depends on (registry LABEL_DEPENDS), and how much token order the model can see:
         "none" (permutation-invariant), "segments" (ReSSFormer's R2MU: which tokens share a
-        memory segment, no direction) or "tokens" (a positional encoding)."""
-        from fusion_sweep.schema import LABEL_DEPENDS_TAG, ORDER_ACCESS_TAG
+        memory segment, no direction) or "tokens" (a positional encoding). And the registry's
+        facts about the dataset's regime (schema.REGIME_TAG, PROBE_OF_TAG, LONG_CONTEXT_TAG):
+        the regime it trains (a probe's clean regime, `stream_name`), the regime a probe
+        re-tests ("" for a clean regime) and whether the regime is long-context."""
+        from fusion_sweep.schema import (
+            LABEL_DEPENDS_TAG, LONG_CONTEXT_ABOVE_TOKENS, LONG_CONTEXT_TAG, ORDER_ACCESS_TAG,
+            PROBE_OF_TAG, REGIME_TAG,
+        )
         from fusion_sweep.trial.data.registry import DATASETS
         from fusion_sweep.trial.models.encoder import ENCODERS
 
         seen = ENCODERS[self.encoder].order_visibility(self)  # "no: ..." / "segment ..." / else
         access = "none" if seen.startswith("no") else "segments" if seen.startswith("segment") \
             else "tokens"
-        return {LABEL_DEPENDS_TAG: DATASETS[self.dataset].label_depends, ORDER_ACCESS_TAG: access}
+        spec = DATASETS[self.dataset]
+        regime = spec.stream_name  # a structure-noise probe's clean regime, else its own name
+        long = int(DATASETS[regime].defaults()["max_len"]) > LONG_CONTEXT_ABOVE_TOKENS
+        return {LABEL_DEPENDS_TAG: spec.label_depends, ORDER_ACCESS_TAG: access,
+                REGIME_TAG: regime, PROBE_OF_TAG: regime if regime != self.dataset else "",
+                LONG_CONTEXT_TAG: "true" if long else "false"}
 
     def variant_label(self) -> str:
         """What a comparison compares within a dataset: "encoder/pe/fusion"."""
