@@ -1,0 +1,163 @@
+"""Issue 31 section 2: every overclaim path, through `fusion-sweep stats --results FILE
+--format json` on the small adversarial files of tests/overclaim_files.py. Each test's
+docstring says what stats printed before (main at 3673c62)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fusion_sweep import cli
+
+sys.path.insert(0, str(Path(__file__).parent))
+import overclaim_files as files  # noqa: E402
+
+FAST = ["--bootstrap", "200"]
+
+
+def _stats(tmp_path: Path, df: pd.DataFrame, capsys, *argv: str) -> dict:
+    p = tmp_path / "results.csv"
+    df.to_csv(p, index=False)
+    args = cli.build_parser().parse_args(["stats", "--results", str(p), "--format", "json",
+                                          "--no-mlflow-log", *FAST, *argv])
+    assert args.func(args) == 0
+    return json.loads(capsys.readouterr()[0])
+
+
+def _one(rep: dict, metric: str = "test_acc") -> dict:
+    (c,) = [c for c in rep["comparisons"] if c["metric"] == metric]
+    return c
+
+
+def test_chance_is_the_majority_rate(tmp_path, capsys) -> None:
+    """Before: two majority-class predictors on a 58/42 split, both 'learned' (vs 1/K = 0.5)
+    and `equivalent` (TOST p_holm 5e-5). After: `not learned`, chance 0.578 from the data."""
+    rep = _stats(tmp_path, files.imbalanced_chance(), capsys, "--equivalence-margin", "0.01")
+    c = _one(rep)
+    assert (c["learned"], c["baseline_learned"], c["verdict"]) == ("no", "no", "not learned")
+    assert c["chance_level"] == pytest.approx(0.578)
+    assert {t["chance_source"] for t in rep["chance"]["tests"]} == {"test majority rate"}
+    assert {(t["learn_count"], t["learn_n"]) for t in rep["chance"]["tests"]} == {(0, 5)}
+
+
+def test_without_a_majority_rate_chance_is_a_labelled_1_over_k(tmp_path, capsys) -> None:
+    rep = _stats(tmp_path, files.imbalanced_chance().drop(columns=["test_majority_rate"]),
+                 capsys)
+    assert {t["chance_source"] for t in rep["chance"]["tests"]} == {
+        "1/K (no test_majority_rate recorded)"}
+    assert {t["chance_level"] for t in rep["chance"]["tests"]} == {0.5}
+
+
+def test_the_chance_guard_covers_every_metric(tmp_path, capsys) -> None:
+    """Before: `not learned` on test_acc beside `better` (p_holm 1e-5) on test_macro_f1 of
+    the same two chance-level arms. After: `not learned` on both."""
+    rep = _stats(tmp_path, files.chance_other_metric(), capsys, "--metric", "test_acc",
+                 "--metric", "test_macro_f1")
+    assert {c["metric"]: c["verdict"] for c in rep["comparisons"]} == {
+        "test_acc": "not learned", "test_macro_f1": "not learned"}
+    assert _one(rep, "test_macro_f1")["win_verdict"] == "not learned"
+    alone = _stats(tmp_path, files.chance_other_metric(), capsys, "--metric", "test_macro_f1")
+    assert _one(alone, "test_macro_f1")["verdict"] == "not learned"  # test_acc not asked for
+
+
+@pytest.mark.parametrize("drop_k", [False, True])
+def test_the_guards_are_symmetric(tmp_path, capsys, drop_k: bool) -> None:
+    """Before: an arm at chance vs a learned reference printed `worse` (and with no class
+    count `worse` with no flag, while --baseline concat withheld `better`). After: inconclusive,
+    flagged with the reason, in both directions."""
+    df = files.asymmetric_guard()
+    df = df.drop(columns=["num_classes"]) if drop_k else df
+    for baseline in ("add", "concat"):
+        c = _one(_stats(tmp_path, df, capsys, "--equivalence-margin", "0.1",
+                        "--baseline", baseline))
+        assert c["verdict"] == "inconclusive" and c["win_verdict"] == "inconclusive"
+        assert c["verdict_flags"][0].startswith(("no 'worse'", "no 'better'"))
+        reason = "class count unknown" if drop_k else "does not beat chance"
+        assert reason in c["verdict_flags"][0]
+
+
+def test_filters_never_shrink_the_family(tmp_path, capsys) -> None:
+    """Before: the full report gave long p_holm 0.077 (inconclusive), `--dataset long` 0.026
+    (`better`). After: the same p_holm and verdict; the family says m = 3 and its source."""
+    full = _stats(tmp_path, files.filter_family(), capsys)
+    only = _stats(tmp_path, files.filter_family(), capsys, "--dataset", "long")
+    long_full = next(c for c in full["comparisons"] if c["dataset"] == "long")
+    assert [c["dataset"] for c in only["comparisons"]] == ["long"]
+    assert _one(only)["p_holm"] == pytest.approx(long_full["p_holm"])
+    assert _one(only)["verdict"] == long_full["verdict"] == "inconclusive"
+    assert full["family"] == only["family"] == {
+        "m": 3, "source": f"every comparison in {tmp_path / 'results.csv'}"}
+
+
+def test_a_pre_registered_family_fixes_m(tmp_path, capsys) -> None:
+    family = json.dumps({"m": 6, "members": []})
+    rep = _stats(tmp_path, files.filter_family().assign(comparison_family=family), capsys)
+    assert rep["family"] == {"m": 6, "source": "fixed by the sweep"}
+    assert next(c for c in rep["comparisons"] if c["dataset"] == "long")["p_holm"] \
+        == pytest.approx(min(1.0, 6 * next(c for c in rep["comparisons"]
+                                           if c["dataset"] == "long")["t_p"]))
+
+
+def test_rows_of_two_code_versions_are_never_paired(tmp_path, capsys) -> None:
+    rep = _stats(tmp_path, files.mixed_code(), capsys)
+    assert {d["reason"] for d in rep["dropped"]} == {"code_mismatch"}
+    assert _one(rep)["n"] == 0 and _one(rep)["verdict"] == "inconclusive"
+
+
+def test_an_adaptive_results_file_is_labelled_descriptive(tmp_path, capsys) -> None:
+    """Before: an adaptive sweep's results.csv printed an unlabelled fixed-n `better`.
+    After: the flag `descriptive`, and the sequential section by the recorded method."""
+    rep = _stats(tmp_path, files.adaptive_file(), capsys)
+    assert _one(rep)["verdict_flags"][0] == "descriptive"
+    assert rep["sequential"]["method"] == "betting"
+
+
+def test_no_differs_over_a_regime_where_nothing_learned(tmp_path, capsys) -> None:
+    """Before: the JSON had no interaction verdict (Welch p_holm 1e-7 over a regime where
+    neither arm learned; the tables said `differs`). After: that regime is left out, so no
+    test (one regime left), and a warning says why."""
+    rep = _stats(tmp_path, files.differs_not_learned(), capsys)
+    assert rep["interaction"]["tests"] == []
+    assert any(w["code"] == "interaction_not_learned_left_out" for w in rep["warnings"])
+
+
+def test_the_interaction_verdict_is_in_the_json(tmp_path, capsys) -> None:
+    rep = _stats(tmp_path, files.filter_family(), capsys)
+    (t,) = rep["interaction"]["tests"]
+    assert t["verdict"] == "inconclusive" and t["excluded_not_learned"] == []
+
+
+def test_a_blank_status_is_dropped_not_finished(tmp_path, capsys) -> None:
+    """Before: the two blank-status rows were read as FINISHED (n = 5). After: dropped with
+    the reason blank_status (n = 4)."""
+    rep = _stats(tmp_path, files.blank_status(), capsys)
+    assert [(d["seed"], d["reason"]) for d in rep["dropped"]] == [(3, "blank_status")]
+    assert _one(rep)["n"] == 4
+
+
+def test_direction_is_refused_for_a_metric_of_known_direction(tmp_path, capsys) -> None:
+    """Before: `--direction higher` silently made a 19% faster arm `worse` on latency.
+    After: one error line."""
+    p = tmp_path / "r.csv"
+    files.latency().to_csv(p, index=False)
+    args = cli.build_parser().parse_args(["stats", "--results", str(p), "--metric",
+                                          "latency_ms_per_sample", "--direction", "higher"])
+    assert args.func(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1
+    assert "--direction higher contradicts the known direction of metric " \
+           "'latency_ms_per_sample' (lower is better)" in err
+
+
+def test_collapsed_seeds_say_the_mean_verdict_rests_on_normality(tmp_path, capsys) -> None:
+    """Before: `better` with no word on the two seeds where `add` sat at chance. After: the
+    verdict names its estimand, the flag says it rests on normality, the win rate is exact."""
+    c = _one(_stats(tmp_path, files.collapse(), capsys))
+    assert (c["verdict"], c["estimand"]) == ("better", "mean Δ")
+    assert "rests on normality (standard/sinusoidal/add at chance on 2 of 5 seeds)" \
+        in c["verdict_flags"]
+    assert (c["wins"], c["losses"], c["ties"], c["win_verdict"]) == (5, 0, 0, "inconclusive")
+    assert c["sign_p"] == pytest.approx(0.0625)
