@@ -263,3 +263,15 @@ def test_c6_long_never_picks_the_shuffled_probe():
     """Before: C6's `long` filter also picked synthetic-long-shuffled."""
     rep = _claims(synthetic_ressformer_results())
     assert [t["datasets"] for t in _tests(rep, "C6")] == [["synthetic-long"]]
+
+
+def test_consistently_needs_every_testable_regime():
+    """Issue 31: "consistently outperforms" (C1) was SUPPORTED by one regime of three (1
+    supports, 2 undecided). After: the claim does not decide; the tally says 1 of 3."""
+    eff = {**RESS_EFFECTS, "ressformer/none/add": RESS_EFFECTS["standard/sinusoidal/add"]}
+    df = synthetic_ressformer_results(effects=eff)
+    ress = (df["encoder"] == "ressformer") & df["dataset"].str.startswith("synthetic-long")
+    df.loc[ress, "test_acc"] += 0.05
+    c1 = _claim(_claims(df, margin=None), "C1")
+    assert (c1["n_tests"], c1["n_supports"], c1["n_undecided"]) == (3, 1, 2)
+    assert c1["support"] == "does not decide"
