@@ -180,19 +180,19 @@ def test_stats_of_an_adaptive_sweep_reports_sequential_decisions(tmp_path):
     report = analyze(df, Settings(baseline="add", n_boot=200), source)
     seq = report.to_dict()["sequential"]
     assert "sequential" in TOP_LEVEL_KEYS and tuple(seq) == SEQUENTIAL_KEYS
-    comps = [c for c in report.comparisons if c["metric"] == "test_acc"]
+    comps = [c for c in report.comparisons if c.metric == "test_acc"]
     assert seq["m"] == len(comps) == len(seq["results"]) and seq["alpha"] == 0.05
     from fusion_sweep.analysis.sequential import LEGACY_METHOD, sequential_result
 
     m = len(comps)
     for r, c in zip(seq["results"], comps):
-        assert r["n"] == c["n"] and abs(r["mean_delta"] - c["mean_delta"]) < 1e-12
+        assert r["n"] == c.n and abs(r["mean_delta"] - c.mean_delta) < 1e-12
         # the decision is the CS at alpha/m over the sweep's m comparisons, on this
         # comparison's deltas in seed order (the order the sweep added them)
-        d = np.asarray(c["deltas"])[np.argsort(c["seeds"], kind="stable")]
+        d = np.asarray(c.deltas)[np.argsort(c.seeds, kind="stable")]
         # a record without "method" is a sweep launched before the betting default
-        want = sequential_result(d, alpha=0.05, m=m, margin=c["equivalence_margin"],
-                                 higher_is_better=c["higher_is_better"], method=LEGACY_METHOD)
+        want = sequential_result(d, alpha=0.05, m=m, margin=c.equivalence_margin,
+                                 higher_is_better=c.higher_is_better, method=LEGACY_METHOD)
         assert (r["m"], r["alpha_each"]) == (m, pytest.approx(0.05 / m))
         assert r["decision"] == want.decision
         assert (r["cs_low"], r["cs_high"]) == pytest.approx((want.cs_low, want.cs_high))
@@ -201,7 +201,7 @@ def test_stats_of_an_adaptive_sweep_reports_sequential_decisions(tmp_path):
     assert [r["decision"] for r in seq["results"]] == ["inconclusive"] * m
     text = format_text(report)
     assert "Sequential decisions (adaptive seeds, test_acc)" in text
-    assert text.count(DESCRIPTIVE_LABEL) >= len({(c["dataset"], c["pe"]) for c in comps})
+    assert text.count(DESCRIPTIVE_LABEL) >= len({(c.dataset, c.pe) for c in comps})
     paths = write_report(report, tmp_path)
     html = paths["html"].read_text()
     assert "Adaptive seeds: sequential decisions" in html and "sequential_cs.png" in html

@@ -233,7 +233,8 @@ def test_json_schema_exact(csv: Path, capsys) -> None:
     assert set(rep["chance"]) == {"method", "tests"}
     assert set(rep["chance"]["tests"][0]) == {
         "dataset", "encoder", "pe", "metric", "fusion", "variant", "n", "num_classes",
-        "chance_level", "mean", "t", "p", "p_holm", "learned"}
+        "chance_level", "mean", "t", "p", "p_holm", "learned", "chance_source", "learn_method",
+        "learn_count", "learn_n"}
     # warnings also go to stderr so stdout stays pure JSON
     assert "cannot_reach_alpha" in err
 
@@ -478,9 +479,9 @@ def test_current_code_run_supersedes_an_old_one() -> None:
     assert (d["fusion"], d["seed"], d["reason"], d["metric"], d["baseline"]) == \
         ("concat", 1, "superseded_code", None, None)
     assert "run r-old ran code old0000000" in d["detail"]
-    comp = next(c for c in rep.comparisons if c["dataset"] == "synthetic-short"
-                and c["fusion"] == "concat")
-    assert comp["n"] == 5 and 0.1 - 0.8 not in comp["deltas"]
+    comp = next(c for c in rep.comparisons if c.dataset == "synthetic-short"
+                and c.fusion == "concat")
+    assert comp.n == 5 and 0.1 - 0.8 not in comp.deltas
     # Without the sweep's current code nothing can be preferred: a duplicate, as before.
     rep = _analyze(pd.concat([df, old]))
     assert [d["reason"] for d in rep.dropped] == ["duplicate_seed"]
@@ -525,7 +526,7 @@ def test_unknown_direction_is_an_error(tmp_path: Path, capsys) -> None:
         _analyze(small_table().assign(foo=1.0), metrics=("foo",))
     # The sweep's `directions` mapping knows it; a bad value there is an error too.
     rep = _analyze(small_table().assign(foo=1.0), metrics=("foo",), directions={"foo": "lower"})
-    assert all(not c["higher_is_better"] for c in rep.comparisons)
+    assert all(not c.higher_is_better for c in rep.comparisons)
     with pytest.raises(AnalysisError, match=r"direction of metric 'foo' must be 'higher' or 'lower'"):
         Settings(directions={"foo": "up"}).validate()
 
@@ -559,28 +560,28 @@ def _tost_table() -> pd.DataFrame:
 def test_tost_is_holm_adjusted_and_verdict_uses_it() -> None:
     from statsmodels.stats.multitest import multipletests
     rep = _analyze(_tost_table(), margin=0.004)
-    comps = {c["fusion"]: c for c in rep.comparisons}
-    raw = [c["tost_p"] for c in rep.comparisons]
-    assert [c["tost_p_holm"] for c in rep.comparisons] == pytest.approx(
+    comps = {c.fusion: c for c in rep.comparisons}
+    raw = [c.tost_p for c in rep.comparisons]
+    assert [c.tost_p_holm for c in rep.comparisons] == pytest.approx(
         list(multipletests(raw, method="holm")[1]), abs=1e-12)
     # Unadjusted TOST p < 0.05 but Holm-adjusted >= 0.05: no longer "equivalent".
     for f in ("concat", "f2", "f3"):
-        assert comps[f]["tost_p"] < 0.05 <= comps[f]["tost_p_holm"]
-        assert comps[f]["verdict"] == "inconclusive"
-    assert comps["f1"]["verdict"] == "equivalent"
+        assert comps[f].tost_p < 0.05 <= comps[f].tost_p_holm
+        assert comps[f].verdict == "inconclusive"
+    assert comps["f1"].verdict == "equivalent"
     assert any(w["code"] == "holm_tost_family" for w in rep.warnings)
 
 
 def test_equivalent_with_interval_excluding_zero_says_so() -> None:
     rep = _analyze(_tost_table(), margin=0.005)
-    c = next(c for c in rep.comparisons if c["fusion"] == "concat")
-    assert c["verdict"] == "equivalent" and c["t_ci_low"] > 0 and c["p_holm"] > 0.05
-    (note,) = c["notes"]
+    c = next(c for c in rep.comparisons if c.fusion == "concat")
+    assert c.verdict == "equivalent" and c.t_ci_low > 0 and c.p_holm > 0.05
+    (note,) = c.notes
     assert re.search(r"^equivalent within ±0.005 \(Holm-adjusted TOST p = .*\), but the "
                      r"t-interval \[\+.*\] excludes 0", note)
     for c in rep.comparisons:  # never "equivalent" with an interval excluding 0 and no note
-        if c["verdict"] == "equivalent" and (c["t_ci_low"] > 0 or c["t_ci_high"] < 0):
-            assert any("excludes 0" in n for n in c["notes"])
+        if c.verdict == "equivalent" and (c.t_ci_low > 0 or c.t_ci_high < 0):
+            assert any("excludes 0" in n for n in c.notes)
     assert not any(w["code"] == "degenerate_comparison" for w in rep.warnings)
 
 
@@ -641,12 +642,12 @@ def _chance_table() -> pd.DataFrame:
 def test_neither_arm_beats_chance_is_not_learned(tmp_path: Path, capsys) -> None:
     from statsmodels.stats.multitest import multipletests
     rep = _analyze(_chance_table())
-    long = [c for c in rep.comparisons if c["dataset"] == "synthetic-long"]
-    short = [c for c in rep.comparisons if c["dataset"] == "synthetic-short"]
-    assert {c["verdict"] for c in long} == {"not learned"}
-    assert all((c["learned"], c["baseline_learned"], c["chance_level"]) == ("no", "no", 0.5)
+    long = [c for c in rep.comparisons if c.dataset == "synthetic-long"]
+    short = [c for c in rep.comparisons if c.dataset == "synthetic-short"]
+    assert {c.verdict for c in long} == {"not learned"}
+    assert all((c.learned, c.baseline_learned, c.chance_level) == ("no", "no", 0.5)
                for c in long)
-    assert all(c["verdict"] != "not learned" and c["learned"] == "yes" for c in short)
+    assert all(c.verdict != "not learned" and c.learned == "yes" for c in short)
     msgs = [w["message"] for w in rep.warnings if w["code"] == "not_learned"]
     assert len(msgs) == 1 and msgs[0].startswith(  # one warning per dataset, naming both
         "neither arm beats chance on synthetic-long: these 2 comparisons say nothing about fusion")
@@ -688,16 +689,16 @@ def test_chance_guards_every_metric_by_the_arms_accuracy() -> None:
     """Issue 31: a latency comparison of two chance-level arms is `not learned` too; the
     arms' accuracy (test_acc, not asked for) decides, once per arm."""
     rep = _analyze(_chance_table(), metrics=("latency_ms_per_sample",))
-    states = {c["dataset"]: (c["learned"], c["baseline_learned"]) for c in rep.comparisons}
+    states = {c.dataset: (c.learned, c.baseline_learned) for c in rep.comparisons}
     assert set(states.values()) == {("no", "no"), ("yes", "yes")}
     assert {t["metric"] for t in rep.chance["tests"]} == {"test_acc"}
     for c in rep.comparisons:
-        assert (c["verdict"] == "not learned") == (c["learned"] == "no")
+        assert (c.verdict == "not learned") == (c.learned == "no")
 
 
 def test_no_accuracy_column_means_no_guard() -> None:
     rep = _analyze(_chance_table().drop(columns="test_acc"), metrics=("latency_ms_per_sample",))
-    assert {(c["learned"], c["baseline_learned"]) for c in rep.comparisons} == {("n/a", "n/a")}
+    assert {(c.learned, c.baseline_learned) for c in rep.comparisons} == {("n/a", "n/a")}
     assert rep.chance["tests"] == []
 
 
@@ -753,12 +754,12 @@ def test_duplicate_seed_with_a_nan_copy_is_flagged() -> None:
 def test_per_dataset_margins() -> None:
     rep = _analyze(small_table(), margin={"synthetic-short": 0.01})
     for c in rep.comparisons:
-        if c["dataset"] == "synthetic-short":
-            assert c["equivalence_margin"] == 0.01 and c["tost_p"] is not None
-            assert np.isfinite(c["tost_p"])
+        if c.dataset == "synthetic-short":
+            assert c.equivalence_margin == 0.01 and c.tost_p is not None
+            assert np.isfinite(c.tost_p)
         else:
-            assert c["equivalence_margin"] is None and np.isnan(c["tost_p"])
-            assert c["verdict"] != "equivalent"
+            assert c.equivalence_margin is None and np.isnan(c.tost_p)
+            assert c.verdict != "equivalent"
     (w,) = [w for w in rep.warnings if w["code"] == "no_equivalence_margin"]
     assert "none for synthetic-long: no equivalence test there" in w["message"]
     assert rep.to_dict()["settings"]["margin"] == {"synthetic-short": 0.01}

@@ -101,22 +101,22 @@ def test_full_variant_baseline_compares_every_variant_across_encoders_and_pes() 
     rep = analyze(df, Settings(baseline=FULL, n_boot=200))
     assert len(rep.comparisons) == 6 * 6  # 6 datasets x 6 variants besides the baseline
     for c in rep.comparisons:
-        assert set(COMPARISON_KEYS) <= set(c)
-        assert c["baseline"] == c["baseline_variant"] == FULL
-        assert c["variant"] == f"{c['encoder']}/{c['pe']}/{c['fusion']}" != FULL
-        x, y = _values(df, c["variant"], c["dataset"]), _values(df, FULL, c["dataset"])
-        assert c["mean_delta"] == pytest.approx((x - y).mean(), abs=1e-12)
+        assert set(COMPARISON_KEYS) <= set(c.to_json())
+        assert c.baseline == c.baseline_variant == FULL
+        assert c.variant == f"{c.encoder}/{c.pe}/{c.fusion}" != FULL
+        x, y = _values(df, c.variant, c.dataset), _values(df, FULL, c.dataset)
+        assert c.mean_delta == pytest.approx((x - y).mean(), abs=1e-12)
         ref = sps.ttest_rel(x, y)
-        assert c["t_p"] == pytest.approx(ref.pvalue, abs=1e-12)
-    got = {(c["dataset"], c["variant"]) for c in rep.comparisons}
+        assert c.t_p == pytest.approx(ref.pvalue, abs=1e-12)
+    got = {(c.dataset, c.variant) for c in rep.comparisons}
     assert ("synthetic-short", RESS) in got and ("synthetic-long", NO_SOES) in got
-    sr = next(c for c in rep.comparisons if c["variant"] == "standard/none/add")
+    sr = next(c for c in rep.comparisons if c.variant == "standard/none/add")
     # Issue 31: an arm at chance withholds `worse` too (the guards are symmetric).
-    assert (sr["learned"], sr["baseline_learned"], sr["verdict"]) == ("no", "yes", "inconclusive")
-    assert sr["verdict_flags"][0].startswith("no 'worse': standard/none/add does not beat chance")
+    assert (sr.learned, sr.baseline_learned, sr.verdict) == ("no", "yes", "inconclusive")
+    assert sr.verdict_flags[0].startswith("no 'worse': standard/none/add does not beat chance")
     # interaction: one test per variant pair across the six datasets
     tested = {t["variant"] for t in rep.interaction["tests"]}
-    assert tested == {c["variant"] for c in rep.comparisons}
+    assert tested == {c.variant for c in rep.comparisons}
 
 
 def test_fusion_baseline_stays_within_one_encoder_and_pe() -> None:
@@ -124,14 +124,14 @@ def test_fusion_baseline_stays_within_one_encoder_and_pe() -> None:
     rows = rows[rows.fusion.isin(["add", "concat"])]
     both = pd.concat([rows, rows.assign(encoder="ressformer", pe="none")])
     rep = analyze(tidy(both), Settings(n_boot=200))
-    pairs = {(c["encoder"], c["pe"], c["fusion"], c["baseline"]) for c in rep.comparisons}
+    pairs = {(c.encoder, c.pe, c.fusion, c.baseline) for c in rep.comparisons}
     assert pairs == {("standard", "sinusoidal", "concat", "add"),
                      ("ressformer", "none", "concat", "add")}
-    assert {c["baseline_variant"] for c in rep.comparisons} == {"standard/sinusoidal/add",
+    assert {c.baseline_variant for c in rep.comparisons} == {"standard/sinusoidal/add",
                                                                  "ressformer/none/add"}
     # --pairs all stays within each group too
     rep = analyze(tidy(both), Settings(n_boot=200, pairs="all"))
-    assert {(c["variant"], c["baseline_variant"]) for c in rep.comparisons} == {
+    assert {(c.variant, c.baseline_variant) for c in rep.comparisons} == {
         ("standard/sinusoidal/concat", "standard/sinusoidal/add"),
         ("ressformer/none/concat", "ressformer/none/add")}
 
@@ -141,8 +141,8 @@ def test_pairs_all_with_a_full_label_compares_every_pair_of_a_dataset() -> None:
     df = df[df.dataset == "synthetic-short"]
     rep = analyze(df, Settings(baseline=FULL, n_boot=200, pairs="all"))
     assert len(rep.comparisons) == 7 * 6 // 2
-    assert all(c["baseline"] == c["baseline_variant"] for c in rep.comparisons)
-    assert sum(c["baseline_variant"] == FULL for c in rep.comparisons) == 6
+    assert all(c.baseline == c.baseline_variant for c in rep.comparisons)
+    assert sum(c.baseline_variant == FULL for c in rep.comparisons) == 6
 
 
 def test_encoder_fingerprint_is_checked_only_within_one_encoder() -> None:
@@ -170,9 +170,9 @@ def test_shared_fingerprint_mismatch_across_encoders_is_dropped() -> None:
     assert (d["dataset"], d["encoder"], d["pe"], d["seed"], d["reason"]) == (
         "synthetic-medium", "ressformer", "none", 3, "fingerprint_mismatch")
     assert d["baseline"] == FULL and d["detail"].startswith("shared_init (feedface vs ")
-    c = next(c for c in rep.comparisons if c["dataset"] == "synthetic-medium"
-             and c["variant"] == RESS)
-    assert c["n"] == 4 and 3 not in c["seeds"]
+    c = next(c for c in rep.comparisons if c.dataset == "synthetic-medium"
+             and c.variant == RESS)
+    assert c.n == 4 and 3 not in c.seeds
 
 
 def test_text_and_tables_name_variants_unambiguously(capsys, tmp_path: Path) -> None:
@@ -227,21 +227,21 @@ def test_cost_metrics_in_the_report_get_ratios_and_their_own_holm_family() -> No
     df = ress()
     rep = analyze(df, Settings(baseline=FULL, n_boot=200,
                                metrics=("latency_ms_per_sample", "flops_per_token", "test_acc")))
-    lat = [c for c in rep.comparisons if c["metric"] == "latency_ms_per_sample"]
-    raw = [c["ratio_p"] for c in rep.comparisons if c["ratio_p"] is not None
-           and np.isfinite(c["ratio_p"])]
+    lat = [c for c in rep.comparisons if c.metric == "latency_ms_per_sample"]
+    raw = [c.ratio_p for c in rep.comparisons if c.ratio_p is not None
+           and np.isfinite(c.ratio_p)]
     assert len(raw) == len(lat)  # FLOPs ratios are exact: no p
     adj = multipletests(raw, method="holm")[1]
-    assert [c["ratio_p_holm"] for c in lat] == pytest.approx(list(adj), abs=1e-12)
-    c = next(c for c in lat if c["variant"] == NO_ASAM and c["dataset"] == "synthetic-long")
+    assert [c.ratio_p_holm for c in lat] == pytest.approx(list(adj), abs=1e-12)
+    c = next(c for c in lat if c.variant == NO_ASAM and c.dataset == "synthetic-long")
     x, y = (_values(df, NO_ASAM, "synthetic-long", "latency_ms_per_sample"),
             _values(df, FULL, "synthetic-long", "latency_ms_per_sample"))
-    assert c["ratio"] == pytest.approx(np.exp(np.log(x / y).mean()))
-    assert c["ratio_verdict"] == "worse"  # planted 1.4x
-    flops = [c for c in rep.comparisons if c["metric"] == "flops_per_token"
-             and c["variant"] == RESS]
-    assert all(c["ratio"] == pytest.approx(0.7) and c["ratio_verdict"] == "better" for c in flops)
-    assert all(c["ratio"] is None for c in rep.comparisons if c["metric"] == "test_acc")
+    assert c.ratio == pytest.approx(np.exp(np.log(x / y).mean()))
+    assert c.ratio_verdict == "worse"  # planted 1.4x
+    flops = [c for c in rep.comparisons if c.metric == "flops_per_token"
+             and c.variant == RESS]
+    assert all(c.ratio == pytest.approx(0.7) and c.ratio_verdict == "better" for c in flops)
+    assert all(c.ratio is None for c in rep.comparisons if c.metric == "test_acc")
     assert any(w["code"] == "holm_ratio_family" for w in rep.warnings)
 
 
@@ -316,11 +316,11 @@ def test_c1_numbers_are_the_reports_comparison() -> None:
     df = ress()
     rep = _claims(df)
     for t in _tests(rep, "C1"):
-        c = next(c for c in rep.comparisons if c["dataset"] == t["datasets"][0]
-                 and c["variant"] == RESS)
+        c = next(c for c in rep.comparisons if c.dataset == t["datasets"][0]
+                 and c.variant == RESS)
         assert (t["estimate"], t["ci_low"], t["ci_high"], t["p"], t["tost_p"]) == pytest.approx(
-            (c["mean_delta"], c["t_ci_low"], c["t_ci_high"], c["t_p"], c["tost_p"]), abs=1e-12)
-        assert t["arm"] == RESS and t["reference"] == STD_SIN and t["n"] == c["n"]
+            (c.mean_delta, c.t_ci_low, c.t_ci_high, c.t_p, c.tost_p), abs=1e-12)
+        assert t["arm"] == RESS and t["reference"] == STD_SIN and t["n"] == c.n
 
 
 def test_c3_is_a_one_sided_difference_of_paired_deltas_by_seed() -> None:

@@ -55,7 +55,7 @@ def test_grid_interval_agrees_with_the_verdict(report) -> None:
         excludes = g["ci_low"] > 0 or g["ci_high"] < 0
         assert excludes == (g["verdict"] in (BETTER, WORSE)), g
         assert 1 - 0.05 <= g["ci_level"] < 1
-    assert any((c["t_ci_low"] > 0 or c["t_ci_high"] < 0) and c["verdict"] not in (BETTER, WORSE)
+    assert any((c.t_ci_low > 0 or c.t_ci_high < 0) and c.verdict not in (BETTER, WORSE)
                for c in report.comparisons)  # the case the old forest plot got wrong
 
 
@@ -105,12 +105,12 @@ def test_a_long_title_is_wrapped_not_clipped(report, tmp_path: Path, monkeypatch
 
 def test_forest_plot_draws_the_verdict_interval_with_a_legend(report, tmp_path, monkeypatch):
     figs = _capture_figures(monkeypatch)
-    comps = [c for c in report.comparisons if c["pe"] == "sinusoidal"]
+    comps = [c for c in report.comparisons if c.pe == "sinusoidal"]
     plots.forest_plot(comps, "forest", 0.01, tmp_path / "f.png", report.settings.axis)
     fig = figs[0]
     thick = [ln for ln in fig.axes[0].lines if ln.get_linewidth() == 2.5]
     drawn = sorted(tuple(ln.get_xdata()) for ln in thick)
-    want = sorted((c["verdict_ci_low"], c["verdict_ci_high"]) for c in comps)
+    want = sorted((c.verdict_ci_low, c.verdict_ci_high) for c in comps)
     assert np.allclose(drawn, want)
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert any("interval the verdict uses" in t for t in labels)
@@ -148,7 +148,7 @@ def test_one_meaning_of_power(report) -> None:
     t = seeds_needed_table(report)
     assert t.headers.count("power") == 1 and "power at α = 0.05 (unadjusted)" in t.headers
     c = report.comparisons[0]
-    assert t.rows[0][t.headers.index("power")] == f"{c['power_at_holm_alpha']:.2f}"
+    assert t.rows[0][t.headers.index("power")] == f"{c.power_at_holm_alpha:.2f}"
 
 
 def test_chance_table_short_to_long_and_interaction_verdicts(report) -> None:

@@ -13,19 +13,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fusion_sweep.analysis.records import Comparison
 from fusion_sweep.analysis.schema import VERDICT_GRID_KEYS
 from fusion_sweep.analysis.variants import Axis, Variant
 
 
-def verdict_grid(comps: list[dict]) -> list[dict]:
+def verdict_grid(comps: list[Comparison]) -> list[dict]:
     """One VERDICT_GRID_KEYS cell per comparison, in report order (metric, regime short ->
     long, group)."""
-    out = [{"dataset": c["dataset"], "arm": c["variant"], "reference": c["baseline_variant"],
-            "delta": c["mean_delta"], "ci_low": c["verdict_ci_low"],
-            "ci_high": c["verdict_ci_high"], "ci_level": c["verdict_ci_level"], "n": c["n"],
-            "verdict": c["verdict"], "metric": c["metric"], "regime": c["regime"],
-            "arm_learned": c["learned"], "reference_learned": c["baseline_learned"],
-            "estimand": c["estimand"], "win_verdict": c["win_verdict"]}
+    out = [{"dataset": c.dataset, "arm": c.variant, "reference": c.baseline_variant,
+            "delta": c.mean_delta, "ci_low": c.verdict_ci_low,
+            "ci_high": c.verdict_ci_high, "ci_level": c.verdict_ci_level, "n": c.n,
+            "verdict": c.verdict, "metric": c.metric, "regime": c.regime,
+            "arm_learned": c.learned, "reference_learned": c.baseline_learned,
+            "estimand": c.estimand, "win_verdict": c.win_verdict}
            for c in comps]
     assert all(tuple(cell) == VERDICT_GRID_KEYS for cell in out)
     return out
@@ -37,26 +38,26 @@ class GridRow:
 
     metric: str
     label: str  # "concat vs add, pe=sinusoidal"
-    cells: dict[str, dict] = field(default_factory=dict)
+    cells: dict[str, Comparison] = field(default_factory=dict)
 
 
-def grid_rows(comps: list[dict], axis: Axis) -> list[GridRow]:
+def grid_rows(comps: list[Comparison], axis: Axis) -> list[GridRow]:
     """Rows in the order each comparison first appears (metric, group, arm as reported)."""
     rows: dict[tuple, GridRow] = {}
     for c in comps:
-        arm = Variant(c["encoder"], c["pe"], c["fusion"])
-        key = (c["metric"], c["group"], c["variant"], c["baseline_variant"])
+        arm = Variant(c.encoder, c.pe, c.fusion)
+        key = (c.metric, c.group, c.variant, c.baseline_variant)
         if key not in rows:
             group = axis.title(axis.group(arm)).replace(" · ", ", ")
-            label = f"{axis.short(arm)} vs {c['baseline']}" + (f", {group}" if group else "")
-            rows[key] = GridRow(c["metric"], label)
-        rows[key].cells[c["dataset"]] = c
+            label = f"{axis.short(arm)} vs {c.baseline}" + (f", {group}" if group else "")
+            rows[key] = GridRow(c.metric, label)
+        rows[key].cells[c.dataset] = c
     return list(rows.values())
 
 
-def not_learned_mark(c: dict) -> str:
+def not_learned_mark(c: Comparison) -> str:
     """'' when both arms beat chance (or chance does not apply), else which did not."""
-    arm, ref = c["learned"] == "no", c["baseline_learned"] == "no"
+    arm, ref = c.learned == "no", c.baseline_learned == "no"
     if arm and ref:
         return "neither arm learned"
     return "arm not learned" if arm else "reference not learned" if ref else ""

@@ -257,7 +257,7 @@ def verdict_counts(report: Any) -> dict[str, int]:
     """The `stats` run's verdict metrics. A fixed-seed sweep: n_<verdict> over the fixed-n
     verdicts. An adaptive sweep: n_<decision> over the sequential decisions (its verdicts),
     and the fixed-n counts only as descriptive_n_<verdict>."""
-    fixed = pd.Series([c["verdict"] for c in report.comparisons], dtype=object)
+    fixed = pd.Series([c.verdict for c in report.comparisons], dtype=object)
     name = lambda v: v.replace(" ", "_")  # noqa: E731
     if report.sequential is None:
         return {f"n_{name(v)}": int((fixed == v).sum()) for v in VERDICTS}

@@ -23,6 +23,7 @@ from matplotlib.patches import Patch
 from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
+from fusion_sweep.analysis.records import Comparison
 from fusion_sweep.analysis.schema import SUPPORT_COLORS, VERDICT_COLORS
 from fusion_sweep.analysis.sequential_report import key_label
 from fusion_sweep.analysis.variants import Axis, Variant
@@ -35,9 +36,9 @@ if TYPE_CHECKING:
 _VERDICT_COLOR = VERDICT_COLORS
 
 
-def _arm(c: dict, axis: Axis | None) -> str:
+def _arm(c: Comparison, axis: Axis | None) -> str:
     """A comparison's arm in the axis's short label (the fusion by default)."""
-    return axis.short(Variant(c["encoder"], c["pe"], c["fusion"])) if axis else c["fusion"]
+    return axis.short(Variant(c.encoder, c.pe, c.fusion)) if axis else c.fusion
 
 
 def slug(*parts: str) -> str:
@@ -45,7 +46,7 @@ def slug(*parts: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", "_".join(parts)).strip("-")
 
 
-def paired_delta_plot(comps: list[dict], title: str, margin: float | None, path: Path,
+def paired_delta_plot(comps: list[Comparison], title: str, margin: float | None, path: Path,
                       axis: Axis | None = None) -> Path:
     """Per-seed deltas (arm - reference) for one (dataset, group, metric).
 
@@ -53,30 +54,30 @@ def paired_delta_plot(comps: list[dict], title: str, margin: float | None, path:
     by a faint line, so a seed that helps every fusion is visible as a high track. The
     black bar is the mean delta with its t-interval.
     """
-    seeds = sorted({s for c in comps for s in c["seeds"]})
+    seeds = sorted({s for c in comps for s in c.seeds})
     cmap = colormaps["tab10"]
     color = {s: cmap(i % 10) for i, s in enumerate(seeds)}
     fig, ax = _subplots(figsize=(1.6 + 1.5 * max(1, len(comps)), 3.6))
     _zero_and_margin(ax, margin, horizontal=True)
     for s in seeds:
-        xs = [i for i, c in enumerate(comps) if s in c["seeds"]]
-        ys = [c["deltas"][c["seeds"].index(s)] for c in comps if s in c["seeds"]]
+        xs = [i for i, c in enumerate(comps) if s in c.seeds]
+        ys = [c.deltas[c.seeds.index(s)] for c in comps if s in c.seeds]
         ax.plot(np.array(xs) - 0.12, ys, "-", color=color[s], alpha=0.25, lw=1)
         ax.scatter(np.array(xs) - 0.12, ys, color=color[s], s=28, zorder=3, label=f"seed {s}")
     for i, c in enumerate(comps):
-        if _finite(c.get("verdict_ci_low")):
-            ax.errorbar(i + 0.12, c["mean_delta"], yerr=[[c["mean_delta"] - c["verdict_ci_low"]],
-                        [c["verdict_ci_high"] - c["mean_delta"]]], fmt="s", color="black",
+        if _finite(c.verdict_ci_low):
+            ax.errorbar(i + 0.12, c.mean_delta, yerr=[[c.mean_delta - c.verdict_ci_low],
+                        [c.verdict_ci_high - c.mean_delta]], fmt="s", color="black",
                         ms=5, capsize=3, zorder=4)
-        elif c["n"]:
-            ax.plot(i + 0.12, c["mean_delta"], "s", color="black", ms=5)
+        elif c.n:
+            ax.plot(i + 0.12, c.mean_delta, "s", color="black", ms=5)
     ax.set_xticks(range(len(comps)))
-    ax.set_xticklabels([f"{_arm(c, axis)}\nvs {c['baseline']}\n{c['verdict']}" for c in comps],
+    ax.set_xticklabels([f"{_arm(c, axis)}\nvs {c.baseline}\n{c.verdict}" for c in comps],
                        fontsize=8 if axis is None or axis.is_fusion else 6)
     for tick, c in zip(ax.get_xticklabels(), comps):
-        tick.set_color(_VERDICT_COLOR.get(c["verdict"], "black"))
+        tick.set_color(_VERDICT_COLOR.get(c.verdict, "black"))
     ax.set_xlim(-0.6, len(comps) - 0.4)
-    ax.set_ylabel(f"Δ {comps[0]['metric'] if comps else ''} (per seed)")
+    ax.set_ylabel(f"Δ {comps[0].metric if comps else ''} (per seed)")
     ax.set_title(title, fontsize=9)
     handles, _ = ax.get_legend_handles_labels()
     handles += [Line2D([], [], color="black", marker="s", ms=5, lw=1.5,
@@ -90,7 +91,7 @@ def paired_delta_plot(comps: list[dict], title: str, margin: float | None, path:
     return _save(fig, path)
 
 
-def forest_plot(comps: list[dict], title: str, margin: float | None, path: Path,
+def forest_plot(comps: list[Comparison], title: str, margin: float | None, path: Path,
                 axis: Axis | None = None, alpha: float = 0.05) -> Path:
     """Mean Δ with the interval the verdict uses (thick, colour = verdict) and the unadjusted
     (1 - alpha) t-interval (thin, grey) per (comparison, regime), so a thick bar crosses 0
@@ -104,17 +105,17 @@ def forest_plot(comps: list[dict], title: str, margin: float | None, path: Path,
     fig, ax = _subplots(figsize=(8.5, 1.6 + 0.32 * max(1, len(rows))))
     _zero_and_margin(ax, margin, horizontal=False)
     for y, c in enumerate(rows):
-        col = _VERDICT_COLOR.get(c["verdict"], "black")
-        if _finite(c["t_ci_low"]):
-            ax.plot([c["t_ci_low"], c["t_ci_high"]], [y - 0.22] * 2, color="#8c959f", lw=1)
-        if _finite(c.get("verdict_ci_low")):
-            ax.plot([c["verdict_ci_low"], c["verdict_ci_high"]], [y, y], color=col, lw=2.5)
-        if _finite(c["mean_delta"]):
-            ax.plot(c["mean_delta"], y, "o", color=col, ms=5)
+        col = _VERDICT_COLOR.get(c.verdict, "black")
+        if _finite(c.t_ci_low):
+            ax.plot([c.t_ci_low, c.t_ci_high], [y - 0.22] * 2, color="#8c959f", lw=1)
+        if _finite(c.verdict_ci_low):
+            ax.plot([c.verdict_ci_low, c.verdict_ci_high], [y, y], color=col, lw=2.5)
+        if _finite(c.mean_delta):
+            ax.plot(c.mean_delta, y, "o", color=col, ms=5)
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([f"{_arm(c, axis)} vs {c['baseline']} · {c['regime']}" for c in rows],
+    ax.set_yticklabels([f"{_arm(c, axis)} vs {c.baseline} · {c.regime}" for c in rows],
                        fontsize=7)
-    ax.set_xlabel(f"Δ {comps[0]['metric'] if comps else ''} (arm − reference)", fontsize=8)
+    ax.set_xlabel(f"Δ {comps[0].metric if comps else ''} (arm − reference)", fontsize=8)
     ax.set_title(title, fontsize=9)
     ax.set_ylim(-0.7, len(rows) - 0.3)
     level = f"{100 * (1 - alpha):.0f}%"
@@ -125,7 +126,7 @@ def forest_plot(comps: list[dict], title: str, margin: float | None, path: Path,
     if margin:
         handles.append(Patch(color=MARGIN_COLOR, alpha=MARGIN_ALPHA,
                              label=f"±{margin:g} equivalence margin (TOST)"))
-    shown = [v for v in VERDICT_COLORS if any(c["verdict"] == v for c in comps)]
+    shown = [v for v in VERDICT_COLORS if any(c.verdict == v for c in comps)]
     handles += [Patch(color=VERDICT_COLORS[v], label=f"verdict: {v}") for v in shown]
     fig.legend(handles=handles, fontsize=7, loc="lower center", ncol=3, frameon=False)
     fit_titles(fig)

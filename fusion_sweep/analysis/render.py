@@ -75,7 +75,7 @@ def build_blocks(report: Report, out: Path) -> list[Block]:
     if report.comparisons:
         b.append(("h2", "The answer at a glance"))
         b += [("grid", verdict_grid_table(report, metric), _grid_verdicts(report, metric))
-              for metric in s.metrics if any(c["metric"] == metric for c in report.comparisons)]
+              for metric in s.metrics if any(c.metric == metric for c in report.comparisons)]
         b += _arms_figure_blocks(report, out)
     b.append(("p", VERDICT_RULE))
     if report.claims is not None:
@@ -106,7 +106,7 @@ def build_blocks(report: Report, out: Path) -> list[Block]:
 def _grid_verdicts(report: Report, metric: str) -> list[list[str | None]]:
     """The verdict of every grid cell (None: no comparison there), for the cell colours."""
     regimes = grid_regimes(report)
-    return [[(row.cells[r.dataset]["verdict"] if r.dataset in row.cells else None)
+    return [[(row.cells[r.dataset].verdict if r.dataset in row.cells else None)
              for r in regimes]
             for row in grid_rows(report.comparisons, report.settings.axis) if row.metric == metric]
 
@@ -148,9 +148,9 @@ def _comparison_blocks(report: Report, out: Path) -> list[Block]:
         b.append(("table", table))
         if comps:
             parts = [p for p in axis.path(group).split("/") if p]
-            name = plots.slug("deltas", comps[0]["dataset"], *parts, metric) + ".png"
+            name = plots.slug("deltas", comps[0].dataset, *parts, metric) + ".png"
             plots.paired_delta_plot(comps, f"Per-seed Δ vs reference · {table.title}",
-                                    comps[0]["equivalence_margin"], out / name, axis)
+                                    comps[0].equivalence_margin, out / name, axis)
             b.append(("img", name, f"paired per-seed deltas, {table.title}"))
     return b
 
@@ -161,14 +161,14 @@ def _interaction_blocks(report: Report, out: Path) -> list[Block]:
     b: list[Block] = [("h2", heading)]
     rank = {r.dataset: r.rank for r in report.regimes}
     axis = report.settings.axis
-    keys = sorted({(c["group"], c["metric"]) for c in report.comparisons})
+    keys = sorted({(c.group, c.metric) for c in report.comparisons})
     for group, metric in keys:
-        comps = [c for c in report.comparisons if c["group"] == group and c["metric"] == metric]
-        comps.sort(key=lambda c: (c["baseline"], c["variant"], rank[c["dataset"]]))
+        comps = [c for c in report.comparisons if c.group == group and c.metric == metric]
+        comps.sort(key=lambda c: (c.baseline, c.variant, rank[c.dataset]))
         parts = [p for p in axis.path(group).split("/") if p]
         name = plots.slug("forest", *parts, metric) + ".png"
         where = " · ".join(p for p in (axis.title(group), metric) if p)
-        margins = {c["equivalence_margin"] for c in comps}  # one band only if one margin
+        margins = {c.equivalence_margin for c in comps}  # one band only if one margin
         label = f" ({descriptive_label(report)})" if descriptive_label(report) else ""
         plots.forest_plot(comps, f"Δ vs reference across datasets · {where}{label}",
                           margins.pop() if len(margins) == 1 else None, out / name, axis,

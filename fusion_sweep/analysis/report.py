@@ -51,9 +51,10 @@ from fusion_sweep.analysis.pairing import (
     Paired, pair_trials, supersede, usable_values, variant_series,
 )
 from fusion_sweep.analysis.platforms import platform_warnings, platforms_of
+from fusion_sweep.analysis.records import Comparison
 from fusion_sweep.analysis.regimes import Regime, interaction_tests, lengths_known, regimes_for
 from fusion_sweep.analysis.schema import (
-    ADAPTIVE_COLUMN, ARM_KEYS, BETTER, COMPARISON_FAMILY_COLUMN, COMPARISON_KEYS, COST_METRICS,
+    ADAPTIVE_COLUMN, ARM_KEYS, BETTER, COMPARISON_FAMILY_COLUMN, COST_METRICS,
     DEFAULT_ENCODER, DESCRIPTIVE_LABEL, EQUIVALENT, INCONCLUSIVE, NORMALITY_BELOW_N, NOT_LEARNED,
     TOP_LEVEL_KEYS, WORSE, AnalysisError,
 )
@@ -69,7 +70,7 @@ class Report:
     source: dict
     settings: Settings
     regimes: list[Regime]
-    comparisons: list[dict]
+    comparisons: list[Comparison]  # frozen records (fusion_sweep.analysis.records)
     dropped: list[dict]
     warnings: list[dict]
     interaction: dict
@@ -94,7 +95,7 @@ class Report:
             "regimes": [asdict(r) for r in self.regimes],
             "warnings": self.warnings,
             "arms": self.arms,
-            "comparisons": [{k: c[k] for k in COMPARISON_KEYS} for c in self.comparisons],
+            "comparisons": [c.to_json() for c in self.comparisons],
             "dropped": self.dropped,
             "interaction": self.interaction,
             "chance": self.chance,
@@ -223,7 +224,8 @@ def analyze(
             c["verdict_flags"].insert(0, "descriptive")
         if claims is not None:
             claims["method"] = f"{sequential['fixed_n_label']}: {claims['method']}"
-    return Report(source, settings, regimes, comps, dropped, warnings, interaction, df,
+    records = [Comparison.build(c) for c in comps]  # built once, never changed
+    return Report(source, settings, regimes, records, dropped, warnings, interaction, df,
                   {"method": CHANCE_METHOD, "tests": arms},
                   arm_summaries(df, settings, regimes, by_arm), claims, sequential, seq_results,
                   family)

@@ -21,6 +21,7 @@ from fusion_sweep.analysis.estimands import MEAN_DELTA, WIN_RATE, labelled
 from fusion_sweep.analysis.grid import GridRow, grid_rows, not_learned_mark
 from fusion_sweep.analysis.regimes import INTERACTION_VERDICT_RULE, lengths_known
 from fusion_sweep.analysis.pairing import usable_values
+from fusion_sweep.analysis.records import Comparison
 from fusion_sweep.analysis.report import Report
 from fusion_sweep.analysis.schema import COST_METRICS, DEFAULT_ENCODER, INCONCLUSIVE
 from fusion_sweep.analysis.variants import Variant
@@ -56,9 +57,14 @@ def fci(low: object, high: object, digits: int = 4) -> str:
     return f"[{low:+.{digits}f}, {high:+.{digits}f}]"
 
 
-def arm_of(c: dict) -> Variant:
-    """The arm variant of a comparison, arm, chance test or dropped record."""
-    return Variant(c["encoder"], c["pe"], c["fusion"])
+def arm_of(c: Comparison) -> Variant:
+    """The arm variant of a comparison."""
+    return Variant(c.encoder, c.pe, c.fusion)
+
+
+def test_arm(t: dict) -> Variant:
+    """The arm variant of an interaction test (INTERACTION_TEST_KEYS)."""
+    return Variant(t["encoder"], t["pe"], t["fusion"])
 
 
 def show_encoder(report: Report) -> bool:
@@ -77,7 +83,7 @@ def group_columns(report: Report) -> list[str]:
     return [f for f in free if f != "encoder" or show_encoder(report)]
 
 
-def blocks_by_regime(report: Report) -> list[tuple[str, str, tuple, list[dict]]]:
+def blocks_by_regime(report: Report) -> list[tuple[str, str, tuple, list[Comparison]]]:
     """(metric, regime label, group, comparisons) in metric, short->long regime, group order.
 
     group: the values of the variant fields the baseline leaves open (() for a full label).
@@ -85,11 +91,11 @@ def blocks_by_regime(report: Report) -> list[tuple[str, str, tuple, list[dict]]]
     out = []
     for metric in report.settings.metrics:
         for r in report.regimes:
-            groups = sorted({c["group"] for c in report.comparisons
-                             if c["dataset"] == r.dataset and c["metric"] == metric})
+            groups = sorted({c.group for c in report.comparisons
+                             if c.dataset == r.dataset and c.metric == metric})
             for group in groups:
-                comps = [c for c in report.comparisons if c["dataset"] == r.dataset
-                         and c["group"] == group and c["metric"] == metric]
+                comps = [c for c in report.comparisons if c.dataset == r.dataset
+                         and c.group == group and c.metric == metric]
                 out.append((metric, r.label, group, comps))
     return out
 
@@ -97,7 +103,7 @@ def blocks_by_regime(report: Report) -> list[tuple[str, str, tuple, list[dict]]]
 # ----------------------------------------------------------------------------- verdict grid
 def grid_regimes(report: Report) -> list:
     """The regimes (short -> long) that hold at least one comparison."""
-    present = {c["dataset"] for c in report.comparisons}
+    present = {c.dataset for c in report.comparisons}
     return [r for r in report.regimes if r.dataset in present]
 
 
@@ -112,7 +118,7 @@ def fpct(level: object) -> str:
 SHORT_MARKS = {"arm not learned": "†", "reference not learned": "‡"}
 
 
-def grid_cell(c: dict | None, digits: int = 4, short: bool = False) -> tuple[str, str]:
+def grid_cell(c: Comparison | None, digits: int = 4, short: bool = False) -> tuple[str, str]:
     """(headline, detail) of one grid cell: ('+0.0040 better', '[+0.0010, +0.0070] 99.4% · n=5').
 
     The interval is the one the verdict uses (Holm-consistent, at the cell's own level).
@@ -120,23 +126,23 @@ def grid_cell(c: dict | None, digits: int = 4, short: bool = False) -> tuple[str
     if c is None:
         return DASH, ""
     mark = not_learned_mark(c)
-    mark = mark if mark and c["verdict"] != mark else ""
-    head = f"{fnum(c['mean_delta'], digits, signed=True)} {labelled(c['verdict'], MEAN_DELTA)}"
-    ci = fci(c["verdict_ci_low"], c["verdict_ci_high"], digits)
-    detail = (f"{ci} {fpct(c['verdict_ci_level'])} · n={c['n']}" if ci != DASH
-              else f"n={c['n']}")
+    mark = mark if mark and c.verdict != mark else ""
+    head = f"{fnum(c.mean_delta, digits, signed=True)} {labelled(c.verdict, MEAN_DELTA)}"
+    ci = fci(c.verdict_ci_low, c.verdict_ci_high, digits)
+    detail = (f"{ci} {fpct(c.verdict_ci_level)} · n={c.n}" if ci != DASH
+              else f"n={c.n}")
     if short:  # the terminal grid numbers the flags and spells them out below (compact_grid_table)
         return head + SHORT_MARKS.get(mark, ""), detail
-    flags = c.get("verdict_flags") or []  # what qualifies the verdict, beside it
+    flags = c.verdict_flags  # what qualifies the verdict, beside it
     detail += "".join(f" · {f}" for f in flags) + f" · {win_text(c)}"
     return head, detail + (f" · {mark}" if mark else "")
 
 
-def win_text(c: dict) -> str:
+def win_text(c: Comparison) -> str:
     """'wins 5/5 (0 ties): inconclusive (win rate)': the exact sign test's reading."""
-    return (f"wins {c['wins']}/{c['wins'] + c['losses']}"
-            + (f" ({c['ties']} ties)" if c["ties"] else "")
-            + f": {labelled(c['win_verdict'], WIN_RATE)}")
+    return (f"wins {c.wins}/{c.wins + c.losses}"
+            + (f" ({c.ties} ties)" if c.ties else "")
+            + f": {labelled(c.win_verdict, WIN_RATE)}")
 
 
 def grid_footnotes(report: Report) -> list[str]:
@@ -174,7 +180,7 @@ def compact_grid_table(report: Report) -> Table:
     headers = ["comparison"] + [_short_regime(r) for r in regimes]
     rows = []
     grid = _grid_rows(report, None)
-    refs = {c["baseline"] for row in grid for c in row.cells.values()}
+    refs = {c.baseline for row in grid for c in row.cells.values()}
     one_ref = len(refs) == 1  # then "vs REF" goes into the title, not into every row
     flags: dict[str, int] = {}  # flag text -> its number: a sentence is too long for a cell
     for row in grid:
@@ -209,20 +215,20 @@ def _short_regime(r: object) -> str:
 
 
 def short_comparison_table(report: Report, metric: str, regime: str, group: tuple,
-                           comps: list[dict]) -> Table:
+                           comps: list[Comparison]) -> Table:
     """The terminal's default per-regime table: what decides the verdict, nothing more
     (`--wide`: comparison_table, every column)."""
     axis = report.settings.axis
-    direction = "higher is better" if comps and comps[0]["higher_is_better"] else "lower is better"
-    refs = {c["baseline"] for c in comps}
+    direction = "higher is better" if comps and comps[0].higher_is_better else "lower is better"
+    refs = {c.baseline for c in comps}
     one_ref = len(refs) == 1  # then the reference goes into the title, not a column
     headers = [axis.noun, *([] if one_ref else ["vs"]), "n", "mean Δ", "CI the verdict uses",
                "level", "p_holm", "p_tost_holm", "power", "learned?", "verdict"]
     numbered: dict[str, int] = {}  # long flags, spelled out below the table
-    rows = [[axis.short(arm_of(c)), *([] if one_ref else [c["baseline"]]), str(c["n"]),
-             fnum(c["mean_delta"], signed=True),
-             fci(c["verdict_ci_low"], c["verdict_ci_high"]), fpct(c["verdict_ci_level"]),
-             fp(c["p_holm"]), fp(c["tost_p_holm"]), fnum(c["power_at_holm_alpha"], 2),
+    rows = [[axis.short(arm_of(c)), *([] if one_ref else [c.baseline]), str(c.n),
+             fnum(c.mean_delta, signed=True),
+             fci(c.verdict_ci_low, c.verdict_ci_high), fpct(c.verdict_ci_level),
+             fp(c.p_holm), fp(c.tost_p_holm), fnum(c.power_at_holm_alpha, 2),
              learned_cell(c), verdict_cell(c, numbered)] for c in comps]
     vs = f"vs {refs.pop()}" if one_ref else ""
     title = " · ".join(p for p in (regime, axis.title(group), vs, f"{metric} ({direction})") if p)
@@ -230,18 +236,18 @@ def short_comparison_table(report: Report, metric: str, regime: str, group: tupl
                  [power_footnote(comps, report.settings.alpha)] + flag_notes(numbered))
 
 
-def power_footnote(comps: list[dict], alpha: float) -> str:
-    am = fnum(comps[0]["holm_first_step_alpha"], 4) if comps else DASH
+def power_footnote(comps: list[Comparison], alpha: float) -> str:
+    am = fnum(comps[0].holm_first_step_alpha, 4) if comps else DASH
     return (f"power: post hoc, at the observed d_z and at α/m = {am} (Holm's first step, the "
             f"threshold the verdict needs); power at unadjusted α = {alpha}: `--wide` / JSON")
 
 
 def comparison_table(report: Report, metric: str, regime: str, group: tuple,
-                     comps: list[dict]) -> Table:
+                     comps: list[Comparison]) -> Table:
     """One regime's comparisons (the terminal's main table)."""
     axis = report.settings.axis
     level = f"{100 * (1 - report.settings.alpha):.0f}%"
-    direction = "higher is better" if comps and comps[0]["higher_is_better"] else "lower is better"
+    direction = "higher is better" if comps and comps[0].higher_is_better else "lower is better"
     headers = [axis.noun, "vs", "n", "mean Δ", "sd Δ", f"{level} t-CI", "p_t", "p_holm",
                "p_wilcoxon", "p_signflip", f"BCa {level} CI", "d_z", "k+/n", "power",
                f"power (α = {report.settings.alpha})", "seeds@80% (α/m)", "seeds@80% (α)",
@@ -251,34 +257,34 @@ def comparison_table(report: Report, metric: str, regime: str, group: tuple,
         headers += ["ratio", f"{level} ratio CI", "p_ratio_holm", "ratio verdict"]
     rows, notes = [], []
     for c in comps:
-        wmark = "" if c["wilcoxon_method"] == "exact" else "†"
-        if wmark and c["wilcoxon_method"] not in notes:
-            notes.append(c["wilcoxon_method"])
-        boot = fci(c["boot_ci_low"], c["boot_ci_high"])
-        rows.append([axis.short(arm_of(c)), c["baseline"], str(c["n"]),
-                     fnum(c["mean_delta"], signed=True),
-                     fnum(c["sd_delta"]), fci(c["t_ci_low"], c["t_ci_high"]), fp(c["t_p"]),
-                     fp(c["p_holm"]), fp(c["wilcoxon_p"]) + wmark, fp(c["signflip_p"]),
-                     boot + ("*" if c["boot_descriptive"] and boot != DASH else ""),
-                     fnum(c["dz"], 2, signed=True), f"{c['n_positive']}/{c['n']}",
-                     fnum(c["power_at_holm_alpha"], 2), fnum(c["power"], 2),
-                     _seeds(c["seeds_for_80_power_at_holm_alpha"]),
-                     _seeds(c["seeds_for_80_power"]), fp(c["tost_p_holm"]), learned_cell(c),
+        wmark = "" if c.wilcoxon_method == "exact" else "†"
+        if wmark and c.wilcoxon_method not in notes:
+            notes.append(c.wilcoxon_method)
+        boot = fci(c.boot_ci_low, c.boot_ci_high)
+        rows.append([axis.short(arm_of(c)), c.baseline, str(c.n),
+                     fnum(c.mean_delta, signed=True),
+                     fnum(c.sd_delta), fci(c.t_ci_low, c.t_ci_high), fp(c.t_p),
+                     fp(c.p_holm), fp(c.wilcoxon_p) + wmark, fp(c.signflip_p),
+                     boot + ("*" if c.boot_descriptive and boot != DASH else ""),
+                     fnum(c.dz, 2, signed=True), f"{c.n_positive}/{c.n}",
+                     fnum(c.power_at_holm_alpha, 2), fnum(c.power, 2),
+                     _seeds(c.seeds_for_80_power_at_holm_alpha),
+                     _seeds(c.seeds_for_80_power), fp(c.tost_p_holm), learned_cell(c),
                      verdict_cell(c)] + (ratio_cells(c) if cost else []))
     foot = [f"† Wilcoxon method: {m}" for m in notes]
-    if any(c["boot_descriptive"] for c in comps):
+    if any(c.boot_descriptive for c in comps):
         foot.append("* descriptive: fewer than 10 pairs")
     foot.append("power, seeds@80%: post hoc, at the observed d_z; α/m = "
-                f"{fnum(comps[0]['holm_first_step_alpha'], 4) if comps else DASH} is Holm's "
+                f"{fnum(comps[0].holm_first_step_alpha, 4) if comps else DASH} is Holm's "
                 f"first step (what the verdict needs; `power` is at α/m), "
                 f"α = {report.settings.alpha} unadjusted")
-    margin = comps[0]["equivalence_margin"] if comps else None
+    margin = comps[0].equivalence_margin if comps else None
     if margin is not None:
         foot.append(f"equivalence margin ±{margin:g} ({metric} units), TOST, Holm across the "
                     "report's TOST tests")
-    if any(c["learned"] != "n/a" for c in comps):
+    if any(c.learned != "n/a" for c in comps):
         foot.append(f"learned?: does the {axis.noun} / the reference beat chance "
-                    f"({fnum(comps[0]['chance_level'], 3)} here; see the chance table)")
+                    f"({fnum(comps[0].chance_level, 3)} here; see the chance table)")
     if cost:
         foot.append(f"ratio: geometric mean of {axis.noun}/reference over the paired seeds; "
                     f"{level} t-interval of the mean log ratio, exponentiated; p_ratio_holm: "
@@ -298,22 +304,22 @@ def fratio(x: object) -> str:
 SHORT_FLAG = 32  # a flag up to this long stays beside the verdict in a terminal table
 
 
-def verdict_cell(c: dict, numbered: dict[str, int] | None = None) -> str:
+def verdict_cell(c: Comparison, numbered: dict[str, int] | None = None) -> str:
     """The verdict with what qualifies it beside it: 'better [rests on normality (n = 2 < 5)]'.
 
     numbered (the terminal): a flag longer than SHORT_FLAG becomes '[k]', and numbered maps
     its text to k, for the table's footnotes; a sentence does not fit a table cell."""
     if numbered is None:
-        flags = c.get("verdict_flags") or []
-        return c["verdict"] + (f" [{'; '.join(flags)}]" if flags else "")
-    return " ".join([c["verdict"]] + flag_marks(c, numbered, inline_up_to=SHORT_FLAG))
+        flags = c.verdict_flags
+        return c.verdict + (f" [{'; '.join(flags)}]" if flags else "")
+    return " ".join([c.verdict] + flag_marks(c, numbered, inline_up_to=SHORT_FLAG))
 
 
-def flag_marks(c: dict, numbered: dict[str, int], inline_up_to: int) -> list[str]:
+def flag_marks(c: Comparison, numbered: dict[str, int], inline_up_to: int) -> list[str]:
     """A comparison's verdict flags for a terminal table: those up to `inline_up_to`
     characters as '[text]', the longer ones as '[k]', numbered adds each (text -> k) for
     flag_notes."""
-    flags = c.get("verdict_flags") or []
+    flags = c.verdict_flags
     inline = [f for f in flags if len(f) <= inline_up_to]
     refs = [f"[{numbered.setdefault(f, len(numbered) + 1)}]" for f in flags if len(f) > inline_up_to]
     return ([f"[{'; '.join(inline)}]"] if inline else []) + refs
@@ -324,18 +330,18 @@ def flag_notes(numbered: dict[str, int]) -> list[str]:
     return [f"[{k}] {text}" for text, k in numbered.items()]
 
 
-def ratio_cells(c: dict) -> list[str]:
+def ratio_cells(c: Comparison) -> list[str]:
     """ratio, ratio CI, Holm p, verdict of a cost comparison."""
-    ci = (DASH if c["ratio_ci_low"] is None or not math.isfinite(c["ratio_ci_low"])
-          else f"[{c['ratio_ci_low']:.4g}, {c['ratio_ci_high']:.4g}]")
-    return [fratio(c["ratio"]), ci, fp(c["ratio_p_holm"]), c["ratio_verdict"] or DASH]
+    ci = (DASH if c.ratio_ci_low is None or not math.isfinite(c.ratio_ci_low)
+          else f"[{c.ratio_ci_low:.4g}, {c.ratio_ci_high:.4g}]")
+    return [fratio(c.ratio), ci, fp(c.ratio_p_holm), c.ratio_verdict or DASH]
 
 
-def learned_cell(c: dict) -> str:
+def learned_cell(c: Comparison) -> str:
     """'yes/no': does the fusion / the reference beat chance ('n/a' without a chance level)."""
-    if c["learned"] == "n/a":
+    if c.learned == "n/a":
         return "n/a"
-    return f"{c['learned']}/{c['baseline_learned']}"
+    return f"{c.learned}/{c.baseline_learned}"
 
 
 def _seeds(v: object) -> str:
@@ -359,7 +365,7 @@ def interaction_table(report: Report, short: bool = False) -> Table:
     for t in tests:
         df = (f"{fnum(t['welch_f'], 2)} ({fnum(t['df_num'], 0)}, {fnum(t['df_denom'], 1)})"
               if t["welch_f"] is not None and math.isfinite(t["welch_f"]) else DASH)
-        rows.append([axis.short(arm_of(t)), t["baseline"], *(t[f] for f in cols), t["metric"],
+        rows.append([axis.short(test_arm(t)), t["baseline"], *(t[f] for f in cols), t["metric"],
                      (" < " if by_length else ", ").join(t["datasets"]),
                      "/".join(map(str, t["n_per_dataset"])), df, fp(t["welch_p"]),
                      fp(t["p_holm"]), f"Δ {t['long_dataset']} − Δ {t['short_dataset']}",
@@ -376,7 +382,7 @@ def _short_interaction_table(report: Report) -> Table:
     tests = report.interaction["tests"]
     headers = [axis.noun, "vs", *cols, "metric", "n", "p_holm", "Δ difference",
                f"{level} Welch CI", "verdict"]
-    rows = [[axis.short(arm_of(t)), t["baseline"], *(t[f] for f in cols), t["metric"],
+    rows = [[axis.short(test_arm(t)), t["baseline"], *(t[f] for f in cols), t["metric"],
              "/".join(map(str, t["n_per_dataset"])), fp(t["p_holm"]),
              fnum(t["diff_in_deltas"], signed=True), fci(t["diff_ci_low"], t["diff_ci_high"]),
              t["verdict"]] for t in tests]
@@ -405,16 +411,16 @@ def seeds_needed_table(report: Report) -> Table:
     """Per comparison: observed d_z, post hoc power and seeds for 80% power, at alpha/m
     (Holm's first step: what the verdict applies) and at unadjusted alpha."""
     a = report.settings.alpha
-    am = report.comparisons[0]["holm_first_step_alpha"] if report.comparisons else a
+    am = report.comparisons[0].holm_first_step_alpha if report.comparisons else a
     cols = arm_columns(report)
     headers = ["dataset", *cols, "metric", "fusion", "vs", "n", "d_z",
                "power", f"seeds for 80% (α/m = {am:.3g})", f"power at α = {a} (unadjusted)",
                f"seeds for 80% (α = {a})"]
-    rows = [[c["dataset"], *(c[f] for f in cols), c["metric"], c["fusion"], c["baseline"],
-             str(c["n"]),
-             fnum(c["dz"], 2, signed=True), fnum(c["power_at_holm_alpha"], 2),
-             _seeds(c["seeds_for_80_power_at_holm_alpha"]), fnum(c["power"], 2),
-             _seeds(c["seeds_for_80_power"])]
+    rows = [[c.dataset, *(getattr(c, f) for f in cols), c.metric, c.fusion, c.baseline,
+             str(c.n),
+             fnum(c.dz, 2, signed=True), fnum(c.power_at_holm_alpha, 2),
+             _seeds(c.seeds_for_80_power_at_holm_alpha), fnum(c.power, 2),
+             _seeds(c.seeds_for_80_power)]
             for c in report.comparisons]
     return Table("Seeds needed (two-sided paired t; post hoc: computed at the observed d_z, "
                  "which overstates power when the effect estimate is noisy)", headers, rows,

@@ -1,0 +1,131 @@
+"""The analysis's records: frozen dataclasses built once per stage, the JSON written from
+them in one place.
+
+Stages: :class:`fusion_sweep.analysis.pairing.Paired` (the pairs) -> the per-comparison
+statistics, Holm and verdicts (:mod:`fusion_sweep.analysis.report`, while the report's families
+are adjusted) -> :class:`Comparison`, built once from them and never changed -> the
+:class:`fusion_sweep.analysis.report.Report`. Renderers read attributes, never keys.
+
+A new statistic is a field here (its place in schema.COMPARISON_KEYS is its JSON key order),
+its computation in the statistics, and the renderers that show it. A field the statistics do
+not fill, or a value they fill that is no field, fails at build time: nothing vanishes from
+the JSON silently.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+from fusion_sweep.analysis.schema import COMPARISON_KEYS
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One comparison, arm vs reference on one dataset and metric (schema.COMPARISON_KEYS,
+    in that order, documented there), and its group (the variant fields the baseline leaves
+    open: not in the JSON)."""
+
+    dataset: str
+    pe: str
+    metric: str
+    fusion: str
+    baseline: str
+    n: int
+    mean_delta: float
+    sd_delta: float
+    t_ci_low: float
+    t_ci_high: float
+    t_p: float
+    wilcoxon_p: float
+    wilcoxon_method: str
+    signflip_p: float
+    boot_ci_low: float
+    boot_ci_high: float
+    dz: float
+    n_positive: int
+    p_holm: float
+    tost_p: float
+    power: float
+    seeds_for_80_power: int | None
+    min_p_t: float
+    min_p_wilcoxon: float
+    verdict: str
+    regime: str
+    median_tokens: float
+    higher_is_better: bool
+    seeds: tuple[int, ...]
+    deltas: tuple[float, ...]
+    n_negative: int
+    n_zero: int
+    t_df: float
+    signflip_method: str
+    min_p_signflip: float
+    boot_descriptive: bool
+    boot_method: str
+    equivalence_margin: float | None
+    notes: tuple[str, ...]
+    tost_p_holm: float
+    holm_first_step_alpha: float
+    power_at_holm_alpha: float
+    seeds_for_80_power_at_holm_alpha: int | None
+    chance_level: float
+    learned: str
+    baseline_learned: str
+    encoder: str
+    variant: str
+    baseline_variant: str
+    ratio: float | None
+    ratio_ci_low: float | None
+    ratio_ci_high: float | None
+    ratio_p: float | None
+    ratio_p_holm: float | None
+    ratio_verdict: str | None
+    verdict_flags: tuple[str, ...]
+    verdict_ci_low: float
+    verdict_ci_high: float
+    verdict_ci_level: float
+    estimand: str
+    assumes: str
+    win_estimand: str
+    win_assumes: str
+    wins: int
+    losses: int
+    ties: int
+    win_rate: float
+    win_ci_low: float
+    win_ci_high: float
+    sign_p: float
+    sign_p_holm: float
+    win_verdict: str
+    group: tuple[str, ...] = ()
+
+    @classmethod
+    def build(cls, stats: Mapping[str, Any]) -> "Comparison":
+        """From the statistics stage's values (private `_` entries are the stage's own)."""
+        public = {k: v for k, v in stats.items() if not k.startswith("_")}
+        names = [f.name for f in fields(cls)]
+        missing, extra = set(names) - set(public), set(public) - set(names)
+        if missing or extra:  # a bug in the statistics, never a user's input
+            raise AssertionError(f"comparison record: missing {sorted(missing)}, "
+                                 f"not a field {sorted(extra)}")
+        return cls(**{k: _frozen(v) for k, v in public.items()})
+
+    def to_json(self) -> dict[str, Any]:
+        """The `comparisons` entry: exactly COMPARISON_KEYS, in that order."""
+        return {k: _plain(getattr(self, k)) for k in COMPARISON_KEYS}
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        """(metric, dataset, variant, baseline_variant): what identifies a comparison."""
+        return (self.metric, self.dataset, self.variant, self.baseline_variant)
+
+
+def _frozen(v: Any) -> Any:
+    return tuple(v) if isinstance(v, list) else v
+
+
+def _plain(v: Any) -> Any:
+    return list(v) if isinstance(v, tuple) else v
+
+
+assert tuple(f.name for f in fields(Comparison))[:len(COMPARISON_KEYS)] == COMPARISON_KEYS
