@@ -341,3 +341,14 @@ def test_the_win_rate_sweep_decides_d_z_2_within_20_seeds() -> None:
         better += sum(r.decision == BETTER for r in plan.results)
         total += len(plan.results)
     assert better / total >= 0.8 and plan.method == WR
+
+
+def test_the_table_shows_a_win_rate_as_a_share_and_a_mean_signed() -> None:
+    d = np.r_[np.full(12, 0.02), -0.3]
+    win = dict(zip(sr.SEQUENTIAL_HEADERS, sr.sequential_rows([sq.sequential_result(d, m=1)])[0]))
+    assert win["estimate"] == "0.9231" and win["mean Δ"] == "-0.0046" and win["W/L/T"] == "12/1/0"
+    assert win["CS (running)"].startswith("[0.") and win["decision"] == BETTER
+    mean = sq.sequential_result(d, m=1, method=sq.Betting.name)
+    row = dict(zip(sr.SEQUENTIAL_HEADERS, sr.sequential_rows([mean])[0]))
+    assert row["estimand"] == "mean Δ" and row["estimate"] == "-0.0046"
+    assert row["CS (running)"].startswith("[-")

@@ -43,7 +43,7 @@ def sequential_rows(results: Sequence[SequentialResult], digits: int = 4) -> lis
     is shown as -inf/+inf (too few seeds for alpha/m so far)."""
     return [[key_label(r.family), key_label(r.comparison), str(r.n), r.estimand,
              _estimate(r, digits), fnum(r.mean_delta, digits, signed=True),
-             f"{r.wins}/{r.losses}/{r.ties}", _fci_inf(r.cs_low, r.cs_high, digits),
+             f"{r.wins}/{r.losses}/{r.ties}", _cs_text(r, digits),
              fp(r.p_bonferroni), r.decision_label] for r in results]
 
 
@@ -97,6 +97,13 @@ def markdown_rows(results: Sequence[SequentialResult]) -> list[str]:
              "|" + "|".join("---" for _ in SEQUENTIAL_HEADERS) + "|"]
     return lines + ["| " + " | ".join(esc(v) for v in row) + " |"
                     for row in sequential_rows(results)]
+
+
+def _cs_text(r: SequentialResult, digits: int) -> str:
+    """The running CS: a win rate is a share in [0, 1] (no sign), a mean Δ is signed."""
+    if r.estimand == WIN_RATE:
+        return f"[{r.cs_low:.{digits}f}, {r.cs_high:.{digits}f}]"
+    return _fci_inf(r.cs_low, r.cs_high, digits)
 
 
 def _fci_inf(low: float, high: float, digits: int) -> str:
