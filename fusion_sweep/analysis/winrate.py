@@ -9,7 +9,10 @@ exact binomial test, nothing here assumes normality, and the results are frozen 
   ``P(Δ > 0) = P(Δ < 0)`` (a median-type null: the variant wins as often as it loses), which is
   *not* the mean-Δ null — a variant that wins 9 seeds by 0.01 and loses one by 0.5 has win rate
   0.9 and mean Δ < 0. Valid at any n for any distribution of Δ, because given the number of
-  non-tied seeds the wins are Binomial(wins + losses, 1/2) under the null.
+  non-tied seeds the wins are Binomial(wins + losses, 1/2) under the null. This is the
+  fixed-n test; an adaptive sweep's seed count depends on the data, and its anytime-valid
+  counterpart on the same estimand is the `win-rate` confidence sequence of
+  :mod:`fusion_sweep.analysis.sequential` (the `--until-decided` default).
 - ``learn_rate(correct, n_test, majority_rate, alpha)``: per seed, whether an arm's test
   accuracy beats the majority-class share of *that seed's* test split, by the exact one-sided
   binomial test of ``correct`` successes in ``n_test`` trials against ``p = majority_rate``.
