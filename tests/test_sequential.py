@@ -237,7 +237,8 @@ def test_every_result_says_its_estimand_in_json_and_table(method: str) -> None:
     row = dict(zip(table.headers, table.rows[0]))
     assert row["estimand"] == how.estimand and row["W/L/T"] == "12/0/0"
     assert f"confidence sequences of the {how.estimand}" in table.footnotes[0]
-    assert table.footnotes[1].startswith(f"Estimand: the {how.estimand if method == WR else 'mean paired Δ'}")
+    named = how.estimand if method == WR else "mean paired Δ"
+    assert table.footnotes[1].startswith(f"Estimand: the {named}")
 
 
 def _ville_first_exclusion(signs: np.ndarray, alpha: float) -> int | None:

@@ -122,7 +122,8 @@ def _learn_inputs(correct: np.ndarray, n_test: np.ndarray,
 
 def learn_rate(correct: np.ndarray, n_test: np.ndarray, majority_rate: np.ndarray,
                alpha: float) -> LearnRate:
-    """Per seed i: learned_i = binomtest(correct_i, n_test_i, p=majority_rate_i, 'greater').p <= alpha.
+    """Per seed i: learned_i = (binomtest(correct_i, n_test_i, p=majority_rate_i,
+    alternative='greater').pvalue <= alpha).
 
     ``correct`` (n,): correctly classified test examples per seed; ``n_test`` (n,): test-split
     size per seed; ``majority_rate`` (n,): that split's majority-class share, which is what a
