@@ -185,15 +185,15 @@ def test_switched_off_or_no_compiler_means_not_available(monkeypatch) -> None:
     """FUSION_SWEEP_KERNELS=0, or no working C compiler: the kernels are unavailable (the body
     then runs its torch path), and nothing raises."""
     try:
-        kernels._library.cache_clear()
+        kernels._build_in.cache_clear()
         monkeypatch.setenv(kernels.ENV_SWITCH, "0")
         assert not kernels.available(torch.zeros(1))
-        kernels._library.cache_clear()
+        kernels._build_in.cache_clear()
         monkeypatch.delenv(kernels.ENV_SWITCH)
         monkeypatch.setattr(kernels, "_compiler", lambda: None)
         assert not kernels.available(torch.zeros(1))
     finally:
-        kernels._library.cache_clear()
+        kernels._build_in.cache_clear()
         monkeypatch.undo()
     assert kernels.available(torch.zeros(1))
 
@@ -204,13 +204,13 @@ def test_a_failing_compiler_means_not_available(monkeypatch, tmp_path) -> None:
     fake.write_text("#!/bin/sh\nexit 1\n")
     fake.chmod(0o755)
     try:
-        kernels._library.cache_clear()
+        kernels._build_in.cache_clear()
         monkeypatch.setenv("FUSION_SWEEP_CACHE", str(tmp_path / "cache"))
         monkeypatch.setattr(kernels, "_compiler", lambda: str(fake))
         assert not kernels.available(torch.zeros(1))
         assert not list((tmp_path / "cache").rglob("*.so"))
     finally:
-        kernels._library.cache_clear()
+        kernels._build_in.cache_clear()
         monkeypatch.undo()
     assert kernels.available(torch.zeros(1))
 
@@ -303,7 +303,7 @@ def test_the_portable_build_selects_the_same(monkeypatch, tmp_path) -> None:
     """The kernels built without AVX-512 (the portable selection and compaction loops; this
     CPU may otherwise use AVX-512 compress and rank compares) keep the k largest too."""
     try:
-        kernels._library.cache_clear()
+        kernels._build_in.cache_clear()
         monkeypatch.setenv("FUSION_SWEEP_CACHE", str(tmp_path / "cache"))
         monkeypatch.setattr(kernels, "CFLAGS", (*kernels.CFLAGS, "-mno-avx512f"))
         assert kernels.available(torch.zeros(1))
@@ -316,7 +316,7 @@ def test_the_portable_build_selects_the_same(monkeypatch, tmp_path) -> None:
                                      z.view(3, 1, N, N), 8).view(3 * N, 8)
             assert torch.equal(_kept_values(z, idx), _kept_values(z, z.topk(8, dim=-1).indices))
     finally:
-        kernels._library.cache_clear()
+        kernels._build_in.cache_clear()
         monkeypatch.undo()
     assert kernels.available(torch.zeros(1))
 

@@ -48,7 +48,7 @@ def _sparsemax(z: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor
 def _entmax15(z: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
     z = _plus(z, add)
     if z.shape[-1] <= kernels.ENTMAX_MAX_WIDTH and kernels.available(z):  # top-k's few scores
-        return kernels.entmax15(z)
+        return kernels.entmax15(z.contiguous())
     return entmax15(z, dim=-1)
 
 
