@@ -47,6 +47,7 @@ class StandIn:
     experts_topk: int = 1
     memory_segments: int = 4
     graph_reg: float = 0.01
+    cache_dir: str = ""
 
 
 def stand_in(**overrides) -> StandIn:

@@ -78,6 +78,10 @@ PANEL_BYTES = 256
 SOURCE_DIR = Path(__file__).with_name("csrc")
 MAIN_SOURCE = "ressformer_kernels.c"
 SOURCES = (MAIN_SOURCE, "ressformer_kernels_typed.h")  # everything the build reads
+# sha256 (16 hex) of the SOURCES' bytes in order. The code fingerprint (schema.code_fingerprint)
+# reads only .py files: this literal carries every edit of the C into it, and
+# tests/test_kernels.py fails until it is updated (kernels.sources_digest() gives the value).
+SOURCES_SHA256 = "802a4c102119a1da"
 BUILD_TIMEOUT_S = 120
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 _I64 = ctypes.c_int64
@@ -142,6 +146,11 @@ def _compiler_version(cc: str) -> str:
 
 def _sources_text() -> str:
     return "\n".join((SOURCE_DIR / name).read_text() for name in SOURCES)
+
+
+def sources_digest() -> str:
+    """sha256 (16 hex) of the C sources as shipped: what SOURCES_SHA256 must say."""
+    return hashlib.sha256(b"".join((SOURCE_DIR / name).read_bytes() for name in SOURCES)).hexdigest()[:16]
 
 
 def _compile(cc: str, version: str, folder: Path) -> Path:

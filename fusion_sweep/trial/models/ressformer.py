@@ -556,7 +556,9 @@ class ReSSFormerEncoder(nn.Module):
     # ---------------------------------------------------------------- registry entry
     @classmethod
     def options(cls, config: Any) -> dict[str, Any]:
-        return {f: getattr(config, f) for f in cls.OPTION_FIELDS}
+        """The option fields, plus `cache_dir`: where the compiled kernels are built (it
+        never changes the numbers, so it is no option field)."""
+        return {**{f: getattr(config, f) for f in cls.OPTION_FIELDS}, "cache_dir": config.cache_dir}
 
     @classmethod
     def variant(cls, config: Any) -> str:
@@ -617,8 +619,9 @@ class ReSSFormerEncoder(nn.Module):
                  attn_dropout: float, activation: str, norm_first: bool, max_len: int,
                  soes: bool, asam: bool, r2mu: bool, iterations: int, topk: int,
                  attn_activation: str, experts: int, experts_topk: int, memory_segments: int,
-                 graph_reg: float) -> None:
+                 graph_reg: float, cache_dir: str = "") -> None:
         super().__init__()
+        kernels.use_cache_dir(cache_dir)  # the trial's cache folder, if the kernels build
         self.d_model = d_model
         attention = dict(soes=soes, attn_activation=attn_activation if asam else "softmax",
                          topk=topk if asam else 0, experts=experts if asam else 1,
