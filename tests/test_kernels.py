@@ -434,7 +434,7 @@ BAD_INPUTS = {
 
 def test_every_entry_has_bad_input_cases() -> None:
     """Each public kernel entry (a module-level function taking tensors) is listed above."""
-    helpers = {"available", "execution_path", "use_cache_dir", "sources_digest"}
+    helpers = {"available", "execution_path", "use_cache_dir", "sources_digest", "torch_path"}
     public = {name for name, obj in vars(kernels).items()
               if callable(obj) and not name.startswith("_") and not isinstance(obj, type)
               and getattr(obj, "__module__", "") == kernels.__name__} - helpers

@@ -57,6 +57,8 @@ import shutil
 import subprocess
 import tempfile
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -230,10 +232,25 @@ def execution_path() -> dict[str, str]:
     return {"kernels": b.kernels, "compiler": b.compiler, "build": b.reason}
 
 
+_held_off = 0  # > 0 inside torch_path()
+
+
 def available(*tensors: torch.Tensor) -> bool:
     """Whether the compiled kernels can run on these tensors (CPU, float32 or float64)."""
-    return (all(t.device.type == "cpu" and t.dtype in _SUFFIX for t in tensors)
+    return (not _held_off and all(t.device.type == "cpu" and t.dtype in _SUFFIX for t in tensors)
             and _library() is not None)
+
+
+@contextmanager
+def torch_path() -> Iterator[None]:
+    """Inside: available() is False, so ReSSFormer runs its pure-torch path, as on a GPU
+    (models/determinism.py records that path's ops on the CPU)."""
+    global _held_off
+    _held_off += 1
+    try:
+        yield
+    finally:
+        _held_off -= 1
 
 
 # ---------------------------------------------------------------------------- input checks
