@@ -288,11 +288,16 @@ class ReSSAttention(nn.Module):
             with _span("ressformer.graph_reg"):
                 graph = self._graph(weights, gates) if want_graph else None
             w = weights.w
-            if self.training and self.attn_dropout > 0.0:
+            if self._drops():
                 w = F.dropout(w, self.attn_dropout)  # the weights whole: one mask, any path
             with _span("ressformer.weighted_sum"):
                 out = (_fused_mix if fused else _reference_mix)(keys, weights, w)  # (B, H, G, L, dh)
             return self._merge(out, gates, B, L, D), graph
+
+    def _drops(self) -> bool:
+        """Attention dropout is on: then the kept keys are in ascending order on both paths
+        (each selection's own order would give the same mask to different keys)."""
+        return self.training and self.attn_dropout > 0.0
 
     def _merge(self, out: torch.Tensor, gates: torch.Tensor | None, B: int, L: int, D: int) -> torch.Tensor:
         """The routed experts' outputs (B, H, G, L, dh), gate-weighted, through out_proj."""
@@ -619,8 +624,9 @@ class Keys(NamedTuple):
 class Weights(NamedTuple):
     """One call's attention weights, the same on both paths: w (B, H, G, L, N) over [the
     token keys (`width` columns: the k kept, or all L) | S slots | the own cache entry |
-    padding of weight 0 (the fused dense path's DENSE_ALIGN)]; idx (B, H, G, L, k) the kept
-    keys (top-k) or None (dense)."""
+    padding of weight 0 (dense with memory: `_dense_width`)]; idx (B, H, G, L, k) the kept
+    keys (top-k) or None (dense). Same shape on both paths, so attention dropout draws the
+    same mask on either."""
 
     w: torch.Tensor
     idx: torch.Tensor | None
@@ -631,6 +637,14 @@ def _flat_rows(k: Keys, idx: torch.Tensor) -> torch.Tensor:
     """Kept keys idx (B, H, G, L, k) as rows of the flat (B·H·L, dh) key and value tables."""
     B, H, _, L, _ = k.q.shape
     return idx + (torch.arange(B * H, device=idx.device) * L).view(B, H, 1, 1, 1)
+
+
+def _dense_width(k: Keys) -> int:
+    """Columns of dense weights with memory: L + S + 1, padded to a multiple of DENSE_ALIGN
+    unless the queries are rotated (the fused path's one matmul needs unrotated queries;
+    rotated ones are scored as the reference does, unpadded)."""
+    n = k.q.shape[-2] + k.slots[0].shape[2] + 1
+    return n if k.qr is not k.q else n + (-n) % DENSE_ALIGN
 
 
 def _slot_scores(k: Keys) -> torch.Tensor:
@@ -648,6 +662,9 @@ def _reference_weights(att: "ReSSAttention", k: Keys, sparse: bool) -> Weights:
     activation on those k [+ S + 1] values. Dense: every key's score in one tensor."""
     if sparse:
         idx, s = _reference_topk(k, att.topk)
+        if att._drops():
+            idx, order = idx.sort(dim=-1)
+            s = s.gather(-1, order)
         with _span("ressformer.kernel"):
             if k.cache is not None:  # kept tokens | slots (masked when empty) | own cache
                 s = torch.cat([s, _slot_scores(k) + k.slot_add.unsqueeze(2), _cache_scores(k)], dim=-1)
@@ -657,8 +674,10 @@ def _reference_weights(att: "ReSSAttention", k: Keys, sparse: bool) -> Weights:
     with _span("ressformer.kernel"):
         z = k.qr @ k.kr.unsqueeze(2).transpose(-1, -2)  # (B, H, G, L, L)
         mask = None if k.add is None else k.add.unsqueeze(2)
-        if k.cache is not None:  # tokens | slots | own cache: (…, L + S + 1)
-            z = torch.cat([z, _slot_scores(k), _cache_scores(k)], dim=-1)
+        if k.cache is not None:  # tokens | slots | own cache | padding: (…, _dense_width)
+            parts = [z, _slot_scores(k), _cache_scores(k)]
+            pad = _dense_width(k) - L - k.slots[0].shape[2] - 1
+            z = torch.cat(parts + [z.new_full((*z.shape[:-1], pad), NEG_INF)] if pad else parts, dim=-1)
             mask = _widen(k.add, k.slot_add, L, z.shape[-1]).unsqueeze(2)
     with _span("ressformer.activation"):
         return Weights(att.activation(z, mask), None, L)
@@ -695,6 +714,8 @@ def _reference_mix(k: Keys, weights: Weights, w: torch.Tensor) -> torch.Tensor:
     own cache entry -> (B, H, G, L, dh). Split, not sliced: a slice's backward fills a zero
     tensor of w's size, per slice."""
     sizes = [weights.width] + ([] if k.cache is None else [k.slots[1].shape[2], 1])
+    if w.shape[-1] > sum(sizes):  # the dense padding, weight 0
+        sizes.append(w.shape[-1] - sum(sizes))
     parts = w.split(sizes, dim=-1) if len(sizes) > 1 else (w,)
     if weights.idx is None:
         out = parts[0] @ k.v.unsqueeze(2)  # (B, H, G, L, dh)
@@ -721,6 +742,8 @@ def _fused_weights(att: "ReSSAttention", k: Keys, sparse: bool) -> Weights:
         qr, kr = k.qr.contiguous(), k.kr.contiguous()  # one copy each, for both loops
         with _span("ressformer.topk"):
             idx = kernels.score_topk(qr, kr, k.add, att.topk)  # (B, H, G, L, k)
+            if att._drops():
+                idx = idx.sort(dim=-1).values
         with _span("ressformer.kernel"):
             gidx = _flat_rows(k, idx)
             ak = None if k.add is None else _at(k.add, idx)
