@@ -83,36 +83,42 @@ weighted sums over the kept keys, the memory's keys/scores/weighted sums, poolin
 the expert mix, FFN — times layers × iterations; elementwise work, normalisation and the
 activations' sorts are not counted.
 
-Cost: how it is computed, so that time follows those FLOPs (issue 23; tests/
-test_ressformer_equality.py checks every switch combination, on both paths below, against
-the previous implementation, kept as tests/ressformer_reference.py).
-- Compiled CPU kernels (models/kernels.py; a C compiler builds them once per machine, and the
-  pure-torch path runs where none works, off CPU, or with FUSION_SWEEP_KERNELS=0):
+Cost: how it is computed, so that time follows those FLOPs (issue 23). ReSSAttention has two
+paths, chosen once per call (`forward`), both producing one `Weights` (the weights whole, the
+kept keys, the token columns) and one weighted sum: the fused path where the compiled CPU
+kernels run (models/kernels.py; a C compiler builds them once per machine), the reference path
+(plain torch, no kernel anywhere) elsewhere: a GPU, no compiler, or FUSION_SWEEP_KERNELS=0.
+tests/test_ressformer_equality.py checks each against the previous implementation, kept as
+tests/ressformer_reference.py, and the two against each other.
+- Fused (`_fused_weights`, `_fused_mix`):
   - projections: the q and k/v outputs cut into contiguous heads in one pass each way, SOES's
     normalisation and scale fused (`heads`): no permute copies, no norm backward;
   - top-k: each query's scores are made in a row buffer and its k best kept in the same
     loop (`score_topk`): no (B, H, L, L) tensor, with or without autograd;
-  - with R2MU's memory (no attention dropout): a row's kept-token, slot and own-cache
-    scores in one loop (`memory_scores`), and their weighted sum in another (`memory_mix`),
-    backward by the same loops: O(L·(k + S)·dh), nothing of size (…, k, dh) written;
-    without memory, the kept scores and the weighted sum over the kept rows of the key and
-    value tables (`gather_dot`, `gather_sum`);
+  - with R2MU's memory: a row's kept-token, slot and own-cache scores in one loop
+    (`memory_scores`), and their weighted sum in another (`memory_mix`), backward by the same
+    loops: O(L·(k + S)·dh), nothing of size (…, k, dh) written; without memory, the kept
+    scores and the weighted sum over the kept rows of the key and value tables
+    (`gather_dot`, `gather_sum`);
   - entmax-1.5 on the k + S + 1 kept scores: the `entmax` package's arithmetic, 16 rows at a
-    time;
-  - dense attention: the mask added inside the softmax pass (`masked_softmax`, through the
-    activation registry's `add`);
+    time; dense attention: the mask added inside the softmax pass (`masked_softmax`, through
+    the activation registry's `add`);
+  - dense attention with memory: tokens and slots scored in one matmul with the own-cache
+    score written into its padding (`_DenseMemoryScores`), and the weighted sum from the
+    weights whole (`_DenseMemoryMix`: no split, whose backward would copy them);
   - the graph regulariser: sparse rows compared entry by entry (`sparse_sqdist`, half the
     comparisons for one expert's distinct keys); dense graphs in one pass per graph each way
     (`chain_sqdist`: one gradient per graph, not one per pair).
-- Pure-torch path, top-k: long inputs (`_rescore`: 16·k·dh < 10·L) score without autograd,
-  a block of queries at a time (SCORE_BLOCK elements), only to select, then gather the k kept
-  keys and score them again with autograd (backward O(L·k·dh)); short inputs select from the
-  (L, L) scores with autograd. The activation runs on the k + S + 1 kept scores, never on L.
-- Projections: every expert's queries in one matmul; the keys/values of the tokens, the cache
-  and the slots in one matmul over their rows stacked, with one normalisation (SOES).
-- Dense attention (ASAM off or topk 0): tokens and slots scored in one matmul, the own-cache
-  score one more column; with R2MU's memory the weighted sum reads the weights whole
-  (`_DenseMemoryMix`: no split, whose backward would copy them).
+- Reference (`_reference_weights`, `_reference_mix`), top-k: long inputs (`_rescore`:
+  16·k·dh < 10·L) score without autograd, a block of queries at a time (SCORE_BLOCK
+  elements), only to select, then gather the k kept keys and score them again with autograd
+  (backward O(L·k·dh)); short inputs select from the (L, L) scores with autograd. The
+  activation runs on the k + S + 1 kept scores, never on L. Dense: one score tensor
+  [tokens | slots | own cache | padding], split for the weighted sum.
+- Both: attention dropout acts on the weights whole (one mask, the same on both paths: the
+  weights have one shape, and under dropout the kept keys are in ascending order); every
+  expert's queries in one matmul; the keys/values of the tokens, the cache and the slots in
+  one matmul over their rows stacked, with one normalisation (SOES).
 - Splits instead of slices elsewhere (a slice's backward zero-fills its whole input); R2MU's
   segment masks are made once per forward; pooling is one masked softmax; a gate is one lerp.
 - Every component sits under a torch.profiler label (`_span`, a no-op unless a profiler is
