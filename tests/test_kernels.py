@@ -191,7 +191,8 @@ def test_switched_off_or_no_compiler_means_not_available(monkeypatch) -> None:
         kernels._build_in.cache_clear()
         monkeypatch.delenv(kernels.ENV_SWITCH)
         monkeypatch.setattr(kernels, "_compiler", lambda: None)
-        assert not kernels.available(torch.zeros(1))
+        with pytest.warns(RuntimeWarning, match=r"no C compiler .* on PATH\); the torch path runs"):
+            assert not kernels.available(torch.zeros(1))
     finally:
         kernels._build_in.cache_clear()
         monkeypatch.undo()
@@ -207,7 +208,8 @@ def test_a_failing_compiler_means_not_available(monkeypatch, tmp_path) -> None:
         kernels._build_in.cache_clear()
         monkeypatch.setenv("FUSION_SWEEP_CACHE", str(tmp_path / "cache"))
         monkeypatch.setattr(kernels, "_compiler", lambda: str(fake))
-        assert not kernels.available(torch.zeros(1))
+        with pytest.warns(RuntimeWarning, match="cc exited 1"):
+            assert not kernels.available(torch.zeros(1))
         assert not list((tmp_path / "cache").rglob("*.so"))
     finally:
         kernels._build_in.cache_clear()
