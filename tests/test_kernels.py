@@ -516,3 +516,16 @@ def test_ressformer_passes_its_cache_dir(tmp_path) -> None:
         assert kernels._cache_dir == str(tmp_path)
     finally:
         kernels.use_cache_dir("")
+
+
+def test_execution_path_is_cached_after_the_first_build(monkeypatch) -> None:
+    """After the first call nothing runs again (no compiler, no file access): the platform
+    fingerprint may ask on every trial."""
+    first = kernels.execution_path()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("execution_path ran something after the first build")
+
+    monkeypatch.setattr(kernels.subprocess, "run", refuse)
+    monkeypatch.setattr(kernels, "_sources_text", refuse)
+    assert kernels.execution_path() == first and kernels.available(torch.zeros(1))
