@@ -627,7 +627,7 @@ def test_interaction_warns_about_left_out_and_small_datasets() -> None:
         "which have fewer than 2 pairs; the test was not run (fewer than 2 datasets left)")
     assert "fewer than 5 pairs in synthetic-short (n = 4)" in msgs["interaction_small_n"]
     (t,) = rep.interaction["tests"]
-    assert t["fusion"] == "gate-vector" and any("poorly calibrated" in n for n in t["notes"])
+    assert t.fusion == "gate-vector" and any("poorly calibrated" in n for n in t.notes)
 
 
 # 7. chance level

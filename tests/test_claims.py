@@ -115,7 +115,7 @@ def test_full_variant_baseline_compares_every_variant_across_encoders_and_pes() 
     assert (sr.learned, sr.baseline_learned, sr.verdict) == ("no", "yes", "inconclusive")
     assert sr.verdict_flags[0].startswith("no 'worse': standard/none/add does not beat chance")
     # interaction: one test per variant pair across the six datasets
-    tested = {t["variant"] for t in rep.interaction["tests"]}
+    tested = {t.variant for t in rep.interaction["tests"]}
     assert tested == {c.variant for c in rep.comparisons}
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
-from fusion_sweep.analysis.schema import COMPARISON_KEYS
+from fusion_sweep.analysis.schema import COMPARISON_KEYS, INTERACTION_TEST_KEYS
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,48 @@ class Comparison:
         return (self.metric, self.dataset, self.variant, self.baseline_variant)
 
 
+@dataclass(frozen=True)
+class InteractionTest:
+    """One across-regime test of a variant pair (schema.INTERACTION_TEST_KEYS, in that
+    order): the Welch ANOVA of the per-seed deltas, the long-minus-short contrast, the Holm p
+    and the verdict decided beside it (fusion_sweep.analysis.regimes)."""
+
+    pe: str
+    metric: str
+    fusion: str
+    baseline: str
+    datasets: tuple[str, ...]
+    n_per_dataset: tuple[int, ...]
+    welch_f: float
+    df_num: float
+    df_denom: float
+    welch_p: float
+    p_holm: float
+    long_dataset: str
+    short_dataset: str
+    diff_in_deltas: float
+    diff_ci_low: float
+    diff_ci_high: float
+    diff_p: float
+    notes: tuple[str, ...]
+    ordered_by: str
+    encoder: str
+    variant: str
+    baseline_variant: str
+    excluded_not_learned: tuple[str, ...]
+    verdict: str
+
+    @classmethod
+    def build(cls, values: Mapping[str, Any]) -> "InteractionTest":
+        names = [f.name for f in fields(cls)]
+        if set(values) != set(names):  # a bug in the statistics, never a user's input
+            raise AssertionError(f"interaction record: {sorted(set(values) ^ set(names))}")
+        return cls(**{k: _frozen(v) for k, v in values.items()})
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: _plain(getattr(self, k)) for k in INTERACTION_TEST_KEYS}
+
+
 def _frozen(v: Any) -> Any:
     return tuple(v) if isinstance(v, list) else v
 
@@ -129,3 +171,4 @@ def _plain(v: Any) -> Any:
 
 
 assert tuple(f.name for f in fields(Comparison))[:len(COMPARISON_KEYS)] == COMPARISON_KEYS
+assert tuple(f.name for f in fields(InteractionTest)) == INTERACTION_TEST_KEYS

@@ -30,6 +30,7 @@ import pandas as pd
 from statsmodels.stats.oneway import anova_oneway
 from statsmodels.stats.weightstats import CompareMeans, DescrStatsW
 
+from fusion_sweep.analysis.records import Comparison, InteractionTest
 from fusion_sweep.analysis.schema import INCONCLUSIVE
 from fusion_sweep.analysis.settings import DEFAULT_BASELINE
 from fusion_sweep.analysis.stats import NAN, holm
@@ -106,8 +107,9 @@ def lengths_known(regimes: list[Regime]) -> bool:
 
 
 def interaction_tests(
-    comparisons: list[dict], regimes: list[Regime], alpha: float, axis: Axis | None = None,
-) -> tuple[list[dict], list[dict]]:
+    comparisons: list[Comparison], regimes: list[Regime], alpha: float,
+    axis: Axis | None = None,
+) -> tuple[list[InteractionTest], list[dict]]:
     """One interaction test per (metric, arm variant, reference variant) seen in >= 2
     datasets.
 
@@ -118,31 +120,29 @@ def interaction_tests(
     axis = axis or parse_baseline(DEFAULT_BASELINE)
     rank = {r.dataset: r.rank for r in regimes}
     ordered_by = "median_tokens" if lengths_known(regimes) else "name"
-    groups: dict[tuple, list[dict]] = {}
+    groups: dict[tuple, list[Comparison]] = {}
     for c in comparisons:
-        groups.setdefault((c["metric"], c["variant"], c["baseline_variant"]), []).append(c)
+        groups.setdefault((c.metric, c.variant, c.baseline_variant), []).append(c)
     tests, warns = [], []
     for comps in groups.values():
-        comps = sorted(comps, key=lambda c: rank[c["dataset"]])
+        comps = sorted(comps, key=lambda c: rank[c.dataset])
         name = _name(comps[0], axis)
         # A regime where neither arm beats chance has no effect to differ: never claimed over.
-        idle = [c for c in comps if c["learned"] == "no" and c["baseline_learned"] == "no"]
+        idle = [c for c in comps if c.learned == "no" and c.baseline_learned == "no"]
         comps = [c for c in comps if c not in idle]
-        usable = [c for c in comps if len(c["deltas"]) >= 2]
+        usable = [c for c in comps if len(c.deltas) >= 2]
         if len(comps) >= 2 and len(usable) < len(comps):
             warns.append(_left_out_warning(name, comps, len(usable)))
         if idle and len(comps) + len(idle) >= 2:
             warns.append(_not_learned_left_out(name, idle))
         if len(usable) < 2:
             continue
-        tests.append(_one_test(name, usable, alpha, warns, ordered_by))
-        tests[-1]["excluded_not_learned"] = [c["dataset"] for c in idle]
+        tests.append({**_one_test(name, usable, alpha, warns, ordered_by),
+                      "excluded_not_learned": [c.dataset for c in idle]})
     adjusted = holm(np.array([t["welch_p"] for t in tests], dtype=float))
-    for t, p in zip(tests, adjusted):
-        t["p_holm"] = float(p)
-        t["verdict"] = interaction_verdict(float(p), alpha)
-    return tests, warns
-
+    return [InteractionTest.build({**t, "p_holm": float(p),
+                                   "verdict": interaction_verdict(float(p), alpha)})
+            for t, p in zip(tests, adjusted)], warns
 
 DIFFERS = "differs"
 # The interaction verdict: decided here, beside the test, and written in the JSON.
@@ -159,34 +159,34 @@ def interaction_verdict(p_holm: float, alpha: float) -> str:
     return DIFFERS if math.isfinite(p_holm) and p_holm < alpha else INCONCLUSIVE
 
 
-def _not_learned_left_out(name: str, idle: list[dict]) -> dict:
+def _not_learned_left_out(name: str, idle: list[Comparison]) -> dict:
     return {"code": "interaction_not_learned_left_out",
-            "message": f"interaction {name}: left out {', '.join(c['dataset'] for c in idle)}, "
+            "message": f"interaction {name}: left out {', '.join(c.dataset for c in idle)}, "
                        "where neither arm beats chance (no effect there to differ)"}
 
 
-def _name(c: dict, axis: Axis) -> str:
+def _name(c: Comparison, axis: Axis) -> str:
     """'concat vs add (sinusoidal/test_acc)': a comparison across datasets, for messages."""
-    arm = Variant(c["encoder"], c["pe"], c["fusion"])
-    path = "/".join(p for p in (axis.path(axis.group(arm)), c["metric"]) if p)
-    return f"{axis.short(arm)} vs {c['baseline']} ({path})"
+    arm = Variant(c.encoder, c.pe, c.fusion)
+    path = "/".join(p for p in (axis.path(axis.group(arm)), c.metric) if p)
+    return f"{axis.short(arm)} vs {c.baseline} ({path})"
 
 
-def _left_out_warning(name: str, comps: list[dict], n_usable: int) -> dict:
+def _left_out_warning(name: str, comps: list[Comparison], n_usable: int) -> dict:
     """A dataset with < 2 pairs has no variance: it cannot enter the test. Say which."""
-    out = ", ".join(f"{c['dataset']} (n = {len(c['deltas'])})" for c in comps
-                    if len(c["deltas"]) < 2)
+    out = ", ".join(f"{c.dataset} (n = {len(c.deltas)})" for c in comps
+                    if len(c.deltas) < 2)
     tail = "" if n_usable >= 2 else "; the test was not run (fewer than 2 datasets left)"
     return {"code": "interaction_dataset_left_out",
             "message": f"interaction {name}: left out {out}, "
                        f"which have fewer than 2 pairs{tail}"}
 
 
-def _one_test(name: str, usable: list[dict], alpha: float, warns: list[dict],
+def _one_test(name: str, usable: list[Comparison], alpha: float, warns: list[dict],
               ordered_by: str = "median_tokens") -> dict:
     """Welch ANOVA + last-vs-first (longest-vs-shortest) difference for one comparison."""
     first = usable[0]
-    arrays = [np.asarray(c["deltas"], float) for c in usable]
+    arrays = [np.asarray(c.deltas, float) for c in usable]
     f, df1, df2, p = welch_anova(arrays)
     diff, low, high, dp = diff_in_deltas(arrays[-1], arrays[0], alpha)
     notes = []
@@ -195,8 +195,8 @@ def _one_test(name: str, usable: list[dict], alpha: float, warns: list[dict],
         warns.append({"code": "degenerate_interaction",
                       "message": f"interaction {name}: "
                                  "Welch ANOVA undefined (zero-variance deltas)"})
-    small = [f"{c['dataset']} (n = {len(c['deltas'])})" for c in usable
-             if len(c["deltas"]) < WELCH_MIN_N]
+    small = [f"{c.dataset} (n = {len(c.deltas)})" for c in usable
+             if len(c.deltas) < WELCH_MIN_N]
     if small:
         notes.append(f"fewer than {WELCH_MIN_N} pairs in {', '.join(small)}: Welch's p is "
                      "poorly calibrated")
@@ -206,13 +206,12 @@ def _one_test(name: str, usable: list[dict], alpha: float, warns: list[dict],
                                  "and Welch interval are poorly calibrated at this n, read "
                                  "them as descriptive"})
     return {
-        "pe": first["pe"], "metric": first["metric"], "fusion": first["fusion"],
-        "baseline": first["baseline"], "datasets": [c["dataset"] for c in usable],
-        "n_per_dataset": [len(c["deltas"]) for c in usable],
-        "welch_f": f, "df_num": df1, "df_denom": df2, "welch_p": p, "p_holm": NAN,
-        "long_dataset": usable[-1]["dataset"], "short_dataset": usable[0]["dataset"],
+        "pe": first.pe, "metric": first.metric, "fusion": first.fusion,
+        "baseline": first.baseline, "datasets": [c.dataset for c in usable],
+        "n_per_dataset": [len(c.deltas) for c in usable],
+        "welch_f": f, "df_num": df1, "df_denom": df2, "welch_p": p,
+        "long_dataset": usable[-1].dataset, "short_dataset": usable[0].dataset,
         "diff_in_deltas": diff, "diff_ci_low": low, "diff_ci_high": high, "diff_p": dp,
-        "notes": notes, "ordered_by": ordered_by, "encoder": first["encoder"],
-        "variant": first["variant"], "baseline_variant": first["baseline_variant"],
-        "excluded_not_learned": [], "verdict": INCONCLUSIVE,
+        "notes": notes, "ordered_by": ordered_by, "encoder": first.encoder,
+        "variant": first.variant, "baseline_variant": first.baseline_variant,
     }

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping
 
 import numpy as np
@@ -97,7 +97,8 @@ class Report:
             "arms": self.arms,
             "comparisons": [c.to_json() for c in self.comparisons],
             "dropped": self.dropped,
-            "interaction": self.interaction,
+            "interaction": {**self.interaction,
+                            "tests": [t.to_json() for t in self.interaction["tests"]]},
             "chance": self.chance,
             "claims": self.claims,
             "sequential": self.sequential,
@@ -186,15 +187,12 @@ def analyze(
     family = fixed_family(comps, settings, source)
     _holm_and_verdicts(comps, settings, family["m"])
     _win_verdicts(comps, settings, family["m"])
-    tests, inter_warns = interaction_tests(comps, regimes, settings.alpha, axis)
+    records = [Comparison.build(c) for c in comps]  # the records, built once
+    tests, inter_warns = interaction_tests(records, regimes, settings.alpha, axis)
     shown = _shown(settings)
-    comps, tests = [c for c in comps if shown(c)], [t for t in tests if shown(t)]
-    dropped = [d for d in superseded + pairing.dropped if shown(d)]
-    arms = [a for a in arms if shown(a)]
-    df = select(everything, settings.metrics, axis, settings.datasets, settings.pes,
-                settings.encoders)
-    df, _ = supersede(df, source.get("code_fingerprint"))
-    regimes = [r for r in regimes if r.dataset in set(df["dataset"])]
+    comps, records, tests, dropped, arms = ([r for r in rs if shown(r)] for rs in (
+        comps, records, tests, superseded + pairing.dropped, arms))
+    df, regimes = _selection(everything, settings, source, regimes)
     source = {**source, "platforms": platforms_of(df)}  # named in the report's source line
     warnings = (_design_warnings(comps, settings, family["m"])
                 + _not_learned_warnings(comps, axis)
@@ -220,24 +218,33 @@ def analyze(
         claims = evaluate(get_claim_set(settings.claims), df, settings, counts, regimes)
     sequential, seq_results = sequential_section(comps, settings, source, everything)
     if sequential is not None:  # every fixed-n verdict of an adaptive sweep is descriptive
-        for c in comps:
-            c["verdict_flags"].insert(0, "descriptive")
+        records = [replace(c, verdict_flags=("descriptive", *c.verdict_flags)) for c in records]
         if claims is not None:
             claims["method"] = f"{sequential['fixed_n_label']}: {claims['method']}"
-    records = [Comparison.build(c) for c in comps]  # built once, never changed
     return Report(source, settings, regimes, records, dropped, warnings, interaction, df,
                   {"method": CHANCE_METHOD, "tests": arms},
                   arm_summaries(df, settings, regimes, by_arm), claims, sequential, seq_results,
                   family)
 
 
+def _selection(everything: pd.DataFrame, s: Settings, source: dict,
+               regimes: list[Regime]) -> tuple[pd.DataFrame, list[Regime]]:
+    """The table and regimes a --dataset/--pe/--encoder selection shows."""
+    df = select(everything, s.metrics, s.axis, s.datasets, s.pes, s.encoders)
+    df, _ = supersede(df, source.get("code_fingerprint"))
+    return df, [r for r in regimes if r.dataset in set(df["dataset"])]
+
+
 def _shown(s: Settings):
     """Whether a record (comparison, test, dropped pair, arm) is in the --dataset/--pe/
     --encoder selection: its dataset(s), and both variants' pe and encoder."""
-    def ok(r: dict) -> bool:
-        datasets = r.get("datasets") or [r["dataset"]]
-        variants = [r["variant"]] + ([r["baseline_variant"]] if r.get("baseline_variant")
-                                     else [])
+    def get(r: object, key: str) -> object:
+        return r.get(key) if isinstance(r, dict) else getattr(r, key, None)
+
+    def ok(r: object) -> bool:
+        datasets = get(r, "datasets") or [get(r, "dataset")]
+        variants = [get(r, "variant")] + ([get(r, "baseline_variant")]
+                                          if get(r, "baseline_variant") else [])
         encs, pes = {v.split("/")[0] for v in variants}, {v.split("/")[1] for v in variants}
         return ((not s.datasets or all(d in s.datasets for d in datasets))
                 and (not s.encoders or encs <= set(s.encoders))

@@ -21,7 +21,7 @@ from fusion_sweep.analysis.estimands import MEAN_DELTA, WIN_RATE, labelled
 from fusion_sweep.analysis.grid import GridRow, grid_rows, not_learned_mark
 from fusion_sweep.analysis.regimes import INTERACTION_VERDICT_RULE, lengths_known
 from fusion_sweep.analysis.pairing import usable_values
-from fusion_sweep.analysis.records import Comparison
+from fusion_sweep.analysis.records import Comparison, InteractionTest
 from fusion_sweep.analysis.report import Report
 from fusion_sweep.analysis.schema import COST_METRICS, DEFAULT_ENCODER, INCONCLUSIVE
 from fusion_sweep.analysis.variants import Variant
@@ -62,9 +62,9 @@ def arm_of(c: Comparison) -> Variant:
     return Variant(c.encoder, c.pe, c.fusion)
 
 
-def test_arm(t: dict) -> Variant:
+def test_arm(t: InteractionTest) -> Variant:
     """The arm variant of an interaction test (INTERACTION_TEST_KEYS)."""
-    return Variant(t["encoder"], t["pe"], t["fusion"])
+    return Variant(t.encoder, t.pe, t.fusion)
 
 
 def show_encoder(report: Report) -> bool:
@@ -363,15 +363,15 @@ def interaction_table(report: Report, short: bool = False) -> Table:
                "contrast", "Δ difference", f"{level} Welch CI", "p_diff", "verdict"]
     rows = []
     for t in tests:
-        df = (f"{fnum(t['welch_f'], 2)} ({fnum(t['df_num'], 0)}, {fnum(t['df_denom'], 1)})"
-              if t["welch_f"] is not None and math.isfinite(t["welch_f"]) else DASH)
-        rows.append([axis.short(test_arm(t)), t["baseline"], *(t[f] for f in cols), t["metric"],
-                     (" < " if by_length else ", ").join(t["datasets"]),
-                     "/".join(map(str, t["n_per_dataset"])), df, fp(t["welch_p"]),
-                     fp(t["p_holm"]), f"Δ {t['long_dataset']} − Δ {t['short_dataset']}",
-                     fnum(t["diff_in_deltas"], signed=True),
-                     fci(t["diff_ci_low"], t["diff_ci_high"]), fp(t["diff_p"]),
-                     t["verdict"]])
+        df = (f"{fnum(t.welch_f, 2)} ({fnum(t.df_num, 0)}, {fnum(t.df_denom, 1)})"
+              if t.welch_f is not None and math.isfinite(t.welch_f) else DASH)
+        rows.append([axis.short(test_arm(t)), t.baseline, *(getattr(t, f) for f in cols), t.metric,
+                     (" < " if by_length else ", ").join(t.datasets),
+                     "/".join(map(str, t.n_per_dataset)), df, fp(t.welch_p),
+                     fp(t.p_holm), f"Δ {t.long_dataset} − Δ {t.short_dataset}",
+                     fnum(t.diff_in_deltas, signed=True),
+                     fci(t.diff_ci_low, t.diff_ci_high), fp(t.diff_p),
+                     t.verdict])
     return Table(f"Does the {axis.noun} effect differ across these datasets?", headers, rows,
                  [report.interaction["method"], INTERACTION_VERDICT_RULE])
 
@@ -382,15 +382,15 @@ def _short_interaction_table(report: Report) -> Table:
     tests = report.interaction["tests"]
     headers = [axis.noun, "vs", *cols, "metric", "n", "p_holm", "Δ difference",
                f"{level} Welch CI", "verdict"]
-    rows = [[axis.short(test_arm(t)), t["baseline"], *(t[f] for f in cols), t["metric"],
-             "/".join(map(str, t["n_per_dataset"])), fp(t["p_holm"]),
-             fnum(t["diff_in_deltas"], signed=True), fci(t["diff_ci_low"], t["diff_ci_high"]),
-             t["verdict"]] for t in tests]
+    rows = [[axis.short(test_arm(t)), t.baseline, *(getattr(t, f) for f in cols), t.metric,
+             "/".join(map(str, t.n_per_dataset)), fp(t.p_holm),
+             fnum(t.diff_in_deltas, signed=True), fci(t.diff_ci_low, t.diff_ci_high),
+             t.verdict] for t in tests]
     known = lengths_known(report.regimes)
     order = ("datasets short → long: " if known else "datasets (by name; lengths unknown): ")
-    contrasts = sorted({f"Δ {t['long_dataset']} − Δ {t['short_dataset']}" for t in tests})
+    contrasts = sorted({f"Δ {t.long_dataset} − Δ {t.short_dataset}" for t in tests})
     return Table(f"Does the {axis.noun} effect differ across these datasets?", headers, rows,
-                 [order + (" < " if known else ", ").join(tests[0]["datasets"] if tests else [])
+                 [order + (" < " if known else ", ").join(tests[0].datasets if tests else [])
                   + "; p_holm: Welch one-way ANOVA of the per-seed deltas, Holm across tests; "
                   f"Δ difference: {'; '.join(contrasts)}, with its Welch t-interval (`--wide`: "
                   "every column)", INTERACTION_VERDICT_RULE])
