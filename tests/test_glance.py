@@ -166,7 +166,7 @@ def test_html_and_markdown_open_with_the_grid(report, tmp_path: Path) -> None:
     html = files["html"].read_text()
     assert html.index('id="verdict-grid"') < html.index("<table", html.index("verdict-grid") + 20)
     assert html.index("<table") == html.index('<table class="grid" id="verdict-grid"')
-    assert html.index("verdict-grid") < html.index("Verdicts name their estimand")  # rule after grid
+    assert html.index("verdict-grid") < html.index("Verdicts name their estimand")  # rule: after
     assert "figures loaded" not in html  # no debug line for a reader
     assert html.index("arms_") < html.index("Design warnings")  # the paper figure below it
     md = files["markdown"].read_text()

@@ -17,9 +17,9 @@ from fusion_sweep.schema import PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN
 
 from fusion_sweep.analysis.metrics import is_proportion
 from fusion_sweep.analysis.schema import (
-    ADAPTIVE_COLUMN, COMPARISON_FAMILY_COLUMN, REGIME_COLUMNS, TEST_MAJORITY_RATE, TEST_SIZE,
-    BLANK_STATUS, DEFAULT_ENCODER, ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS, KEY_COLUMNS, LABEL_COLUMNS,
-    NON_METRIC_COLUMNS, AnalysisError,
+    ADAPTIVE_COLUMN, BLANK_STATUS, COMPARISON_FAMILY_COLUMN, DEFAULT_ENCODER, ENCODER_FP_COLUMNS,
+    FINISHED, FP_COLUMNS, KEY_COLUMNS, LABEL_COLUMNS, NON_METRIC_COLUMNS, REGIME_COLUMNS,
+    TEST_MAJORITY_RATE, TEST_SIZE, AnalysisError,
 )
 from fusion_sweep.analysis.variants import Axis, Variant, check_present, parse_baseline
 

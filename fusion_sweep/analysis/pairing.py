@@ -43,7 +43,8 @@ import numpy as np
 import pandas as pd
 
 from fusion_sweep.analysis.schema import (
-    BLANK_STATUS, ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS, KEY_COLUMNS, PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN,
+    BLANK_STATUS, ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS, KEY_COLUMNS, PLATFORM_COLUMN,
+    PLATFORM_LABEL_COLUMN,
     SEED_FP_COLUMNS,
 )
 from fusion_sweep.analysis.variants import Axis, Variant, parse_baseline

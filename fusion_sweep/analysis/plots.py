@@ -179,7 +179,8 @@ def arms_by_regime_plot(values: "pd.DataFrame", regimes: list[tuple[str, str]],
     handles += [Line2D([], [], color="#8c959f", lw=0.7, label="one seed across arms\n(a pair)"),
                 Line2D([], [], color="#444", lw=2.2, label="bar: mean over seeds")]
     if chance:
-        handles.append(Line2D([], [], color="#9a6700", ls=":", lw=1.3, label="chance (majority rate)"))
+        handles.append(Line2D([], [], color="#9a6700", ls=":", lw=1.3,
+                              label="chance (majority rate)"))
     ax.legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5),
               frameon=False, title="dot = one seed", title_fontsize=7)
     return _save(fig, path)
