@@ -654,8 +654,8 @@ def test_neither_arm_beats_chance_is_not_learned(tmp_path: Path, capsys) -> None
     assert msgs[0].count(" vs add") == 2
     tests = rep.chance["tests"]
     assert len(tests) == 6  # 2 datasets x 3 fusions
-    assert [t["p_holm"] for t in tests] == pytest.approx(
-        list(multipletests([t["p"] for t in tests], method="holm")[1]), abs=1e-12)
+    assert [t.p_holm for t in tests] == pytest.approx(
+        list(multipletests([t.p for t in tests], method="holm")[1]), abs=1e-12)
     # Rendered: a "learned?" column and the verdict styled in the HTML.
     from fusion_sweep.analysis.render import write_report
     write_report(rep, tmp_path / "rep")
@@ -691,7 +691,7 @@ def test_chance_guards_every_metric_by_the_arms_accuracy() -> None:
     rep = _analyze(_chance_table(), metrics=("latency_ms_per_sample",))
     states = {c.dataset: (c.learned, c.baseline_learned) for c in rep.comparisons}
     assert set(states.values()) == {("no", "no"), ("yes", "yes")}
-    assert {t["metric"] for t in rep.chance["tests"]} == {"test_acc"}
+    assert {t.metric for t in rep.chance["tests"]} == {"test_acc"}
     for c in rep.comparisons:
         assert (c.verdict == "not learned") == (c.learned == "no")
 

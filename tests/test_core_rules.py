@@ -115,14 +115,14 @@ def test_learned_is_decided_by_the_holm_p_not_the_raw_p() -> None:
                "gate-vector": [0.2, 0.21, 0.19, 0.2, 0.205]}    # raw p ~ 1e-7
     df = tidy(_chance_arms(offsets))
     tests, by_arm, _ = chance_tests(df, ["test_acc"], {"synthetic-long": 2}, ALPHA)
-    raw = {t["fusion"]: sps.ttest_1samp(0.5 + np.array(offsets[t["fusion"]]), 0.5,
+    raw = {t.fusion: sps.ttest_1samp(0.5 + np.array(offsets[t.fusion]), 0.5,
                                         alternative="greater").pvalue for t in tests}
     holm = dict(zip(raw, multipletests(list(raw.values()), method="holm")[1]))
     assert all(p < ALPHA for p in raw.values())  # the raw p would say yes everywhere
     assert holm["add"] >= ALPHA and holm["concat"] >= ALPHA and holm["gate-vector"] < ALPHA
-    got = {t["fusion"]: t["learned"] for t in tests}
+    got = {t.fusion: t.learned for t in tests}
     assert got == {"add": "no", "concat": "no", "gate-vector": "yes"}
-    assert {t["fusion"]: t["p_holm"] for t in tests} == pytest.approx(holm, abs=1e-12)
+    assert {t.fusion: t.p_holm for t in tests} == pytest.approx(holm, abs=1e-12)
     v = next(iter(by_arm))[1]
     assert arm_state(by_arm, "synthetic-long", Variant(v.encoder, v.pe, "add"), "test_acc") == "no"
 
@@ -511,8 +511,8 @@ def test_an_arm_whose_holm_p_equals_alpha_is_not_learned() -> None:
 
     df = tidy(_chance_arms({"add": [0.030, 0.0, 0.025, 0.005, 0.015]}))
     (first,), _, _ = chance_tests(df, ["test_acc"], {"synthetic-long": 2}, ALPHA)
-    p = first["p_holm"]
+    p = first.p_holm
     (at,), _, _ = chance_tests(df, ["test_acc"], {"synthetic-long": 2}, p)
-    assert at["learned"] == "no"
+    assert at.learned == "no"
     (above,), _, _ = chance_tests(df, ["test_acc"], {"synthetic-long": 2}, np.nextafter(p, 1))
-    assert above["learned"] == "yes"
+    assert above.learned == "yes"

@@ -25,6 +25,7 @@ variants.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Mapping
 
 import numpy as np
@@ -33,6 +34,7 @@ import pandas as pd
 from fusion_sweep.analysis.load import to_metric
 from fusion_sweep.analysis.metrics import is_accuracy_like
 from fusion_sweep.analysis.pairing import cells_for
+from fusion_sweep.analysis.records import ChanceTest
 from fusion_sweep.analysis.schema import (
     FINISHED, TEST_MAJORITY_RATE, TEST_SIZE, AnalysisError,
 )
@@ -89,7 +91,7 @@ def accuracy_metric(df: pd.DataFrame, metrics: list[str]) -> str | None:
 
 def chance_tests(
     df: pd.DataFrame, metrics: list[str], counts: Mapping[str, int | None], alpha: float,
-) -> tuple[list[dict], dict[ArmKey, dict], list[dict]]:
+) -> tuple[list[ChanceTest], dict[ArmKey, ChanceTest], list[dict]]:
     """Test every arm's accuracy against chance (once per arm, whatever metrics are shown).
 
     Chance is the test split's majority-class share (`test_majority_rate`) when recorded,
@@ -110,12 +112,11 @@ def chance_tests(
                 (cell.value, *extra.get(key, (NAN, NAN))))
     tests = [_arm_test(d, v, metric, np.array(vals, dtype=float), counts.get(d), alpha)
              for (d, v), vals in sorted(rows.items())]
-    adjusted = holm(np.array([t["p"] for t in tests], dtype=float))
-    for t, p in zip(tests, adjusted):
-        t["p_holm"] = float(p)
-        if np.isfinite(p) and t["learn_n"] is None:
-            t["learned"] = "yes" if p < alpha else "no"
-    by_arm = {(t["dataset"], Variant(t["encoder"], t["pe"], t["fusion"])): t for t in tests}
+    adjusted = holm(np.array([t.p for t in tests], dtype=float))
+    tests = [replace(t, p_holm=float(p), learned="yes" if p < alpha else "no")
+             if np.isfinite(p) and t.learn_n is None else replace(t, p_holm=float(p))
+             for t, p in zip(tests, adjusted)]
+    by_arm = {(t.dataset, Variant(t.encoder, t.pe, t.fusion)): t for t in tests}
     return tests, by_arm, _unknown_warning(tests)
 
 
@@ -128,28 +129,27 @@ def _per_seed(df: pd.DataFrame) -> dict[tuple, tuple[float, float]]:
 
 
 def _arm_test(dataset: str, v: Variant, metric: str, vals: np.ndarray, k: int | None,
-              alpha: float) -> dict:
-    """vals (seeds, 3): accuracy, majority rate, test size per seed."""
+              alpha: float) -> ChanceTest:
+    """vals (seeds, 3): accuracy, majority rate, test size per seed. The Holm p (and, for the
+    t fallback, learned?) are the family's, set by chance_tests."""
     acc, rate, size = vals.T if vals.size else (np.zeros(0),) * 3  # (seeds,) each
     known = rate[np.isfinite(rate)]
     chance = float(known.mean()) if known.size else (1.0 / k if k else NAN)
     source = MAJORITY_SOURCE if known.size else FALLBACK_SOURCE
     t, p = beats_chance(acc, chance) if np.isfinite(chance) else (NAN, NAN)
-    out = {"dataset": dataset, "encoder": v.encoder, "pe": v.pe, "metric": metric,
-           "fusion": v.fusion, "variant": v.label, "n": int(acc.size), "num_classes": k,
-           "chance_level": chance, "mean": float(acc.mean()) if acc.size else NAN, "t": t,
-           "p": p, "p_holm": NAN, "learned": "unknown", "chance_source": source,
-           "learn_method": T_METHOD, "learn_count": None, "learn_n": None}
+    out = ChanceTest(dataset, v.encoder, v.pe, metric, v.fusion, v.label, int(acc.size), k,
+                     chance, float(acc.mean()) if acc.size else NAN, t, p, NAN, "unknown",
+                     source, T_METHOD, None, None)
     exact = acc.size and known.size == acc.size and np.all(np.isfinite(size) & (size >= 1))
     if exact:
         lr = learn_rate(np.round(acc * size), size, rate, alpha)
-        out.update(learn_method=EXACT_METHOD, learn_count=lr.count, learn_n=lr.n,
-                   learned="yes" if 2 * lr.count > lr.n else "no")
+        out = replace(out, learn_method=EXACT_METHOD, learn_count=lr.count, learn_n=lr.n,
+                      learned="yes" if 2 * lr.count > lr.n else "no")
     return out
 
 
-def _unknown_warning(tests: list[dict]) -> list[dict]:
-    missing = sorted({t["dataset"] for t in tests if t["num_classes"] is None})
+def _unknown_warning(tests: list[ChanceTest]) -> list[dict]:
+    missing = sorted({t.dataset for t in tests if t.num_classes is None})
     if not missing:
         return []
     flags = " ".join(f"--num-classes {d}=K" for d in missing)
@@ -159,20 +159,22 @@ def _unknown_warning(tests: list[dict]) -> list[dict]:
                         f"pass {flags}"}]
 
 
-def arm_state(by_arm: Mapping[ArmKey, dict], dataset: str, v: Variant, metric: str) -> str:
+def arm_state(by_arm: Mapping[ArmKey, ChanceTest], dataset: str, v: Variant, metric: str) -> str:
     """LEARNED_STATES value of one arm, on any metric: its accuracy's chance test ("n/a"
     only when the table holds no accuracy at all)."""
     if not by_arm:
         return "n/a"
     test = by_arm.get((dataset, v))
-    return test["learned"] if test else "unknown"
+    return test.learned if test else "unknown"
 
 
-def chance_level(by_arm: Mapping[ArmKey, dict], dataset: str, v: Variant, metric: str) -> float:
+def chance_level(by_arm: Mapping[ArmKey, ChanceTest], dataset: str, v: Variant, metric: str) -> float:
     """The chance level of an arm's accuracy (nan when unknown or no accuracy recorded)."""
-    return by_arm.get((dataset, v), {}).get("chance_level", NAN)
+    test = by_arm.get((dataset, v))
+    return test.chance_level if test else NAN
 
 
-def chance_test(by_arm: Mapping[ArmKey, dict], dataset: str, v: Variant) -> dict | None:
+def chance_test(by_arm: Mapping[ArmKey, ChanceTest], dataset: str, v: Variant
+                ) -> ChanceTest | None:
     """The arm's chance test (CHANCE_TEST_KEYS), None when it has none."""
     return by_arm.get((dataset, v))

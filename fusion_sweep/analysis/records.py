@@ -16,7 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
-from fusion_sweep.analysis.schema import COMPARISON_KEYS, INTERACTION_TEST_KEYS
+from fusion_sweep.analysis.schema import (
+    CHANCE_TEST_KEYS, COMPARISON_KEYS, INTERACTION_TEST_KEYS,
+)
 
 
 @dataclass(frozen=True)
@@ -162,6 +164,35 @@ class InteractionTest:
         return {k: _plain(getattr(self, k)) for k in INTERACTION_TEST_KEYS}
 
 
+@dataclass(frozen=True)
+class ChanceTest:
+    """One arm's accuracy against chance (schema.CHANCE_TEST_KEYS, in that order), decided
+    in fusion_sweep.analysis.chance: the chance level and where it came from, the t-test
+    and its Holm p, the exact per-seed learn rate and the arm's learned? state."""
+
+    dataset: str
+    encoder: str
+    pe: str
+    metric: str
+    fusion: str
+    variant: str
+    n: int
+    num_classes: int | None
+    chance_level: float
+    mean: float
+    t: float
+    p: float
+    p_holm: float
+    learned: str
+    chance_source: str
+    learn_method: str
+    learn_count: int | None
+    learn_n: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in CHANCE_TEST_KEYS}
+
+
 def _frozen(v: Any) -> Any:
     return tuple(v) if isinstance(v, list) else v
 
@@ -172,3 +203,4 @@ def _plain(v: Any) -> Any:
 
 assert tuple(f.name for f in fields(Comparison))[:len(COMPARISON_KEYS)] == COMPARISON_KEYS
 assert tuple(f.name for f in fields(InteractionTest)) == INTERACTION_TEST_KEYS
+assert tuple(f.name for f in fields(ChanceTest)) == CHANCE_TEST_KEYS

@@ -99,7 +99,7 @@ class Report:
             "dropped": self.dropped,
             "interaction": {**self.interaction,
                             "tests": [t.to_json() for t in self.interaction["tests"]]},
-            "chance": self.chance,
+            "chance": {**self.chance, "tests": [t.to_json() for t in self.chance["tests"]]},
             "claims": self.claims,
             "sequential": self.sequential,
             "verdict_grid": verdict_grid(self.comparisons),
@@ -545,9 +545,9 @@ def _collapse(by_arm: dict, p: Paired) -> str:
     out = []
     for v in (p.arm, p.ref):
         t = chance_test(by_arm, p.dataset, v)
-        if t and t["learn_n"] and 0 < t["learn_count"] < t["learn_n"]:
-            out.append(f"{v.label} at chance on {t['learn_n'] - t['learn_count']} of "
-                       f"{t['learn_n']} seeds")
+        if t and t.learn_n and 0 < t.learn_count < t.learn_n:
+            out.append(f"{v.label} at chance on {t.learn_n - t.learn_count} of {t.learn_n} "
+                       "seeds")
     return "; ".join(out)
 
 

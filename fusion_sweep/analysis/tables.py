@@ -21,7 +21,7 @@ from fusion_sweep.analysis.estimands import MEAN_DELTA, WIN_RATE, labelled
 from fusion_sweep.analysis.grid import GridRow, grid_rows, not_learned_mark
 from fusion_sweep.analysis.regimes import INTERACTION_VERDICT_RULE, lengths_known
 from fusion_sweep.analysis.pairing import usable_values
-from fusion_sweep.analysis.records import Comparison, InteractionTest
+from fusion_sweep.analysis.records import ChanceTest, Comparison, InteractionTest
 from fusion_sweep.analysis.report import Report
 from fusion_sweep.analysis.schema import COST_METRICS, DEFAULT_ENCODER, INCONCLUSIVE
 from fusion_sweep.analysis.variants import Variant
@@ -435,21 +435,21 @@ def chance_table(report: Report) -> Table:
     short -> long like every other table."""
     cols = arm_columns(report)
     rank = {r.dataset: r.rank for r in report.regimes}
-    tests = sorted(report.chance["tests"], key=lambda t: rank.get(t["dataset"], len(rank)))
+    tests = sorted(report.chance["tests"], key=lambda t: rank.get(t.dataset, len(rank)))
     headers = ["dataset", *cols, "metric", "fusion", "n", "K", "chance", "from", "mean", "t",
                "p", "p_holm", "learn rate", "learned"]
-    rows = [[t["dataset"], *(t[f] for f in cols), t["metric"], t["fusion"], str(t["n"]),
-             DASH if t["num_classes"] is None else str(t["num_classes"]),
-             fnum(t["chance_level"], 3), t["chance_source"], fnum(t["mean"]), fnum(t["t"], 2),
-             fp(t["p"]), fp(t["p_holm"]), learn_rate_text(t), t["learned"]] for t in tests]
+    rows = [[t.dataset, *(getattr(t, f) for f in cols), t.metric, t.fusion, str(t.n),
+             DASH if t.num_classes is None else str(t.num_classes),
+             fnum(t.chance_level, 3), t.chance_source, fnum(t.mean), fnum(t.t, 2),
+             fp(t.p), fp(t.p_holm), learn_rate_text(t), t.learned] for t in tests]
     return Table("Does each arm beat chance?", headers, rows,
                  [CHANCE_METHOD, "learn rate: seeds on which the arm beat chance by the exact "
                   "per-seed binomial test (— without a recorded test size)"])
 
 
-def learn_rate_text(t: dict) -> str:
+def learn_rate_text(t: ChanceTest) -> str:
     """'3 of 5 seeds' (the exact per-seed learn rate), a dash when it is not known."""
-    return DASH if t["learn_n"] is None else f"{t['learn_count']} of {t['learn_n']} seeds"
+    return DASH if t.learn_n is None else f"{t.learn_count} of {t.learn_n} seeds"
 
 
 def arms_table(report: Report, short: bool = False) -> Table:
