@@ -17,9 +17,10 @@ from fusion_sweep.schema import PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN
 
 from fusion_sweep.analysis.metrics import is_proportion
 from fusion_sweep.analysis.schema import (
-    ADAPTIVE_COLUMN, BLANK_STATUS, COMPARISON_FAMILY_COLUMN, DEFAULT_ENCODER, ENCODER_FP_COLUMNS,
-    FINISHED, FP_COLUMNS, KEY_COLUMNS, LABEL_COLUMNS, NON_METRIC_COLUMNS, REGIME_COLUMNS,
-    TEST_MAJORITY_RATE, TEST_SIZE, AnalysisError,
+    ADAPTIVE_COLUMN, BLANK_STATUS, CODE_FINGERPRINT_COLUMN, COMPARISON_FAMILY_COLUMN, DATASET,
+    DEFAULT_ENCODER, ENCODER, ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS, FUSION, KEY_COLUMNS,
+    LABEL_COLUMNS, NON_METRIC_COLUMNS, PE, REGIME_COLUMNS, SEED, STATUS, TEST_MAJORITY_RATE,
+    TEST_SIZE, AnalysisError,
 )
 from fusion_sweep.analysis.variants import Axis, Variant, check_present, parse_baseline
 
@@ -96,14 +97,14 @@ def tidy(raw: pd.DataFrame, source: str = "results") -> pd.DataFrame:
     df = raw.rename(columns=_ALIASES).copy()
     if len(df) == 0:
         raise AnalysisError(f"no rows in {source}")
-    df["encoder"] = _encoder(df)
+    df[ENCODER] = _encoder(df)
     missing = [c for c in KEY_COLUMNS if c not in df.columns]
     if missing:
         raise AnalysisError(
             f"{source} lacks required column(s) {', '.join(missing)}; "
             f"available columns: {', '.join(map(str, df.columns))}"
         )
-    for col in ("dataset", "encoder", "pe", "fusion"):
+    for col in (DATASET, ENCODER, PE, FUSION):
         empty = df[col].isna() | (df[col].astype(str).str.strip() == "")
         if empty.any():
             raise AnalysisError(
@@ -111,9 +112,9 @@ def tidy(raw: pd.DataFrame, source: str = "results") -> pd.DataFrame:
                 f"first at row {int(np.flatnonzero(empty.to_numpy())[0])}"
             )
         df[col] = df[col].astype(str).str.strip()
-    df["seed"] = _integer_seeds(df["seed"], source)
-    df["status"] = _status(df)
-    for col in (*FP_COLUMNS, *ENCODER_FP_COLUMNS, "code_fingerprint", PLATFORM_COLUMN,
+    df[SEED] = _integer_seeds(df[SEED], source)
+    df[STATUS] = _status(df)
+    for col in (*FP_COLUMNS, *ENCODER_FP_COLUMNS, CODE_FINGERPRINT_COLUMN, PLATFORM_COLUMN,
                 PLATFORM_LABEL_COLUMN, *LABEL_COLUMNS, *REGIME_COLUMNS, COMPARISON_FAMILY_COLUMN,
                 ADAPTIVE_COLUMN):
         df[col] = _optional_str(df[col]) if col in df.columns else None
@@ -124,9 +125,9 @@ def tidy(raw: pd.DataFrame, source: str = "results") -> pd.DataFrame:
 
 def _encoder(df: pd.DataFrame) -> pd.Series:
     """The encoder label per row; DEFAULT_ENCODER where the input has none."""
-    if "encoder" not in df.columns:
+    if ENCODER not in df.columns:
         return pd.Series([DEFAULT_ENCODER] * len(df), index=df.index, dtype=object)
-    col = df["encoder"].astype(object)
+    col = df[ENCODER].astype(object)
     empty = col.isna() | (col.astype(str).str.strip() == "")
     return col.where(~empty, DEFAULT_ENCODER)
 
@@ -148,9 +149,9 @@ def _status(df: pd.DataFrame) -> pd.Series:
     A blank cell in a status column is not read as FINISHED (a run whose status was never
     written may have crashed): it becomes BLANK_STATUS, and the pairing drops it with the
     reason `blank_status`."""
-    if "status" not in df.columns:
+    if STATUS not in df.columns:
         return pd.Series([FINISHED] * len(df), index=df.index, dtype=object)
-    s = df["status"].astype(object).where(df["status"].notna(), "")
+    s = df[STATUS].astype(object).where(df[STATUS].notna(), "")
     return s.map(lambda v: str(v).strip().upper() or BLANK_STATUS).astype(object)
 
 

@@ -43,9 +43,9 @@ import numpy as np
 import pandas as pd
 
 from fusion_sweep.analysis.schema import (
-    BLANK_STATUS, ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS, KEY_COLUMNS, PLATFORM_COLUMN,
-    PLATFORM_LABEL_COLUMN,
-    SEED_FP_COLUMNS,
+    BLANK_STATUS, CODE_FINGERPRINT_COLUMN, ENCODER, ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS,
+    FUSION, KEY_COLUMNS, PE, PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN, SEED_FP_COLUMNS, STATUS,
+    VALUE,
 )
 from fusion_sweep.analysis.variants import Axis, Variant, parse_baseline
 
@@ -133,11 +133,11 @@ class _Columns:
 
     def __init__(self, df: pd.DataFrame, metric: str) -> None:
         col = lambda c: df[c].to_numpy(dtype=object) if c in df.columns else None  # noqa: E731
-        object.__setattr__(self, "status", df["status"].to_numpy(dtype=object))
+        object.__setattr__(self, "status", df[STATUS].to_numpy(dtype=object))
         object.__setattr__(self, "value", df[metric].to_numpy(dtype=object))
         fps = tuple((c, col(c)) for c in (*FP_COLUMNS, *ENCODER_FP_COLUMNS))
         object.__setattr__(self, "fps", fps)
-        object.__setattr__(self, "code", col("code_fingerprint"))
+        object.__setattr__(self, "code", col(CODE_FINGERPRINT_COLUMN))
         object.__setattr__(self, "platform", col(PLATFORM_COLUMN))
         object.__setattr__(self, "platform_label", col(PLATFORM_LABEL_COLUMN))
 
@@ -214,7 +214,7 @@ def usable_values(df: pd.DataFrame, metric: str) -> pd.DataFrame:
     """One row per usable cell: dataset, encoder, pe, fusion, seed, value (arm summaries,
     paper tables)."""
     rows = [(*k, c.value) for k, c in cells_for(df, metric).items() if c.ok]
-    return pd.DataFrame(rows, columns=[*KEY_COLUMNS, "value"])
+    return pd.DataFrame(rows, columns=[*KEY_COLUMNS, VALUE])
 
 
 def supersede(df: pd.DataFrame, current_code: str | None) -> tuple[pd.DataFrame, list[dict]]:
@@ -223,12 +223,12 @@ def supersede(df: pd.DataFrame, current_code: str | None) -> tuple[pd.DataFrame,
     current_code: the sweep's current code fingerprint (None: nothing is superseded, and
     duplicates stay `duplicate_seed`). Returns (the table without them, dropped records).
     """
-    if not current_code or "code_fingerprint" not in df.columns:
+    if not current_code or CODE_FINGERPRINT_COLUMN not in df.columns:
         return df, []
-    finished = df[df["status"] == FINISHED]
+    finished = df[df[STATUS] == FINISHED]
     drop, records = [], []
     for key, rows in finished.groupby(list(KEY_COLUMNS), sort=True):
-        current = rows["code_fingerprint"] == current_code
+        current = rows[CODE_FINGERPRINT_COLUMN] == current_code
         if len(rows) < 2 or not current.any() or current.all():
             continue
         dataset, encoder, pe, fusion, seed = key
@@ -240,7 +240,7 @@ def supersede(df: pd.DataFrame, current_code: str | None) -> tuple[pd.DataFrame,
                 "fusion": fusion, "baseline": None,
                 "variant": Variant(encoder, pe, fusion).label, "baseline_variant": None,
                 "seed": int(seed), "reason": "superseded_code",
-                "detail": f"{_run_name(idx, r)} ran code {_short(r['code_fingerprint'])}; "
+                "detail": f"{_run_name(idx, r)} ran code {_short(r[CODE_FINGERPRINT_COLUMN])}; "
                           f"kept {kept} with the sweep's current code {_short(current_code)}"})
     return df.drop(index=drop), records
 
@@ -361,7 +361,7 @@ def pair_trials(df: pd.DataFrame, metrics: list[str], baseline: str | Axis,
 
 def variant_series(df: pd.DataFrame) -> pd.Series:
     """The Variant of every row of the tidy table (same index)."""
-    return pd.Series([Variant(*map(str, t)) for t in zip(df["encoder"], df["pe"], df["fusion"])],
+    return pd.Series([Variant(*map(str, t)) for t in zip(df[ENCODER], df[PE], df[FUSION])],
                      index=df.index, dtype=object)
 
 

@@ -39,7 +39,8 @@ from fusion_sweep.schema import (  # DEFAULT_ENCODER: re-exported for the analys
 )  # noqa: F401
 from fusion_sweep.schema import PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN  # noqa: F401
 from fusion_sweep.schema import (  # noqa: F401
-    ADAPTIVE_COLUMN, COMPARISON_FAMILY_COLUMN, REGIME_COLUMNS, TEST_MAJORITY_RATE, TEST_SIZE,
+    ADAPTIVE_COLUMN, CODE_FINGERPRINT_COLUMN, COMPARISON_FAMILY_COLUMN, REGIME_COLUMNS,
+    TEST_MAJORITY_RATE, TEST_SIZE,
 )
 
 KEY_COLUMNS: tuple[str, ...] = IDENTITY_FIELDS
@@ -50,7 +51,7 @@ FP_COLUMNS: tuple[str, ...] = FINGERPRINT_COLUMNS
 # Checked only in a pair whose two arms have the same encoder label (the bodies of two
 # different encoders differ by construction).
 ENCODER_FP_COLUMNS: tuple[str, ...] = ENCODER_FINGERPRINT_COLUMNS
-META_COLUMNS: tuple[str, ...] = ("status", *FP_COLUMNS, *ENCODER_FP_COLUMNS, "code_fingerprint",
+META_COLUMNS: tuple[str, ...] = ("status", *FP_COLUMNS, *ENCODER_FP_COLUMNS, CODE_FINGERPRINT_COLUMN,
                                  "median_tokens", "num_classes", "run_id", "trial_key",
                                  PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN, *LABEL_COLUMNS,
                                  *REGIME_COLUMNS, TEST_MAJORITY_RATE, TEST_SIZE,
@@ -274,3 +275,9 @@ NORMALITY_BELOW_N = 5
 
 class AnalysisError(ValueError):
     """A bad input (file, column, flag value). The CLI prints it and exits 2."""
+
+# Tidy-table columns by name: code reads df[DATASET], never df["dataset"].
+DATASET, ENCODER, PE, FUSION, SEED = KEY_COLUMNS
+STATUS = META_COLUMNS[0]
+# pairing.usable_values: one metric's value per usable trial.
+VALUE = "value"
