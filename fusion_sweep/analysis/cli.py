@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fusion_sweep.analysis.metrics import AUTO
-from fusion_sweep.analysis.schema import AnalysisError
+from fusion_sweep.analysis.schema import DATASET, AnalysisError
 from fusion_sweep.analysis.settings import (
     DEFAULT_ALPHA, DEFAULT_BASELINE, DEFAULT_DIRECTION, DEFAULT_METRIC, DEFAULT_N_BOOT,
     DEFAULT_PAIRS, DEFAULT_RNG_SEED, DIRECTION_FLAGS, PAIR_MODES, Settings,
@@ -175,11 +175,11 @@ def _run(args: argparse.Namespace) -> int:
 
 def _check_datasets(args: argparse.Namespace, df, source: dict) -> None:
     """A --dataset the sweep lacks: say whether the name is known and where it is."""
-    missing = [d for d in args.dataset if d not in set(df["dataset"])]
+    missing = [d for d in args.dataset if d not in set(df[DATASET])]
     if not missing or source.get("kind") != "mlflow":
         return  # a results file: select() names the values present
     d = missing[0]
-    present = ", ".join(sorted(set(df["dataset"])))
+    present = ", ".join(sorted(set(df[DATASET])))
     known = source.get("known_datasets")  # None: a sweep launched before the tag existed
     if known is not None and d not in known:
         raise AnalysisError(f"unknown --dataset {d!r}; choose from {sorted(known)} "

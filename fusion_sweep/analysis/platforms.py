@@ -8,7 +8,8 @@ a sweep ran on several platforms and one listing the pairs dropped for it.
 """
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
@@ -17,8 +18,26 @@ from fusion_sweep.analysis.schema import PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN
 _LISTED = 10  # dropped pairs listed by name in the warning; the rest are counted
 
 
+@dataclass(frozen=True)
+class Platform:
+    """One platform of the table: its hash, readable label ("" when unrecorded) and trial
+    count. The report's source carries it as a JSON dict of these three fields."""
+
+    fingerprint: str
+    label: str
+    trials: int
+
+    @property
+    def name(self) -> str:
+        return self.label or f"platform {self.fingerprint[:10]}"
+
+
+def _records(platforms: Sequence[Mapping[str, Any]]) -> list[Platform]:
+    return [Platform(**p) for p in platforms]
+
+
 def platforms_of(df: pd.DataFrame) -> list[dict]:
-    """One {"fingerprint", "label", "trials"} per platform in the table, most trials first;
+    """One Platform per platform in the table, as its JSON dict, most trials first;
     [] when no row records one (results logged before the platform fingerprint)."""
     if PLATFORM_COLUMN not in df.columns or not df[PLATFORM_COLUMN].notna().any():
         return []
@@ -28,28 +47,28 @@ def platforms_of(df: pd.DataFrame) -> list[dict]:
     out = []
     for fp, rows in df[known].groupby(PLATFORM_COLUMN, sort=True):
         label = next((x for x in labels[rows.index] if isinstance(x, str) and x), "")
-        out.append({"fingerprint": str(fp), "label": label, "trials": int(len(rows))})
-    return sorted(out, key=lambda p: (-p["trials"], p["fingerprint"]))
+        out.append(Platform(str(fp), label, int(len(rows))))
+    return [asdict(p) for p in sorted(out, key=lambda p: (-p.trials, p.fingerprint))]
 
 
-def platform_line(platforms: list[dict]) -> str:
+def platform_line(platforms: Sequence[Mapping[str, Any]]) -> str:
     """'on platform P' / 'on 2 platforms: P (12 trials); Q (3 trials)' / '' (unknown)."""
-    if not platforms:
+    records = _records(platforms)
+    if not records:
         return ""
-    name = lambda p: p["label"] or f"platform {p['fingerprint'][:10]}"  # noqa: E731
-    if len(platforms) == 1:
-        return f"on {name(platforms[0])}"
-    return f"on {len(platforms)} platforms: " + "; ".join(
-        f"{name(p)} ({p['trials']} trials)" for p in platforms)
+    if len(records) == 1:
+        return f"on {records[0].name}"
+    return f"on {len(records)} platforms: " + "; ".join(
+        f"{p.name} ({p.trials} trials)" for p in records)
 
 
-def platform_warnings(platforms: list[dict], dropped: list[dict],
+def platform_warnings(platforms: Sequence[Mapping[str, Any]], dropped: list[dict],
                       where: Callable[[dict], str]) -> list[dict]:
     """`mixed_platforms` when the table spans platforms, and `platform_mismatch` listing the
     pairs dropped because their two runs ran on different platforms (where(d): its name)."""
     out = []
     if len(platforms) > 1:
-        untracked = "" if all(p["label"] for p in platforms) else " (unlabelled ones by hash)"
+        untracked = "" if all(p.label for p in _records(platforms)) else " (unlabelled ones by hash)"
         out.append({"code": "mixed_platforms",
                     "message": f"this sweep's trials ran {platform_line(platforms)}{untracked}; "
                                "results are identical only on one platform, so pairs are "

@@ -24,7 +24,7 @@ from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from fusion_sweep.analysis.records import Comparison
-from fusion_sweep.analysis.schema import SUPPORT_COLORS, VERDICT_COLORS
+from fusion_sweep.analysis.schema import DATASET, SEED, SUPPORT_COLORS, VALUE, VERDICT_COLORS
 from fusion_sweep.analysis.sequential import WIN_RATE
 from fusion_sweep.analysis.sequential_report import key_label
 from fusion_sweep.analysis.variants import Axis, Variant
@@ -135,6 +135,11 @@ def forest_plot(comps: list[Comparison], title: str, margin: float | None, path:
     return _save(fig, path, layout=False)
 
 
+# The arm columns of arms_by_regime_plot's `values` (beside DATASET, SEED, VALUE): the arm's
+# short label, and the group of arms it is plotted with (the caller's Axis.group).
+ARM, GROUP = "arm", "group"
+
+
 def arms_by_regime_plot(values: "pd.DataFrame", regimes: list[tuple[str, str]],
                         chance: dict[str, float], arms: list[str], metric: str, title: str,
                         path: Path, reference: str | None = None) -> Path:
@@ -153,19 +158,19 @@ def arms_by_regime_plot(values: "pd.DataFrame", regimes: list[tuple[str, str]],
     offset = {a: (i - (k - 1) / 2) * width / k for i, a in enumerate(arms)}
     fig, ax = _subplots(figsize=(2.0 + 2.2 * max(1, len(regimes)), 4.4))
     for xi, (dataset, _) in enumerate(regimes):
-        sub = values[values["dataset"] == dataset]
-        for seed, g in sub.groupby("seed", sort=True):  # one seed across the arms: a pair
-            g = g.set_index("arm").reindex([a for a in arms if a in set(g["arm"])])
-            ax.plot([xi + offset[a] for a in g.index], g["value"], "-", color="#8c959f",
+        sub = values[values[DATASET] == dataset]
+        for seed, g in sub.groupby(SEED, sort=True):  # one seed across the arms: a pair
+            g = g.set_index(ARM).reindex([a for a in arms if a in set(g[ARM])])
+            ax.plot([xi + offset[a] for a in g.index], g[VALUE], "-", color="#8c959f",
                     lw=0.7, alpha=0.6, zorder=1)
         for a in arms:
-            v = sub[sub["arm"] == a].sort_values("seed")
+            v = sub[sub[ARM] == a].sort_values(SEED)
             if v.empty:
                 continue
-            ax.scatter(np.full(len(v), xi + offset[a]), v["value"], color=color[a], s=16, zorder=3, edgecolor="white",
+            ax.scatter(np.full(len(v), xi + offset[a]), v[VALUE], color=color[a], s=16, zorder=3, edgecolor="white",
                        linewidth=0.4)
             ax.plot([xi + offset[a] - 0.35 * width / k, xi + offset[a] + 0.35 * width / k],
-                    [v["value"].mean()] * 2, color=color[a], lw=2.2, zorder=2)
+                    [v[VALUE].mean()] * 2, color=color[a], lw=2.2, zorder=2)
         if dataset in chance and _finite(chance[dataset]):
             ax.plot([xi - width / 2 - 0.05, xi + width / 2 + 0.05], [chance[dataset]] * 2,
                     color="#9a6700", ls=":", lw=1.3, zorder=0)

@@ -120,15 +120,16 @@ def _arms_figure_blocks(report: Report, out: Path) -> list[Block]:
     if vals.empty:
         return []
     arms = list(variant_series(vals))
-    vals = vals.assign(arm=[axis.short(v) for v in arms], group=[axis.group(v) for v in arms])
+    vals = vals.assign(**{plots.ARM: [axis.short(v) for v in arms],
+                          plots.GROUP: [axis.group(v) for v in arms]})
     regimes = [(r.dataset, r.label) for r in grid_regimes(report)]
     chance = {a["dataset"]: a["chance_level"] for a in report.arms
               if a["metric"] == metric and a["chance_level"] is not None}
     b: list[Block] = []
-    for group in sorted(set(vals["group"])):
-        sub = vals[vals["group"] == group]
+    for group in sorted(set(vals[plots.GROUP])):
+        sub = vals[vals[plots.GROUP] == group]
         ref = axis.short(axis.reference(group))
-        order = reference_first(sub["arm"], ref)
+        order = reference_first(sub[plots.ARM], ref)
         parts = [p for p in axis.path(group).split("/") if p]
         name = plots.slug("arms", *parts, metric) + ".png"
         where = " · ".join(p for p in (axis.title(group), metric) if p)
