@@ -194,10 +194,10 @@ def format_text(report: Report, wide: bool = False) -> str:
 def descriptive(report: Report, table: Table) -> Table:
     """An adaptive sweep's fixed-n table, labelled as descriptive (its seed count depended
     on the data, so its p-values and verdicts are not valid tests)."""
-    if report.sequential is None:
+    label = descriptive_label(report)
+    if label is None:
         return table
-    return Table(f"{table.title} ({report.sequential['fixed_n_label']})", table.headers,
-                 table.rows, table.footnotes)
+    return Table(f"{table.title} ({label})", table.headers, table.rows, table.footnotes)
 
 
 def descriptive_label(report: Report) -> str | None:
