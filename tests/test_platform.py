@@ -170,6 +170,19 @@ def test_one_platform_names_it_in_the_source_line(tmp_path: Path, capsys) -> Non
     assert f"on {label}" in out and "mixed_platforms" not in out
 
 
+def test_platforms_most_trials_first_unlabelled_by_hash() -> None:
+    from fusion_sweep.analysis.platforms import platform_line, platforms_of
+    df = pd.DataFrame({"fp_platform": ["b" * 16] * 2 + ["a" * 16] + ["c" * 16] * 3 + [None],
+                       "platform": ["", "", "P-a", "P-c", None, "", None]})
+    got = platforms_of(df)
+    assert got == [{"fingerprint": "c" * 16, "label": "P-c", "trials": 3},
+                   {"fingerprint": "b" * 16, "label": "", "trials": 2},
+                   {"fingerprint": "a" * 16, "label": "P-a", "trials": 1}]
+    assert platform_line(got) == ("on 3 platforms: P-c (3 trials); "
+                                  f"platform {'b' * 10} (2 trials); P-a (1 trials)")
+    assert platform_line(got[1:2]) == f"on platform {'b' * 10}" and platform_line([]) == ""
+
+
 # --------------------------------------------------------------------- determinism
 def test_deterministic_settings_on_cuda_and_restored(monkeypatch) -> None:
     """No GPU here: the settings are process flags, so they are checked on CPU with a
