@@ -68,7 +68,8 @@ def platform_warnings(platforms: Sequence[Mapping[str, Any]], dropped: list[dict
     pairs dropped because their two runs ran on different platforms (where(d): its name)."""
     out = []
     if len(platforms) > 1:
-        untracked = "" if all(p.label for p in _records(platforms)) else " (unlabelled ones by hash)"
+        labelled = all(p.label for p in _records(platforms))
+        untracked = "" if labelled else " (unlabelled ones by hash)"
         out.append({"code": "mixed_platforms",
                     "message": f"this sweep's trials ran {platform_line(platforms)}{untracked}; "
                                "results are identical only on one platform, so pairs are "

@@ -51,7 +51,8 @@ FP_COLUMNS: tuple[str, ...] = FINGERPRINT_COLUMNS
 # Checked only in a pair whose two arms have the same encoder label (the bodies of two
 # different encoders differ by construction).
 ENCODER_FP_COLUMNS: tuple[str, ...] = ENCODER_FINGERPRINT_COLUMNS
-META_COLUMNS: tuple[str, ...] = ("status", *FP_COLUMNS, *ENCODER_FP_COLUMNS, CODE_FINGERPRINT_COLUMN,
+META_COLUMNS: tuple[str, ...] = ("status", *FP_COLUMNS, *ENCODER_FP_COLUMNS,
+                                 CODE_FINGERPRINT_COLUMN,
                                  "median_tokens", "num_classes", "run_id", "trial_key",
                                  PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN, *LABEL_COLUMNS,
                                  *REGIME_COLUMNS, TEST_MAJORITY_RATE, TEST_SIZE,
