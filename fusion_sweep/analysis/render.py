@@ -122,8 +122,8 @@ def _arms_figure_blocks(report: Report, out: Path) -> list[Block]:
     arms = list(variant_series(vals))
     vals = vals.assign(arm=[axis.short(v) for v in arms], group=[axis.group(v) for v in arms])
     regimes = [(r.dataset, r.label) for r in grid_regimes(report)]
-    chance = {a["dataset"]: a["chance_level"] for a in report.arms
-              if a["metric"] == metric and a["chance_level"] is not None}
+    chance = {a.dataset: a.chance_level for a in report.arms
+              if a.metric == metric and a.chance_level is not None}
     b: list[Block] = []
     for group in sorted(set(vals["group"])):
         sub = vals[vals["group"] == group]
