@@ -26,6 +26,11 @@ from fusion_sweep.trial.models.positional import POSITIONAL, check_compatible
 from fusion_sweep.trial.optim import OPTIMIZERS
 
 DEVICES = ("auto", "cpu", "cuda")
+# Arithmetic precision of a CUDA trial (the trainer applies it, the platform records it):
+# fp32 = IEEE float32 matmuls; tf32 = TensorFloat-32 matmuls and convolutions on CUDA (10-bit
+# mantissa inputs, fp32 accumulate; the same as fp32 on a CPU); bf16 = bfloat16 autocast of
+# forward and loss (on CPU too), fp32 master weights, gradients and Adam state.
+PRECISIONS = ("fp32", "tf32", "bf16")
 
 # Marks a model/optimisation field that no layer of the hyperparameter chain set.
 UNSET: Any = None
@@ -93,6 +98,8 @@ class TrialConfig:
     data_dir: str = ""  # local copy of a real dataset ("" = Hugging Face hub)
     limit_train: int = 0  # 0 = all; else a deterministic subsample (by data_seed)
     limit_eval: int = 0
+    # Changes a trial's numbers, so it is part of the trial key (not in NON_SEMANTIC_FIELDS).
+    precision: str = "fp32"
     # --- execution (not part of the trial key) ---
     device: str = "auto"
     num_threads: int = 0  # 0 = torch default / the trial's CPU budget
@@ -209,6 +216,7 @@ class TrialConfig:
         choice("optimizer", self.optimizer, OPTIMIZERS)
         choice("activation", self.activation, ACTIVATIONS)
         choice("device", self.device, DEVICES)
+        choice("precision", self.precision, PRECISIONS)
         for name in ("max_len", "d_model", "heads", "layers", "dim_ff", "batch_size", "epochs",
                      "gate_cnn_kernel", "latency_repeats"):
             v = getattr(self, name)

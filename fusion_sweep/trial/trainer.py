@@ -38,7 +38,8 @@ from fusion_sweep.trial.data.registry import DATASETS
 from fusion_sweep.trial.data.types import EncodedData, EncodedSplit, validate_encoded
 from fusion_sweep.trial.heap import keep_freed_memory
 from fusion_sweep.trial.models.encoder import (ENCODERS, FusionClassifier, count_parameters,
-                                         encoder_init_hash, initialize, shared_init_hash)
+                                               encoder_init_hash, has_padding, initialize,
+                                               shared_init_hash)
 from fusion_sweep.trial.optim import OPTIMIZERS
 from fusion_sweep.trial.platform import describe_platform, deterministic
 
@@ -279,7 +280,13 @@ def cpu_threads(n: int) -> Iterator[None]:
 
 
 def _to(ids: np.ndarray, labels: np.ndarray, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.from_numpy(ids).to(device), torch.from_numpy(labels).to(device)
+    """Host arrays -> tensors on `device`. To a GPU through pinned memory with non-blocking
+    copies: the host never waits for the copy (the caching host allocator keeps the pinned
+    block until the copy has run), so a training step has no host sync."""
+    if device.type != "cuda":
+        return torch.from_numpy(ids).to(device), torch.from_numpy(labels).to(device)
+    return tuple(torch.from_numpy(a).pin_memory().to(device, non_blocking=True)  # type: ignore[return-value]
+                 for a in (ids, labels))
 
 
 def objective(model: nn.Module, loss: torch.Tensor) -> torch.Tensor:
@@ -302,8 +309,9 @@ def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, split: Encod
     outputs: list[tuple[torch.Tensor, torch.Tensor]] = []
     sizes: list[int] = []
     loss_sum, correct, n, tokens = 0.0, 0, 0, 0
-    for ids, y, real in batch_stream(split, batches, config.max_len, pad_id, device, speed.vector_pad):
-        logits = model(ids)  # (B, C)
+    for ids, y, real, padded in batch_stream(split, batches, config.max_len, pad_id, device,
+                                             speed.vector_pad):
+        logits = model(ids, padded)  # (B, C)
         loss = F.cross_entropy(logits, y)
         optimizer.zero_grad(set_to_none=True)
         objective(model, loss).backward()
@@ -339,7 +347,7 @@ def _train_epoch_reference(model: nn.Module, optimizer: torch.optim.Optimizer, s
     for index in batches:
         ids_np, y_np = pad_batch(split, index, config.max_len, pad_id)
         ids, y = _to(ids_np, y_np, device)
-        logits = model(ids)  # (B, C)
+        logits = model(ids, has_padding(ids_np, pad_id))  # (B, C)
         loss = F.cross_entropy(logits, y)
         optimizer.zero_grad(set_to_none=True)
         objective(model, loss).backward()
@@ -355,13 +363,14 @@ def _train_epoch_reference(model: nn.Module, optimizer: torch.optim.Optimizer, s
 
 def batch_stream(split: EncodedSplit, batches: list[np.ndarray], max_len: int, pad_id: int,
                  device: torch.device, vectorised: bool = True
-                 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
-    """(ids, labels, real tokens) per batch, padded just before use (`vectorised`: one numpy
-    gather per batch, else `pad_batch`'s per-row loop; the same arrays either way)."""
+                 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, int, bool]]:
+    """(ids, labels, real tokens, padded) per batch, padded just before use (`vectorised`: one
+    numpy gather per batch, else `pad_batch`'s per-row loop; the same arrays either way).
+    The token count and `padded` (`has_padding`) come from the host arrays: no device sync."""
     arrays = (pad_batches(split, batches, max_len, pad_id) if vectorised
               else (pad_batch(split, index, max_len, pad_id) for index in batches))
     for ids, y in arrays:
-        yield (*_to(ids, y, device), int(np.count_nonzero(ids != pad_id)))
+        yield (*_to(ids, y, device), int(np.count_nonzero(ids != pad_id)), has_padding(ids, pad_id))
 
 
 class EvalCache:
@@ -373,7 +382,7 @@ class EvalCache:
         batches = eval_batches(truncated_lengths(split, config.max_len), batch_size)
         self.size = len(split)
         self.order = np.concatenate(batches) if batches else np.zeros(0, dtype=np.int64)
-        self.batches = [_to(ids, y, device)
+        self.batches = [(*_to(ids, y, device), has_padding(ids, pad_id))
                         for ids, y in pad_batches(split, batches, config.max_len, pad_id)]
 
 
@@ -391,8 +400,8 @@ def predict(model: nn.Module, split: EncodedSplit, config: TrialConfig, device: 
     model.eval()
     if not cache.batches:
         return 0.0, np.zeros(0, dtype=np.int64), np.zeros((0, 0))
-    logits = torch.cat([model(ids).float() for ids, _ in cache.batches])
-    y = torch.cat([t for _, t in cache.batches])
+    logits = torch.cat([model(ids, padded).float() for ids, _, padded in cache.batches])
+    y = torch.cat([t for _, t, _ in cache.batches])
     loss_sum = float(F.cross_entropy(logits, y, reduction="none").double().sum())
     p = logits.softmax(-1).cpu().numpy()
     probs = np.zeros((cache.size, p.shape[1]), dtype=np.float32)
@@ -411,8 +420,9 @@ def _predict_reference(model: nn.Module, split: EncodedSplit, config: TrialConfi
     probs: np.ndarray | None = None
     loss_sum = 0.0
     for index in eval_batches(lengths, config.batch_size):
-        ids, y = _to(*pad_batch(split, index, config.max_len, pad_id), device)
-        logits = model(ids).float()
+        ids_np, y_np = pad_batch(split, index, config.max_len, pad_id)
+        ids, y = _to(ids_np, y_np, device)
+        logits = model(ids, has_padding(ids_np, pad_id)).float()
         loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
         p = logits.softmax(-1).cpu().numpy()
         if probs is None:
@@ -440,16 +450,17 @@ def measure_latency(model: nn.Module, split: EncodedSplit, config: TrialConfig, 
     training batch size."""
     model.eval()
     lengths = truncated_lengths(split, config.max_len)
-    batches = [_to(*pad_batch(split, b, config.max_len, pad_id), device)[0]
-               for b in eval_batches(lengths, config.batch_size)[:max_batches]]
-    n_docs = sum(b.shape[0] for b in batches)
+    padded = [pad_batch(split, b, config.max_len, pad_id)
+              for b in eval_batches(lengths, config.batch_size)[:max_batches]]
+    batches = [(_to(ids, y, device)[0], has_padding(ids, pad_id)) for ids, y in padded]
+    n_docs = sum(b.shape[0] for b, _ in batches)
 
     def one_pass() -> float:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
-        for ids in batches:
-            model(ids)
+        for ids, pad in batches:
+            model(ids, pad)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         return time.perf_counter() - t0
