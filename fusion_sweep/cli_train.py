@@ -24,6 +24,10 @@ def add_parser(subparsers: Any) -> None:
                                     "see --show-config)")
     p.add_argument("--pe", help="positional encoding (default: the config's, see --show-config)")
     p.add_argument("--seed", type=int, help="the trial's seed (default: the config's)")
+    p.add_argument("--precision",
+                   help="arithmetic precision: fp32 (default), tf32 (TensorFloat-32 matmuls on "
+                        "CUDA) or bf16 (bfloat16 autocast, fp32 master weights); part of the "
+                        "trial key")
     p.add_argument("--override", "-o", action="append", default=[], metavar="KEY=VALUE",
                    help="any trial-config field, e.g. epochs=3 max_len=128 limit_train=500")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -52,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         return print_listing(args.json)
     from fusion_sweep.trial.config import TrialConfig, resolve_hyperparameters
 
-    flags = {k: getattr(args, k) for k in ("encoder", "fusion", "pe", "seed")}
+    flags = {k: getattr(args, k) for k in ("encoder", "fusion", "pe", "seed", "precision")}
     given = {**{k: v for k, v in flags.items() if v is not None}, **parse_overrides(args.override)}
     config = TrialConfig.build(args.dataset, **given)
     if args.show_config:

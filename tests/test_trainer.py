@@ -132,13 +132,13 @@ def first_step_dropout_masks(fusion: str, data: EncodedData, seed: int = 0) -> l
         if module.training and len(masks) < 3:
             masks.append(((output == 0) & (inputs[0] != 0)).clone())
 
-    def forward(self, ids):
+    def forward(self, ids, padded=None):
         if not getattr(self, "_hooked", False):
             self._hooked = True
             layer = self.encoder.layers[0]
             for m in (layer.dropout1, layer.dropout, layer.dropout2):
                 m.register_forward_hook(hook)
-        return original(self, ids)
+        return original(self, ids, padded)
 
     FusionClassifier.forward = forward
     try:

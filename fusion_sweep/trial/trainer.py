@@ -41,7 +41,7 @@ from fusion_sweep.trial.models.encoder import (ENCODERS, FusionClassifier, count
                                                encoder_init_hash, has_padding, initialize,
                                                shared_init_hash)
 from fusion_sweep.trial.optim import OPTIMIZERS
-from fusion_sweep.trial.platform import describe_platform, deterministic
+from fusion_sweep.trial.platform import autocast, describe_platform, deterministic, precision_mode
 
 # Appended, never reordered: a stream's seed depends on its index (`derive_seed`).
 STREAMS = ("data_order", "shared_init", "fusion_init", "pe_init", "dropout", "encoder_init")
@@ -111,6 +111,23 @@ class SpeedOptions:
     def __post_init__(self) -> None:
         if not isinstance(self.eval_batch_mult, int) or self.eval_batch_mult < 1:
             raise ValueError(f"eval_batch_mult must be a positive integer, got {self.eval_batch_mult!r}")
+
+    def label(self) -> str:
+        """The speed mode as the platform records it: "fast" (the default), "reference", or
+        the switches that differ from the default ("heap_reuse=0,eval_batch_mult=2")."""
+        if self == type(self)():
+            return "fast"
+        if self == type(self).reference():
+            return "reference"
+        default = type(self)()
+        return ",".join(f"{k}={int(v) if isinstance(v, bool) else v}"
+                        for k, v in asdict(self).items() if getattr(default, k) != v)
+
+    def for_device(self, device: torch.device) -> "SpeedOptions":
+        """The switches that apply on `device`: heap reuse is a glibc tweak for CPU
+        attention tensors; a CUDA trial's tensors live on the GPU, so it would only keep
+        up to 2 GB of host memory per worker for nothing (off on CUDA)."""
+        return dataclasses.replace(self, heap_reuse=False) if device.type == "cuda" else self
 
     @classmethod
     def from_env(cls) -> "SpeedOptions":
@@ -251,8 +268,9 @@ def dropout_stream(seed: int, device: torch.device) -> Iterator[str]:
     """Dropout has no generator argument, so give it the global RNG — forked, seeded from its
     own stream, and restored afterwards, so nothing outside the trial sees or shifts it.
 
-    Yields the dropout fingerprint: a hash of the generator state that the first training
-    step will draw from. Enter it after the model is built (see `build_model`).
+    Yields the dropout fingerprint: a hash of a dropout mask drawn from the stream as the
+    first training step would draw it (then the stream is put back). Enter it after the
+    model is built (see `build_model`).
     """
     devices = [device.index or 0] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices, device_type="cuda" if devices else "cpu"):
@@ -260,12 +278,21 @@ def dropout_stream(seed: int, device: torch.device) -> Iterator[str]:
         yield dropout_fingerprint(device)
 
 
+# Elements of the mask the dropout fingerprint draws (p = 0.5: one bit of the stream each).
+DROPOUT_PROBE = 4096
+
+
 def dropout_fingerprint(device: torch.device) -> str:
-    """sha256 (16 hex) of the RNG state dropout draws from on `device`, now."""
+    """sha256 (16 hex) of a dropout mask (F.dropout, p 0.5, DROPOUT_PROBE elements) drawn on
+    `device` from the RNG now, which is then restored: two trials agree only if their
+    dropout draws do, whatever their generator's seed or state layout (a seed hash would
+    agree across a CPU and a GPU whose dropout differs)."""
     import hashlib
 
-    state = torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
-    return hashlib.sha256(state.numpy().tobytes()).hexdigest()[:16]
+    devices = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices, device_type="cuda" if devices else "cpu"):
+        kept = F.dropout(torch.ones(DROPOUT_PROBE, device=device), 0.5, training=True) != 0
+    return hashlib.sha256(kept.cpu().numpy().tobytes()).hexdigest()[:16]
 
 
 @contextmanager
@@ -311,8 +338,9 @@ def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, split: Encod
     loss_sum, correct, n, tokens = 0.0, 0, 0, 0
     for ids, y, real, padded in batch_stream(split, batches, config.max_len, pad_id, device,
                                              speed.vector_pad):
-        logits = model(ids, padded)  # (B, C)
-        loss = F.cross_entropy(logits, y)
+        with autocast(config.precision, device):
+            logits = model(ids, padded)  # (B, C)
+            loss = F.cross_entropy(logits, y)
         optimizer.zero_grad(set_to_none=True)
         objective(model, loss).backward()
         if config.grad_clip > 0:
@@ -347,8 +375,9 @@ def _train_epoch_reference(model: nn.Module, optimizer: torch.optim.Optimizer, s
     for index in batches:
         ids_np, y_np = pad_batch(split, index, config.max_len, pad_id)
         ids, y = _to(ids_np, y_np, device)
-        logits = model(ids, has_padding(ids_np, pad_id))  # (B, C)
-        loss = F.cross_entropy(logits, y)
+        with autocast(config.precision, device):
+            logits = model(ids, has_padding(ids_np, pad_id))  # (B, C)
+            loss = F.cross_entropy(logits, y)
         optimizer.zero_grad(set_to_none=True)
         objective(model, loss).backward()
         if config.grad_clip > 0:
@@ -400,7 +429,8 @@ def predict(model: nn.Module, split: EncodedSplit, config: TrialConfig, device: 
     model.eval()
     if not cache.batches:
         return 0.0, np.zeros(0, dtype=np.int64), np.zeros((0, 0))
-    logits = torch.cat([model(ids, padded).float() for ids, _, padded in cache.batches])
+    with autocast(config.precision, device):
+        logits = torch.cat([model(ids, padded).float() for ids, _, padded in cache.batches])
     y = torch.cat([t for _, t, _ in cache.batches])
     loss_sum = float(F.cross_entropy(logits, y, reduction="none").double().sum())
     p = logits.softmax(-1).cpu().numpy()
@@ -422,7 +452,8 @@ def _predict_reference(model: nn.Module, split: EncodedSplit, config: TrialConfi
     for index in eval_batches(lengths, config.batch_size):
         ids_np, y_np = pad_batch(split, index, config.max_len, pad_id)
         ids, y = _to(ids_np, y_np, device)
-        logits = model(ids, has_padding(ids_np, pad_id)).float()
+        with autocast(config.precision, device):
+            logits = model(ids, has_padding(ids_np, pad_id)).float()
         loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
         p = logits.softmax(-1).cpu().numpy()
         if probs is None:
@@ -459,8 +490,9 @@ def measure_latency(model: nn.Module, split: EncodedSplit, config: TrialConfig, 
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
-        for ids, pad in batches:
-            model(ids, pad)
+        with autocast(config.precision, device):
+            for ids, pad in batches:
+                model(ids, pad)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         return time.perf_counter() - t0
@@ -490,10 +522,11 @@ def train_trial(config: TrialConfig, callback: Callable[[EpochRecord], None] | N
     data = data if data is not None else load_data(config)
     validate_encoded(data, include_test=config.evaluate_test)
     device = resolve_device(config.device)
-    speed = speed if speed is not None else SpeedOptions.from_env()
+    speed = (speed if speed is not None else SpeedOptions.from_env()).for_device(device)
     if speed.heap_reuse:
         keep_freed_memory()
-    with cpu_threads(config.num_threads), deterministic(device):
+    with cpu_threads(config.num_threads), deterministic(device), \
+            precision_mode(config.precision, device):
         return _run(config, data, device, callback, speed)
 
 
@@ -506,7 +539,8 @@ def _run(config: TrialConfig, data: EncodedData, device: torch.device,
         "shared_init": shared_init_hash(model),
         "encoder_init": encoder_init_hash(model),
     }
-    platform = describe_platform(device)  # inside the thread and determinism settings
+    # inside the thread, determinism and precision settings
+    platform = describe_platform(device, config.precision, speed.label())
     fingerprints[PLATFORM_FINGERPRINT] = platform_fingerprint(platform)
     schedule = training_schedule(data.train, config)
     fingerprints["batch_order"] = schedule_hash(schedule)
