@@ -187,11 +187,14 @@ class TrialResult:
     platform: dict[str, str] = field(default_factory=dict)
 
     num_classes: int = 0
+    # The test split's majority-class share (`majority_rate`); NaN when the test split is not
+    # read (evaluate_test=False). A task figure, not a quality metric (schema.TASK_METRICS).
+    test_majority_rate: float = float("nan")
 
     def metrics(self) -> dict[str, float]:
         keys = ("test_acc", "test_macro_f1", "best_val_acc", "best_epoch", "epochs_run", "params",
                 "fusion_params", "train_seconds", "tokens_per_second", "latency_ms_per_sample",
-                "median_tokens", "num_classes", "flops_per_token")
+                "median_tokens", "num_classes", "flops_per_token", "test_majority_rate")
         return {k: float(getattr(self, k)) for k in keys}
 
     def to_json_dict(self, predictions: bool = False) -> dict[str, Any]:
@@ -463,6 +466,14 @@ def _predict_reference(model: nn.Module, split: EncodedSplit, config: TrialConfi
     return loss_sum / max(len(split), 1), preds, probs if probs is not None else np.zeros((0, 0))
 
 
+def majority_rate(labels: np.ndarray) -> float:
+    """Share of the most frequent class in `labels` (N,): the accuracy of always predicting
+    it. NaN for no labels."""
+    if len(labels) == 0:
+        return math.nan
+    return float(np.bincount(np.asarray(labels, dtype=np.int64)).max() / len(labels))
+
+
 def macro_f1(labels: np.ndarray, preds: np.ndarray) -> float:
     """Mean F1 over classes present in labels ∪ preds (scikit-learn's 'macro' convention)."""
     scores = []
@@ -601,6 +612,7 @@ def _train_and_test(config: TrialConfig, data: EncodedData, device: torch.device
         device=str(device),
         checkpoint=best_state if config.save_checkpoint else None,
         num_classes=data.num_classes,
+        test_majority_rate=majority_rate(data.test.labels) if config.evaluate_test else math.nan,
     )
 
 
