@@ -72,3 +72,35 @@ def test_host_estimate_on_a_gpu_trial_leaves_the_activations_out():
     assert memory.host_memory_bytes(c, gpu=True) < memory.host_memory_bytes(c)
     assert memory.host_memory_bytes(c, gpu=True) == memory.ACTOR_BASE_BYTES \
         + 8 * memory.parameter_count(c)
+
+
+PAPER = [s for s in shipped_spaces() if s.startswith("paper-")]
+
+
+@pytest.mark.parametrize("space", PAPER)
+def test_paper_spaces_request_the_share_their_largest_trial_needs(space):
+    """docs/cluster.md: as many trials per A10G as the largest trial's estimate allows, and
+    the space's `gpu:` is that share (no more trials than fit, no fewer)."""
+    s = load_space(space)
+    need = max(memory.gpu_memory_bytes(c) for c in _variants(space))
+    fit = int(A10G_BYTES // need)
+    assert fit >= 1 and s.gpu * A10G_BYTES >= need
+    assert int(1 / s.gpu) == fit  # Ray packs floor(1 / share) trials on one GPU
+
+
+def test_the_cluster_doc_table_is_the_estimate():
+    """docs/cluster.md's packing table: each space's largest-trial estimate and count, the
+    trials per A10G and the space's `gpu:` as the code gives them now."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "cluster.md").read_text()
+    rows = re.findall(r"^\| `([\w-]+)` \| .*? \| ([\d.]+) \| ([\d.]+) \| (\d+) \| ([\d.]+)", doc, re.M)
+    assert {r[0] for r in rows} == set(shipped_spaces())
+    for space, est, count, fit, share in rows:
+        need = max(memory.gpu_memory_bytes(c) for c in _variants(space))
+        largest = max(_variants(space), key=memory.gpu_memory_bytes)
+        assert float(est) == pytest.approx(need / 2**30, abs=0.006), space
+        assert float(count) == pytest.approx(memory.measured_gpu_bytes(largest) / 2**30,
+                                             abs=0.006), space
+        assert int(fit) == A10G_BYTES // need and float(share) == load_space(space).gpu, space
