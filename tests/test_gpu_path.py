@@ -106,3 +106,27 @@ def test_the_mix_counter_sees_a_cpu_tensor_meeting_a_meta_one():
         except RuntimeError:
             pass
     assert mixed.total == 1
+
+
+def test_gpu_peak_is_read_on_cuda_only(monkeypatch):
+    calls: list[str] = []
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda d=None: calls.append("reset"))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d=None: 3 * 2**30)
+    with trainer.gpu_peak(torch.device("cuda")) as peak:
+        assert calls == ["reset"]
+    assert peak == {"gib": 3.0}
+    with trainer.gpu_peak(torch.device("cpu")) as peak:
+        pass
+    assert peak == {} and calls == ["reset"]
+
+
+def test_gpu_peak_is_a_metric_only_when_measured(split):
+    import dataclasses
+    import math
+
+    from fusion_sweep.trial.data.types import EncodedData
+
+    data = EncodedData("synthetic-short", split, split, split, vocab_size=60, num_classes=4)
+    r = trainer.train_trial(TrialConfig.build("synthetic-short", **TINY), data=data)
+    assert math.isnan(r.gpu_peak_gib) and "gpu_peak_gib" not in r.metrics()
+    assert dataclasses.replace(r, gpu_peak_gib=2.5).metrics()["gpu_peak_gib"] == 2.5

@@ -35,6 +35,9 @@ from fusion_sweep.trial.models.positional import POSITIONAL
 # What a trial actor holds before training: Python, torch, Ray worker, MLflow client (an idle
 # ray::ImplicitFunc actor measured ~0.55 GB RSS here).
 ACTOR_BASE_BYTES = 768 << 20
+# One A10G (cluster.yaml's GPU workers: 24 GB), the part trials can use: the device memory a
+# space's `gpu:` share is a fraction of, where the launch cannot ask the device itself.
+A10G_USABLE_BYTES = int(22.5 * 2**30)
 # What a CUDA process holds on the device before its first tensor: the context with torch's
 # kernels loaded (~300-500 MiB on an Ampere card per NVIDIA's and torch's notes), cuBLAS
 # workspaces and the caching allocator's first blocks. A stated constant, not a measurement.

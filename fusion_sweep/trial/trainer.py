@@ -190,12 +190,16 @@ class TrialResult:
     # The test split's majority-class share (`majority_rate`); NaN when the test split is not
     # read (evaluate_test=False). A task figure, not a quality metric (schema.TASK_METRICS).
     test_majority_rate: float = float("nan")
+    # A CUDA trial's peak of allocated GPU memory (torch.cuda.max_memory_allocated), GiB;
+    # NaN on a CPU, and then not among the metrics.
+    gpu_peak_gib: float = float("nan")
 
     def metrics(self) -> dict[str, float]:
         keys = ("test_acc", "test_macro_f1", "best_val_acc", "best_epoch", "epochs_run", "params",
                 "fusion_params", "train_seconds", "tokens_per_second", "latency_ms_per_sample",
                 "median_tokens", "num_classes", "flops_per_token", "test_majority_rate")
-        return {k: float(getattr(self, k)) for k in keys}
+        peak = {} if math.isnan(self.gpu_peak_gib) else {"gpu_peak_gib": self.gpu_peak_gib}
+        return {**{k: float(getattr(self, k)) for k in keys}, **peak}
 
     def to_json_dict(self, predictions: bool = False) -> dict[str, Any]:
         out = {**self.metrics(), "best_epoch": self.best_epoch, "epochs_run": self.epochs_run,
@@ -557,12 +561,26 @@ def _run(config: TrialConfig, data: EncodedData, device: torch.device,
     fingerprints["batch_order"] = schedule_hash(schedule)
     model.to(device)
     optimizer = build_optimizer(config, model)
-    with dropout_stream(derive_seed(config.seed, "dropout", stream_dataset(config)), device) as fp:
+    with dropout_stream(derive_seed(config.seed, "dropout", stream_dataset(config)), device) as fp, \
+            gpu_peak(device) as peak:
         fingerprints["dropout"] = fp
         result = _train_and_test(config, data, device, callback, model, optimizer, schedule,
                                  fingerprints, speed)
     result.platform = platform
+    result.gpu_peak_gib = peak.get("gib", math.nan)
     return result
+
+
+@contextmanager
+def gpu_peak(device: torch.device) -> Iterator[dict[str, float]]:
+    """Yields a dict that holds, after the block, the block's peak of allocated CUDA memory
+    in GiB ("gib"; the peak counter is reset on entry); nothing on a CPU."""
+    out: dict[str, float] = {}
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    yield out
+    if device.type == "cuda":
+        out["gib"] = torch.cuda.max_memory_allocated(device) / 2**30
 
 
 @dataclass
