@@ -192,6 +192,8 @@ def _cuda_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 @contextmanager
 def _cuda_like_attention() -> Iterator[None]:
+    """F.scaled_dot_product_attention is `_cuda_attention` inside (torch.nn.functional's own
+    attribute: the standard encoder looks it up there on every call); restored on exit."""
     original = encoder_module.F.scaled_dot_product_attention
     encoder_module.F.scaled_dot_product_attention = _cuda_attention
     try:
