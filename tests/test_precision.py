@@ -39,22 +39,24 @@ def test_precision_is_part_of_the_trial_key():
 
 
 def test_bf16_autocast_runs_forward_in_bfloat16_on_cpu(data, monkeypatch):
-    seen: list[torch.dtype] = []
-    original = torch.nn.functional.linear
+    """The training loss reads bf16 logits (the forward ran under autocast); the
+    evaluation's loss reads them cast back to fp32."""
+    seen: list[tuple[bool, torch.dtype]] = []
+    original = torch.nn.functional.cross_entropy
 
-    def spy(x, w, b=None):
-        out = original(x, w, b)
-        seen.append(out.dtype)
-        return out
+    def spy(logits, y, *args, **kwargs):
+        seen.append((torch.is_grad_enabled(), logits.dtype))
+        return original(logits, y, *args, **kwargs)
 
-    monkeypatch.setattr(torch.nn.functional, "linear", spy)
+    monkeypatch.setattr(torch.nn.functional, "cross_entropy", spy)
     result = train_trial(cfg(precision="bf16"), data=data)
-    assert torch.bfloat16 in seen
+    assert {dtype for training, dtype in seen if training} == {torch.bfloat16}
     assert np.isfinite(result.test_acc)
     assert result.platform["precision"] == "bf16"
     seen.clear()
     fp32 = train_trial(cfg(), data=data)
-    assert torch.bfloat16 not in seen and fp32.platform["precision"] == "fp32"
+    assert {dtype for _, dtype in seen} == {torch.float32}
+    assert fp32.platform["precision"] == "fp32"
     assert fp32.fingerprints["platform"] != result.fingerprints["platform"]
 
 
