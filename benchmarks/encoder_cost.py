@@ -25,7 +25,8 @@ size at 256 tokens): its numbers mean nothing. The process allocates as a trial 
 The last stdout line is JSON: {"sizes": {size: {variant: {params, flops_per_token,
 flops_ratio, ms, ratio, time_over_flops}}}, "time_over_flops": {size: {variant: x}},
 "asam_faster_than_no_asam": {size: bool or null}, "loadavg_before", "loadavg_after",
-"heap_reuse"}.
+"heap_reuse", "execution_path": ReSSFormer's path (`kernels.execution_path()`: compiled kernels
+or torch, the compiler)}.
 """
 from __future__ import annotations
 
@@ -145,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
                   [c.replace(**PAPER_MODEL, max_len=args.big_length) for c in small],
                   args.big_batch, args.big_length),
     }
+    from fusion_sweep.trial.models.kernels import execution_path
+    path = execution_path()  # builds the kernels (if they build) before anything is timed
+    print(f"ReSSFormer path: {path['kernels']}" + (f" ({path['compiler']})" if path["compiler"] else "")
+          + (f"; build failed: {path['build']}" if path["build"] else ""))
     before = os.getloadavg()[0]
     print(f"load average before: {before:.2f}; {args.threads} thread(s), {args.rounds} rounds x "
           f"{args.reps} steps; freed memory kept (as in a trial): {heap}"
@@ -164,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                             for s, rows in results.items()},
         "asam_faster_than_no_asam": {s: asam_faster(rows) for s, rows in results.items()},
         "loadavg_before": before, "loadavg_after": after, "threads": args.threads,
-        "quick": args.quick, "heap_reuse": heap}))
+        "quick": args.quick, "heap_reuse": heap, "execution_path": path}))
     return 0
 
 

@@ -15,36 +15,47 @@ more, up to `--max-seeds`. Decisions are each method's running-intersection deci
 (`SEQUENTIAL_METHODS[name].decisions`), exactly what `stopping_rule` uses: the first sweeps of
 every scenario are replayed through `stopping_rule` and must agree.
 
-Methods: every entry of SEQUENTIAL_METHODS (the default `betting`, distribution-free for Δ in
+Methods: every entry of SEQUENTIAL_METHODS (the default `win-rate`, exact for the win rate
+P(Δ > 0 | Δ ≠ 0) under any distribution of Δ; `betting`, distribution-free for the mean Δ in
 [-1, 1]; `normal-mixture`, which assumes normal Δ), plus `fixed-n t (peeking)`: the same rule
 on fixed-n t-intervals at alpha/m at every look, the invalid practice a CS replaces.
 
-Null scenarios (per-seed Δ of each comparison, i.i.d. over seeds, independent across
-comparisons; the error is a sweep with ANY false claim):
+Scenarios (per-seed Δ of each comparison, i.i.d. over seeds, independent across comparisons).
+A false claim is judged against the truth of the ESTIMAND OF THE METHOD that made it (the
+mean Δ for betting, normal-mixture and peeking; the win rate P(Δ > 0 | Δ ≠ 0) for win-rate),
+because the two can disagree: in bimodal-10 the mean is 0 while the variant wins on 90% of the
+seeds. Each scenario's truth for each estimand, computed from its definition:
 
-- gaussian: N(0, σ²);
-- t2: σ · t with 2 degrees of freedom (heavy tails), clipped to [-1, 1] (symmetric: mean 0);
-- ties: N(0, σ²) rounded to the 1/100 grid (accuracy on 100 test documents);
-- skewed: σ (1 - Exp(1)): occasional bad runs, mean 0;
-- bimodal-10: the variant fails on 10% of seeds (Δ = -0.4), else +0.0444 (mean exactly 0),
-  each mode with per-seed noise N(0, 0.01²);
-- bimodal-5: fails on 5% (-0.4), else +0.02105, noise as above;
-- reference-fails: this project's own default sweep, where the reference arm `add` on
-  synthetic-long ranged 0.500-0.884 over seeds (some seeds stay at chance 0.5): the
-  REFERENCE fails on 20% of seeds (Δ = +0.384), else Δ = -0.096 (mean 0), noise as above;
-- collapse: mean -0.0296 (10% of seeds collapse to -0.3, else 0 or +0.001): the truth is
-  `worse`; a false claim is `better` or `equivalent` within --margin (0.01).
+| scenario | per-seed Δ | mean Δ | win rate | false (mean Δ) | false (win rate) |
+|---|---|---|---|---|---|
+| gaussian | N(0, σ²) | 0 | 1/2 | better, worse | better, worse |
+| t2 | σ·t₂ clipped to [-1, 1] (heavy tails) | 0 | 1/2 | better, worse | better, worse |
+| ties | N(0, σ²) on the 1/100 grid | 0 | 1/2 | better, worse | better, worse |
+| ties-500 | each arm's accuracy on the 1/500 grid (a 500-document test set), the two arms' noise 0.75 grid steps: ~1/3 of seeds tie | 0 | 1/2 | better, worse | better, worse |
+| skewed | σ(1 − Exp(1)) | 0 | 1 − e⁻¹ = 0.632 | better, worse | worse |
+| bimodal-10 | the variant collapses on 10% of seeds (−0.4), else +0.0444 | 0 | 0.9 | better, worse | worse |
+| bimodal-5 | collapses on 5% (−0.4), else +0.02105 | 0 | 0.95 | better, worse | worse |
+| reference-fails | the reference fails on 20% (+0.384), else −0.096 | 0 | 0.2 | better, worse | better |
+| exchangeable-bimodal | each arm fails independently on 20% of seeds (accuracy 0.5, else 0.85) | 0 | 1/2 | better, worse | better, worse |
+| big-wins-small-losses | +0.3 on half the seeds, −0.05 on the other half | +0.125 | 1/2 | worse, equivalent | better, worse |
+| collapse | −0.3 on 10% of seeds, else 0 or +0.001 | −0.0296 | 0.818 | better, equivalent | worse |
 
-False claims under a mean-0 null are better/worse (equivalent is true there).
+Bimodal modes carry per-seed noise N(0, 0.01²), so their signs are those of the modes. The
+win-rate method never says `equivalent`, so only better/worse can be false for it. Under a
+null of its estimand (1/2 or mean 0) every method's false-claim rate must be <= alpha; where
+the estimand's truth is not the null, the false claim is the wrong direction (or, for the
+mean, `equivalent` when the truth lies outside ±margin).
 
-Power: Gaussian Δ with mean d_z σ for d_z = 0.5, 1, 2: mean seeds per family and the rate of
-correct `better`; and, per method, the fewest seeds that decide a steady effect (Δ = e with
+Power: Gaussian Δ with mean d_z σ for d_z = 0.5, 1, 2 (both estimands' truth is `better`:
+the win rate is Φ(d_z)): mean seeds per family and the rate of correct `better`; and, per method, the fewest seeds that decide a steady effect (Δ = e with
 per-seed SD 0.03) for e = 0.1, 0.2, 0.3, 0.5.
 
 Every random draw comes from one np.random.Generator seeded by --seed. `--quick`: 500 sims.
-Last stdout line: one JSON object with, per method, `null_error_rate_by_scenario`,
-`null_error_upper95_by_scenario` (exact Clopper-Pearson one-sided 95% bound), `mean_seeds`,
-`power` and `seeds_to_decide_steady_effect`.
+Last stdout line: one JSON object with, for the default method at the top level and per
+method under `methods`, `null_error_rate_by_scenario` (the false-claim rate for the method's
+estimand), `null_error_upper95_by_scenario` (exact Clopper-Pearson one-sided 95% bound),
+`mean_seeds`, `power` (by d_z) and `seeds_to_decide_steady_effect`; `estimand_by_method` and
+`truth_by_scenario` say what was judged against what.
 """
 from __future__ import annotations
 
@@ -88,19 +99,55 @@ def _collapse(rng: np.random.Generator, shape: Shape, sigma: float) -> np.ndarra
     return np.where(rng.random(shape) < 0.1, -0.3, 0.001 * rng.integers(0, 2, shape))
 
 
-# name -> (draw(rng, shape, sigma) -> Δ, true mean, what a false claim is)
-SCENARIOS: dict[str, tuple[Callable, float, tuple[str, ...]]] = {
-    "gaussian": (lambda r, s, sg: sg * r.standard_normal(s), 0.0, (BETTER, WORSE)),
-    "t2": (lambda r, s, sg: np.clip(sg * r.standard_t(2, s), -1, 1), 0.0, (BETTER, WORSE)),
-    "ties": (lambda r, s, sg: np.round(sg * r.standard_normal(s) * 100) / 100, 0.0,
-             (BETTER, WORSE)),
-    "skewed": (lambda r, s, sg: np.clip(sg * (1 - r.exponential(1.0, s)), -1, 1), 0.0,
-               (BETTER, WORSE)),
-    "bimodal-10": (_bimodal(-0.4, 0.10), 0.0, (BETTER, WORSE)),
-    "bimodal-5": (_bimodal(-0.4, 0.05), 0.0, (BETTER, WORSE)),
-    "reference-fails": (_bimodal(0.384, 0.20), 0.0, (BETTER, WORSE)),
-    "collapse": (_collapse, -0.0296, (BETTER, EQUIVALENT)),
+def _ties_500(rng: np.random.Generator, shape: Shape, sigma: float) -> np.ndarray:
+    """Two arms' accuracy on a 500-document test set (the 1/500 grid), same true accuracy."""
+    acc = lambda: np.round((0.8 + 0.0015 * rng.standard_normal(shape)) * 500) / 500  # noqa: E731
+    return acc() - acc()
+
+
+def _exchangeable(rng: np.random.Generator, shape: Shape, sigma: float) -> np.ndarray:
+    """Each arm fails to learn (0.5) on 20% of seeds independently, else 0.85."""
+    arm = lambda: (np.where(rng.random(shape) < 0.2, 0.5, 0.85)  # noqa: E731
+                   + JITTER * rng.standard_normal(shape))
+    return arm() - arm()
+
+
+def _big_wins(rng: np.random.Generator, shape: Shape, sigma: float) -> np.ndarray:
+    """Wins half the seeds by 0.3, loses the other half by 0.05: mean +0.125, win rate 1/2."""
+    return np.where(rng.random(shape) < 0.5, 0.3, -0.05) + JITTER * rng.standard_normal(shape)
+
+
+MEAN, WIN = "mean Δ", "win rate"  # the estimands (SequentialMethod.estimand)
+BOTH = (BETTER, WORSE)
+
+
+def _scenario(draw: Callable, mean: float, win: float, false_mean: tuple, false_win: tuple
+              ) -> tuple[Callable, dict[str, float], dict[str, tuple[str, ...]]]:
+    return draw, {MEAN: mean, WIN: win}, {MEAN: false_mean, WIN: false_win}
+
+
+# name -> (draw(rng, shape, sigma) -> Δ, true value per estimand, false claims per estimand)
+SCENARIOS: dict[str, tuple[Callable, dict[str, float], dict[str, tuple[str, ...]]]] = {
+    "gaussian": _scenario(lambda r, s, sg: sg * r.standard_normal(s), 0.0, 0.5, BOTH, BOTH),
+    "t2": _scenario(lambda r, s, sg: np.clip(sg * r.standard_t(2, s), -1, 1), 0.0, 0.5,
+                    BOTH, BOTH),
+    "ties": _scenario(lambda r, s, sg: np.round(sg * r.standard_normal(s) * 100) / 100,
+                      0.0, 0.5, BOTH, BOTH),
+    "ties-500": _scenario(_ties_500, 0.0, 0.5, BOTH, BOTH),
+    "skewed": _scenario(lambda r, s, sg: np.clip(sg * (1 - r.exponential(1.0, s)), -1, 1),
+                        0.0, 1 - np.exp(-1.0), BOTH, (WORSE,)),
+    "bimodal-10": _scenario(_bimodal(-0.4, 0.10), 0.0, 0.9, BOTH, (WORSE,)),
+    "bimodal-5": _scenario(_bimodal(-0.4, 0.05), 0.0, 0.95, BOTH, (WORSE,)),
+    "reference-fails": _scenario(_bimodal(0.384, 0.20), 0.0, 0.2, BOTH, (BETTER,)),
+    "exchangeable-bimodal": _scenario(_exchangeable, 0.0, 0.5, BOTH, BOTH),
+    "big-wins-small-losses": _scenario(_big_wins, 0.125, 0.5, (WORSE, EQUIVALENT), BOTH),
+    "collapse": _scenario(_collapse, -0.0296, 0.45 / 0.55, (BETTER, EQUIVALENT), (WORSE,)),
 }
+
+
+def estimand_of(method: str) -> str:
+    """The estimand a method's decisions are about (peeking t-intervals: the mean)."""
+    return MEAN if method == PEEKING else SEQUENTIAL_METHODS[method].estimand
 
 
 def decisions_by_method(d: np.ndarray, method: str, alpha_each: float, margin: float | None,
@@ -191,6 +238,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--methods", nargs="+", default=[*SEQUENTIAL_METHODS, PEEKING],
                     help="methods to simulate (default: every sequential method and peeking)")
     args = ap.parse_args(argv)
+    # The default method is always simulated: the JSON's top level reports it.
+    args.methods = list(dict.fromkeys([DEFAULT_METHOD, *args.methods]))
     sims = args.sims or (500 if args.quick else 2000)
     margin = args.margin if args.margin > 0 else None
     rng = np.random.default_rng(args.seed)
@@ -203,16 +252,17 @@ def main(argv: list[str] | None = None) -> dict:
           f"margin {margin}; seeds {args.start} + {args.batch}/round up to {args.max_seeds}; "
           f"default method: {DEFAULT_METHOD}\n")
 
-    out: dict[str, dict] = {k: {"null_error_rate_by_scenario": {},
+    out: dict[str, dict] = {k: {"estimand": estimand_of(k), "null_error_rate_by_scenario": {},
                                 "null_error_upper95_by_scenario": {},
                                 "null_mean_seeds_by_scenario": {}, "mean_seeds": {},
                                 "power": {}} for k in args.methods}
-    print("| scenario (false claim) | " + " | ".join(args.methods) + " |")
+    print("| scenario | " + " | ".join(f"{k} ({estimand_of(k)})" for k in args.methods) + " |")
     print("|---|" + "---|" * len(args.methods))
-    for name, (draw, _mean, false) in SCENARIOS.items():
+    for name, (draw, _truth, false_by) in SCENARIOS.items():
         d = draw(rng, shape, args.sigma)
         cells = []
         for method in args.methods:
+            false = false_by[estimand_of(method)]
             dec = decisions_by_method(d, method, alpha_each, margin, args.phi)
             seeds, final = adaptive_sweeps(dec, looks)
             if method != PEEKING:
@@ -228,7 +278,7 @@ def main(argv: list[str] | None = None) -> dict:
             o["null_mean_seeds_by_scenario"][name] = float(seeds.mean())
             cells.append(f"{k / sims:.4f} (≤ {binom_upper(k, sims):.4f}; "
                          f"{seeds.mean():.1f} seeds)")
-        print(f"| {name} ({'/'.join(false)}) | " + " | ".join(cells) + " |")
+        print(f"| {name} | " + " | ".join(cells) + " |")
 
     print("\n| power: Gaussian Δ, d_z (mean Δ) | " + " | ".join(args.methods) + " |")
     print("|---|" + "---|" * len(args.methods))
@@ -269,7 +319,13 @@ def main(argv: list[str] | None = None) -> dict:
         "phi": args.phi, "sigma": args.sigma, "margin": margin, "seed": args.seed,
         "start": args.start, "batch": args.batch, "max_seeds": args.max_seeds,
         "default_method": DEFAULT_METHOD, "default_valid_in_every_scenario": all(mc.values()),
-        "default_upper95_by_scenario": upper_ok, "methods": out,
+        "default_upper95_by_scenario": upper_ok,
+        "default_estimand": estimand_of(DEFAULT_METHOD),
+        "null_error_rate_by_scenario": default, "power": out[DEFAULT_METHOD]["power"],
+        "estimand_by_method": {k: estimand_of(k) for k in args.methods},
+        "truth_by_scenario": {k: {"truth": t, "false_claims": {e: list(f) for e, f in fb.items()}}
+                              for k, (_, t, fb) in SCENARIOS.items()},
+        "methods": out,
     }
     print(json.dumps(result))
     return result

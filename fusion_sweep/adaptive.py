@@ -1,9 +1,10 @@
 """Adaptive seeds: `fusion-sweep launch SPACE --until-decided` (issue 13).
 
-A sweep runs its space's seeds first. After each round, every comparison's mean paired Δ gets
-an anytime-valid confidence sequence (`fusion_sweep.analysis.sequential`); the families whose comparisons
-are not all decided (better, worse, or equivalent within the margin) get `seed_batch` new
-seeds, the others none; the sweep stops when every comparison is decided or every undecided
+A sweep runs its space's seeds first. After each round, every comparison gets an anytime-valid
+confidence sequence of its method's estimand (`fusion_sweep.analysis.sequential`: by default
+the win rate P(Δ > 0 | Δ ≠ 0), exact for any Δ; `betting`/`normal-mixture`: the mean paired
+Δ); the families whose comparisons are not all decided (better, worse, or, for a mean method,
+equivalent within the margin) get `seed_batch` new seeds, the others none; the sweep stops when every comparison is decided or every undecided
 family has `max_seeds` seeds. The confidence sequences stay valid under this optional stopping
 (docs/sequential.md); fixed-n tests on the same data do not, and `stats` labels them
 descriptive.
@@ -34,8 +35,8 @@ from typing import Any, Mapping, TextIO
 import numpy as np
 
 from fusion_sweep.analysis.sequential import (  # one home
-    DEFAULT_MAX_SEEDS, DEFAULT_METHOD, DEFAULT_SEED_BATCH, SEQUENTIAL_METHODS, get_method,
-    stopping_rule,
+    DEFAULT_MAX_SEEDS, DEFAULT_METHOD, DEFAULT_SEED_BATCH, SEQUENTIAL_METHODS, WIN_RATE,
+    get_method, stopping_rule,
 )
 from fusion_sweep.analysis.settings import DEFAULT_ALPHA
 from fusion_sweep.analysis.variants import Variant, parse_baseline
@@ -169,11 +170,15 @@ class AdaptiveState:
 
     def describe(self) -> str:
         s = self.settings
+        how = get_method(s.method)
         return (f"adaptive seeds (--until-decided): {len(self.families)} families, "
                 f"{self.n_comparisons} comparisons; +{s.seed_batch} seeds per round to each "
                 f"undecided family, at most {s.max_seeds} seeds; anytime-valid {s.method} "
-                f"confidence sequences at alpha {s.alpha} (Bonferroni over the "
-                f"{self.n_comparisons} comparisons; {get_method(s.method).assumption})")
+                f"confidence sequences of the {how.estimand} at alpha {s.alpha} (Bonferroni "
+                f"over the {self.n_comparisons} comparisons; {how.assumption})"
+                + ("" if how.decides_equivalence else
+                   "; equivalence is not decided by this method, so a family whose arms do "
+                   "not differ runs to --max-seeds"))
 
     def next_seeds(self, fam: Family) -> list[int]:
         """The next `seed_batch` seeds of a family, capped at `max_seeds` in all."""
@@ -224,7 +229,9 @@ def next_round(state: AdaptiveState, space: SearchSpace, values: Mapping[str, fl
                          m=state.n_comparisons, method=state.settings.method)
     state.rounds += 1
     state.last = [{"dataset": r.family[0], "comparison": str(r.comparison), "n": r.n,
-                   "mean_delta": r.mean_delta, "cs_low": r.cs_low, "cs_high": r.cs_high,
+                   "estimand": r.estimand, "estimate": r.estimate, "mean_delta": r.mean_delta,
+                   "wins": r.wins, "losses": r.losses, "ties": r.ties,
+                   "cs_low": r.cs_low, "cs_high": r.cs_high,
                    "decision": r.decision, "decision_label": r.decision_label}
                   for r in plan.results]
     new_points = []
@@ -238,12 +245,22 @@ def next_round(state: AdaptiveState, space: SearchSpace, values: Mapping[str, fl
 
 
 def format_round(state: AdaptiveState, more: bool) -> str:
+    """The round's decisions, each with its estimand, estimate and CS (and W/L/T seeds)."""
+    how = get_method(state.settings.method)
     lines = [f"adaptive round {state.rounds}: "
              + ("adding seeds to undecided families" if more else
                 "every comparison decided or out of seeds: done")
-             + f" ({state.settings.method} CS: {get_method(state.settings.method).assumption})"]
+             + f" ({state.settings.method} CS of the {how.estimand}: {how.assumption})"]
     for r in state.last:
         lines.append(f"  {r['dataset']:<26} {r['comparison']:<58} n={r['n']:<3} "
-                     f"mean Δ {r['mean_delta']:+.3f}  CS [{r['cs_low']:+.3f}, {r['cs_high']:+.3f}]"
-                     f"  {r['decision_label']}")
+                     f"{_estimate_text(r)}  CS [{r['cs_low']:+.3f}, {r['cs_high']:+.3f}]"
+                     f"  mean Δ {r['mean_delta']:+.3f}  W/L/T {r['wins']}/{r['losses']}/"
+                     f"{r['ties']}  {r['decision_label']} ({r['estimand']})")
     return "\n".join(lines)
+
+
+def _estimate_text(r: Mapping[str, Any]) -> str:
+    est = r["estimate"]
+    shown = "—" if not np.isfinite(est) else (f"{est:.3f}" if r["estimand"] == WIN_RATE
+                                              else f"{est:+.3f}")
+    return f"{r['estimand']} {shown}"

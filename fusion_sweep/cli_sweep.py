@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from fusion_sweep import signals, tracking
+from fusion_sweep.analysis.sequential import DEFAULT_METHOD, SEQUENTIAL_METHODS
 from fusion_sweep.schema import LOOPBACK_HOSTS
 from fusion_sweep.space_files import shipped_spaces
 from fusion_sweep.ui_proxy import UIProxy, free_loopback_port
@@ -87,10 +88,11 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("--seed-batch", type=_positive_int, metavar="K",
                    help="with --until-decided: seeds added per round to each undecided family "
                         "(default 5)")
-    p.add_argument("--sequential-method", choices=("betting", "normal-mixture"), default=None,
-                   help="with --until-decided: the confidence sequence that decides (default "
-                        "betting: valid for any per-seed delta of a proportion; normal-mixture: "
-                        "narrower, but assumes normal deltas; docs/sequential.md)")
+    p.add_argument("--sequential-method", choices=tuple(SEQUENTIAL_METHODS), default=None,
+                   help=f"with --until-decided: the confidence sequence that decides (default "
+                        f"{DEFAULT_METHOD}; " + "; ".join(
+                            f"{k}: about the {v.estimand}" for k, v in SEQUENTIAL_METHODS.items())
+                        + "; docs/sequential.md)")
     p.set_defaults(func=run_launch)
 
     p = subparsers.add_parser(

@@ -212,15 +212,15 @@ def test_stats_of_an_adaptive_sweep_reports_sequential_decisions(tmp_path):
 
 
 # ------------------------------------------------------- one round of the launch's loop
-def _round(space, values_by_fusion, max_seeds=10):
+def _round(space, values_by_fusion, max_seeds=10, method="normal-mixture"):
     """One `next_round` over fake finished trials: value(fusion, seed) from the mapping."""
     import io
 
     code = code_fingerprint()
     values = {c.trial_key(code): values_by_fusion[c.fusion](c.seed) for c in space.grid()}
-    # the normal mixture: the round mechanics at effects it decides within a few seeds
+    # the normal mixture by default: the round mechanics at effects it decides in a few seeds
     state = AdaptiveState.for_space(space, AdaptiveSettings(max_seeds=max_seeds, seed_batch=3,
-                                                            method="normal-mixture"))
+                                                            method=method))
     out = io.StringIO()
     return adaptive.next_round(state, space, values, code, out), state, out.getvalue()
 
@@ -239,3 +239,21 @@ def test_a_round_stops_on_a_clear_effect_and_adds_seeds_to_an_undecided_one():
     assert sorted({p.config.fusion for p in points}) == ["add", "concat"]  # the whole family
     points, state, _ = _round(space, unclear, max_seeds=6)
     assert points == []  # out of seeds: stops undecided
+
+
+def test_a_round_of_the_default_names_the_win_rate_and_decides_when_every_seed_wins():
+    """The default method (win rate) with m = 1: 2^n / (n + 1) >= 1/0.05 first at n = 8, so
+    8 seeds that all win decide `better`; 6 do not. Every line names the estimand."""
+    wins = {"add": lambda s: 0.5 + 0.01 * (s % 3), "concat": lambda s: 0.52 + 0.01 * (s % 3)}
+    points, state, text = _round(parse_space(_space(seeds=list(range(8)))), wins, 20,
+                                 AdaptiveSettings().method)
+    assert points == [] and state.last[0]["decision"] == "better"
+    assert state.last[0]["estimand"] == "win rate" and state.last[0]["estimate"] == 1.0
+    assert (state.last[0]["wins"], state.last[0]["losses"], state.last[0]["ties"]) == (8, 0, 0)
+    assert "win-rate CS of the win rate" in text and "better (win rate)" in text
+    assert "W/L/T 8/0/0" in text
+    points, state, text = _round(parse_space(_space(seeds=list(range(6)))), wins, 20,
+                                 AdaptiveSettings().method)
+    assert state.last[0]["decision"] == "inconclusive" and len(points) > 0
+    _, state, text = _round(parse_space(_space(seeds=list(range(6)))), wins, 20, "betting")
+    assert "betting CS of the mean Δ" in text and "(mean Δ)" in text

@@ -180,8 +180,8 @@ def _comp(i: int, deltas: list[float]) -> dict:
 def test_sequential_report_decides_at_alpha_over_the_sweeps_m() -> None:
     """One comparison clearly decided at alpha = 0.05 alone, not at alpha/6: the report
     decides at the family's m (fixed at launch), so it stays inconclusive with 6. The
-    normal mixture is used because its premise case decides at n = 6 (the betting default
-    decides nothing this small at any m)."""
+    normal mixture is used because its premise case decides at n = 6 (the betting method
+    decides nothing this small at any m; the win-rate default needs 6 wins even at m = 1)."""
     from fusion_sweep.analysis.sequential import (LEGACY_METHOD, from_comparisons,
                                                   sequential_result)
 

@@ -172,7 +172,7 @@ CASES: list[Case] = [
        r"--sequential-method: only with --until-decided"),
     _c("launch-sequential-unknown", "launch", "unknown `--sequential-method` (argparse)",
        lambda e: ["launch", "default", "--until-decided", "--sequential-method", "foo"],
-       r"invalid choice: 'foo' \(choose from 'betting', 'normal-mixture'\)"),
+       r"invalid choice: 'foo' \(choose from 'win-rate', 'betting', 'normal-mixture'\)"),
     _c("launch-unknown-space", "launch", "unknown shipped space name",
        lambda e: ["launch", "nosuch"],
        r"no search space named 'nosuch'; shipped spaces: \[.*'smoke'\]"),

@@ -185,15 +185,16 @@ def test_switched_off_or_no_compiler_means_not_available(monkeypatch) -> None:
     """FUSION_SWEEP_KERNELS=0, or no working C compiler: the kernels are unavailable (the body
     then runs its torch path), and nothing raises."""
     try:
-        kernels._library.cache_clear()
+        kernels._build_in.cache_clear()
         monkeypatch.setenv(kernels.ENV_SWITCH, "0")
         assert not kernels.available(torch.zeros(1))
-        kernels._library.cache_clear()
+        kernels._build_in.cache_clear()
         monkeypatch.delenv(kernels.ENV_SWITCH)
         monkeypatch.setattr(kernels, "_compiler", lambda: None)
-        assert not kernels.available(torch.zeros(1))
+        with pytest.warns(RuntimeWarning, match=r"no C compiler .* on PATH\); the torch path runs"):
+            assert not kernels.available(torch.zeros(1))
     finally:
-        kernels._library.cache_clear()
+        kernels._build_in.cache_clear()
         monkeypatch.undo()
     assert kernels.available(torch.zeros(1))
 
@@ -204,13 +205,14 @@ def test_a_failing_compiler_means_not_available(monkeypatch, tmp_path) -> None:
     fake.write_text("#!/bin/sh\nexit 1\n")
     fake.chmod(0o755)
     try:
-        kernels._library.cache_clear()
+        kernels._build_in.cache_clear()
         monkeypatch.setenv("FUSION_SWEEP_CACHE", str(tmp_path / "cache"))
         monkeypatch.setattr(kernels, "_compiler", lambda: str(fake))
-        assert not kernels.available(torch.zeros(1))
+        with pytest.warns(RuntimeWarning, match="cc exited 1"):
+            assert not kernels.available(torch.zeros(1))
         assert not list((tmp_path / "cache").rglob("*.so"))
     finally:
-        kernels._library.cache_clear()
+        kernels._build_in.cache_clear()
         monkeypatch.undo()
     assert kernels.available(torch.zeros(1))
 
@@ -303,7 +305,7 @@ def test_the_portable_build_selects_the_same(monkeypatch, tmp_path) -> None:
     """The kernels built without AVX-512 (the portable selection and compaction loops; this
     CPU may otherwise use AVX-512 compress and rank compares) keep the k largest too."""
     try:
-        kernels._library.cache_clear()
+        kernels._build_in.cache_clear()
         monkeypatch.setenv("FUSION_SWEEP_CACHE", str(tmp_path / "cache"))
         monkeypatch.setattr(kernels, "CFLAGS", (*kernels.CFLAGS, "-mno-avx512f"))
         assert kernels.available(torch.zeros(1))
@@ -316,7 +318,7 @@ def test_the_portable_build_selects_the_same(monkeypatch, tmp_path) -> None:
                                      z.view(3, 1, N, N), 8).view(3 * N, 8)
             assert torch.equal(_kept_values(z, idx), _kept_values(z, z.topk(8, dim=-1).indices))
     finally:
-        kernels._library.cache_clear()
+        kernels._build_in.cache_clear()
         monkeypatch.undo()
     assert kernels.available(torch.zeros(1))
 
@@ -345,3 +347,185 @@ def test_masked_softmax_equals_softmax_of_the_sum(dtype) -> None:
         bb = bias[..., :9].clone().requires_grad_()
         assert torch.autograd.gradcheck(kernels.masked_softmax, (zz, bb))
         assert torch.autograd.gradcheck(lambda z: kernels.masked_softmax(z, pad[..., :9]), (zz,))
+
+
+# ---------------------------------------------------------------------------- input checks
+def _f(*shape, dtype=torch.float64):
+    return torch.zeros(*shape, dtype=dtype)
+
+
+def _i(*shape, high: int = 1):
+    return torch.zeros(*shape, dtype=torch.int64) + (high - 1)
+
+
+_MEM = dict(B=1, H=2, G=1, L=5, K=2, S=3, D=4)
+
+
+def _mem(**bad):
+    """memory_scores' arguments, one of them replaced."""
+    B, H, G, L, K, S, D = _MEM.values()
+    args = dict(qr=_f(B, H, G, L, D), q=_f(B, H, G, L, D), kr=_f(B, H, L, D), ks=_f(B, H, S, D),
+                kc=_f(B, H, L, D), gidx=_i(B, H, G, L, K), ak=None, sa=_f(B, S))
+    return kernels.memory_scores(**{**args, **bad})
+
+
+def _mix(**bad):
+    B, H, G, L, K, S, D = _MEM.values()
+    args = dict(w=_f(B, H, G, L, K + S + 1), v=_f(B, H, L, D), vs=_f(B, H, S, D), vc=_f(B, H, L, D),
+                gidx=_i(B, H, G, L, K))
+    return kernels.memory_mix(**{**args, **bad})
+
+
+# entry -> calls that must raise KernelInputError, each with the text the error must contain
+BAD_INPUTS = {
+    "score_topk": [
+        (lambda: kernels.score_topk(_f(1, 1, 1, 6, 4).transpose(-1, -2), _f(1, 1, 4, 6), None, 2), "q must be a contiguous"),
+        (lambda: kernels.score_topk(_f(1, 1, 1, 6, 4), _f(1, 1, 5, 4), None, 2), r"k must be .*\(1, 1, 6, 4\)"),
+        (lambda: kernels.score_topk(_f(1, 1, 1, 6, 4), _f(1, 1, 6, 4, dtype=torch.float32), None, 2), "k must be .*float64"),
+        (lambda: kernels.score_topk(_f(1, 1, 1, 6, 4), _f(1, 1, 6, 4), None, 7), r"kk must be in \[1, 6\]"),
+        (lambda: kernels.score_topk(_f(1, 1, 1, 6, 4), _f(1, 1, 6, 4), _f(1, 1, 1, 5), 2), "add must have shape"),
+    ],
+    "heads": [
+        (lambda: kernels.heads(_f(2, 3, 16), 2, 3, (True, False), None, [3]), r"parts·heads·dh"),
+        (lambda: kernels.heads(_f(2, 3, 16), 2, 2, (True, False), None, [2]), r"sizes must .* sum to raw's rows \(3\)"),
+        (lambda: kernels.heads(_f(2, 16, 3).transpose(1, 2), 2, 2, (True, False), None, [3]), "raw must be a contiguous"),
+        (lambda: kernels.heads(_f(2, 3, 16), 2, 2, (True, False), _f(3), [3]), r"scale must be .*\(2,\)"),
+    ],
+    "memory_scores": [
+        (lambda: _mem(kr=_f(1, 2, 4, 4)), r"kr must be .*\(1, 2, 5, 4\)"),
+        (lambda: _mem(gidx=_i(1, 2, 1, 5, 2, high=11)), r"gidx must index rows in \[0, 10\)"),
+        (lambda: _mem(gidx=_i(1, 2, 1, 5, 2).to(torch.int32)), "gidx must be .*int64"),
+        (lambda: _mem(q=_f(1, 2, 1, 4, 5).transpose(-1, -2)), "q must be a contiguous"),
+        (lambda: _mem(sa=_f(1, 2)), r"sa must be .*\(1, 3\)"),
+    ],
+    "memory_mix": [
+        (lambda: _mix(w=_f(1, 2, 1, 5, 5)), r"w must be .*\(1, 2, 1, 5, 6\)"),
+        (lambda: _mix(vc=_f(1, 2, 4, 5).transpose(-1, -2)), "vc must be a contiguous"),
+        (lambda: _mix(gidx=_i(1, 2, 1, 5, 2) - 1), r"gidx must index rows in \[0, 10\)"),
+    ],
+    "gather_dot": [
+        (lambda: kernels.gather_dot(_f(3, 4), _f(5, 3), _i(3, 2)), r"a must be .*\(3, 3\)"),
+        (lambda: kernels.gather_dot(_f(3, 4), _f(5, 4), _i(3, 2, high=6)), r"idx must index rows in \[0, 5\)"),
+        (lambda: kernels.gather_dot(_f(4, 3).t(), _f(5, 4), _i(3, 2)), "a must be a contiguous"),
+    ],
+    "gather_sum": [
+        (lambda: kernels.gather_sum(_f(3, 3), _f(5, 4), _i(3, 2)), r"w must be .*\(3, 2\)"),
+        (lambda: kernels.gather_sum(_f(3, 2), _f(5, 4, dtype=torch.float32), _i(3, 2)), "table must be .*float64"),
+    ],
+    "entmax15": [
+        (lambda: kernels.entmax15(_f(8, 5).t()), "z must be a contiguous"),
+        (lambda: kernels.entmax15(_f(2, 65)), "rows must hold 1 to 64"),
+        (lambda: kernels.entmax15(_f(2, 5, dtype=torch.float16)), "float32 or float64"),
+    ],
+    "masked_softmax": [
+        (lambda: kernels.masked_softmax(_f(1, 2, 1, 3, 6), _f(1, 2, 1, 3, 5)), "mask must have shape"),
+        (lambda: kernels.masked_softmax(_f(1, 2, 1, 6, 3).transpose(-1, -2), None), "z must be a contiguous"),
+        (lambda: kernels.masked_softmax(_f(2, 3, 6), None), r"z must be .*\(\*, \*, \*, \*, \*\)"),
+    ],
+    "chain_sqdist": [
+        (lambda: kernels.chain_sqdist([_f(2, 5), _f(2, 4)]), r"ws\[1\] must be .*\(2, 5\)"),
+        (lambda: kernels.chain_sqdist([_f(2, 5), _f(2, 5)], 6), r"n must be in \[0, 5\]"),
+        (lambda: kernels.chain_sqdist([_f(2, 5)]), "at least 2"),
+    ],
+    "sparse_sqdist": [
+        (lambda: kernels.sparse_sqdist(_f(2, 3), _i(2, 4), _f(2, 3), _i(2, 3)), r"ia must be .*\(2, 3\)"),
+        (lambda: kernels.sparse_sqdist(_f(2, 3), _i(2, 3), _f(3, 3), _i(3, 3)), "share their leading dims"),
+    ],
+}
+
+
+def test_every_entry_has_bad_input_cases() -> None:
+    """Each public kernel entry (a module-level function taking tensors) is listed above."""
+    helpers = {"available", "execution_path", "use_cache_dir", "sources_digest", "torch_path"}
+    public = {name for name, obj in vars(kernels).items()
+              if callable(obj) and not name.startswith("_") and not isinstance(obj, type)
+              and getattr(obj, "__module__", "") == kernels.__name__} - helpers
+    assert public == set(BAD_INPUTS)
+
+
+@pytest.mark.parametrize("entry,case", [(e, i) for e, cases in BAD_INPUTS.items() for i in range(len(cases))])
+def test_every_entry_refuses_a_bad_tensor_before_c(entry: str, case: int) -> None:
+    """A wrong shape, dtype, layout or index raises KernelInputError (a ValueError) naming the
+    argument and the entry; nothing reaches C."""
+    call, match = BAD_INPUTS[entry][case]
+    with pytest.raises(kernels.KernelInputError, match=match) as err:
+        call()
+    assert f"kernels.{entry}:" in str(err.value)
+
+
+def test_the_code_fingerprint_covers_the_c_sources() -> None:
+    """SOURCES_SHA256 (a literal in kernels.py, so in the code fingerprint) is the shipped
+    sources' digest: an edit of the C changes the fingerprint of every trial's code."""
+    assert kernels.sources_digest() == kernels.SOURCES_SHA256, "update kernels.SOURCES_SHA256"
+
+
+def test_no_c_inside_python() -> None:
+    from pathlib import Path
+    root = Path(kernels.__file__).parents[2]
+    assert not [p for p in root.rglob("*.py") if "#include" in p.read_text()]
+
+
+def test_the_build_follows_the_cache_dir(monkeypatch, tmp_path) -> None:
+    """use_cache_dir (ReSSFormer's encoder calls it with TrialConfig.cache_dir): the library
+    is built under <cache_dir>/kernels, and execution_path says compiled, with the compiler."""
+    try:
+        kernels._build_in.cache_clear()
+        kernels.use_cache_dir(str(tmp_path / "trial-cache"))
+        assert kernels.available(torch.zeros(1))
+        assert list((tmp_path / "trial-cache" / "kernels").rglob("ressformer_kernels.so"))
+        path = kernels.execution_path()
+        assert path["kernels"] == "compiled" and path["build"] == "" and path["compiler"]
+    finally:
+        kernels.use_cache_dir("")
+        kernels._build_in.cache_clear()
+
+
+def test_execution_path_off_and_failed(monkeypatch, tmp_path) -> None:
+    """FUSION_SWEEP_KERNELS=0: 'off'; a compiler that fails: 'torch', the reason, one warning."""
+    fake = tmp_path / "cc"
+    fake.write_text("#!/bin/sh\necho 'k.c:1: error: broken on purpose' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    try:
+        kernels._build_in.cache_clear()
+        monkeypatch.setenv(kernels.ENV_SWITCH, "0")
+        assert kernels.execution_path() == {"kernels": "off", "compiler": "", "build": ""}
+        kernels._build_in.cache_clear()
+        monkeypatch.delenv(kernels.ENV_SWITCH)
+        monkeypatch.setenv("FUSION_SWEEP_CACHE", str(tmp_path / "cache"))
+        monkeypatch.setattr(kernels, "_compiler", lambda: str(fake))
+        with pytest.warns(RuntimeWarning, match="broken on purpose") as record:
+            path = kernels.execution_path()
+            kernels.available(torch.zeros(1))
+            kernels.execution_path()
+        assert len(record) == 1
+        assert path["kernels"] == "torch" and "cc exited 1: k.c:1: error: broken on purpose" in path["build"]
+    finally:
+        kernels._build_in.cache_clear()
+        monkeypatch.undo()
+    assert kernels.execution_path()["kernels"] == "compiled"
+
+
+def test_ressformer_passes_its_cache_dir(tmp_path) -> None:
+    from fusion_sweep.trial.models.ressformer import ReSSFormerEncoder
+    from tests.test_ressformer import stand_in
+    try:
+        opts = ReSSFormerEncoder.options(stand_in(cache_dir=str(tmp_path)))
+        assert opts["cache_dir"] == str(tmp_path)
+        ReSSFormerEncoder(d_model=16, heads=2, layers=1, dim_ff=16, dropout=0.0, attn_dropout=0.0,
+                          activation="gelu", norm_first=False, max_len=8, **opts)
+        assert kernels._cache_dir == str(tmp_path)
+    finally:
+        kernels.use_cache_dir("")
+
+
+def test_execution_path_is_cached_after_the_first_build(monkeypatch) -> None:
+    """After the first call nothing runs again (no compiler, no file access): the platform
+    fingerprint may ask on every trial."""
+    first = kernels.execution_path()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("execution_path ran something after the first build")
+
+    monkeypatch.setattr(kernels.subprocess, "run", refuse)
+    monkeypatch.setattr(kernels, "_sources_text", refuse)
+    assert kernels.execution_path() == first and kernels.available(torch.zeros(1))

@@ -8,6 +8,7 @@ Both of the body's paths are checked: with the compiled CPU kernels (models/kern
 the pure-torch path that runs where they cannot (`path` fixture)."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import sys
@@ -198,3 +199,37 @@ def test_blocked_selection_equals_whole(monkeypatch) -> None:
     torch.testing.assert_close(blocked[0], whole[0], atol=1e-6, rtol=0)
     for n in whole[2]:
         torch.testing.assert_close(blocked[2][n], whole[2][n], atol=1e-6, rtol=1e-4)
+
+
+def _seeded_step(model: FusionClassifier, ids: torch.Tensor, reference: bool):
+    """A training step with the RNG at a fixed state (attention dropout draws the same mask
+    wherever the weights have the same shape), on the fused path or the reference one."""
+    torch.manual_seed(11)
+    with kernels.torch_path() if reference else contextlib.nullcontext():
+        return step(model, ids)
+
+
+@pytest.mark.parametrize("attn_dropout", [0.0, 0.2])
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_fused_path_equals_reference_path(case, attn_dropout: float) -> None:
+    """ReSSAttention's two paths against each other, one model: the fused one (compiled
+    kernels, dense-memory Functions) and the reference one (plain torch, under
+    kernels.torch_path()): logits to 1e-5 in float32, the auxiliary loss and every gradient
+    in float64 (1e-12; 1e-9 relative), with attention dropout too (the same mask on both)."""
+    if not kernels.available(torch.zeros(1)):
+        pytest.skip("the compiled kernels do not build here: only the reference path runs")
+    model, _ = build_pair(case, d=32, heads=2, layers=1, max_len=64)
+    for layer in model.encoder.layers:
+        layer.attn.attn_dropout = attn_dropout
+    ids = batch(4, 64)
+    fused_logits, _, _ = _seeded_step(model, ids, reference=False)
+    ref_logits, _, _ = _seeded_step(model, ids, reference=True)
+    assert (fused_logits - ref_logits).abs().max().item() <= 1e-5
+    model.double()
+    _, fused_aux, fused_grads = _seeded_step(model, ids, reference=False)
+    _, ref_aux, ref_grads = _seeded_step(model, ids, reference=True)
+    assert sorted(fused_grads) == sorted(ref_grads) and (fused_aux is None) == (ref_aux is None)
+    if ref_aux is not None:
+        assert abs(fused_aux.item() - ref_aux.item()) <= 1e-12
+    for n, g in ref_grads.items():
+        assert (fused_grads[n] - g).abs().max() <= 1e-9 * max(g.abs().max().item(), 1e-3), n

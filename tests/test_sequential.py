@@ -212,3 +212,144 @@ def test_report_table_and_figure(tmp_path) -> None:
     blocks = sequential_blocks(plan.results, tmp_path)
     png = tmp_path / blocks[-1][1]
     assert blocks[-1][0] == "img" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ------------------------------------------------------ the win-rate method (issue 31, default)
+WR = sq.WinRate.name
+
+
+def test_the_default_is_the_win_rate_and_every_method_names_its_estimand() -> None:
+    assert sq.DEFAULT_METHOD == WR and sq.get_method(None) is sq.WinRate
+    assert {k: v.estimand for k, v in sq.SEQUENTIAL_METHODS.items()} == {
+        "win-rate": "win rate", "betting": "mean Δ", "normal-mixture": "mean Δ"}
+
+
+@pytest.mark.parametrize("method", list(sq.SEQUENTIAL_METHODS))
+def test_every_result_says_its_estimand_in_json_and_table(method: str) -> None:
+    d = _paths(12, 1, 12, 0.3, 0.05)[0]
+    r = sq.sequential_result(d, m=2, margin=0.01, method=method)
+    out = r.to_dict()
+    how = sq.get_method(method)
+    assert out["estimand"] == how.estimand == out["path"]["estimand"]
+    assert out["null_value"] == how.null_value and out["mean_delta"] == pytest.approx(d.mean())
+    assert (out["wins"], out["losses"], out["ties"]) == (12, 0, 0)
+    table = sr.sequential_table([r])
+    row = dict(zip(table.headers, table.rows[0]))
+    assert row["estimand"] == how.estimand and row["W/L/T"] == "12/0/0"
+    assert f"confidence sequences of the {how.estimand}" in table.footnotes[0]
+    named = how.estimand if method == WR else "mean paired Δ"
+    assert table.footnotes[1].startswith(f"Estimand: the {named}")
+
+
+def _ville_first_exclusion(signs: np.ndarray, alpha: float) -> int | None:
+    ville = pytest.importorskip("ville")
+    return ville.BernoulliCS(alpha=alpha).fit(signs.astype(float)).excludes(0.5)
+
+
+@pytest.mark.parametrize("wins, losses_at, n_decided", [
+    (11, [], 11),  # issue 31: every seed won, decided at n = 11 at alpha/6
+    (17, [0, 10], 19),  # 90% of seeds won: decided at n = 19 (17 of 19; 16 of 18 is not enough)
+])
+def test_the_win_rate_decides_at_the_n_the_issue_measured(wins, losses_at, n_decided) -> None:
+    n = wins + len(losses_at)
+    d = np.full(n, 0.02)
+    d[losses_at] = -0.3  # a collapse on those seeds: the mean may be negative, the win rate not
+    dec = sq.winrate_decisions(d, 0.05 / 6, True)  # (n,)
+    assert list(dec).index(BETTER) + 1 == n_decided and dec[n_decided - 2] == INCONCLUSIVE
+    assert _ville_first_exclusion((d > 0)[:n_decided], 0.05 / 6) == n_decided
+    assert sq.sequential_result(d, alpha=0.05, m=6).decision == BETTER
+    assert sq.sequential_result(-d, alpha=0.05, m=6).decision == WORSE
+    lower = sq.sequential_result(d, alpha=0.05, m=6, higher_is_better=False)
+    assert lower.decision == WORSE  # wins on a lower-is-better metric (e.g. latency) are worse
+
+
+def test_ties_are_skipped_and_an_all_tied_comparison_decides_nothing() -> None:
+    d = np.zeros(30)
+    d[::2] = 0.01  # 15 wins, 15 ties in between: decided at the 11th win (seed 21)
+    dec = sq.winrate_decisions(d, 0.05 / 6, True)
+    assert list(dec).index(BETTER) + 1 == 21
+    r = sq.sequential_result(d, m=6)
+    assert (r.wins, r.losses, r.ties) == (15, 0, 15) and r.estimate == 1.0
+    tied = sq.sequential_result(np.zeros(20), m=6, margin=0.05)
+    assert tied.decision == INCONCLUSIVE and math.isnan(tied.estimate)
+    assert (tied.cs_low, tied.cs_high) == (0.0, 1.0)
+    out = json.loads(json.dumps(tied.to_dict(), allow_nan=False))
+    assert out["estimate"] is None and out["path"]["mean"][0] is None
+    # float noise is a tie, as in the fixed-n statistics
+    assert sq.sequential_result(np.array([0.81 - 0.80, 0.71 - 0.70]) - 0.01, m=1).ties == 2
+
+
+def test_the_win_rate_never_decides_equivalent() -> None:
+    d = np.tile([0.001, -0.001], 50)  # tiny differences, half won: equivalent for a mean CS
+    assert sq.sequential_result(d, m=1, margin=0.05, method=sq.Betting.name).decision == EQUIVALENT
+    assert not sq.WinRate.decides_equivalence
+    assert sq.sequential_result(d, m=1, margin=0.05).decision == INCONCLUSIVE
+
+
+def test_the_win_rate_evalue_and_cs_match_ville_and_the_formula() -> None:
+    ville = pytest.importorskip("ville")
+    rng = np.random.default_rng(13)
+    d = np.round(rng.normal(0.03, 0.1, 60), 2)  # (60,) with ties on the 1/100 grid
+    signs = (d[d != 0] > 0).astype(float)  # ties skipped
+    ref = ville.BernoulliTest(0.5, alpha=0.01).fit(signs)
+    log_e = sq.winrate_log_evalue(d)[d != 0]  # at the non-tied seeds
+    np.testing.assert_allclose(log_e, ref.log_e_values_, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(sq.winrate_p_values(d)[d != 0], ref.p_values_, atol=1e-12)
+    w, l = np.cumsum(d > 0), np.cumsum(d < 0)
+    from scipy.special import betaln
+    np.testing.assert_allclose(sq.winrate_log_evalue(d),
+                               betaln(1 + w, 1 + l) + (w + l) * math.log(2), atol=1e-12)
+    cs = ville.BernoulliCS(alpha=0.01, intersect=False).fit(signs)
+    low, high = sq.winrate_bounds(d, 0.01)
+    np.testing.assert_allclose(low[d != 0], cs.lower_, atol=1e-9)
+    np.testing.assert_allclose(high[d != 0], cs.upper_, atol=1e-9)
+    path = sq.winrate_confidence_sequence(d, 0.01)
+    assert np.all(path.low <= path.mean[-1]) and np.all(path.mean[-1] <= path.high)
+    np.testing.assert_allclose(path.p_anytime, np.minimum(1, np.exp(-np.maximum.accumulate(
+        sq.winrate_log_evalue(d)))))
+
+
+@pytest.mark.parametrize("name, draw", [
+    ("gaussian", lambda r, s: r.normal(0, 0.1, s)),
+    ("ties-1/100", lambda r, s: np.round(r.normal(0, 0.01, s), 2)),  # ~40% ties
+    ("exchangeable-bimodal", lambda r, s: np.where(r.random(s) < 0.2, 0.5, 0.85)
+     - np.where(r.random(s) < 0.2, 0.5, 0.85) + 0.01 * r.standard_normal(s)),
+    ("median-null, mean +0.125", lambda r, s: np.where(r.random(s) < 0.5, 0.3, -0.05)),
+])
+def test_the_win_rate_holds_alpha_at_every_n_under_its_null(name, draw) -> None:
+    """P(some decision within 60 seeds) <= alpha when the variant wins as often as it loses,
+    whatever Δ's distribution: 3000 paths, tolerance alpha + 2.33 SD (one-sided 99%)."""
+    d = draw(np.random.default_rng(31), (3000, 60))  # (paths, n)
+    dec = sq.winrate_decisions(d, 0.05, True)[:, -1]  # running: any decision shows at n = 60
+    assert np.mean(dec != INCONCLUSIVE) <= 0.05 + 2.33 * math.sqrt(0.05 * 0.95 / 3000)
+
+
+def test_the_win_rate_sweep_decides_d_z_2_within_20_seeds() -> None:
+    """Issue 31's bar: power >= 0.8 at d_z 2 within 20 seeds (3 families x 2 comparisons,
+    m = 6, 5 + 5 per round), through stopping_rule itself."""
+    rng = np.random.default_rng(2)
+    better = total = 0
+    for _ in range(25):
+        d = rng.normal(0.2, 0.1, (3, 2, 20))
+        run = {f: 5 for f in range(3)}
+        while True:
+            plan = sq.stopping_rule({f: {c: d[f, c, :run[f]] for c in range(2)} for f in run},
+                                    seeds_run=run, max_seeds=20)
+            if plan.stop:
+                break
+            for f, k in plan.seeds_to_add.items():
+                run[f] += k
+        better += sum(r.decision == BETTER for r in plan.results)
+        total += len(plan.results)
+    assert better / total >= 0.8 and plan.method == WR
+
+
+def test_the_table_shows_a_win_rate_as_a_share_and_a_mean_signed() -> None:
+    d = np.r_[np.full(12, 0.02), -0.3]
+    win = dict(zip(sr.SEQUENTIAL_HEADERS, sr.sequential_rows([sq.sequential_result(d, m=1)])[0]))
+    assert win["estimate"] == "0.9231" and win["mean Δ"] == "-0.0046" and win["W/L/T"] == "12/1/0"
+    assert win["CS (running)"].startswith("[0.") and win["decision"] == BETTER
+    mean = sq.sequential_result(d, m=1, method=sq.Betting.name)
+    row = dict(zip(sr.SEQUENTIAL_HEADERS, sr.sequential_rows([mean])[0]))
+    assert row["estimand"] == "mean Δ" and row["estimate"] == "-0.0046"
+    assert row["CS (running)"].startswith("[-")

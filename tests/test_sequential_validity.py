@@ -1,5 +1,6 @@
-"""Issue 20, sequential part: the default (betting) confidence sequence is valid without
-normality, the normal mixture states its assumption, and m is the launch's."""
+"""Issues 20 and 31, sequential part: the default (win-rate) and the betting confidence
+sequences are valid without normality, each for its own estimand; the default decides at
+d_z 2 within 20 seeds; the normal mixture states its assumption, and m is the launch's."""
 from __future__ import annotations
 
 import importlib.util
@@ -102,31 +103,54 @@ def _sweeps(draw, n_sweeps: int, method: str | None, margin: float | None = 0.01
     return out
 
 
-# The issue's table: true per-seed Δ, what would be a false claim.
+MEAN_FALSE, WIN_FALSE = 1, 2  # index of each estimand's false claims in a NULLS entry
+BOTH = (BETTER, WORSE)
+
+
+def _exchangeable(r: np.random.Generator, s: tuple) -> np.ndarray:
+    arm = lambda: np.where(r.random(s) < 0.2, 0.5, 0.85) + 0.01 * r.standard_normal(s)  # noqa: E731
+    return arm() - arm()
+
+
+def _ties_500(r: np.random.Generator, s: tuple) -> np.ndarray:
+    acc = lambda: np.round((0.8 + 0.0015 * r.standard_normal(s)) * 500) / 500  # noqa: E731
+    return acc() - acc()
+
+
+# Issues 20 and 31: true per-seed Δ, and what would be a false claim about the mean Δ and
+# about the win rate P(Δ > 0 | Δ ≠ 0) (benchmarks/sequential_validity.py's table says why).
 NULLS = {
-    "gaussian": (lambda r, s: 0.1 * r.standard_normal(s), (BETTER, WORSE)),
-    "t2": (lambda r, s: np.clip(0.1 * r.standard_t(2, s), -1, 1), (BETTER, WORSE)),
-    "ties": (lambda r, s: np.round(10 * r.standard_normal(s)) / 100, (BETTER, WORSE)),
-    "skewed": (lambda r, s: np.clip(0.1 * (1 - r.exponential(1.0, s)), -1, 1), (BETTER, WORSE)),
-    "bimodal-10": (lambda r, s: _bimodal(r, s, 0.10), (BETTER, WORSE)),
-    "bimodal-5": (lambda r, s: _bimodal(r, s, 0.05), (BETTER, WORSE)),
+    "gaussian": (lambda r, s: 0.1 * r.standard_normal(s), BOTH, BOTH),
+    "t2": (lambda r, s: np.clip(0.1 * r.standard_t(2, s), -1, 1), BOTH, BOTH),
+    "ties": (lambda r, s: np.round(10 * r.standard_normal(s)) / 100, BOTH, BOTH),
+    "ties-500": (_ties_500, BOTH, BOTH),
+    "skewed": (lambda r, s: np.clip(0.1 * (1 - r.exponential(1.0, s)), -1, 1), BOTH, (WORSE,)),
+    "bimodal-10": (lambda r, s: _bimodal(r, s, 0.10), BOTH, (WORSE,)),
+    "bimodal-5": (lambda r, s: _bimodal(r, s, 0.05), BOTH, (WORSE,)),
+    "reference-fails": (lambda r, s: np.where(r.random(s) < 0.2, 0.384, -0.096)
+                        + 0.01 * r.standard_normal(s), BOTH, (BETTER,)),
+    "exchangeable-bimodal": (_exchangeable, BOTH, BOTH),
     "collapse": (lambda r, s: np.where(r.random(s) < 0.1, -0.3, 0.001 * r.integers(0, 2, s)),
-                 (BETTER, EQUIVALENT)),
+                 (BETTER, EQUIVALENT), (WORSE,)),
 }
 
 
+@pytest.mark.parametrize("method", [sq.WinRate.name, sq.Betting.name])  # the valid ones
 @pytest.mark.parametrize("scenario", list(NULLS))
-def test_the_default_stopping_rule_makes_no_false_claim_under_the_issues_nulls(scenario):
+def test_the_valid_methods_make_no_false_claim_about_their_estimand(scenario, method):
     """Before (normal mixture by default): bimodal-10/-5 and collapse gave a false claim in
-    ~99% of sweeps. After (betting by default): none in these sweeps, in every scenario."""
-    draw, false = NULLS[scenario]
-    finals = _sweeps(draw, 12, None)
+    ~99% of sweeps. After: neither the default (win rate) nor betting (mean Δ) makes a false
+    claim about its own estimand in these whole sweeps through stopping_rule."""
+    entry = NULLS[scenario]
+    how = sq.get_method(method)
+    false = entry[WIN_FALSE if how.estimand == sq.WIN_RATE else MEAN_FALSE]
+    finals = _sweeps(entry[0], 12, method)
     assert not any(d in false for sweep in finals for d in sweep)
 
 
 @pytest.mark.parametrize("scenario", ["bimodal-10", "bimodal-5", "collapse"])
 def test_the_normal_mixture_fails_there_and_says_what_it_assumes(scenario):
-    draw, false = NULLS[scenario]
+    draw, false = NULLS[scenario][0], NULLS[scenario][MEAN_FALSE]
     finals = _sweeps(draw, 12, sq.NormalMixture.name)
     assert np.mean([any(d in false for d in s) for s in finals]) > 0.5  # why it is opt-in
     r = sq.sequential_result(draw(np.random.default_rng(0), (20,)), m=6,
@@ -137,15 +161,18 @@ def test_the_normal_mixture_fails_there_and_says_what_it_assumes(scenario):
 
 def test_the_betting_method_decides_large_effects_and_refuses_unbounded_deltas() -> None:
     d = np.random.default_rng(5).normal(0.5, 0.03, 20)
-    assert sq.sequential_result(d, m=6).decision == BETTER  # the default sweep's short regime
-    assert sq.sequential_result(-d, m=6).decision == WORSE
-    assert sq.sequential_result(d[:5], m=6).decision == INCONCLUSIVE
-    res = sq.sequential_result(d, m=6)
-    assert res.method == sq.DEFAULT_METHOD == "betting" and res.decision_label == BETTER
+    bet = sq.Betting.name
+    assert sq.sequential_result(d, m=6, method=bet).decision == BETTER  # the short regime
+    assert sq.sequential_result(-d, m=6, method=bet).decision == WORSE
+    assert sq.sequential_result(d[:5], m=6, method=bet).decision == INCONCLUSIVE
+    res = sq.sequential_result(d, m=6, method=bet)
+    assert res.method == "betting" and res.decision_label == BETTER
+    assert res.estimand == "mean Δ" and res.to_dict()["estimand"] == "mean Δ"
     assert res.cs_low > 0 and "distribution-free" in res.assumption
     with pytest.raises(AnalysisError, match=r"within \[-1, 1\].*normal-mixture"):
-        sq.sequential_result([0.5, 1.5, 0.2], m=1)
-    with pytest.raises(AnalysisError, match="unknown sequential method 'x'; choose from betting"):
+        sq.sequential_result([0.5, 1.5, 0.2], m=1, method=bet)
+    with pytest.raises(AnalysisError, match="unknown sequential method 'x'; choose from "
+                                            "win-rate, betting, normal-mixture"):
         sq.stopping_rule({"a": {"b": [0.1, 0.2]}}, method="x")
 
 
@@ -163,12 +190,17 @@ def test_the_benchmark_covers_every_scenario_and_the_default_is_valid() -> None:
     spec.loader.exec_module(mod)
     res = mod.main(["--sims", "40", "--replay", "2", "--methods", "betting", "normal-mixture"])
     json.dumps(res)
-    rates = res["methods"]["betting"]["null_error_rate_by_scenario"]
-    assert set(rates) >= set(NULLS) | {"reference-fails"}
-    assert res["default_method"] == "betting" and res["default_valid_in_every_scenario"]
+    assert res["default_method"] == sq.DEFAULT_METHOD == "win-rate"
+    assert res["default_estimand"] == "win rate" and res["default_valid_in_every_scenario"]
+    rates = res["null_error_rate_by_scenario"]  # the default method's, at the top level
+    assert rates == res["methods"]["win-rate"]["null_error_rate_by_scenario"]
+    assert set(rates) >= set(NULLS) | {"big-wins-small-losses"}
     assert max(rates.values()) <= 0.05
+    assert max(res["methods"]["betting"]["null_error_rate_by_scenario"].values()) <= 0.05
     assert res["methods"]["normal-mixture"]["null_error_rate_by_scenario"]["bimodal-10"] > 0.5
-    assert set(res["methods"]["betting"]["power"]) == {"0.5", "1", "2"}
+    assert set(res["power"]) == {"0.5", "1", "2"} and res["power"]["2"] >= 0.8  # issue 31
+    assert res["methods"]["betting"]["power"]["2"] == 0.0  # its cost, stated in the docs
+    assert res["truth_by_scenario"]["bimodal-10"]["truth"] == {"mean Δ": 0.0, "win rate": 0.9}
 
 
 # ------------------------------------------------------------- m is fixed at launch (item 3)
@@ -230,9 +262,11 @@ def test_the_launch_fixes_the_family_and_the_method() -> None:
         ("baseline_variant", "dataset", "family", "variant")}
     assert json.loads(json.dumps(fam)) == fam  # what the parent run's tag carries
     settings = json.loads(AdaptiveSettings().to_json())
-    assert settings["method"] == "betting"
-    with pytest.raises(ValueError, match=r"--sequential-method must be one of betting, "
-                                         r"normal-mixture, got 'x'"):
+    assert settings["method"] == "win-rate"
+    assert "confidence sequences of the win rate" in state.describe()
+    assert "equivalence is not decided by this method" in state.describe()
+    with pytest.raises(ValueError, match=r"--sequential-method must be one of win-rate, "
+                                         r"betting, normal-mixture, got 'x'"):
         AdaptiveState.for_space(space, AdaptiveSettings(method="x"))
 
 

@@ -24,6 +24,7 @@ from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from fusion_sweep.analysis.schema import SUPPORT_COLORS, VERDICT_COLORS
+from fusion_sweep.analysis.sequential import WIN_RATE
 from fusion_sweep.analysis.sequential_report import key_label
 from fusion_sweep.analysis.variants import Axis, Variant
 
@@ -360,8 +361,8 @@ def cs_plot(results: Sequence[SequentialResult], path: str | Path, title: str = 
 
 def _cs_panel(ax, r: SequentialResult) -> None:
     color = VERDICT_COLORS.get(r.decision, "black")
-    ax.axhline(0.0, color="#444", lw=0.8, ls="--")
-    if r.margin is not None:
+    ax.axhline(r.null_value, color="#444", lw=0.8, ls="--")  # 0 (mean Δ) or 1/2 (win rate)
+    if r.margin is not None and r.estimand != WIN_RATE:  # the margin is in metric units
         ax.axhspan(-r.margin, r.margin, color="#0969da", alpha=0.08, lw=0)
         for y in (-r.margin, r.margin):
             ax.axhline(y, color="#0969da", lw=0.6, ls=":")
@@ -382,16 +383,19 @@ def _cs_panel(ax, r: SequentialResult) -> None:
     ax.set_title(f"{key_label(r.family)}: {r.decision_label} (n = {r.n})\n{comparison}",
                  fontsize=7, color=color)
     ax.set_xlabel("seeds", fontsize=7)
-    ax.set_ylabel("Δ (mean, CS)", fontsize=7)
+    ax.set_ylabel(f"{r.estimand} (estimate, CS)", fontsize=7)
     ax.tick_params(labelsize=7)
 
 
 def _ylim(r: SequentialResult) -> tuple[float, float]:
     """A y-range around what decided: the mean path, the final CS, 0 and the margin. The
     early, wide CS ends are clipped to it (they carry no decision)."""
+    if r.estimand == WIN_RATE:  # a share: its whole range, so 1/2 sits mid-panel
+        return -0.03, 1.03
     p = r.path
-    core = [0.0, *p.mean, *(v for v in (p.low[-1], p.high[-1]) if np.isfinite(v))]
-    if r.margin is not None:
+    core = [r.null_value, *p.mean[np.isfinite(p.mean)],
+            *(v for v in (p.low[-1], p.high[-1]) if np.isfinite(v))]
+    if r.margin is not None and r.estimand != WIN_RATE:
         core += [-r.margin, r.margin]
     lo, hi = min(core), max(core)
     pad = 0.6 * (hi - lo) or 0.05

@@ -19,6 +19,7 @@ from fusion_sweep.analysis.report import Report
 from fusion_sweep.analysis.schema import (
     DESCRIPTIVE_LABEL, INCONCLUSIVE, NOT_LEARNED, SUPPORT_COLORS, VERDICT_COLORS,
 )
+from fusion_sweep.analysis.sequential import get_method
 from fusion_sweep.analysis.sequential_report import sequential_table
 from fusion_sweep.analysis.tables import (
     Table, arms_table, blocks_by_regime, chance_table, claim_tests_table, claims_table,
@@ -387,10 +388,13 @@ def sequential_blocks(results: Sequence[SequentialResult], out_dir: str | Path,
     """Blocks for fusion_sweep.analysis.render (("h2", ...), ("p", ...), ("table", Table), ("img", ...)),
     with the CS figure written to out_dir/name."""
     plots.cs_plot(results, Path(out_dir) / name, "Confidence sequences against seeds "
-            "(shaded: running intersection; band: ±margin)")
+            "(shaded: running intersection; dashed: no difference"
+            + ("; band: ±margin)" if results and get_method(results[0].method).decides_equivalence
+               else ")"))
     return [("h2", "Adaptive seeds: sequential decisions"),
             ("p", "Seeds were added only where a comparison was still undecided; these "
                   "decisions come from anytime-valid confidence sequences, valid at the "
                   f"data-dependent stopping time. Fixed-n tests below are {DESCRIPTIVE_LABEL}."),
             ("table", sequential_table(results)),
-            ("img", name, "confidence sequence of each comparison's mean delta against seeds")]
+            ("img", name, "confidence sequence of each comparison's "
+                          f"{results[0].estimand if results else 'estimand'} against seeds")]

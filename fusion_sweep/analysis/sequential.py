@@ -1,18 +1,24 @@
 """Anytime-valid inference for adaptive seed counts: confidence sequences and the stopping rule.
 
-Two methods (:data:`SEQUENTIAL_METHODS`), both for the MEAN paired Δ (better/worse/equivalent
-are statements about the mean, whichever method decides them):
+Three methods (:data:`SEQUENTIAL_METHODS`) on two estimands; every decision names its
+estimand (:attr:`SequentialMethod.estimand`), because `better` means a different thing for each:
 
-- ``betting`` (:data:`DEFAULT_METHOD`): the hedged-capital betting confidence sequence of
-  Waudby-Smith & Ramdas, "Estimating means of bounded random variables by betting" (JRSS-B
-  2024, Theorem 3, predictable plug-in bets). Valid for ANY distribution of Δ in its known
-  range [-1, 1] (the difference of two proportions such as accuracy): no normality, so it
-  stays valid when a variant fails on some seeds (bimodal Δ), under skew and ties. The price
-  is width: the range, not the spread, caps every bet, so small effects (|Δ| < ~0.2) are
-  rarely decided within 20 seeds (docs/sequential.md has the simulated figures).
-- ``normal-mixture`` (opt-in): the t-based normal-mixture sequence below. Narrow, but valid
-  only when per-seed Δ are i.i.d. normal; every decision it makes says so
-  (:attr:`SequentialMethod.assumption`).
+- ``win-rate`` (:data:`DEFAULT_METHOD`), estimand the **win rate** P(Δ > 0 | Δ ≠ 0): of the
+  seeds on which the arms differ, the share the variant wins (ties skipped). A beta-binomial
+  mixture confidence sequence (Howard et al., Ann. Statist. 2021) on the sign of each delta:
+  exact for ANY distribution of Δ (collapsing seeds, skew, ties) and it decides at seed counts
+  users can afford (every seed won: n = 11 at alpha/6). better/worse mean "wins on more
+  seeds than it loses"; it never decides `equivalent` (the win rate has no margin in metric
+  units), which stays with the mean methods.
+- ``betting`` (opt-in), estimand the **mean Δ**: the hedged-capital betting confidence
+  sequence of Waudby-Smith & Ramdas, "Estimating means of bounded random variables by
+  betting" (JRSS-B 2024, Theorem 3, predictable plug-in bets). Valid for ANY distribution of
+  Δ in its known range [-1, 1] (the difference of two proportions such as accuracy). The
+  price is width: the range, not the spread, caps every bet, so effects below |Δ| ~ 0.3 are
+  rarely decided within 20 seeds (power 0 at d_z <= 2 with σ = 0.1; docs/sequential.md).
+- ``normal-mixture`` (opt-in), estimand the **mean Δ**: the t-based normal-mixture sequence
+  below. Narrow, but valid only when per-seed Δ are i.i.d. normal; every decision it makes
+  says so (:attr:`SequentialMethod.assumption`).
 
 `fusion-sweep launch --until-decided` adds seeds only where a comparison is still undecided.
 A fixed-n t-interval (or Holm over fixed-n p values) is not valid when the seed count is
@@ -76,6 +82,7 @@ from dataclasses import dataclass, field
 from typing import Hashable, Mapping, Protocol, Sequence
 
 import numpy as np
+from scipy.special import betaln, xlogy
 
 from fusion_sweep.analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, WORSE, AnalysisError
 from fusion_sweep.analysis.settings import DEFAULT_ALPHA
@@ -358,13 +365,15 @@ def betting_bounds(deltas: object, alpha: float, bounds: tuple[float, float] = B
 
 @dataclass(frozen=True, eq=False)
 class ConfidenceSequence:
-    """One comparison's (1 - alpha) CS along its seeds. Arrays are (n,); index k-1 is the
-    state after k seeds. low/high are the running intersection (what decisions use);
-    raw_low/raw_high the CS at each k alone; p_anytime the anytime-valid p for mean 0."""
+    """One comparison's (1 - alpha) CS of its method's estimand along its seeds. Arrays are
+    (n,); index k-1 is the state after k seeds. low/high are the running intersection (what
+    decisions use); raw_low/raw_high the CS at each k alone; p_anytime the anytime-valid p of
+    the estimand's null (mean Δ = 0, or win rate = 1/2). `mean` is the running estimate of
+    the estimand (nan for the win rate while every seed so far tied)."""
 
     alpha: float
-    phi: float | None  # the normal mixture's precision; None for the betting method
-    mean: np.ndarray  # (n,) running mean Δ
+    phi: float | None  # the normal mixture's precision; None for the other methods
+    mean: np.ndarray  # (n,) running estimate of the method's estimand (mean Δ or win rate)
     low: np.ndarray  # (n,)
     high: np.ndarray  # (n,)
     raw_low: np.ndarray  # (n,)
@@ -378,8 +387,8 @@ class ConfidenceSequence:
 
     def to_dict(self) -> dict:
         """JSON-ready: lists, ±inf -> None (unbounded), keys n = 1..N."""
-        return {"method": self.method, "alpha": self.alpha, "phi": self.phi,
-                "n": list(range(1, self.n + 1)),
+        return {"method": self.method, "estimand": get_method(self.method).estimand,
+                "alpha": self.alpha, "phi": self.phi, "n": list(range(1, self.n + 1)),
                 **{k: [_finite(v) for v in getattr(self, k)] for k in
                    ("mean", "low", "high", "raw_low", "raw_high", "p_anytime")}}
 
@@ -412,6 +421,130 @@ def betting_confidence_sequence(deltas: object, alpha: float = DEFAULT_ALPHA
         alpha=alpha, phi=None, mean=np.cumsum(d) / np.arange(1, d.size + 1),
         low=np.maximum.accumulate(raw_low), high=np.minimum.accumulate(raw_high),
         raw_low=raw_low, raw_high=raw_high, p_anytime=betting_p_values(d), method=Betting.name)
+
+
+# ---------------------------------------------------------------------------------------
+# The win-rate confidence sequence (beta-binomial mixture; Howard, Ramdas, McAuliffe & Sekhon,
+# "Time-uniform, nonparametric, nonasymptotic confidence sequences", Ann. Statist. 2021, the
+# conjugate-mixture boundary for Bernoulli observations; vectorized over leading axes, the last
+# axis is seeds). The estimand is the win rate p = P(Δ > 0 | Δ ≠ 0): of the seeds on which the
+# arms differ, the share the variant wins. A tie (Δ == 0 after rounding) carries no
+# information about p and is skipped (its factor is 1). After W wins and L losses the
+# mixture e-value for p = p0 is
+#     M(p0) = B(a + W, b + L) / B(a, b) / (p0^W (1 - p0)^L),
+# the Bayes factor of a Beta(a, b) mixture over p against the point p0. If, given the past,
+# the next seed is a tie or else a win with probability p0, every factor has conditional mean
+# 1, so M(p0) is a non-negative martingale in the seed filtration and by Ville's inequality
+# P(∃t: M_t(p) >= 1/α) <= α: valid for ANY distribution of Δ (bimodal, skewed, tied), at any
+# stopping time. The CS is {p0 : M_t(p0) < 1/α}, an interval around W / (W + L) (the
+# mixture never exceeds the maximum likelihood, so the estimate is always inside).
+# better/worse test p = 1/2 (the variant wins as often as it loses); the win rate says
+# nothing about the size of Δ, so this method never decides `equivalent`.
+
+WINRATE_PRIOR = (1.0, 1.0)  # Beta(a, b): uniform over the win rate, ville's default; at
+# alpha/6 it decides at n = 11 when every seed wins (2^n/(n+1) >= 120) and at n = 19 when 17
+# of 19 do (benchmarks/sequential_validity.py compares priors)
+WINRATE_NULL = 0.5
+
+
+def sign_counts(deltas: object) -> tuple[np.ndarray, np.ndarray]:
+    """Running wins and losses (..., n): counts of Δ > 0 and Δ < 0 among seeds 1..t (ties,
+    Δ == 0 after rounding to DELTA_DECIMALS, count in neither)."""
+    d = check_deltas(deltas)
+    return np.cumsum(d > 0, axis=-1).astype(float), np.cumsum(d < 0, axis=-1).astype(float)
+
+
+def _log_mixture(wins: np.ndarray, losses: np.ndarray,
+                 prior: tuple[float, float] = WINRATE_PRIOR) -> np.ndarray:
+    """log B(a + W, b + L) / B(a, b): the log marginal likelihood of the signs (<= 0)."""
+    a, b = prior
+    return betaln(a + wins, b + losses) - betaln(a, b)
+
+
+def winrate_log_evalue(deltas: object, p0: float = WINRATE_NULL,
+                       prior: tuple[float, float] = WINRATE_PRIOR) -> np.ndarray:
+    """log M_t(p0) after t = 1..n seeds, (..., n): the e-process of win rate = p0."""
+    wins, losses = sign_counts(deltas)
+    return _log_mixture(wins, losses, prior) - xlogy(wins, p0) - xlogy(losses, 1.0 - p0)
+
+
+def winrate_rejections(deltas: object, alpha: float,
+                       prior: tuple[float, float] = WINRATE_PRIOR
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """(win rate <= 1/2 rejected, win rate >= 1/2 rejected) by seed t, running, each a bool
+    array (..., n). 1/2 is rejected when M_t(1/2) >= 1/α; the side is the estimate's (the CS
+    at t lies wholly on the side of W_t / (W_t + L_t) when it excludes 1/2)."""
+    wins, losses = sign_counts(deltas)
+    log_m = _log_mixture(wins, losses, prior) + (wins + losses) * math.log(2.0)
+    hit = log_m >= -math.log(check_alpha(alpha))
+    return (np.maximum.accumulate(hit & (wins > losses), axis=-1),
+            np.maximum.accumulate(hit & (wins < losses), axis=-1))
+
+
+def winrate_p_values(deltas: object, prior: tuple[float, float] = WINRATE_PRIOR
+                     ) -> np.ndarray:
+    """Anytime-valid p of win rate = 1/2 after k seeds: min(1, 1 / max_{j<=k} M_j(1/2))."""
+    log_m = np.maximum.accumulate(winrate_log_evalue(deltas, WINRATE_NULL, prior), axis=-1)
+    return np.minimum(1.0, np.exp(-log_m))
+
+
+def winrate_bounds(deltas: object, alpha: float, prior: tuple[float, float] = WINRATE_PRIOR
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(L_t, U_t), each (n,): the win-rate CS after t = 1..n seeds alone (no intersection).
+
+    Bisection on the log likelihood W log p + L log(1-p), increasing below the estimate and
+    decreasing above it; each end is reported at a rejected point, so the interval is never
+    narrower than the exact one. [0, 1] while every seed so far tied."""
+    wins, losses = sign_counts(deltas)
+    if wins.ndim != 1:
+        raise AnalysisError(f"deltas must be 1-D (one comparison), got shape {wins.shape}")
+    level = -math.log(check_alpha(alpha)) - _log_mixture(wins, losses, prior)  # (n,)
+    k = wins + losses
+    est = np.where(k > 0, wins / np.maximum(k, 1.0), WINRATE_NULL)
+
+    def rejected(p: np.ndarray) -> np.ndarray:  # -log likelihood at p reaches the level
+        return -(xlogy(wins, p) + xlogy(losses, 1.0 - p)) >= level
+
+    out = []
+    for edge, has in ((0.0, wins > 0), (1.0, losses > 0)):  # no win: 0 is never rejected
+        good, bad = np.full(wins.shape, edge), est.copy()  # good: rejected; bad: not
+        for _ in range(_BISECT_ITERS):
+            mid = 0.5 * (good + bad)
+            r = rejected(mid)
+            good, bad = np.where(r, mid, good), np.where(r, bad, mid)
+        out.append(np.where(has, good, edge))
+    return out[0], out[1]
+
+
+def winrate_estimates(deltas: object) -> np.ndarray:
+    """Running win rate W / (W + L), (..., n); nan while every seed so far tied."""
+    wins, losses = sign_counts(deltas)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(wins + losses > 0, wins / (wins + losses), NAN)
+
+
+def winrate_confidence_sequence(deltas: object, alpha: float = DEFAULT_ALPHA
+                                ) -> ConfidenceSequence:
+    """The win-rate CS of one comparison's deltas (n,), in seed order."""
+    d = check_deltas(deltas)
+    if d.ndim != 1:
+        raise AnalysisError(f"deltas must be 1-D (one comparison), got shape {d.shape}")
+    alpha = check_alpha(alpha)
+    raw_low, raw_high = winrate_bounds(d, alpha)
+    return ConfidenceSequence(
+        alpha=alpha, phi=None, mean=winrate_estimates(d),
+        low=np.maximum.accumulate(raw_low), high=np.minimum.accumulate(raw_high),
+        raw_low=raw_low, raw_high=raw_high, p_anytime=winrate_p_values(d), method=WinRate.name)
+
+
+def winrate_decisions(deltas: object, alpha: float, higher_is_better: bool) -> np.ndarray:
+    """The decision after each seed (..., n), str array: better/worse once the running
+    win-rate CS excludes 1/2 (tested exactly at 1/2), never equivalent; both sides rejected
+    (an empty intersection, the miscoverage event) decides nothing."""
+    above, below = winrate_rejections(deltas, check_alpha(alpha))
+    ok = ~(above & below)
+    up, down = (BETTER, WORSE) if higher_is_better else (WORSE, BETTER)
+    return np.select([ok & above, ok & below], [up, down], default=INCONCLUSIVE).astype(object)
 
 
 def bonferroni_alpha(alpha: float, m: int) -> float:
@@ -482,13 +615,17 @@ def betting_decisions(deltas: object, alpha: float, margin: float | None,
 class SequentialResult:
     """One comparison at the current round. `family` and `comparison` are the caller's
     opaque keys (e.g. (dataset, pe) and (fusion, baseline)); n is the seeds (pairs) used;
-    cs_low/cs_high the CS at n at level alpha_each = alpha/m (running intersection); p_anytime
-    the anytime-valid p for mean Δ = 0 (unadjusted; compare with alpha_each)."""
+    mean_delta the mean Δ over them (descriptive under the win-rate method); estimate the
+    method's estimand (mean Δ or win rate; `estimand` names it) and cs_low/cs_high its CS at
+    n at level alpha_each = alpha/m (running intersection); p_anytime the anytime-valid p of
+    the estimand's null (unadjusted; compare with alpha_each); wins/losses/ties the signs of
+    the n deltas."""
 
     family: Hashable
     comparison: Hashable
     n: int
     mean_delta: float
+    estimate: float
     cs_low: float
     cs_high: float
     decision: str
@@ -500,6 +637,19 @@ class SequentialResult:
     higher_is_better: bool
     path: ConfidenceSequence | None = field(repr=False)  # None when n = 0
     method: str  # a SEQUENTIAL_METHODS name
+    wins: int = 0
+    losses: int = 0
+    ties: int = 0
+
+    @property
+    def estimand(self) -> str:
+        """What the decision is about: 'win rate' or 'mean Δ'."""
+        return get_method(self.method).estimand
+
+    @property
+    def null_value(self) -> float:
+        """The estimand's 'no difference' (0 for mean Δ, 1/2 for the win rate)."""
+        return get_method(self.method).null_value
 
     @property
     def assumption(self) -> str:
@@ -521,6 +671,9 @@ class SequentialResult:
         """JSON-ready (±inf/NaN -> None); `path` as ConfidenceSequence.to_dict or None."""
         return {"family": _jsonable_key(self.family),
                 "comparison": _jsonable_key(self.comparison), "n": self.n,
+                "estimand": self.estimand, "estimate": _finite(self.estimate),
+                "null_value": self.null_value, "wins": self.wins, "losses": self.losses,
+                "ties": self.ties,
                 "mean_delta": _finite(self.mean_delta), "cs_low": _finite(self.cs_low),
                 "cs_high": _finite(self.cs_high), "decision": self.decision,
                 "p_anytime": _finite(self.p_anytime),
@@ -544,15 +697,18 @@ def sequential_result(
     margin = check_margin(margin)
     d = np.asarray(deltas, dtype=float).reshape(-1)
     if d.size == 0:
-        return SequentialResult(family, comparison, 0, NAN, -math.inf, math.inf, INCONCLUSIVE,
-                                1.0, float(alpha), alpha_each, int(m), margin,
+        return SequentialResult(family, comparison, 0, NAN, NAN, -math.inf, math.inf,
+                                INCONCLUSIVE, 1.0, float(alpha), alpha_each, int(m), margin,
                                 bool(higher_is_better), None, how.name)
     path = how.path(d, alpha_each, phi)
     decision = str(how.decisions(d, alpha_each, margin, higher_is_better, phi)[-1])
+    signs = np.round(d, DELTA_DECIMALS)  # as check_deltas: float noise is a tie
+    wins, losses = int((signs > 0).sum()), int((signs < 0).sum())
     return SequentialResult(
-        family, comparison, path.n, float(path.mean[-1]), float(path.low[-1]),
-        float(path.high[-1]), decision, float(path.p_anytime[-1]), float(alpha), alpha_each,
-        int(m), margin, bool(higher_is_better), path, how.name)
+        family, comparison, path.n, float(d.mean()), float(path.mean[-1]),
+        float(path.low[-1]), float(path.high[-1]), decision, float(path.p_anytime[-1]),
+        float(alpha), alpha_each, int(m), margin, bool(higher_is_better), path, how.name,
+        wins, losses, int(d.size) - wins - losses)
 
 
 @dataclass(frozen=True, eq=False)
@@ -599,8 +755,8 @@ def stopping_rule(
     the family); the budget is spent when seeds_run >= max_seeds. m: the Bonferroni family
     size; default the number of comparisons passed in. Pass the number the sweep planned
     before its first round when some comparison may not have deltas yet: m must not change
-    between rounds. method: a SEQUENTIAL_METHODS name (default DEFAULT_METHOD, the betting
-    CS, valid for any distribution of Δ in [-1, 1]).
+    between rounds. method: a SEQUENTIAL_METHODS name (default DEFAULT_METHOD, the win-rate
+    CS, exact for any distribution of Δ; it never decides equivalent).
 
     A family is decided when every comparison is better, worse or equivalent at its
     running-intersection CS at alpha/m; otherwise it gets min(seed_batch, max_seeds -
@@ -688,8 +844,15 @@ def from_comparisons(comps: Sequence[Mapping], alpha: float, m: int,
 # The methods: name -> class. Each gives a comparison's CS path and its decision after every
 # seed (vectorized over leading axes: the benchmark simulates whole sweeps with it).
 
+MEAN_DELTA = "mean Δ"  # the estimands, as every report names them
+WIN_RATE = "win rate"
+
+
 class SequentialMethod(Protocol):
     name: str
+    estimand: str  # MEAN_DELTA or WIN_RATE: what better/worse(/equivalent) are about
+    null_value: float  # the estimand's "no difference": 0 for mean Δ, 1/2 for the win rate
+    decides_equivalence: bool  # False: `equivalent` is never reached (no margin on its scale)
     tag: str  # a few words beside each decision ('' when it rests on nothing beyond the range)
     assumption: str  # what its decisions rest on, said beside every decision
 
@@ -699,10 +862,36 @@ class SequentialMethod(Protocol):
                   higher_is_better: bool, phi: float) -> np.ndarray: ...
 
 
+class WinRate:
+    """Beta-binomial mixture CS of the win rate P(Δ > 0 | Δ ≠ 0) (the default)."""
+
+    name = "win-rate"
+    estimand = WIN_RATE
+    null_value = WINRATE_NULL
+    decides_equivalence = False
+    tag = ""  # exact for any distribution of Δ: nothing to add beside a decision
+    assumption = ("distribution-free and exact: about the win rate P(Δ > 0 | Δ ≠ 0), i.e. "
+                  "whether the variant wins on more seeds than it loses (ties skipped), not "
+                  "about the size of the mean Δ; never decides equivalent (beta-binomial "
+                  "mixture CS, Howard et al. 2021)")
+
+    @staticmethod
+    def path(d: np.ndarray, alpha: float, phi: float = DEFAULT_PHI) -> ConfidenceSequence:
+        return winrate_confidence_sequence(d, alpha)
+
+    @staticmethod
+    def decisions(d: np.ndarray, alpha: float, margin: float | None, higher_is_better: bool,
+                  phi: float = DEFAULT_PHI) -> np.ndarray:
+        return winrate_decisions(d, alpha, higher_is_better)  # no margin on the win-rate scale
+
+
 class Betting:
-    """Hedged-capital betting CS of the mean Δ in [-1, 1] (the default)."""
+    """Hedged-capital betting CS of the mean Δ in [-1, 1]."""
 
     name = "betting"
+    estimand = MEAN_DELTA
+    null_value = 0.0
+    decides_equivalence = True
     tag = ""  # nothing to add beside a decision: no distributional assumption
     assumption = ("distribution-free: valid for any per-seed Δ in [-1, 1] (betting CS, "
                   "Waudby-Smith & Ramdas)")
@@ -721,6 +910,9 @@ class NormalMixture:
     """Normal-mixture t-based CS (opt-in): narrow, valid only for normal Δ."""
 
     name = "normal-mixture"
+    estimand = MEAN_DELTA
+    null_value = 0.0
+    decides_equivalence = True
     tag = "assumes normal Δ"  # beside every decision it makes
     assumption = ("assumes per-seed Δ are i.i.d. normal (normal-mixture CS); not valid when "
                   "a variant fails on some seeds (bimodal or skewed Δ)")
@@ -745,8 +937,10 @@ def get_method(name: str | None) -> SequentialMethod:
     return SEQUENTIAL_METHODS[name]
 
 
-SEQUENTIAL_METHODS: dict[str, SequentialMethod] = {Betting.name: Betting,
+SEQUENTIAL_METHODS: dict[str, SequentialMethod] = {WinRate.name: WinRate, Betting.name: Betting,
                                                    NormalMixture.name: NormalMixture}
-DEFAULT_METHOD = Betting.name
+# The win rate: exact for any Δ and decides at seed counts users can afford (issue 31; the
+# betting CS of the mean had power 0 at d_z <= 2 within 20 seeds; docs/sequential.md).
+DEFAULT_METHOD = WinRate.name
 # What an adaptive sweep launched before the method was recorded used.
 LEGACY_METHOD = NormalMixture.name

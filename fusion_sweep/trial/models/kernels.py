@@ -7,9 +7,9 @@ Why: on CPU, `torch.topk` selects row by row through a generic partial sort (abo
 row of 128 scores: six times the matmul that made the scores), a gather of the kept keys
 (`F.embedding`) writes an (R, k, dh) copy whose backward is a slow index-add, and small ops
 (entmax's sort of 13 values, the regulariser's differences, permutes of (…, dh = 16) rows)
-cost their dispatch and memory passes many times over. Each loop below does the arithmetic
-the FLOPs count (`forward_flops`), plus one pass over the scores to select, and writes
-nothing of size (R, k, dh).
+cost their dispatch and memory passes many times over. Each C loop does the arithmetic the
+FLOPs count (`forward_flops`), plus one pass over the scores to select, and writes nothing of
+size (R, k, dh).
 
     score_topk(q, k, add, kk)  each query's kk best keys by q·kᵀ + add, the scores never
                                stored (unsorted; ties and −inf: any kk of them, as torch.topk)
@@ -29,14 +29,22 @@ nothing of size (R, k, dh).
     sparse_sqdist(a, ia, b, ib, distinct)  the same for rows of weights at key indices
                                                                          autograd: a, b
 
-The C source is compiled once per machine with the system C compiler (`cc`, else `gcc`,
-`clang`) into the cache folder (`cache_root()/kernels/<hash of source, flags and CPU>`),
-then loaded with ctypes, which releases the GIL around each call. `available()` is False
-where no compiler works, the tensors are not CPU float32/float64, or FUSION_SWEEP_KERNELS=0;
-ReSSFormer then runs its pure-torch path, which computes the same values (tests/
-test_ressformer_equality.py checks both against the previous implementation; tests/
-test_kernels.py each kernel against plain torch). The loops run in one thread, like a trial
-(1 torch thread per trial).
+Every entry checks its tensors (CPU, float32 or float64 alike, int64 indices, shapes, the
+layout the loop reads, index ranges) before a pointer reaches C, and raises KernelInputError
+(a ValueError) naming the argument: a caller's bug raises instead of corrupting memory.
+
+The sources are real C files, `csrc/ressformer_kernels.c` and the type-generic
+`csrc/ressformer_kernels_typed.h` (shipped in the wheel). They are compiled once per machine
+with the system C compiler (`$CC`, else `cc`, `gcc`, `clang`) into the cache folder
+(`<cache root>/kernels/<hash of sources, compiler, flags and CPU>`, the cache root following
+`TrialConfig.cache_dir` through `use_cache_dir`), then loaded with ctypes, which releases the
+GIL around each call. Why not `torch.utils.cpp_extension`: docs/models.md ("The compiled
+kernels"). `available()` is False where the build fails (it warns once, with the reason), the
+tensors are not CPU float32/float64, or FUSION_SWEEP_KERNELS=0; ReSSFormer then runs its
+pure-torch path, which computes the same values (tests/test_ressformer_equality.py checks
+both against the previous implementation; tests/test_kernels.py each kernel against plain
+torch). `execution_path()` says which path runs and with which compiler, for the trial's
+platform fingerprint. The loops run in one thread, like a trial (1 torch thread per trial).
 """
 from __future__ import annotations
 
@@ -44,9 +52,14 @@ import ctypes
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -61,761 +74,46 @@ ENV_SWITCH = "FUSION_SWEEP_KERNELS"  # "0" turns the compiled kernels off
 # products vectorise without allowing any other reassociation.
 CFLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-shared", "-fPIC", "-std=c99")
 
-# score_topk reads the keys in panels of 4 vectors of 64 bytes (its 4 vector registers).
+# score_topk reads the keys in panels of 4 vectors of 64 bytes (its 4 vector registers);
+# the build passes it to the C source as -DPANEL_BYTES.
 PANEL_BYTES = 256
-SOURCE = f"#define PANEL_BYTES {PANEL_BYTES}\n" + r"""
-#include <stdint.h>
-#include <string.h>
-#include <stdlib.h>
-#include <math.h>
-
-/* Keys per panel in score_topk: 4 vectors of 64 bytes (64 floats, 32 doubles); PANEL_BYTES
-   is defined ahead of this source from the Python constant of that name. */
-#define BW_MAX 64
-
-/* topk_fast's steps with AVX-512 (float32; elsewhere the portable loops): compact_ gathers
-   the entries of row[0..n) that are >= thr, in order: their indices (cj) and values (cv),
-   both with room for n + 16, and returns how many (a block of 16 without one costs one
-   vector test; with AVX-512 a block is compacted by one compress instruction). */
-#define COMPACT_GENERIC(T, S)                                                                  \
-static inline int64_t compact_##S(const T *restrict row, int64_t n, T thr,                 \
-                                  int32_t *restrict cj, T *restrict cv) {                  \
-    int64_t nc = 0;                                                                        \
-    for (int64_t j0 = 0; j0 < n; j0 += 16) {                                               \
-        const int64_t j1 = j0 + 16 < n ? j0 + 16 : n;                                      \
-        int any = 0;                                                                       \
-        _Pragma("omp simd reduction(|:any)")                                               \
-        for (int64_t j = j0; j < j1; ++j) any |= row[j] >= thr;                            \
-        if (!any) continue;                                                                \
-        for (int64_t j = j0; j < j1; ++j) { cj[nc] = j; cv[nc] = row[j]; nc += row[j] >= thr; }\
-    }                                                                                      \
-    return nc;                                                                             \
-}
-#if defined(__AVX512F__)
-#include <immintrin.h>
-static inline int64_t compact_f32(const float *restrict row, int64_t n, float thr,
-                                  int32_t *restrict cj, float *restrict cv) {
-    int64_t nc = 0, j = 0;
-    const __m512 t = _mm512_set1_ps(thr);
-    __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i step = _mm512_set1_epi32(16);
-    for (; j + 16 <= n; j += 16, idx = _mm512_add_epi32(idx, step)) {
-        const __m512 x = _mm512_loadu_ps(row + j);
-        const __mmask16 m = _mm512_cmp_ps_mask(x, t, _CMP_GE_OQ);
-        if (!m) continue;
-        _mm512_storeu_ps(cv + nc, _mm512_maskz_compress_ps(m, x));
-        _mm512_storeu_si512((void *)(cj + nc), _mm512_maskz_compress_epi32(m, idx));
-        nc += __builtin_popcount(m);
-    }
-    for (; j < n; ++j) { cj[nc] = j; cv[nc] = row[j]; nc += row[j] >= thr; }
-    return nc;
-}
-/* Up to 16 candidates (values cv, indices cj): the K of highest rank (how many beat it,
-   ties by position) into o, one vector compare per candidate; 0: not done here. */
-static inline int select16_f32(const float *cv, const int32_t *cj, int64_t nc, int64_t K,
-                               int64_t *o) {
-    if (nc > 16) return 0;
-    const __mmask16 valid = nc == 16 ? 0xFFFF : (__mmask16)((1u << nc) - 1);
-    const __m512 V = _mm512_maskz_loadu_ps(valid, cv);
-    int64_t f = 0;
-    for (int a = 0; a < nc; ++a) {
-        const __m512 x = _mm512_set1_ps(cv[a]);
-        const int r = __builtin_popcount(_mm512_mask_cmp_ps_mask(valid, V, x, _CMP_GT_OQ))
-            + __builtin_popcount(_mm512_mask_cmp_ps_mask(valid & ((1u << a) - 1), V, x,
-                                                         _CMP_EQ_OQ));
-        if (r < K) o[f++] = cj[a];
-    }
-    return f == K;
-}
-/* The K-th largest of exactly 16 values (rank K − 1) into *thr; 0: not done here. */
-static inline int kth16_f32(const float *cm, int64_t C, int64_t K, float *thr) {
-    if (C != 16) return 0;
-    const __m512 V = _mm512_loadu_ps(cm);
-    for (int i = 0; i < 16; ++i) {
-        const __m512 x = _mm512_set1_ps(cm[i]);
-        const int r = __builtin_popcount(_mm512_cmp_ps_mask(V, x, _CMP_GT_OQ))
-            + __builtin_popcount(_mm512_mask_cmp_ps_mask((1u << i) - 1, V, x, _CMP_EQ_OQ));
-        if (r == K - 1) { *thr = cm[i]; return 1; }
-    }
-    return 0;
-}
-#else
-COMPACT_GENERIC(float, f32)
-static inline int select16_f32(const float *cv, const int32_t *cj, int64_t nc, int64_t K,
-                               int64_t *o) { return 0; }
-static inline int kth16_f32(const float *cm, int64_t C, int64_t K, float *thr) { return 0; }
-#endif
-COMPACT_GENERIC(double, f64)
-static inline int select16_f64(const double *cv, const int32_t *cj, int64_t nc, int64_t K,
-                               int64_t *o) { return 0; }
-static inline int kth16_f64(const double *cm, int64_t C, int64_t K, double *thr) { return 0; }
-/* Run CALL with DD the constant D where D is 16, 32 or 64 (the compiler then unrolls and
-   vectorises the row loops), else with DD = D. */
-#define DISPATCH_D(D, CALL) do { switch (D) { \
-    case 16: { const int64_t DD = 16; CALL; break; } \
-    case 32: { const int64_t DD = 32; CALL; break; } \
-    case 64: { const int64_t DD = 64; CALL; break; } \
-    default: { const int64_t DD = (D); CALL; } } } while (0)
-#define DEFINE(T, S, SQRT)                                                                     \
-typedef T vec_##S __attribute__((vector_size(64)));                                        \
-/* Keep x in the running top-K (v, o) of a row: fill, then replace the smallest (at m).    \
-   The smallest is found again by a branch-free scan (its position is unpredictable). */  \
-static inline void keep_##S(T x, int64_t j, T *restrict v, int64_t *restrict o, int64_t K, \
-                            int64_t *restrict fill, int64_t *restrict m) {                 \
-    if (*fill < K) {                                                                       \
-        v[*fill] = x; o[*fill] = j;                                                        \
-        if (++*fill < K) return;                                                           \
-    } else if (x > v[*m]) {                                                                \
-        v[*m] = x; o[*m] = j;                                                              \
-    } else return;                                                                         \
-    int64_t mi = 0;                                                                        \
-    T mv = v[0];                                                                           \
-    for (int64_t i = 1; i < K; ++i) {                                                      \
-        const int lt = v[i] < mv;                                                          \
-        mv = lt ? v[i] : mv; mi = lt ? i : mi;                                             \
-    }                                                                                      \
-    *m = mi;                                                                               \
-}                                                                                          \
-/* Per row: trailing −inf entries (right padding) are dropped; the rest is cut into chunks \
-   of 8. thr, the K-th largest chunk maximum, has at least K entries at or above it, so     \
-   only the entries >= thr of the chunks whose maximum is >= thr can be in the top K (about \
-   K + 2 candidates on random scores). Exact whatever the values: ties and −inf only make  \
-   more candidates. */                                                                     \
-static void topk_row_##S(const T *row, int64_t N, int64_t K, int64_t *o, T *v, T *cm,    \
-                         int64_t *ci) {                                                    \
-    const int64_t W = 8;                                                                   \
-    int64_t fill = 0, m = 0, n = N, cf = 0, cmi = 0;                                       \
-    while (n > K && row[n - 1] == -(T)INFINITY) --n;                                       \
-    const int64_t full = n / W, nc = (n + W - 1) / W;                                      \
-    for (int64_t c = 0; c < full; ++c) {                                                   \
-        const T *x = row + c * W;                                                          \
-        T mx = x[0];                                                                       \
-        for (int64_t j = 1; j < 8; ++j) mx = x[j] > mx ? x[j] : mx;                        \
-        cm[c] = mx;                                                                        \
-    }                                                                                      \
-    if (nc > full) {                                                                       \
-        T mx = row[full * W];                                                              \
-        for (int64_t j = full * W + 1; j < n; ++j) mx = row[j] > mx ? row[j] : mx;         \
-        cm[full] = mx;                                                                     \
-    }                                                                                      \
-    T thr = -(T)INFINITY;                                                                  \
-    if (nc >= K) {                                                                         \
-        for (int64_t c = 0; c < nc; ++c) keep_##S(cm[c], c, v, ci, K, &cf, &cmi);          \
-        thr = v[cmi];                                                                      \
-    }                                                                                      \
-    for (int64_t c = 0; c < nc; ++c) {                                                     \
-        if (!(cm[c] >= thr)) continue;                                                     \
-        const int64_t j1 = (c + 1) * W < n ? (c + 1) * W : n;                              \
-        for (int64_t j = c * W; j < j1; ++j)                                               \
-            if (row[j] >= thr) keep_##S(row[j], j, v, o, K, &fill, &m);                   \
-    }                                                                                      \
-    for (int64_t j = 0; fill < K && j < N; ++j) /* NaN: any K indices */                   \
-        keep_##S(row[j], j, v, o, K, &fill, &m);                                           \
-}                                                                                          \
-/* The common case of a row: thr = the K-th largest maximum of C = 2K (at least 16)        \
-   interleaved chunks (chunk c: the j with j % C = c; their maxima vectorise), so at least \
-   K entries are >= thr. Only those entries (about K + 2 on random scores) are candidates: \
-   gathered block by block (a block of 16 with none costs one vector test), and the K      \
-   largest of them kept. Exact: the K largest are all >= thr. Returns 0 where the slow path\
-   (topk_row) decides: fewer than C entries, NaN, or a tie-heavy row (> 4K candidates). */ \
-static int topk_fast_##S(const T *restrict row, int64_t N, int64_t K, int64_t *restrict o, \
-                         T *restrict cm, int64_t *restrict ci, T *restrict cv,             \
-                         T *restrict v, int32_t *restrict cj) {                            \
-    int64_t n = N;                                                                         \
-    while (n > K && row[n - 1] == -(T)INFINITY) --n;                                       \
-    const int64_t C = 2 * K < 16 ? 16 : (2 * K + 15) / 16 * 16;                            \
-    if (n < C) return 0;                                                                   \
-    /* a vector of chunks at a time, their running maxima in a register; the entries past  \
-       the last full round of C go to the chunks 0, 1, ... */                              \
-    const int64_t last = n / C * C, VW = 64 / sizeof(T);                                   \
-    for (int64_t c0 = 0; c0 < C; c0 += VW) {                                               \
-        T mm[64 / sizeof(T)];                                                              \
-        memcpy(mm, row + c0, 64);                                                          \
-        for (int64_t j0 = C; j0 < last; j0 += C) {                                         \
-            const T *restrict x = row + j0 + c0;                                           \
-            _Pragma("omp simd")                                                            \
-            for (int64_t l = 0; l < VW; ++l) mm[l] = x[l] > mm[l] ? x[l] : mm[l];          \
-        }                                                                                  \
-        memcpy(cm + c0, mm, 64);                                                           \
-    }                                                                                      \
-    for (int64_t j = last; j < n; ++j)                                                     \
-        cm[j - last] = row[j] > cm[j - last] ? row[j] : cm[j - last];                      \
-    int64_t fill = 0, m = 0;                                                               \
-    T thr;                                                                                 \
-    if (!kth16_##S(cm, C, K, &thr)) {                                                      \
-        for (int64_t c = 0; c < C; ++c) keep_##S(cm[c], c, v, ci, K, &fill, &m);           \
-        thr = v[m];                                                                        \
-    }                                                                                      \
-    if (thr != thr) return 0;                                                              \
-    const int64_t nc = compact_##S(row, n, thr, cj, cv);                                   \
-    if (nc < K || nc > 4 * K) return 0;                                                    \
-    if (select16_##S(cv, cj, nc, K, o)) return 1;                                          \
-    fill = 0; m = 0;                                                                       \
-    for (int64_t a = 0; a < nc; ++a) keep_##S(cv[a], cj[a], v, o, K, &fill, &m);           \
-    return fill == K;                                                                      \
-}                                                                                          \
-/* Score and select in one pass per query, the scores never leaving a row buffer:         \
-   q (BH, GL, D) rows, kt (BH, P, D, BW) the keys in panels of BW, zero-padded to P·BW >= L;\
-   add: an additive mask read at add[b*sb + h*sh + (i % L)*si + j] (NULL: none), where     \
-   block = b*H + h and i the row in the block. -> out (BH, GL, K) key indices. */           \
-void score_topk_##S(const T *q, const T *kt, const T *add, int64_t sb, int64_t sh,         \
-                    int64_t si, int64_t BH, int64_t H, int64_t GL, int64_t L, int64_t D,   \
-                    int64_t K, int64_t *out) {                                             \
-    T *buf = malloc(L * sizeof(T)), *v = malloc(K * sizeof(T)),                            \
-      *cm = malloc((L + 16) * sizeof(T)), *cv = malloc((L + 16) * sizeof(T));              \
-    int64_t *ci = malloc((L + K) * sizeof(int64_t));                                       \
-    int32_t *cj = malloc((L + 16) * sizeof(int32_t));                                      \
-    const int64_t BW = PANEL_BYTES / sizeof(T), VW = BW / 4, NP = (L + BW - 1) / BW;       \
-    for (int64_t blk = 0; blk < BH; ++blk) {                                               \
-        const T *kb = kt + blk * NP * D * BW;                                              \
-        for (int64_t i = 0; i < GL; ++i) {                                                 \
-            const T *qi = q + (blk * GL + i) * D;                                          \
-            const T *ar = add ? add + (blk / H) * sb + (blk % H) * sh + (i % L) * si : NULL;\
-            /* A panel (BW keys) at a time, its scores in 4 vector registers (GCC/clang vector\
-               extension): the panel is read contiguously, the row buffer written once */  \
-            for (int64_t j0 = 0, p = 0; j0 < L; j0 += BW, ++p) {                           \
-                const T *panel = kb + p * D * BW;                                          \
-                vec_##S a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, kv;                        \
-                for (int64_t d = 0; d < D; ++d) {                                          \
-                    const T *kd = panel + d * BW;                                          \
-                    const vec_##S qd = (vec_##S){0} + qi[d];                               \
-                    memcpy(&kv, kd, 64); a0 += qd * kv;                                    \
-                    memcpy(&kv, kd + VW, 64); a1 += qd * kv;                               \
-                    memcpy(&kv, kd + 2 * VW, 64); a2 += qd * kv;                           \
-                    memcpy(&kv, kd + 3 * VW, 64); a3 += qd * kv;                           \
-                }                                                                          \
-                T tmp[BW_MAX];                                                             \
-                memcpy(tmp, &a0, 64); memcpy(tmp + VW, &a1, 64);                           \
-                memcpy(tmp + 2 * VW, &a2, 64); memcpy(tmp + 3 * VW, &a3, 64);              \
-                const int64_t w = L - j0 < BW ? L - j0 : BW;                               \
-                if (ar) { /* the mask after the dot product, as q·kᵀ + add in torch */     \
-                    _Pragma("omp simd")                                                    \
-                    for (int64_t j = 0; j < w; ++j) buf[j0 + j] = tmp[j] + ar[j0 + j];     \
-                } else memcpy(buf + j0, tmp, w * sizeof(T));                               \
-            }                                                                              \
-            int64_t *o = out + (blk * GL + i) * K;                                         \
-            if (!topk_fast_##S(buf, L, K, o, cm, ci, cv, v, cj))                                \
-                topk_row_##S(buf, L, K, o, v, cm, ci);                                     \
-        }                                                                                  \
-    }                                                                                      \
-    free(buf); free(v); free(cm); free(ci); free(cv); free(cj);                            \
-}                                                                                          \
-/* out[r] = Σ_{j<n} (a[r, j] − b[r, j])², rows ra / rb apart (chain_sqdist's forward). */ \
-void row_sqdist_##S(const T *a, int64_t ra, const T *b, int64_t rb, int64_t R, int64_t n, \
-                    T *out) {                                                              \
-    for (int64_t r = 0; r < R; ++r) {                                                      \
-        const T *ar = a + r * ra, *br = b + r * rb;                                        \
-        T acc = 0;                                                                         \
-        _Pragma("omp simd reduction(+:acc)")                                               \
-        for (int64_t j = 0; j < n; ++j) acc += (ar[j] - br[j]) * (ar[j] - br[j]);         \
-        out[r] = acc;                                                                      \
-    }                                                                                      \
-}                                                                                          \
-/* The gradient of Σ_t Σ_{j<n} go_t[r]·(A_{t+1} − A_t)² for one A_t of a chain: rows of   \
-   2·(gp[r]·(A_t − A_{t−1}) − gn[r]·(A_{t+1} − A_t)), 0 beyond column n; prev (with gp) or \
-   next (with gn) NULL at the chain's ends. */                                             \
-void chain_grad_##S(const T *prev, int64_t rp, const T *cur, int64_t rc, const T *next,   \
-                    int64_t rn, const T *gp, const T *gn, int64_t R, int64_t n, int64_t N, \
-                    T *out) {                                                              \
-    for (int64_t r = 0; r < R; ++r) {                                                      \
-        const T *c = cur + r * rc;                                                         \
-        const T p2 = prev ? 2 * gp[r] : 0, n2 = next ? 2 * gn[r] : 0;                      \
-        const T *pr = prev ? prev + r * rp : c, *nr = next ? next + r * rn : c;            \
-        T *o = out + r * N;                                                                \
-        _Pragma("omp simd")                                                                \
-        for (int64_t j = 0; j < n; ++j) o[j] = p2 * (c[j] - pr[j]) - n2 * (nr[j] - c[j]);  \
-        for (int64_t j = n; j < N; ++j) o[j] = 0;                                          \
-    }                                                                                      \
-}                                                                                          \
-/* One row of heads_fwd / heads_bwd (below); inlined with D a constant where it is 16, 32  \
-   or 64 (DISPATCH_D), so the row loops vectorise without remainder code. */               \
-static inline void head_fwd_##S(const T *restrict x, T *restrict o, T s, int64_t unit,     \
-                                int64_t D) {                                               \
-    if (unit) {                                                                            \
-        T acc = 0;                                                                         \
-        _Pragma("omp simd reduction(+:acc)")                                               \
-        for (int64_t d = 0; d < D; ++d) acc += x[d] * x[d];                                \
-        const T nrm = SQRT(acc), r = 1 / (nrm < (T)1e-12 ? (T)1e-12 : nrm);                \
-        s = s * r;                                                                         \
-    }                                                                                      \
-    _Pragma("omp simd")                                                                    \
-    for (int64_t d = 0; d < D; ++d) o[d] = x[d] * s;                                       \
-}                                                                                          \
-static inline void head_bwd_##S(const T *restrict gi, const T *restrict x, T *restrict gr, \
-                                T s, int64_t unit, T *restrict gs, int64_t D) {            \
-    if (!unit) {                                                                           \
-        if (gs) {                                                                          \
-            T dot = 0;                                                                     \
-            _Pragma("omp simd reduction(+:dot)")                                           \
-            for (int64_t d = 0; d < D; ++d) dot += x[d] * gi[d];                           \
-            *gs += dot;                                                                    \
-        }                                                                                  \
-        _Pragma("omp simd")                                                                \
-        for (int64_t d = 0; d < D; ++d) gr[d] = gi[d] * s;                                 \
-        return;                                                                            \
-    }                                                                                      \
-    T acc = 0, dot = 0;                                                                    \
-    _Pragma("omp simd reduction(+:acc)")                                                   \
-    for (int64_t d = 0; d < D; ++d) acc += x[d] * x[d];                                    \
-    const T nrm = SQRT(acc), r = 1 / (nrm < (T)1e-12 ? (T)1e-12 : nrm);                    \
-    _Pragma("omp simd reduction(+:dot)")                                                   \
-    for (int64_t d = 0; d < D; ++d) dot += x[d] * r * gi[d];                               \
-    if (gs) *gs += dot;                                                                    \
-    const T c = nrm < (T)1e-12 ? 0 : dot * r, sr = s * r;                                  \
-    _Pragma("omp simd")                                                                    \
-    for (int64_t d = 0; d < D; ++d) gr[d] = sr * (gi[d] - x[d] * c);                       \
-}                                                                                          \
-/* Heads out of a projection and back (SOES's normalisation fused in): raw (B, N, P, H, D) \
-   is a Linear's output, P projections side by side; part p, rows n0 <= n < n1, goes to out\
-   (B, H, n1 − n0, D) contiguous, each row times s = scale[h] (NULL: 1) and, with unit, by \
-   r = 1/max(‖row‖, 1e-12) too (as x * (scale * r) in torch). */                           \
-void heads_fwd_##S(const T *raw, int64_t B, int64_t N, int64_t P, int64_t H, int64_t D,    \
-                   int64_t p, int64_t n0, int64_t n1, int64_t unit, const T *scale, T *out) {\
-    const int64_t M = n1 - n0;                                                             \
-    for (int64_t b = 0; b < B; ++b)                                                        \
-        for (int64_t n = n0; n < n1; ++n)                                                  \
-            for (int64_t h = 0; h < H; ++h) {                                              \
-                const T *x = raw + (((b * N + n) * P + p) * H + h) * D;                    \
-                __builtin_prefetch(x + 8 * P * H * D); /* the same head 8 rows on */       \
-                T *o = out + ((b * H + h) * M + n - n0) * D;                               \
-                const T s = scale ? scale[h] : (T)1;                                       \
-                DISPATCH_D(D, head_fwd_##S(x, o, s, unit, DD));                            \
-            }                                                                              \
-}                                                                                          \
-/* Its backward into graw (raw's shape, part p, rows n0..n1): g (B, H, n1 − n0, D) (NULL:  \
-   zero) times s; with unit, minus the component along the row (none where the norm was    \
-   clamped); gscale[h] += ⟨g, x·r⟩ (x·1 without unit; NULL: not wanted); r computed again. */\
-void heads_bwd_##S(const T *g, const T *raw, int64_t B, int64_t N, int64_t P, int64_t H,   \
-                   int64_t D, int64_t p, int64_t n0, int64_t n1, int64_t unit,             \
-                   const T *scale, T *graw, T *gscale) {                                   \
-    const int64_t M = n1 - n0;                                                             \
-    for (int64_t b = 0; b < B; ++b)                                                        \
-        for (int64_t n = n0; n < n1; ++n)                                                  \
-            for (int64_t h = 0; h < H; ++h) {                                              \
-                const int64_t at = (((b * N + n) * P + p) * H + h) * D;                    \
-                if (!g) { memset(graw + at, 0, D * sizeof(T)); continue; }                 \
-                __builtin_prefetch(raw + at + 8 * P * H * D);                              \
-                const T *gi = g + ((b * H + h) * M + n - n0) * D;                          \
-                __builtin_prefetch(gi + 8 * D);                                            \
-                const T s = scale ? scale[h] : (T)1;                                       \
-                T *gs = gscale ? gscale + h : NULL;                                        \
-                DISPATCH_D(D, head_bwd_##S(gi, raw + at, graw + at, s, unit, gs, DD));     \
-            }                                                                              \
-}                                                                                          \
-/* 1.5-entmax over rows of N (small: a sort by ranks, O(N²) vector compares), the package's\
-   Entmax15Function step by step: x = (z − max)/2, sorted descending; running means give   \
-   tau_i; the support is the count of i with tau_i <= x_(i); y = max(x − tau, 0)². Sorted   \
-   −inf entries end the scan (there the package's arithmetic gives NaN, never support). */ \
-static void entmax15_rows_##S(const T *z, int64_t R, int64_t N, T *y) {                    \
-    T *srt = malloc(N * sizeof(T)), *tau = malloc(N * sizeof(T));                          \
-    for (int64_t r = 0; r < R; ++r) {                                                      \
-        const T *zr = z + r * N;                                                           \
-        T *yr = y + r * N, mx = zr[0];                                                     \
-        for (int64_t j = 1; j < N; ++j) mx = zr[j] > mx ? zr[j] : mx;                      \
-        for (int64_t j = 0; j < N; ++j) yr[j] = srt[j] = (zr[j] - mx) / 2;                 \
-        /* sorted by rank (how many come before it): up to 16 entries, padded with −inf    \
-           after them, in one vector compare each; NaN: ranks may collide */               \
-        T pad[16];                                                                         \
-        const int64_t W = N <= 16 ? 16 : N;                                                \
-        const T *xs = yr;                                                                  \
-        if (N <= 16) {                                                                     \
-            for (int64_t j = 0; j < 16; ++j) pad[j] = j < N ? yr[j] : -(T)INFINITY;        \
-            xs = pad;                                                                      \
-        }                                                                                  \
-        for (int64_t i = 0; i < N; ++i) {                                                  \
-            const T x = xs[i];                                                             \
-            int rank = 0;                                                                  \
-            if (W == 16) {                                                                 \
-                _Pragma("omp simd reduction(+:rank)")                                      \
-                for (int j = 0; j < 16; ++j) rank += (xs[j] > x) | ((xs[j] == x) & (j < i));\
-            } else {                                                                       \
-                for (int64_t j = 0; j < W; ++j) rank += (xs[j] > x) | ((xs[j] == x) & (j < i));\
-            }                                                                              \
-            if (rank < N) srt[rank] = x;                                                   \
-        }                                                                                  \
-        T sum = 0, sq = 0;                                                                 \
-        int64_t support = 0;                                                               \
-        for (int64_t i = 0; i < N && srt[i] != -(T)INFINITY; ++i) {                        \
-            const T rho = (T)(i + 1);                                                      \
-            sum += srt[i]; sq += srt[i] * srt[i];                                          \
-            const T mean = sum / rho, mean_sq = sq / rho;                                  \
-            const T ss = rho * (mean_sq - mean * mean);                                    \
-            const T delta = (1 - ss) / rho;                                                \
-            tau[i] = mean - SQRT(delta > 0 ? delta : 0);                                   \
-            support += tau[i] <= srt[i];                                                   \
-        }                                                                                  \
-        const T t = tau[support > 0 ? support - 1 : 0];                                    \
-        for (int64_t j = 0; j < N; ++j) {                                                  \
-            const T d = yr[j] - t;                                                         \
-            yr[j] = d > 0 ? d * d : 0;                                                     \
-        }                                                                                  \
-    }                                                                                      \
-    free(srt); free(tau);                                                                  \
-}                                                                                          \
-/* The same, 64 / sizeof(T) rows at a time (16 in float32), one row per vector lane:       \
-   the rows transposed into a local block, sorted by an odd-even transposition network     \
-   (N passes of compare-exchange, the same in every lane), the running sums and tau_i in   \
-   the same order and arithmetic as one row at a time, then transposed back. Rows of at most\
-   64 (ENTMAX_MAX_WIDTH); the last R % lanes rows go one at a time. */                     \
-void entmax15_##S(const T *z, int64_t R, int64_t N, T *y) {                                \
-    enum { W = 64 / sizeof(T) };                                                           \
-    T X[64][W], Sr[64][W], tau[64][W];                                                     \
-    const int64_t R0 = N <= 64 ? R / W * W : 0;                                            \
-    for (int64_t r0 = 0; r0 < R0; r0 += W) {                                               \
-        T mx[W], cs[W], cq[W], t[W];                                                       \
-        int64_t alive[W], support[W];                                                      \
-        for (int64_t l = 0; l < W; ++l)                                                    \
-            for (int64_t i = 0; i < N; ++i) X[i][l] = z[(r0 + l) * N + i];                 \
-        _Pragma("omp simd")                                                                \
-        for (int64_t l = 0; l < W; ++l) mx[l] = X[0][l];                                   \
-        for (int64_t i = 1; i < N; ++i) {                                                  \
-            _Pragma("omp simd")                                                            \
-            for (int64_t l = 0; l < W; ++l) mx[l] = X[i][l] > mx[l] ? X[i][l] : mx[l];     \
-        }                                                                                  \
-        for (int64_t i = 0; i < N; ++i) {                                                  \
-            _Pragma("omp simd")                                                            \
-            for (int64_t l = 0; l < W; ++l) Sr[i][l] = X[i][l] = (X[i][l] - mx[l]) / 2;    \
-        }                                                                                  \
-        for (int64_t pass = 0; pass < N; ++pass)                                           \
-            for (int64_t i = pass & 1; i + 1 < N; i += 2) {                                \
-                _Pragma("omp simd")                                                        \
-                for (int64_t l = 0; l < W; ++l) {                                          \
-                    const T a = Sr[i][l], b = Sr[i + 1][l];                                \
-                    const int up = b > a;                                                  \
-                    Sr[i][l] = up ? b : a;                                                 \
-                    Sr[i + 1][l] = up ? a : b;                                             \
-                }                                                                          \
-            }                                                                              \
-        _Pragma("omp simd")                                                                \
-        for (int64_t l = 0; l < W; ++l) { cs[l] = 0; cq[l] = 0; alive[l] = 1; support[l] = 0; }\
-        for (int64_t i = 0; i < N; ++i) {                                                  \
-            const T rho = (T)(i + 1);                                                      \
-            _Pragma("omp simd")                                                            \
-            for (int64_t l = 0; l < W; ++l) {                                              \
-                const T x = Sr[i][l];                                                      \
-                alive[l] &= x != -(T)INFINITY;                                             \
-                cs[l] += alive[l] ? x : 0;                                                 \
-                cq[l] += alive[l] ? x * x : 0;                                             \
-                const T mean = cs[l] / rho, mean_sq = cq[l] / rho;                         \
-                const T ss = rho * (mean_sq - mean * mean);                                \
-                const T delta = (1 - ss) / rho;                                            \
-                tau[i][l] = mean - SQRT(delta > 0 ? delta : 0);                            \
-                support[l] += alive[l] & (tau[i][l] <= x);                                 \
-            }                                                                              \
-        }                                                                                  \
-        _Pragma("omp simd")                                                                \
-        for (int64_t l = 0; l < W; ++l) t[l] = tau[0][l];                                  \
-        for (int64_t i = 1; i < N; ++i) {                                                  \
-            _Pragma("omp simd")                                                            \
-            for (int64_t l = 0; l < W; ++l) t[l] = support[l] - 1 == i ? tau[i][l] : t[l]; \
-        }                                                                                  \
-        for (int64_t l = 0; l < W; ++l)                                                    \
-            for (int64_t i = 0; i < N; ++i) {                                              \
-                const T d = X[i][l] - t[l];                                                \
-                y[(r0 + l) * N + i] = d > 0 ? d * d : 0;                                   \
-            }                                                                              \
-    }                                                                                      \
-    if (R0 < R) entmax15_rows_##S(z + R0 * N, R - R0, N, y + R0 * N);                      \
-}                                                                                          \
-void entmax15_grad_##S(const T *y, const T *dy, int64_t R, int64_t N, T *dx) {            \
-    for (int64_t r = 0; r < R; ++r) {                                                      \
-        const T *yr = y + r * N, *gr = dy + r * N;                                         \
-        T *o = dx + r * N, num = 0, den = 0;                                               \
-        for (int64_t j = 0; j < N; ++j) {                                                  \
-            const T g = SQRT(yr[j]);                                                       \
-            o[j] = gr[j] * g; num += o[j]; den += g;                                       \
-        }                                                                                  \
-        const T q = num / den;                                                             \
-        for (int64_t j = 0; j < N; ++j) o[j] -= q * SQRT(yr[j]);                           \
-    }                                                                                      \
-}                                                                                          \
-/* ‖Σ_i a_i e(ia_i) − Σ_j b_j e(ib_j)‖² per row of two sparse rows (weights at key         \
-   indices; an index may repeat), and its gradient: by pairs of entries, O((Na + Nb)²).    \
-   distinct: no index repeats within a row (top-k of one expert), so a row's weight at its \
-   own i-th key is its i-th entry; rows of 8 or 16 entries: the loops unrolled. */         \
-static inline T sparse_dot_##S(const T *a, const int64_t *ia, int64_t Na, int64_t key) {   \
-    T acc = 0;                                                                             \
-    _Pragma("omp simd reduction(+:acc)")                                                   \
-    for (int64_t i = 0; i < Na; ++i) acc += ia[i] == key ? a[i] : 0;                       \
-    return acc;                                                                            \
-}                                                                                          \
-static inline void sparse_row_##S(const T *ar, const int64_t *iar, int64_t Na, const T *br,\
-                                  const int64_t *ibr, int64_t Nb, int64_t distinct,        \
-                                  const T *go, T *out, T *ga, T *gb) {                     \
-    T acc = 0;                                                                             \
-    for (int64_t i = 0; i < Na; ++i) {  /* d_i: the difference at a's key i */             \
-        const T own = distinct ? ar[i] : sparse_dot_##S(ar, iar, Na, iar[i]);              \
-        const T d = own - sparse_dot_##S(br, ibr, Nb, iar[i]);                             \
-        if (go) ga[i] = 2 * *go * d; else acc += ar[i] * d;                                \
-    }                                                                                      \
-    for (int64_t j = 0; j < Nb; ++j) {                                                     \
-        const T own = distinct ? br[j] : sparse_dot_##S(br, ibr, Nb, ibr[j]);              \
-        const T d = own - sparse_dot_##S(ar, iar, Na, ibr[j]);                             \
-        if (go) gb[j] = 2 * *go * d; else acc += br[j] * d;                                \
-    }                                                                                      \
-    if (!go) *out = acc;                                                                   \
-}                                                                                          \
-void sparse_sqdist_##S(const T *a, const int64_t *ia, int64_t Na, const T *b,              \
-                       const int64_t *ib, int64_t Nb, int64_t R, int64_t distinct,         \
-                       const T *go, T *out, T *ga, T *gb) {                                \
-    for (int64_t r = 0; r < R; ++r) {                                                      \
-        const T *ar = a + r * Na, *br = b + r * Nb, *gr = go ? go + r : NULL;              \
-        const int64_t *iar = ia + r * Na, *ibr = ib + r * Nb;                              \
-        T *o = go ? NULL : out + r, *gar = go ? ga + r * Na : NULL, *gbr = go ? gb + r * Nb : NULL;\
-        if (Na == 8 && Nb == 8)                                                            \
-            sparse_row_##S(ar, iar, 8, br, ibr, 8, distinct, gr, o, gar, gbr);             \
-        else if (Na == 16 && Nb == 16)                                                     \
-            sparse_row_##S(ar, iar, 16, br, ibr, 16, distinct, gr, o, gar, gbr);           \
-        else                                                                               \
-            sparse_row_##S(ar, iar, Na, br, ibr, Nb, distinct, gr, o, gar, gbr);           \
-    }                                                                                      \
-}                                                                                          \
-/* Sparse attention with R2MU's memory, per query row r (block blk = r / GL of B·H, token  \
-   i = r % L, batch b = blk / H): N = K + S + 1 scores [the K kept token keys, the block's \
-   S slots, the row's own cache entry]. Tables: kr, v (BH·L, D) rows at gidx (R, K); ks, vs\
-   (BH, S, D); kc, vc (BH·L, D). */                                                        \
-static inline T dot_##S(const T *restrict a, const T *restrict b, int64_t D) {             \
-    T acc = 0;                                                                             \
-    _Pragma("omp simd reduction(+:acc)")                                                   \
-    for (int64_t d = 0; d < D; ++d) acc += a[d] * b[d];                                    \
-    return acc;                                                                            \
-}                                                                                          \
-static inline void axpy_##S(T *restrict y, T a, const T *restrict x, int64_t D) {          \
-    _Pragma("omp simd")                                                                    \
-    for (int64_t d = 0; d < D; ++d) y[d] += a * x[d];                                      \
-}                                                                                          \
-static inline void mem_scores_row_##S(const T *qr, const T *q, const T *kr, const int64_t *ix,\
-                                      const T *ak, const T *ks, const T *sa, const T *kc,  \
-                                      int64_t K, int64_t S, T *z, int64_t D) {             \
-    for (int64_t j = 0; j < K; ++j)                                                        \
-        z[j] = dot_##S(qr, kr + ix[j] * D, D) + (ak ? ak[j] : 0);                          \
-    for (int64_t m = 0; m < S; ++m) z[K + m] = dot_##S(q, ks + m * D, D) + sa[m];          \
-    z[K + S] = dot_##S(q, kc, D);                                                          \
-}                                                                                          \
-/* z (R, N): the scores (token scores plus ak (R, K), the mask at the kept keys, or NULL;  \
-   slot scores plus sa (B, S), 0 or −inf). */                                              \
-void mem_scores_##S(const T *qr, const T *q, const T *kr, const int64_t *gidx, const T *ak,\
-                    const T *ks, const T *sa, const T *kc, int64_t R, int64_t K, int64_t S,\
-                    int64_t D, int64_t GL, int64_t H, int64_t L, T *z) {                   \
-    for (int64_t r = 0; r < R; ++r) {                                                      \
-        const int64_t blk = r / GL, i = r % L;                                             \
-        DISPATCH_D(D, mem_scores_row_##S(qr + r * D, q + r * D, kr, gidx + r * K,          \
-                                         ak ? ak + r * K : NULL, ks + blk * S * DD,        \
-                                         sa + (blk / H) * S, kc + (blk * L + i) * DD, K, S,\
-                                         z + r * (K + S + 1), DD));                        \
-    }                                                                                      \
-}                                                                                          \
-static inline void mem_scores_grad_row_##S(const T *dz, const T *qr, const T *q, const T *kr,\
-                                           const int64_t *ix, const T *ks, const T *kc,    \
-                                           int64_t K, int64_t S, T *dqr, T *dq, T *dkr,    \
-                                           T *dks, T *dkc, int64_t D) {                    \
-    memset(dqr, 0, D * sizeof(T)); memset(dq, 0, D * sizeof(T));                           \
-    for (int64_t j = 0; j < K; ++j) {                                                      \
-        axpy_##S(dqr, dz[j], kr + ix[j] * D, D);                                           \
-        axpy_##S(dkr + ix[j] * D, dz[j], qr, D);                                           \
-    }                                                                                      \
-    for (int64_t m = 0; m < S; ++m) {                                                      \
-        axpy_##S(dq, dz[K + m], ks + m * D, D);                                            \
-        axpy_##S(dks + m * D, dz[K + m], q, D);                                            \
-    }                                                                                      \
-    axpy_##S(dq, dz[K + S], kc, D);                                                        \
-    axpy_##S(dkc, dz[K + S], q, D);                                                        \
-}                                                                                          \
-/* mem_scores' backward: dqr, dq (R, D) written; dkr, dks, dkc accumulated (zeroed first). */\
-void mem_scores_grad_##S(const T *dz, const T *qr, const T *q, const T *kr,                \
-                         const int64_t *gidx, const T *ks, const T *kc, int64_t R, int64_t K,\
-                         int64_t S, int64_t D, int64_t GL, int64_t L, T *dqr, T *dq, T *dkr,\
-                         T *dks, T *dkc) {                                                 \
-    for (int64_t r = 0; r < R; ++r) {                                                      \
-        const int64_t blk = r / GL, i = r % L;                                             \
-        DISPATCH_D(D, mem_scores_grad_row_##S(dz + r * (K + S + 1), qr + r * DD, q + r * DD,\
-                                              kr, gidx + r * K, ks + blk * S * DD,         \
-                                              kc + (blk * L + i) * DD, K, S, dqr + r * DD, \
-                                              dq + r * DD, dkr, dks + blk * S * DD,        \
-                                              dkc + (blk * L + i) * DD, DD));              \
-    }                                                                                      \
-}                                                                                          \
-static inline void mem_mix_row_##S(const T *w, const T *v, const int64_t *ix, const T *vs, \
-                                   const T *vc, int64_t K, int64_t S, T *o, int64_t D) {   \
-    memset(o, 0, D * sizeof(T));                                                           \
-    for (int64_t j = 0; j < K; ++j) axpy_##S(o, w[j], v + ix[j] * D, D);                   \
-    for (int64_t m = 0; m < S; ++m) axpy_##S(o, w[K + m], vs + m * D, D);                  \
-    axpy_##S(o, w[K + S], vc, D);                                                          \
-}                                                                                          \
-/* out (R, D) = Σ_j w_j v[gidx_j] + Σ_m w_{K+m} vs_m + w_{K+S} vc_i: the weighted sum. */  \
-void mem_mix_##S(const T *w, const T *v, const int64_t *gidx, const T *vs, const T *vc,    \
-                 int64_t R, int64_t K, int64_t S, int64_t D, int64_t GL, int64_t L, T *out) {\
-    for (int64_t r = 0; r < R; ++r) {                                                      \
-        const int64_t blk = r / GL, i = r % L;                                             \
-        DISPATCH_D(D, mem_mix_row_##S(w + r * (K + S + 1), v, gidx + r * K, vs + blk * S * DD,\
-                                      vc + (blk * L + i) * DD, K, S, out + r * DD, DD));   \
-    }                                                                                      \
-}                                                                                          \
-static inline void mem_mix_grad_row_##S(const T *go, const T *w, const T *v, const int64_t *ix,\
-                                        const T *vs, const T *vc, int64_t K, int64_t S, T *dw,\
-                                        T *dv, T *dvs, T *dvc, int64_t D) {                \
-    for (int64_t j = 0; j < K; ++j) {                                                      \
-        dw[j] = dot_##S(go, v + ix[j] * D, D);                                             \
-        axpy_##S(dv + ix[j] * D, w[j], go, D);                                             \
-    }                                                                                      \
-    for (int64_t m = 0; m < S; ++m) {                                                      \
-        dw[K + m] = dot_##S(go, vs + m * D, D);                                            \
-        axpy_##S(dvs + m * D, w[K + m], go, D);                                            \
-    }                                                                                      \
-    dw[K + S] = dot_##S(go, vc, D);                                                        \
-    axpy_##S(dvc, w[K + S], go, D);                                                        \
-}                                                                                          \
-/* mem_mix's backward: dw (R, N) written; dv, dvs, dvc accumulated (zeroed first). */      \
-void mem_mix_grad_##S(const T *go, const T *w, const T *v, const int64_t *gidx, const T *vs,\
-                      const T *vc, int64_t R, int64_t K, int64_t S, int64_t D, int64_t GL, \
-                      int64_t L, T *dw, T *dv, T *dvs, T *dvc) {                           \
-    for (int64_t r = 0; r < R; ++r) {                                                      \
-        const int64_t blk = r / GL, i = r % L;                                             \
-        DISPATCH_D(D, mem_mix_grad_row_##S(go + r * DD, w + r * (K + S + 1), v, gidx + r * K,\
-                                           vs + blk * S * DD, vc + (blk * L + i) * DD, K, S,\
-                                           dw + r * (K + S + 1), dv, dvs + blk * S * DD,   \
-                                           dvc + (blk * L + i) * DD, DD));                 \
-    }                                                                                      \
-}                                                                                          \
-void gather_dot_##S(const T *a, const T *t, const int64_t *idx, int64_t R, int64_t K,     \
-                    int64_t D, T *out) {                                                   \
-    for (int64_t r = 0; r < R; ++r) {                                                      \
-        const T *ar = a + r * D;                                                           \
-        for (int64_t j = 0; j < K; ++j) {                                                  \
-            const T *tr = t + idx[r * K + j] * D;                                          \
-            T acc = 0;                                                                     \
-            _Pragma("omp simd reduction(+:acc)")                                           \
-            for (int64_t d = 0; d < D; ++d) acc += ar[d] * tr[d];                          \
-            out[r * K + j] = acc;                                                          \
-        }                                                                                  \
-    }                                                                                      \
-}                                                                                          \
-void gather_sum_##S(const T *w, const T *t, const int64_t *idx, int64_t R, int64_t K,     \
-                    int64_t D, T *out) {                                                   \
-    for (int64_t r = 0; r < R; ++r) {                                                      \
-        T *o = out + r * D;                                                                \
-        memset(o, 0, D * sizeof(T));                                                       \
-        for (int64_t j = 0; j < K; ++j) {                                                  \
-            const T *tr = t + idx[r * K + j] * D;                                          \
-            const T wj = w[r * K + j];                                                     \
-            _Pragma("omp simd")                                                            \
-            for (int64_t d = 0; d < D; ++d) o[d] += wj * tr[d];                            \
-        }                                                                                  \
-    }                                                                                      \
-}                                                                                          \
-/* Softmax's backward over rows of N: gz = y · (g − Σ g·y). */                             \
-void softmax_grad_##S(const T *y, const T *g, int64_t R, int64_t N, T *gz) {               \
-    for (int64_t r = 0; r < R; ++r) {                                                      \
-        const T *yr = y + r * N, *gr = g + r * N;                                          \
-        T *o = gz + r * N, dot = 0;                                                        \
-        _Pragma("omp simd reduction(+:dot)")                                               \
-        for (int64_t j = 0; j < N; ++j) dot += yr[j] * gr[j];                              \
-        _Pragma("omp simd")                                                                \
-        for (int64_t j = 0; j < N; ++j) o[j] = yr[j] * (gr[j] - dot);                      \
-    }                                                                                      \
-}                                                                                          \
-void scatter_outer_##S(const T *w, const T *a, const int64_t *idx, int64_t R, int64_t K,  \
-                       int64_t D, T *out) {                                                \
-    for (int64_t r = 0; r < R; ++r) {                                                      \
-        const T *ar = a + r * D;                                                           \
-        for (int64_t j = 0; j < K; ++j) {                                                  \
-            T *o = out + idx[r * K + j] * D;                                               \
-            const T wj = w[r * K + j];                                                     \
-            _Pragma("omp simd")                                                            \
-            for (int64_t d = 0; d < D; ++d) o[d] += wj * ar[d];                            \
-        }                                                                                  \
-    }                                                                                      \
-}
-
-DEFINE(float, f32, sqrtf)
-DEFINE(double, f64, sqrt)
-
-/* Softmax of z + mask over rows of N (dense attention): the mask read at m[b*sb + h*sh +
-   i*si] for row r = ((b*H + h)*G + g)*L + i (NULL: none), added in the same pass. float32:
-   exp by the Cephes polynomial on 16 lanes (GCC/clang vector extension; within 2 ulp of
-   expf), anything below −87.3 after the max is subtracted (−inf: a masked key) an exact 0.
-   float64: libm's exp. A row of only −inf gives NaN, as torch's softmax. */
-typedef float v16f __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
-static inline v16f exp16_nonpos(v16f x) {
-    const v16i tiny = x < -87.33654f;
-    const v16f fx = x * 1.44269504088896341f + 0.5f;
-    v16i n = __builtin_convertvector(fx, v16i);           /* truncation; floor below */
-    n -= (v16i)(__builtin_convertvector(n, v16f) > fx) & 1;
-    const v16f nf = __builtin_convertvector(n, v16f);
-    x = x - nf * 0.693359375f + nf * 2.12194440e-4f;
-    const v16f z = x * x;
-    v16f p = 1.9875691500e-4f * x + 1.3981999507e-3f;
-    p = p * x + 8.3334519073e-3f;
-    p = p * x + 4.1665795894e-2f;
-    p = p * x + 1.6666665459e-1f;
-    p = p * x + 5.0000001201e-1f;
-    p = p * z + x + 1.0f;
-    return (v16f)((v16i)(p * (v16f)((n + 127) << 23)) & ~tiny);
-}
-static inline const float *mrow_f32(const float *m, int64_t r, int64_t H, int64_t G,
-                                    int64_t L, int64_t sb, int64_t sh, int64_t si) {
-    const int64_t i = r % L, h = (r / (G * L)) % H, b = r / (H * G * L);
-    return m ? m + b * sb + h * sh + i * si : NULL;
-}
-void masked_softmax_f32(const float *z, const float *m, int64_t sb, int64_t sh, int64_t si,
-                        int64_t H, int64_t G, int64_t L, int64_t R, int64_t N, float *y) {
-    for (int64_t r = 0; r < R; ++r) {
-        const float *zr = z + r * N, *mr = mrow_f32(m, r, H, G, L, sb, sh, si);
-        float *yr = y + r * N, mx = -INFINITY;
-        if (mr) {
-            _Pragma("omp simd reduction(max:mx)")
-            for (int64_t j = 0; j < N; ++j) {
-                const float t = zr[j] + mr[j];
-                yr[j] = t; mx = t > mx ? t : mx;
-            }
-        } else {
-            _Pragma("omp simd reduction(max:mx)")
-            for (int64_t j = 0; j < N; ++j) { yr[j] = zr[j]; mx = zr[j] > mx ? zr[j] : mx; }
-        }
-        v16f acc = {0};
-        int64_t j = 0;
-        for (; j + 16 <= N; j += 16) {
-            v16f x;
-            memcpy(&x, yr + j, 64);
-            const v16f e = exp16_nonpos(x - mx);
-            memcpy(yr + j, &e, 64);
-            acc += e;
-        }
-        if (j < N) { /* the last < 16 entries, padded with −inf (exp 0) */
-            float t[16];
-            for (int l = 0; l < 16; ++l) t[l] = j + l < N ? yr[j + l] : -INFINITY;
-            v16f x;
-            memcpy(&x, t, 64);
-            const v16f e = exp16_nonpos(x - mx);
-            acc += e;
-            memcpy(t, &e, 64);
-            for (int l = 0; j + l < N; ++l) yr[j + l] = t[l];
-        }
-        float sum = 0;
-        for (int l = 0; l < 16; ++l) sum += acc[l];
-        const float inv = 1 / sum;
-        _Pragma("omp simd")
-        for (int64_t k = 0; k < N; ++k) yr[k] *= inv;
-    }
-}
-void masked_softmax_f64(const double *z, const double *m, int64_t sb, int64_t sh, int64_t si,
-                        int64_t H, int64_t G, int64_t L, int64_t R, int64_t N, double *y) {
-    for (int64_t r = 0; r < R; ++r) {
-        const int64_t i = r % L, h = (r / (G * L)) % H, b = r / (H * G * L);
-        const double *zr = z + r * N, *mr = m ? m + b * sb + h * sh + i * si : NULL;
-        double *yr = y + r * N, mx = -INFINITY, sum = 0;
-        for (int64_t j = 0; j < N; ++j) {
-            yr[j] = mr ? zr[j] + mr[j] : zr[j];
-            mx = yr[j] > mx ? yr[j] : mx;
-        }
-        for (int64_t j = 0; j < N; ++j) { yr[j] = exp(yr[j] - mx); sum += yr[j]; }
-        for (int64_t j = 0; j < N; ++j) yr[j] /= sum;
-    }
-}
-"""
+SOURCE_DIR = Path(__file__).with_name("csrc")
+MAIN_SOURCE = "ressformer_kernels.c"
+SOURCES = (MAIN_SOURCE, "ressformer_kernels_typed.h")  # everything the build reads
+# sha256 (16 hex) of the SOURCES' bytes in order. The code fingerprint (schema.code_fingerprint)
+# reads only .py files: this literal carries every edit of the C into it, and
+# tests/test_kernels.py fails until it is updated (kernels.sources_digest() gives the value).
+SOURCES_SHA256 = "802a4c102119a1da"
+BUILD_TIMEOUT_S = 120
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 _I64 = ctypes.c_int64
+
+
+class KernelInputError(ValueError):
+    """A tensor handed to a kernel entry has the wrong device, dtype, shape or layout."""
+
+
+# ---------------------------------------------------------------------------- the build
+@dataclass(frozen=True)
+class Build:
+    """One build attempt's outcome: the library (None: the torch path), the path taken
+    ('compiled' | 'torch' | 'off'), the compiler ('gcc 12.2.0'; '' unknown or off) and why
+    the build failed ('' where it did not)."""
+
+    library: ctypes.CDLL | None
+    kernels: str
+    compiler: str
+    reason: str
+
+
+_cache_dir = ""  # TrialConfig.cache_dir of the trial in this process ('' = the default root)
+
+
+def use_cache_dir(cache_dir: str) -> None:
+    """Build into (and load from) `<cache_root(cache_dir)>/kernels`: ReSSFormer's encoder
+    calls this with its trial's `cache_dir`."""
+    global _cache_dir
+    _cache_dir = cache_dir
 
 
 def _cpu_key() -> str:
@@ -833,42 +131,196 @@ def _compiler() -> str | None:
     return next((c for c in (os.environ.get("CC", ""), "cc", "gcc", "clang") if c and shutil.which(c)), None)
 
 
-@lru_cache(maxsize=1)
-def _library() -> ctypes.CDLL | None:
-    """The compiled kernels, building them on first use; None where that is impossible."""
+def _compiler_version(cc: str) -> str:
+    """'gcc 12.2.0' / 'clang 16.0.6' from `cc -v` (its last line names the real compiler
+    behind `cc`); the first line of `--version` otherwise; '' if neither answers."""
+    for args, pattern in ((["-v"], r"^(\S+) version (\S+)"), (["--version"], r"^(.+)$")):
+        try:
+            done = subprocess.run([cc, *args], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return ""
+        for line in reversed((done.stderr + done.stdout).splitlines()):
+            m = re.match(pattern, line.strip())
+            if m:
+                return " ".join(m.groups())[:80]
+    return ""
+
+
+def _sources_text() -> str:
+    return "\n".join((SOURCE_DIR / name).read_text() for name in SOURCES)
+
+
+def sources_digest() -> str:
+    """sha256 (16 hex) of the C sources as shipped: what SOURCES_SHA256 must say."""
+    return hashlib.sha256(b"".join((SOURCE_DIR / name).read_bytes() for name in SOURCES)).hexdigest()[:16]
+
+
+def _compile(cc: str, version: str, folder: Path) -> Path:
+    """The library for these sources, compiler, flags and CPU: the cached one, else built
+    (apart, then renamed atomically: concurrent trials). Raises RuntimeError with a short
+    reason."""
+    flags = [*CFLAGS, f"-DPANEL_BYTES={PANEL_BYTES}"]
+    try:
+        key_text = "\n".join([_sources_text(), cc, version, *flags, _cpu_key()])
+    except OSError as e:
+        raise RuntimeError(f"kernel sources unreadable: {e}") from None
+    lib = folder / hashlib.sha256(key_text.encode()).hexdigest()[:24] / "ressformer_kernels.so"
+    if lib.exists():
+        return lib
+    try:
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=lib.parent) as tmp:
+            out = Path(tmp) / "k.so"
+            done = subprocess.run([cc, *flags, "-o", str(out), str(SOURCE_DIR / MAIN_SOURCE), "-lm"],
+                                  capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+            if done.returncode != 0:
+                raise RuntimeError(f"{Path(cc).name} exited {done.returncode}: {_first_error(done.stderr)}")
+            os.replace(out, lib)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{Path(cc).name} took over {BUILD_TIMEOUT_S} s") from None
+    except OSError as e:
+        raise RuntimeError(f"cannot build in {lib.parent}: {e}") from None
+    return lib
+
+
+def _first_error(stderr: str) -> str:
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error" in ln.lower()]
+    return ((errors or lines or ["no message"])[0])[:160]
+
+
+@lru_cache(maxsize=None)
+def _build_in(cache_dir: str) -> Build:
+    """Build (or find) and load the library under cache_root(cache_dir); a failure warns
+    once (one line, the reason) and selects the torch path."""
     if os.environ.get(ENV_SWITCH, "1") == "0":
-        return None
+        return Build(None, "off", "", "")
     cc = _compiler()
     if cc is None:
-        return None
-    key = hashlib.sha256("\n".join([SOURCE, cc, *CFLAGS, _cpu_key()]).encode()).hexdigest()[:24]
-    folder = cache_root() / "kernels" / key
-    lib = folder / "ressformer_kernels.so"
-    if not lib.exists():
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=folder) as tmp:  # concurrent trials: build
-                src, out = Path(tmp) / "k.c", Path(tmp) / "k.so"  # apart, rename atomically
-                src.write_text(SOURCE)
-                subprocess.run([cc, *CFLAGS, "-o", str(out), str(src), "-lm"], check=True,
-                               capture_output=True, timeout=120)
-                os.replace(out, lib)
-        except (OSError, subprocess.SubprocessError):
-            return None
+        return _failed("", "no C compiler ($CC, cc, gcc, clang) on PATH")
+    version = _compiler_version(cc)
     try:
-        return ctypes.CDLL(str(lib))
-    except OSError:
-        return None
+        return Build(ctypes.CDLL(str(_compile(cc, version, cache_root(cache_dir) / "kernels"))),
+                     "compiled", version, "")
+    except RuntimeError as e:
+        return _failed(version, str(e))
+    except OSError as e:  # a library that does not load
+        return _failed(version, f"cannot load the built library: {e}")
+
+
+def _failed(compiler: str, reason: str) -> Build:
+    warnings.warn(f"ReSSFormer's compiled kernels are off ({reason}); the torch path runs instead",
+                  RuntimeWarning, stacklevel=2)
+    return Build(None, "torch", compiler, reason)
+
+
+def _build() -> Build:
+    return _build_in(_cache_dir)
+
+
+def _library() -> ctypes.CDLL | None:
+    """The compiled kernels, building them on first use; None where that is impossible."""
+    return _build().library
+
+
+def execution_path() -> dict[str, str]:
+    """Which path ReSSFormer's attention takes in this process, for the platform fingerprint:
+    {"kernels": "compiled" | "torch" | "off" (FUSION_SWEEP_KERNELS=0), "compiler": "gcc
+    12.2.0" or "", "build": why the build failed, or ""}. Builds on the first call (as the
+    first forward would), then only reads the cached outcome."""
+    b = _build()
+    return {"kernels": b.kernels, "compiler": b.compiler, "build": b.reason}
+
+
+_held_off = 0  # > 0 inside torch_path()
 
 
 def available(*tensors: torch.Tensor) -> bool:
     """Whether the compiled kernels can run on these tensors (CPU, float32 or float64)."""
-    return (all(t.device.type == "cpu" and t.dtype in _SUFFIX for t in tensors)
+    return (not _held_off and all(t.device.type == "cpu" and t.dtype in _SUFFIX for t in tensors)
             and _library() is not None)
 
 
+@contextmanager
+def torch_path() -> Iterator[None]:
+    """Inside: available() is False, so ReSSFormer runs its pure-torch path, as on a GPU
+    (models/determinism.py records that path's ops on the CPU)."""
+    global _held_off
+    _held_off += 1
+    try:
+        yield
+    finally:
+        _held_off -= 1
+
+
+# ---------------------------------------------------------------------------- input checks
+def _describe(t: torch.Tensor) -> str:
+    layout = "" if t.is_contiguous() else "non-contiguous "
+    return f"{layout}{t.device.type} {str(t.dtype).removeprefix('torch.')} {tuple(t.shape)}"
+
+
+def _problem(t: object, shape: tuple[int | None, ...] | None, dtype: torch.dtype,
+             contiguous: bool) -> str | None:
+    """Why t is not a CPU `dtype` tensor of `shape` (None: any size there; shape None: any
+    rank), contiguous if asked; None if it is."""
+    if not isinstance(t, torch.Tensor):
+        return f"a tensor, got {type(t).__name__}"
+    ok = (t.device.type == "cpu" and t.dtype == dtype
+          and (shape is None or (t.dim() == len(shape)
+                                 and all(s is None or s == n for s, n in zip(shape, t.shape))))
+          and (t.is_contiguous() or not contiguous))
+    if ok:
+        return None
+    want = "" if shape is None else " of shape (" + ", ".join(
+        "*" if s is None else str(s) for s in shape) + ")"
+    return (f"a {'contiguous ' if contiguous else ''}cpu {str(dtype).removeprefix('torch.')} "
+            f"tensor{want}, got {_describe(t)}")
+
+
+def _float_dtype(entry: str, name: str, t: object) -> torch.dtype:
+    """The kernel's element type, from the first float argument."""
+    if not isinstance(t, torch.Tensor) or t.dtype not in _SUFFIX or t.device.type != "cpu":
+        got = _describe(t) if isinstance(t, torch.Tensor) else type(t).__name__
+        raise KernelInputError(f"kernels.{entry}: {name} must be a cpu float32 or float64 tensor, got {got}")
+    return t.dtype
+
+
+def _check(entry: str, *specs: tuple) -> None:
+    """specs: (name, tensor, shape, dtype[, contiguous=True]); every problem in one error."""
+    problems = []
+    for name, t, shape, dtype, *rest in specs:
+        why = _problem(t, shape, dtype, rest[0] if rest else True)
+        if why:
+            problems.append(f"{name} must be {why}")
+    if problems:
+        raise KernelInputError(f"kernels.{entry}: " + "; ".join(problems))
+
+
+def _check_index(entry: str, name: str, idx: torch.Tensor, rows: int) -> None:
+    """Every index within [0, rows): the C loops read table rows at them."""
+    if idx.numel():
+        lo, hi = torch.aminmax(idx)
+        if int(lo) < 0 or int(hi) >= rows:
+            raise KernelInputError(f"kernels.{entry}: {name} must index rows in [0, {rows}), "
+                                   f"got values in [{int(lo)}, {int(hi)}]")
+
+
+def _check_value(entry: str, ok: bool, message: str) -> None:
+    if not ok:
+        raise KernelInputError(f"kernels.{entry}: {message}")
+
+
 def _call(name: str, dtype: torch.dtype, *args) -> None:
-    fn = getattr(_library(), f"{name}_{_SUFFIX[dtype]}")
+    """The C function `name`_f32 / _f64: tensors as pointers (the entries checked them; a last
+    guard here keeps anything but CPU tensors of the kernel's dtype or int64 out of C)."""
+    lib = _library()
+    if lib is None:
+        raise RuntimeError(f"kernels.{name}: the compiled kernels are not available "
+                           f"({execution_path()}); check kernels.available() first")
+    for a in args:
+        if isinstance(a, torch.Tensor) and (a.device.type != "cpu" or a.dtype not in (dtype, torch.int64)):
+            raise KernelInputError(f"kernels.{name}: got a {_describe(a)} tensor for {dtype}")
+    fn = getattr(lib, f"{name}_{_SUFFIX[dtype]}")
     fn(*[ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor)
          else ctypes.c_void_p(None) if a is None else _I64(a) for a in args])
 
@@ -892,12 +344,30 @@ def _row_grad(name: str, y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     return dz
 
 
+def _check_mask(entry: str, name: str, mask: torch.Tensor | None, dtype: torch.dtype,
+                full: tuple[int, ...], free: tuple[int, ...]) -> None:
+    """An additive mask of len(full) dims: the last exactly full[-1], each dim in `free` 1 or
+    full[i], every other dim 1 (any strides: _row_mask makes its rows unit-stride)."""
+    if mask is None:
+        return
+    _check(entry, (name, mask, (None,) * len(full), dtype, False))
+    ok = mask.shape[-1] == full[-1] and all(
+        n == 1 or (i in free and n == full[i]) for i, n in enumerate(mask.shape[:-1]))
+    want = ", ".join(f"{full[i]} or 1" if i in free else "1" for i in range(len(full) - 1))
+    _check_value(entry, ok, f"{name} must have shape ({want}, {full[-1]}), got {tuple(mask.shape)}")
+
+
 def score_topk(q: torch.Tensor, k: torch.Tensor, add: torch.Tensor | None, kk: int) -> torch.Tensor:
     """Each query's kk highest-scoring keys, scores never stored: q (B, H, G, L, dh), k (B, H,
     L, dh), add None | (B, 1, 1, L) | (B, H, L, L) added to the scores (padding −inf, a pe's
     bias). No autograd (it selects). -> (B, H, G, L, kk) int64, unsorted."""
+    dt = _float_dtype("score_topk", "q", q)
+    _check("score_topk", ("q", q, (None,) * 5, dt))
     B, H, G, L, D = q.shape
-    qc = q.detach().contiguous()
+    _check("score_topk", ("k", k, (B, H, L, D), dt, False))
+    _check_value("score_topk", isinstance(kk, int) and 1 <= kk <= L, f"kk must be in [1, {L}], got {kk!r}")
+    _check_mask("score_topk", "add", add, dt, (B, H, L, L), (0, 1, 2))
+    qc = q.detach()
     bw = PANEL_BYTES // q.element_size()  # keys per panel: the kernel's 4 vector registers
     pad = (-L) % bw
     kp = F.pad(k.detach(), (0, 0, 0, pad)) if pad else k.detach()  # (B, H, P·bw, dh)
@@ -1003,7 +473,15 @@ def chain_sqdist(ws: list[torch.Tensor], n: int | None = None) -> torch.Tensor:
     """‖A_{t+1} − A_t‖² per row over the first n columns (None: all) for a chain A_0..A_P of
     one shape (..., N) -> (P, ...). Its backward writes one gradient per A_t (not one per
     pair, summed afterwards): the least memory traffic for dense (L, L) graphs."""
-    return _ChainSqDist.apply(ws[0].shape[-1] if n is None else n, *ws)
+    _check_value("chain_sqdist", len(ws) >= 2, f"ws must hold at least 2 tensors, got {len(ws)}")
+    dt = _float_dtype("chain_sqdist", "ws[0]", ws[0])
+    shape = tuple(ws[0].shape)
+    _check("chain_sqdist", *[(f"ws[{t}]", w, shape, dt, False) for t, w in enumerate(ws)])
+    N = shape[-1] if shape else 0
+    n = N if n is None else n
+    _check_value("chain_sqdist", len(shape) >= 1 and isinstance(n, int) and 0 <= n <= N,
+                 f"n must be in [0, {N}] (the rows' width), got {n!r}")
+    return _ChainSqDist.apply(n, *ws)
 
 
 class _Heads(torch.autograd.Function):
@@ -1053,6 +531,19 @@ def heads(raw: torch.Tensor, parts: int, heads: int, unit: tuple[bool, ...],
     contiguous (B, heads, n, dh) tensor, rows times scale[h] ((heads,) or None) and, where
     unit[part], divided by max(‖row‖, 1e-12) first (SOES: `ressformer._unit`). One pass each
     way; the backward writes raw's gradient in place of the permute-and-copy of torch's."""
+    dt = _float_dtype("heads", "raw", raw)
+    _check("heads", ("raw", raw, (None, None, None), dt))
+    B, N, F = raw.shape
+    _check_value("heads", parts >= 1 and heads >= 1 and F % (parts * heads) == 0 and F > 0,
+                 f"raw's last dim ({F}) must be parts·heads·dh = {parts}·{heads}·dh")
+    _check_value("heads", len(unit) == parts, f"unit must have {parts} entries, got {len(unit)}")
+    _check_value("heads", all(m >= 0 for m in sizes) and sum(sizes) == N,
+                 f"sizes must be >= 0 and sum to raw's rows ({N}), got {list(sizes)}")
+    if scale is not None:
+        _check_value("heads", isinstance(scale, torch.Tensor) and scale.device.type == "cpu"
+                     and scale.is_floating_point() and tuple(scale.shape) == (heads,),
+                     f"scale must be a cpu float tensor of shape ({heads},), got "
+                     f"{_describe(scale) if isinstance(scale, torch.Tensor) else type(scale).__name__}")
     return _Heads.apply(raw, scale, parts, heads, tuple(unit), tuple(sizes))
 
 
@@ -1117,7 +608,17 @@ def memory_scores(qr: torch.Tensor, q: torch.Tensor, kr: torch.Tensor, ks: torch
     L, dh) (rotated, and not: the memory keys carry no position); the kept token keys' rows
     gidx (B, H, G, L, k) of kr (B, H, L, dh), plus ak (the mask there) or None; the slots ks
     (B, H, S, dh), plus sa (B, S) 0 / −inf; the row's own cache key kc (B, H, L, dh)
-    -> z (B, H, G, L, k + S + 1)."""
+    -> z (B, H, G, L, k + S + 1). All contiguous."""
+    dt = _float_dtype("memory_scores", "q", q)
+    _check("memory_scores", ("q", q, (None,) * 5, dt), ("ks", ks, (None,) * 4, dt),
+           ("gidx", gidx, (None,) * 5, torch.int64))
+    B, H, G, L, D = q.shape
+    S, K = ks.shape[2], gidx.shape[-1]
+    _check("memory_scores", ("qr", qr, (B, H, G, L, D), dt), ("kr", kr, (B, H, L, D), dt),
+           ("ks", ks, (B, H, S, D), dt), ("kc", kc, (B, H, L, D), dt),
+           ("gidx", gidx, (B, H, G, L, K), torch.int64), ("sa", sa, (B, S), dt),
+           *([] if ak is None else [("ak", ak, (B, H, G, L, K), dt)]))
+    _check_index("memory_scores", "gidx", gidx, B * H * L)
     return _MemoryScores.apply(qr, q, kr, ks, kc, gidx, ak, sa)
 
 
@@ -1125,7 +626,16 @@ def memory_mix(w: torch.Tensor, v: torch.Tensor, vs: torch.Tensor, vc: torch.Ten
                gidx: torch.Tensor) -> torch.Tensor:
     """The weighted sum that goes with memory_scores: w (B, H, G, L, k + S + 1) over the kept
     token values (rows gidx of v (B, H, L, dh)), the slot values vs (B, H, S, dh) and the
-    row's own cache value vc (B, H, L, dh) -> (B, H, G, L, dh)."""
+    row's own cache value vc (B, H, L, dh) -> (B, H, G, L, dh). All contiguous."""
+    dt = _float_dtype("memory_mix", "w", w)
+    _check("memory_mix", ("v", v, (None,) * 4, dt), ("vs", vs, (None,) * 4, dt),
+           ("gidx", gidx, (None,) * 5, torch.int64))
+    B, H, L, D = v.shape
+    S, K = vs.shape[2], gidx.shape[-1]
+    G = gidx.shape[2]
+    _check("memory_mix", ("w", w, (B, H, G, L, K + S + 1), dt), ("vs", vs, (B, H, S, D), dt),
+           ("vc", vc, (B, H, L, D), dt), ("gidx", gidx, (B, H, G, L, K), torch.int64))
+    _check_index("memory_mix", "gidx", gidx, B * H * L)
     return _MemoryMix.apply(w, v, vs, vc, gidx)
 
 
@@ -1156,7 +666,12 @@ def masked_softmax(z: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """softmax(z + mask) over the last axis in one pass per row: z (B, H, G, L, N), mask
     None or (B | 1, H | 1, 1, L | 1, N) additive (0 / −inf; a pe's bias, which gets its
     gradient; shared by the G experts). −inf entries are exact zeros; a row of only −inf
-    gives NaN, as torch's."""
+    gives NaN, as torch's. z contiguous; the mask any layout."""
+    dt = _float_dtype("masked_softmax", "z", z)
+    _check("masked_softmax", ("z", z, (None,) * 5, dt))
+    B, H, G, L, N = z.shape
+    _check_value("masked_softmax", N >= 1, "z's rows must not be empty")
+    _check_mask("masked_softmax", "mask", mask, dt, (B, H, G, L, N), (0, 1, 3))
     return _MaskedSoftmax.apply(z, mask)
 
 
@@ -1182,7 +697,12 @@ class _Entmax15(torch.autograd.Function):
 
 def entmax15(z: torch.Tensor) -> torch.Tensor:
     """1.5-entmax over the last axis of rows no wider than ENTMAX_MAX_WIDTH (the kept
-    scores of top-k attention): the `entmax` package's computation, one loop per row."""
+    scores of top-k attention): the `entmax` package's computation, one loop per row. z
+    contiguous."""
+    dt = _float_dtype("entmax15", "z", z)
+    _check("entmax15", ("z", z, None, dt))
+    _check_value("entmax15", z.dim() >= 1 and 1 <= z.shape[-1] <= ENTMAX_MAX_WIDTH,
+                 f"z's rows must hold 1 to {ENTMAX_MAX_WIDTH} entries, got shape {tuple(z.shape)}")
     return _Entmax15.apply(z)
 
 
@@ -1212,15 +732,37 @@ def sparse_sqdist(a: torch.Tensor, ia: torch.Tensor, b: torch.Tensor, ib: torch.
     """‖a_r − b_r‖² of sparse rows: weights a (..., Na) at key indices ia (int64; a key may
     repeat, the entries then add up), b (..., Nb) at ib -> (...). (Σ_i a_i d_i + Σ_j b_j d_j,
     with d the difference at each entry's key, is the squared norm.) `distinct`: no key
-    repeats within a row of a or of b (then half the comparisons)."""
+    repeats within a row of a or of b (then half the comparisons). Any layout (copied
+    contiguous)."""
+    dt = _float_dtype("sparse_sqdist", "a", a)
+    _check("sparse_sqdist", ("a", a, None, dt, False), ("b", b, None, dt, False))
+    _check_value("sparse_sqdist", a.dim() >= 1 and a.shape[:-1] == b.shape[:-1],
+                 f"a and b must share their leading dims, got {tuple(a.shape)} and {tuple(b.shape)}")
+    _check("sparse_sqdist", ("ia", ia, tuple(a.shape), torch.int64, False),
+           ("ib", ib, tuple(b.shape), torch.int64, False))
     return _SparseSqDist.apply(a, ia, b, ib, distinct)
 
 
 def gather_dot(a: torch.Tensor, table: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """a (R, D), table (M, D), idx (R, K) int64 rows of table -> (R, K) dot products."""
+    _check_gather("gather_dot", ("a", a), table, idx)
     return _GatherDot.apply(a, table, idx)
 
 
 def gather_sum(w: torch.Tensor, table: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """w (R, K), table (M, D), idx (R, K) int64 rows of table -> (R, D) weighted sums."""
+    _check_gather("gather_sum", ("w", w), table, idx)
     return _GatherSum.apply(w, table, idx)
+
+
+def _check_gather(entry: str, first: tuple[str, torch.Tensor], table: torch.Tensor,
+                  idx: torch.Tensor) -> None:
+    """gather_dot's a (R, D) or gather_sum's w (R, K); table (M, D); idx (R, K) in [0, M)."""
+    name, x = first
+    dt = _float_dtype(entry, name, x)
+    _check(entry, (name, x, (None, None), dt), ("table", table, (None, None), dt),
+           ("idx", idx, (None, None), torch.int64))
+    R, M, D = x.shape[0], table.shape[0], table.shape[1]
+    K = idx.shape[1]
+    _check(entry, (name, x, (R, D) if name == "a" else (R, K), dt), ("idx", idx, (R, K), torch.int64))
+    _check_index(entry, "idx", idx, M)

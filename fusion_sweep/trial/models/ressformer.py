@@ -83,36 +83,42 @@ weighted sums over the kept keys, the memory's keys/scores/weighted sums, poolin
 the expert mix, FFN — times layers × iterations; elementwise work, normalisation and the
 activations' sorts are not counted.
 
-Cost: how it is computed, so that time follows those FLOPs (issue 23; tests/
-test_ressformer_equality.py checks every switch combination, on both paths below, against
-the previous implementation, kept as tests/ressformer_reference.py).
-- Compiled CPU kernels (models/kernels.py; a C compiler builds them once per machine, and the
-  pure-torch path runs where none works, off CPU, or with FUSION_SWEEP_KERNELS=0):
+Cost: how it is computed, so that time follows those FLOPs (issue 23). ReSSAttention has two
+paths, chosen once per call (`forward`), both producing one `Weights` (the weights whole, the
+kept keys, the token columns) and one weighted sum: the fused path where the compiled CPU
+kernels run (models/kernels.py; a C compiler builds them once per machine), the reference path
+(plain torch, no kernel anywhere) elsewhere: a GPU, no compiler, or FUSION_SWEEP_KERNELS=0.
+tests/test_ressformer_equality.py checks each against the previous implementation, kept as
+tests/ressformer_reference.py, and the two against each other.
+- Fused (`_fused_weights`, `_fused_mix`):
   - projections: the q and k/v outputs cut into contiguous heads in one pass each way, SOES's
     normalisation and scale fused (`heads`): no permute copies, no norm backward;
   - top-k: each query's scores are made in a row buffer and its k best kept in the same
     loop (`score_topk`): no (B, H, L, L) tensor, with or without autograd;
-  - with R2MU's memory (no attention dropout): a row's kept-token, slot and own-cache
-    scores in one loop (`memory_scores`), and their weighted sum in another (`memory_mix`),
-    backward by the same loops: O(L·(k + S)·dh), nothing of size (…, k, dh) written;
-    without memory, the kept scores and the weighted sum over the kept rows of the key and
-    value tables (`gather_dot`, `gather_sum`);
+  - with R2MU's memory: a row's kept-token, slot and own-cache scores in one loop
+    (`memory_scores`), and their weighted sum in another (`memory_mix`), backward by the same
+    loops: O(L·(k + S)·dh), nothing of size (…, k, dh) written; without memory, the kept
+    scores and the weighted sum over the kept rows of the key and value tables
+    (`gather_dot`, `gather_sum`);
   - entmax-1.5 on the k + S + 1 kept scores: the `entmax` package's arithmetic, 16 rows at a
-    time;
-  - dense attention: the mask added inside the softmax pass (`masked_softmax`, through the
-    activation registry's `add`);
+    time; dense attention: the mask added inside the softmax pass (`masked_softmax`, through
+    the activation registry's `add`);
+  - dense attention with memory: tokens and slots scored in one matmul with the own-cache
+    score written into its padding (`_DenseMemoryScores`), and the weighted sum from the
+    weights whole (`_DenseMemoryMix`: no split, whose backward would copy them);
   - the graph regulariser: sparse rows compared entry by entry (`sparse_sqdist`, half the
     comparisons for one expert's distinct keys); dense graphs in one pass per graph each way
     (`chain_sqdist`: one gradient per graph, not one per pair).
-- Pure-torch path, top-k: long inputs (`_rescore`: 16·k·dh < 10·L) score without autograd,
-  a block of queries at a time (SCORE_BLOCK elements), only to select, then gather the k kept
-  keys and score them again with autograd (backward O(L·k·dh)); short inputs select from the
-  (L, L) scores with autograd. The activation runs on the k + S + 1 kept scores, never on L.
-- Projections: every expert's queries in one matmul; the keys/values of the tokens, the cache
-  and the slots in one matmul over their rows stacked, with one normalisation (SOES).
-- Dense attention (ASAM off or topk 0): tokens and slots scored in one matmul, the own-cache
-  score one more column; with R2MU's memory the weighted sum reads the weights whole
-  (`_DenseMemoryMix`: no split, whose backward would copy them).
+- Reference (`_reference_weights`, `_reference_mix`), top-k: long inputs (`_rescore`:
+  16·k·dh < 10·L) score without autograd, a block of queries at a time (SCORE_BLOCK
+  elements), only to select, then gather the k kept keys and score them again with autograd
+  (backward O(L·k·dh)); short inputs select from the (L, L) scores with autograd. The
+  activation runs on the k + S + 1 kept scores, never on L. Dense: one score tensor
+  [tokens | slots | own cache | padding], split for the weighted sum.
+- Both: attention dropout acts on the weights whole (one mask, the same on both paths: the
+  weights have one shape, and under dropout the kept keys are in ascending order); every
+  expert's queries in one matmul; the keys/values of the tokens, the cache and the slots in
+  one matmul over their rows stacked, with one normalisation (SOES).
 - Splits instead of slices elsewhere (a slice's backward zero-fills its whole input); R2MU's
   segment masks are made once per forward; pooling is one masked softmax; a gate is one lerp.
 - Every component sits under a torch.profiler label (`_span`, a no-op unless a profiler is
@@ -123,7 +129,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn as nn
@@ -210,11 +216,11 @@ class ReSSAttention(nn.Module):
             nn.init.constant_(self.log_temp, 0.5 * math.log(self.dh))
 
     # ---------------------------------------------------------------- pieces
-    def _queries(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _queries(self, x: torch.Tensor, fused: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Every routed expert's queries of x, scaled (SOES: τ_h q/‖q‖; else q/√dh)
         -> (B, H, G, L, dh), gates (B, H, G, L) or None."""
         B, L, _ = x.shape
-        if self.router is None and kernels.available(x):  # heads out and scaled in one pass
+        if self.router is None and fused:  # heads out and scaled in one pass
             scale = self.log_temp.exp() if self.soes else x.new_full((self.heads,), self.dh ** -0.5)
             q, = kernels.heads(self.q_proj(x), 1, self.heads, (self.soes,), scale, [L])
             return q.unsqueeze(2), None  # (B, H, 1, L, dh)
@@ -223,7 +229,7 @@ class ReSSAttention(nn.Module):
             q, gates = self._route(q, x)
         return self._scale(q), gates
 
-    def _project(self, x: torch.Tensor, memory: "Memory | None"):
+    def _project(self, x: torch.Tensor, memory: "Memory | None", fused: bool):
         """Keys (SOES: unit-norm) and values of x, the cache and the slots in one matmul and
         one normalisation over their rows stacked.
         -> (k, v) of x, of the slots, of the cache (None without memory), each (B, H, N, dh)."""
@@ -231,7 +237,7 @@ class ReSSAttention(nn.Module):
         rows = x if memory is None else torch.cat([x, memory.cache, memory.slots], dim=1)
         N = rows.shape[1]
         sizes = [L] if memory is None else [L, L, N - 2 * L]  # x, cache, slots
-        if kernels.available(rows):  # heads out, keys normalised, one pass each way
+        if fused:  # heads out, keys normalised, one pass each way
             kv = kernels.heads(self.kv_proj(rows), 2, self.heads, (self.soes, False), None, sizes)
             ks, vs = kv[:len(sizes)], kv[len(sizes):]
         else:
@@ -268,57 +274,36 @@ class ReSSAttention(nn.Module):
                 memory: Memory | None, want_graph: bool = False) -> tuple[torch.Tensor, Graph | None]:
         """x: (B, L, D); attn_mask: as FusionClassifier._attn_mask (None, bool (B, 1, 1, L),
         or float (B, H, L, L) = pe bias + padding −inf). -> ((B, L, D), the token graph if
-        `want_graph` else None)."""
+        `want_graph` else None). The path is chosen once: fused (the compiled kernels and the
+        dense-memory Functions) where the kernels run on x, else the reference (plain torch,
+        with no kernel anywhere); both give the same Weights and the same output."""
         B, L, D = x.shape
-        with _span("ressformer.projections"):
-            q, gates = self._queries(x)  # (B, H, G, L, dh), scaled
-            (k, v), slots, cache = self._project(x, memory)
-        with _span("ressformer.kernel"):
-            qr, kr = pe.rotate(q, k)  # identity unless rotary (then soes is off)
-        add = _additive(attn_mask, q.dtype) if attn_mask is not None else None
-        # (B, S) True = a real segment -> (B, 1, 1, S) 0/−inf
-        slot_add = None if memory is None else _additive(memory.slot_mask, q.dtype)[:, None, None, :]
-        gidx = None  # the kept keys as rows of the flat (B·H·L, dh) tables (compiled kernels)
-        dropout = self.training and self.attn_dropout > 0.0
-        if 0 < self.topk < L:
-            w, idx, width, v_sel, gidx = self._sparse_weights(q, qr, kr, v, add, slots, cache,
-                                                              slot_add, fused=not dropout)
-        else:
-            w, idx, width, v_sel = self._dense_weights(q, qr, kr, v, add, slots, cache, slot_add,
-                                                       rotated=qr is not q)
-        if gidx is not None and memory is not None and not dropout:  # fused: w whole
+        fused = kernels.available(x)
+        with contextlib.nullcontext() if fused else kernels.torch_path():
+            with _span("ressformer.projections"):
+                q, gates = self._queries(x, fused)  # (B, H, G, L, dh), scaled
+                (k, v), slots, cache = self._project(x, memory, fused)
+            with _span("ressformer.kernel"):
+                qr, kr = pe.rotate(q, k)  # identity unless rotary (then soes is off)
+            keys = Keys(q, qr, kr, v, slots, cache,
+                        _additive(attn_mask, q.dtype) if attn_mask is not None else None,
+                        # (B, S) True = a real segment -> (B, 1, 1, S) 0/−inf
+                        None if memory is None else _additive(memory.slot_mask, q.dtype)[:, None, None, :])
+            sparse = 0 < self.topk < L
+            weights = (_fused_weights if fused else _reference_weights)(self, keys, sparse)
             with _span("ressformer.graph_reg"):
-                graph = self._graph(w.split([width, w.shape[-1] - width], dim=-1)[0], idx,
-                                    gates) if want_graph else None
-            with _span("ressformer.weighted_sum"):  # one loop over rows: tokens, slots, cache
-                out = kernels.memory_mix(w, v, slots[1], cache[1], gidx)
-            return self._merge(out, gates, B, L, D), graph
-        if idx is None and memory is not None and not dropout:  # dense with memory: w whole
-            with _span("ressformer.graph_reg"):
-                graph = self._graph(w, idx, gates, width) if want_graph else None
+                graph = self._graph(weights, gates) if want_graph else None
+            w = weights.w
+            if self._drops():
+                w = F.dropout(w, self.attn_dropout)  # the weights whole: one mask, any path
             with _span("ressformer.weighted_sum"):
-                out = _DenseMemoryMix.apply(w, v_sel, slots[1].unsqueeze(2), cache[1].unsqueeze(2))
+                out = (_fused_mix if fused else _reference_mix)(keys, weights, w)  # (B, H, G, L, dh)
             return self._merge(out, gates, B, L, D), graph
-        # split, not slicing: a slice's backward fills a zero tensor of w's size, per slice
-        sizes = [width] if memory is None else [width, slots[0].shape[2], 1]
-        if w.shape[-1] > sum(sizes):  # dense scores' padding (DENSE_ALIGN), weight 0
-            sizes.append(w.shape[-1] - sum(sizes))
-        parts = w.split(sizes, dim=-1)
-        dropped = F.dropout(w, self.attn_dropout).split(sizes, dim=-1) if dropout else parts
-        with _span("ressformer.graph_reg"):
-            graph = self._graph(parts[0], idx, gates) if want_graph else None
-        with _span("ressformer.weighted_sum"):
-            if idx is None:
-                out = dropped[0] @ v_sel  # (B, H, G, L, dh)
-            elif gidx is not None:  # one loop over the kept rows of the value table
-                out = kernels.gather_sum(dropped[0].reshape(-1, width), v.reshape(-1, v.shape[-1]),
-                                         gidx.view(-1, width)).view(*idx.shape[:-1], -1)
-            else:  # mul-and-sum, vectorised (a batch of B·H·G·L (1×k)·(k×dh) matmuls runs
-                # a scalar loop on CPU)
-                out = (dropped[0].unsqueeze(-1) * v_sel).sum(-2)  # (B, H, G, L, dh)
-            if memory is not None:  # the slots, the own cache entry
-                out = out + dropped[1] @ slots[1].unsqueeze(2) + dropped[2] * cache[1].unsqueeze(2)
-        return self._merge(out, gates, B, L, D), graph
+
+    def _drops(self) -> bool:
+        """Attention dropout is on: then the kept keys are in ascending order on both paths
+        (each selection's own order would give the same mask to different keys)."""
+        return self.training and self.attn_dropout > 0.0
 
     def _merge(self, out: torch.Tensor, gates: torch.Tensor | None, B: int, L: int, D: int) -> torch.Tensor:
         """The routed experts' outputs (B, H, G, L, dh), gate-weighted, through out_proj."""
@@ -327,105 +312,17 @@ class ReSSAttention(nn.Module):
         with _span("ressformer.projections"):
             return self.out_proj(y.transpose(1, 2).reshape(B, L, D))
 
-    def _sparse_weights(self, q, qr, kr, v, add, slots, cache, slot_add, fused: bool = False):
-        """Top-k. Two ways to the kept scores, by which moves less memory (`_rescore`):
-        - re-scoring (long inputs): select on every score without autograd, in query blocks
-          of bounded size, then score the k kept keys again with autograd, O(L·k·dh): the
-          backward never sees an (L, L) tensor;
-        - selecting from the scores with autograd (short inputs, L < 5/3·k·dh: there the
-          (L, L) scores are no larger than the kept keys' k·dh values per query).
-        With the compiled kernels (models/kernels.py) always re-scoring: selection by a loop
-        over the scores, the kept scores and (in forward) the weighted sum by loops over the
-        kept rows, nothing of size (…, k, dh) written.
-        With the kernels, memory and `fused` (no attention dropout), every score of a row
-        (kept tokens, slots, own cache) comes from one loop (`kernels.memory_scores`).
-        -> weights (B, H, G, L, k [+ S + 1]), idx (B, H, G, L, k), k, the kept values
-        (B, H, G, L, k, dh) (None with the kernels), the kept keys' rows in the flat
-        (B·H·L, dh) tables (with the kernels; else None)."""
-        B, H, G, L, dh = q.shape
-        rows = (torch.arange(B * H, device=q.device) * L).view(B, H, 1, 1, 1)
-        compiled = kernels.available(qr, kr, v)
-        gidx = None
-        if compiled:  # one copy each, shared by the selection and the kept scores
-            qr, kr = qr.contiguous(), kr.contiguous()
-        if compiled or _rescore(L, self.topk, dh):
-            with _span("ressformer.topk"), torch.no_grad():
-                idx = _select_topk(qr, kr, add, self.topk, compiled)  # (B, H, G, L, k)
-            if compiled and cache is not None and fused:
-                with _span("ressformer.kernel"):
-                    gidx = idx + rows
-                    z = kernels.memory_scores(qr, q, kr, slots[0], cache[0], gidx,
-                                              None if add is None else _at(add, idx),
-                                              slot_add.view(slot_add.shape[0], -1))
-                with _span("ressformer.activation"):
-                    return self.activation(z), idx, self.topk, None, gidx
-            if compiled:
-                with _span("ressformer.kernel"):
-                    gidx = idx + rows
-                    s = kernels.gather_dot(qr.reshape(-1, dh), kr.reshape(B * H * L, dh),
-                                           gidx.view(-1, self.topk)).view(idx.shape)
-            else:
-                with _span("ressformer.gather"):
-                    # rows of flat (B·H·L, dh) tables (backward: an index-add into the table); a
-                    # gather on an expanded (…, L, L, dh) view would materialise that size
-                    k_sel = F.embedding(idx + rows, kr.reshape(B * H * L, dh))  # (B, H, G, L, k, dh)
-                with _span("ressformer.kernel"):
-                    s = (qr.unsqueeze(-2) * k_sel).sum(-1)  # (B, H, G, L, k)
-            if add is not None:  # padding −inf (and a pe's bias) at the kept keys
-                s = s + _at(add, idx)
-        else:
-            with _span("ressformer.kernel"):
-                z = qr @ kr.unsqueeze(2).transpose(-1, -2)  # (B, H, G, L, L)
-                if add is not None:  # padding −inf (and a pe's bias), as in SDPA
-                    z = z.add_(add.unsqueeze(2))
-            with _span("ressformer.topk"):
-                s, idx = z.topk(self.topk, dim=-1, sorted=False)  # (B, H, G, L, k)
-        with _span("ressformer.gather"):
-            v_sel = None if compiled else F.embedding(idx + rows, v.reshape(B * H * L, dh))  # (B, H, G, L, k, dh)
-        with _span("ressformer.kernel"):
-            parts = [s]
-            if cache is not None:  # content queries: memory keys carry no position
-                parts.append(q @ slots[0].unsqueeze(2).transpose(-1, -2) + slot_add.unsqueeze(2))  # (…, S)
-                parts.append((q * cache[0].unsqueeze(2)).sum(-1, keepdim=True))  # (…, 1)
-            z = torch.cat(parts, dim=-1) if len(parts) > 1 else s
-        with _span("ressformer.activation"):
-            w = self.activation(z)  # on k [+ S + 1] values, not L
-        return w, idx, self.topk, v_sel, gidx
-
-    def _dense_weights(self, q, qr, kr, v, add, slots, cache, slot_add, rotated: bool):
-        """Every key: one score matmul over the token keys and (unless rotated: the slots take
-        unrotated queries) the slot keys stacked; the own-cache score is one more column
-        (not rotated: then −inf padding to a multiple of DENSE_ALIGN columns).
-        -> weights (B, H, G, L, L [+ S + 1 [+ P]]), None, L, the values (B, H, 1, L, dh)."""
-        L = q.shape[-2]
-        mask = None  # added by the activation, in its own pass where it can
-        with _span("ressformer.kernel"):
-            if cache is None:
-                z = qr @ kr.unsqueeze(2).transpose(-1, -2)  # (B, H, G, L, L)
-                mask = None if add is None else add.unsqueeze(2)
-            else:
-                ks, vs = slots
-                c = (q * cache[0].unsqueeze(2)).sum(-1, keepdim=True)  # (…, 1)
-                if rotated:
-                    z = torch.cat([qr @ kr.unsqueeze(2).transpose(-1, -2),
-                                   q @ ks.unsqueeze(2).transpose(-1, -2)], dim=-1)
-                    z = z.add_(_widen(add, slot_add, L).unsqueeze(2))
-                    z = torch.cat([z, c], dim=-1)  # (B, H, G, L, L + S + 1)
-                else:  # the cache score written into the matmul's output: no copy of it
-                    z = _DenseMemoryScores.apply(q, torch.cat([kr, ks], dim=2), c)  # (…, L+S+1+P)
-                    mask = F.pad(_widen(add, slot_add, L), (0, z.shape[-1] - L - ks.shape[2])).unsqueeze(2)
-        with _span("ressformer.activation"):
-            return self.activation(z, mask), None, L, v.unsqueeze(2)
-
-    def _graph(self, w: torch.Tensor, idx: torch.Tensor | None, gates: torch.Tensor | None,
-               width: int | None = None) -> Graph:
-        """The per-head token graph: routed experts' rows, gate-weighted. w: the token part of
-        the weights (B, H, G, L, L or k), or dense weights whose first `width` columns are the
-        tokens'."""
+    def _graph(self, weights: "Weights", gates: torch.Tensor | None) -> Graph:
+        """The per-head token graph: routed experts' rows over the token keys, gate-weighted.
+        Dense weights are kept whole (their first `width` columns are the tokens': a split
+        would copy them in the backward); top-k weights are split off the memory columns."""
+        w, idx = weights.w, weights.idx
+        if idx is not None and w.shape[-1] > weights.width:
+            w = w.split([weights.width, w.shape[-1] - weights.width], dim=-1)[0]
         if gates is not None:
-            w = w * gates.unsqueeze(-1)  # (B, H, G, L, K)
-        if idx is None:  # (B, H, L, L [+ S + 1])
-            return Graph(w.squeeze(2) if w.shape[2] == 1 else w.sum(2), None, width=width)
+            w = w * gates.unsqueeze(-1)  # (B, H, G, L, N)
+        if idx is None:  # (B, H, L, L [+ S + 1 [+ P]])
+            return Graph(w.squeeze(2) if w.shape[2] == 1 else w.sum(2), None, width=weights.width)
         B, H, G, L, K = w.shape
         if G == 1:
             return Graph(w.squeeze(2), idx.squeeze(2))
@@ -556,7 +453,9 @@ class ReSSFormerEncoder(nn.Module):
     # ---------------------------------------------------------------- registry entry
     @classmethod
     def options(cls, config: Any) -> dict[str, Any]:
-        return {f: getattr(config, f) for f in cls.OPTION_FIELDS}
+        """The option fields, plus `cache_dir`: where the compiled kernels are built (it
+        never changes the numbers, so it is no option field)."""
+        return {**{f: getattr(config, f) for f in cls.OPTION_FIELDS}, "cache_dir": config.cache_dir}
 
     @classmethod
     def variant(cls, config: Any) -> str:
@@ -617,8 +516,9 @@ class ReSSFormerEncoder(nn.Module):
                  attn_dropout: float, activation: str, norm_first: bool, max_len: int,
                  soes: bool, asam: bool, r2mu: bool, iterations: int, topk: int,
                  attn_activation: str, experts: int, experts_topk: int, memory_segments: int,
-                 graph_reg: float) -> None:
+                 graph_reg: float, cache_dir: str = "") -> None:
         super().__init__()
+        kernels.use_cache_dir(cache_dir)  # the trial's cache folder, if the kernels build
         self.d_model = d_model
         attention = dict(soes=soes, attn_activation=attn_activation if asam else "softmax",
                          topk=topk if asam else 0, experts=experts if asam else 1,
@@ -708,6 +608,183 @@ def _row_change(a: Graph, b: Graph) -> torch.Tensor:
         return kernels.sparse_sqdist(a.weights, a.idx, b.weights, b.idx,
                                      distinct=a.distinct and b.distinct)
     return _inner(a, a) + _inner(b, b) - 2.0 * _inner(a, b)
+
+
+class Keys(NamedTuple):
+    """What one attention call reads, from the projections: queries q (B, H, G, L, dh) and
+    their rotated form qr (the memory keys carry no position, so they take q), token keys kr
+    (rotated) and values v (B, H, L, dh); the slots' and the cache's (keys, values) ((B, H, S,
+    dh), (B, H, L, dh)) or None without memory; the additive masks of the token keys (None,
+    (B, 1, 1, L) or (B, H, L, L)) and of the slots ((B, 1, 1, S) or None)."""
+
+    q: torch.Tensor
+    qr: torch.Tensor
+    kr: torch.Tensor
+    v: torch.Tensor
+    slots: tuple[torch.Tensor, torch.Tensor] | None
+    cache: tuple[torch.Tensor, torch.Tensor] | None
+    add: torch.Tensor | None
+    slot_add: torch.Tensor | None
+
+
+class Weights(NamedTuple):
+    """One call's attention weights, the same on both paths: w (B, H, G, L, N) over [the
+    token keys (`width` columns: the k kept, or all L) | S slots | the own cache entry |
+    padding of weight 0 (dense with memory: `_dense_width`)]; idx (B, H, G, L, k) the kept
+    keys (top-k) or None (dense). Same shape on both paths, so attention dropout draws the
+    same mask on either."""
+
+    w: torch.Tensor
+    idx: torch.Tensor | None
+    width: int
+
+
+def _flat_rows(k: Keys, idx: torch.Tensor) -> torch.Tensor:
+    """Kept keys idx (B, H, G, L, k) as rows of the flat (B·H·L, dh) key and value tables."""
+    B, H, _, L, _ = k.q.shape
+    return idx + (torch.arange(B * H, device=idx.device) * L).view(B, H, 1, 1, 1)
+
+
+def _dense_width(k: Keys) -> int:
+    """Columns of dense weights with memory: L + S + 1, padded to a multiple of DENSE_ALIGN
+    unless the queries are rotated (the fused path's one matmul needs unrotated queries;
+    rotated ones are scored as the reference does, unpadded)."""
+    n = k.q.shape[-2] + k.slots[0].shape[2] + 1
+    return n if k.qr is not k.q else n + (-n) % DENSE_ALIGN
+
+
+def _slot_scores(k: Keys) -> torch.Tensor:
+    """The slots' scores (B, H, G, L, S), from the unrotated queries (no mask added)."""
+    return k.q @ k.slots[0].unsqueeze(2).transpose(-1, -2)
+
+
+def _cache_scores(k: Keys) -> torch.Tensor:
+    """Each query's score of its own cache entry (B, H, G, L, 1), unrotated."""
+    return (k.q * k.cache[0].unsqueeze(2)).sum(-1, keepdim=True)
+
+
+def _reference_weights(att: "ReSSAttention", k: Keys, sparse: bool) -> Weights:
+    """Plain torch. Top-k: the kept scores (`_reference_topk`), the memory's beside them, the
+    activation on those k [+ S + 1] values. Dense: every key's score in one tensor."""
+    if sparse:
+        idx, s = _reference_topk(k, att.topk)
+        if att._drops():
+            idx, order = idx.sort(dim=-1)
+            s = s.gather(-1, order)
+        with _span("ressformer.kernel"):
+            if k.cache is not None:  # kept tokens | slots (masked when empty) | own cache
+                s = torch.cat([s, _slot_scores(k) + k.slot_add.unsqueeze(2), _cache_scores(k)], dim=-1)
+        with _span("ressformer.activation"):
+            return Weights(att.activation(s), idx, att.topk)
+    L = k.q.shape[-2]
+    with _span("ressformer.kernel"):
+        z = k.qr @ k.kr.unsqueeze(2).transpose(-1, -2)  # (B, H, G, L, L)
+        mask = None if k.add is None else k.add.unsqueeze(2)
+        if k.cache is not None:  # tokens | slots | own cache | padding: (…, _dense_width)
+            parts = [z, _slot_scores(k), _cache_scores(k)]
+            pad = _dense_width(k) - L - k.slots[0].shape[2] - 1
+            z = torch.cat(parts + [z.new_full((*z.shape[:-1], pad), NEG_INF)] if pad else parts, dim=-1)
+            mask = _widen(k.add, k.slot_add, L, z.shape[-1]).unsqueeze(2)
+    with _span("ressformer.activation"):
+        return Weights(att.activation(z, mask), None, L)
+
+
+def _reference_topk(k: Keys, kk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each query's kk kept keys and their scores (plus the mask), two ways, by which moves
+    less memory (`_rescore`): long inputs select without autograd, a block of queries at a
+    time, then score the kept keys again with autograd (backward O(L·k·dh), never an (L, L)
+    tensor); short inputs select from the (L, L) scores with autograd. -> idx, s (B, H, G, L,
+    kk)."""
+    B, H, G, L, dh = k.q.shape
+    if _rescore(L, kk, dh):
+        with _span("ressformer.topk"), torch.no_grad():
+            idx = _select_topk(k.qr, k.kr, k.add, kk)  # (B, H, G, L, k)
+        with _span("ressformer.gather"):
+            # rows of flat (B·H·L, dh) tables (backward: an index-add into the table); a
+            # gather on an expanded (…, L, L, dh) view would materialise that size
+            k_sel = F.embedding(_flat_rows(k, idx), k.kr.reshape(B * H * L, dh))  # (…, k, dh)
+        with _span("ressformer.kernel"):
+            s = (k.qr.unsqueeze(-2) * k_sel).sum(-1)  # (B, H, G, L, k)
+        return idx, s if k.add is None else s + _at(k.add, idx)
+    with _span("ressformer.kernel"):
+        z = k.qr @ k.kr.unsqueeze(2).transpose(-1, -2)  # (B, H, G, L, L)
+        if k.add is not None:  # padding −inf (and a pe's bias), as in SDPA
+            z = z.add_(k.add.unsqueeze(2))
+    with _span("ressformer.topk"):
+        s, idx = z.topk(kk, dim=-1, sorted=False)  # (B, H, G, L, k)
+    return idx, s
+
+
+def _reference_mix(k: Keys, weights: Weights, w: torch.Tensor) -> torch.Tensor:
+    """Σ weights × values over the token keys (kept rows gathered, or all), the slots and the
+    own cache entry -> (B, H, G, L, dh). Split, not sliced: a slice's backward fills a zero
+    tensor of w's size, per slice."""
+    sizes = [weights.width] + ([] if k.cache is None else [k.slots[1].shape[2], 1])
+    if w.shape[-1] > sum(sizes):  # the dense padding, weight 0
+        sizes.append(w.shape[-1] - sum(sizes))
+    parts = w.split(sizes, dim=-1) if len(sizes) > 1 else (w,)
+    if weights.idx is None:
+        out = parts[0] @ k.v.unsqueeze(2)  # (B, H, G, L, dh)
+    else:
+        B, H, _, L, dh = k.q.shape
+        with _span("ressformer.gather"):
+            v_sel = F.embedding(_flat_rows(k, weights.idx), k.v.reshape(B * H * L, dh))  # (…, k, dh)
+        # mul-and-sum, vectorised (a batch of B·H·G·L (1×k)·(k×dh) matmuls runs a scalar loop
+        # on CPU)
+        out = (parts[0].unsqueeze(-1) * v_sel).sum(-2)
+    if k.cache is not None:  # the slots, the own cache entry
+        out = out + parts[1] @ k.slots[1].unsqueeze(2) + parts[2] * k.cache[1].unsqueeze(2)
+    return out
+
+
+def _fused_weights(att: "ReSSAttention", k: Keys, sparse: bool) -> Weights:
+    """The compiled kernels. Top-k: selection in one loop over each query's scores
+    (`kernels.score_topk`), then every kept score of a row (kept tokens, slots, own cache)
+    in one loop (`kernels.memory_scores`), or the kept token scores alone (`gather_dot`).
+    Dense: with memory, one matmul over the token and slot keys with the cache score written
+    into its padding (`_DenseMemoryScores`; rotated queries take the reference's scores)."""
+    B, H, G, L, dh = k.q.shape
+    if sparse:
+        qr, kr = k.qr.contiguous(), k.kr.contiguous()  # one copy each, for both loops
+        with _span("ressformer.topk"):
+            idx = kernels.score_topk(qr, kr, k.add, att.topk)  # (B, H, G, L, k)
+            if att._drops():
+                idx = idx.sort(dim=-1).values
+        with _span("ressformer.kernel"):
+            gidx = _flat_rows(k, idx)
+            ak = None if k.add is None else _at(k.add, idx)
+            if k.cache is not None:
+                z = kernels.memory_scores(qr, k.q.contiguous(), kr, k.slots[0], k.cache[0], gidx, ak,
+                                          k.slot_add.reshape(B, -1))
+            else:
+                z = kernels.gather_dot(qr.view(-1, dh), kr.view(B * H * L, dh),
+                                       gidx.view(-1, att.topk)).view(idx.shape)
+                z = z if ak is None else z + ak
+        with _span("ressformer.activation"):
+            return Weights(att.activation(z), idx, att.topk)
+    if k.cache is None or k.qr is not k.q:
+        return _reference_weights(att, k, sparse)
+    with _span("ressformer.kernel"):  # the cache score written into the matmul's output
+        z = _DenseMemoryScores.apply(k.q, torch.cat([k.kr, k.slots[0]], dim=2), _cache_scores(k))  # (…, L+S+1+P)
+        mask = _widen(k.add, k.slot_add, L, z.shape[-1]).unsqueeze(2)
+    with _span("ressformer.activation"):
+        return Weights(att.activation(z, mask), None, L)
+
+
+def _fused_mix(k: Keys, weights: Weights, w: torch.Tensor) -> torch.Tensor:
+    """The weighted sum from the weights whole: one loop per row over the kept rows of the
+    value table [and the slots and the own cache] (`kernels.memory_mix`, `gather_sum`), or,
+    dense with memory, one matmul (`_DenseMemoryMix`)."""
+    B, H, G, L, dh = k.q.shape
+    if weights.idx is None:
+        if k.cache is None:
+            return w @ k.v.unsqueeze(2)
+        return _DenseMemoryMix.apply(w, k.v.unsqueeze(2), k.slots[1].unsqueeze(2), k.cache[1].unsqueeze(2))
+    gidx = _flat_rows(k, weights.idx)
+    if k.cache is not None:
+        return kernels.memory_mix(w.contiguous(), k.v, k.slots[1], k.cache[1], gidx)
+    return kernels.gather_sum(w.reshape(-1, weights.width), k.v.reshape(-1, dh),
+                              gidx.view(-1, weights.width)).view(*weights.idx.shape[:-1], dh)
 
 
 # Dense attention with memory pads its score columns to a multiple of this: a matmul whose
@@ -801,13 +878,15 @@ def _unit(x: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
     return x * (inv if scale is None else scale * inv)
 
 
-def _widen(add: torch.Tensor | None, slot_add: torch.Tensor, L: int) -> torch.Tensor:
+def _widen(add: torch.Tensor | None, slot_add: torch.Tensor, L: int, width: int) -> torch.Tensor:
     """The additive mask of the token keys (None, (B, 1, 1, L) or (B, H, L, L)) and of the
-    slot keys (B, 1, 1, S), side by side: broadcastable to (B, H, L, L + S)."""
+    slot keys (B, 1, 1, S), side by side, then 0 up to `width` columns (the own cache entry,
+    padding): broadcastable to (B, H, L, width)."""
     if add is None:
         add = slot_add.new_zeros(slot_add.shape[0], 1, 1, L)
     lead = torch.broadcast_shapes(add.shape[:-1], slot_add.shape[:-1])
-    return torch.cat([add.expand(*lead, L), slot_add.expand(*lead, slot_add.shape[-1])], dim=-1)
+    m = torch.cat([add.expand(*lead, L), slot_add.expand(*lead, slot_add.shape[-1])], dim=-1)
+    return F.pad(m, (0, width - m.shape[-1]))
 
 
 def _rescore(L: int, k: int, dh: int) -> bool:
@@ -818,14 +897,11 @@ def _rescore(L: int, k: int, dh: int) -> bool:
     return 16 * k * dh < 10 * L
 
 
-def _select_topk(q: torch.Tensor, k: torch.Tensor, add: torch.Tensor | None, kk: int,
-                 compiled: bool = False) -> torch.Tensor:
+def _select_topk(q: torch.Tensor, k: torch.Tensor, add: torch.Tensor | None, kk: int) -> torch.Tensor:
     """Indices of each query's kk highest-scoring keys (unsorted). q (B, H, G, L, dh), k (B, H,
     L, dh), add None | (B, 1, 1, L) | (B, H, L, L). Scores a block of queries at a time
-    (SCORE_BLOCK elements), selecting with the compiled kernel if `compiled`, else
-    torch.topk; call without autograd. -> (B, H, G, L, kk)."""
-    if compiled:  # one loop: each query's scores in a row buffer, then its top kk
-        return kernels.score_topk(q, k, add, kk)
+    (SCORE_BLOCK elements) and selects with torch.topk; call without autograd.
+    -> (B, H, G, L, kk)."""
     B, H, G, L, _ = q.shape
     kt = k.unsqueeze(2).transpose(-1, -2)  # (B, H, 1, dh, L)
     rows = max(1, SCORE_BLOCK // max(B * H * G * k.shape[-2], 1))
