@@ -48,6 +48,7 @@ from fusion_sweep.trial import memory, trainer  # noqa: E402
 from fusion_sweep.trial.config import ConfigError, TrialConfig  # noqa: E402
 from fusion_sweep.trial.data.types import EncodedSplit  # noqa: E402
 from fusion_sweep.trial.devicecheck import DeviceMixCounter, HostSyncCounter  # noqa: E402
+from fusion_sweep.trial.models.determinism import cuda_nondeterministic_ops  # noqa: E402
 from fusion_sweep.trial.models.encoder import ENCODERS  # noqa: E402
 from fusion_sweep.trial.models.fusion import FUSIONS  # noqa: E402
 from fusion_sweep.trial.models.positional import POSITIONAL  # noqa: E402
@@ -144,13 +145,8 @@ def host_syncs_per_step(configs: list[TrialConfig]) -> tuple[int, dict[str, dict
     return worst, found
 
 
-def deterministic_blockers(configs: list[TrialConfig]) -> dict[str, list[str]] | None:
-    """{variant: sorted ops} that raise under deterministic CUDA; None where this checkout
-    has no `trial/models/determinism.py` yet (branch `kernels`)."""
-    try:
-        from fusion_sweep.trial.models.determinism import cuda_nondeterministic_ops
-    except ImportError:
-        return None
+def deterministic_blockers(configs: list[TrialConfig]) -> dict[str, list[str]]:
+    """{variant: sorted ops} of the ops that raise under deterministic CUDA, where any."""
     found: dict[str, list[str]] = {}
     for c in configs:
         model = trainer.build_model(c, 60, 4)

@@ -37,15 +37,14 @@ def syncs(config: TrialConfig, split, steps: int) -> HostSyncCounter:
 
 
 @pytest.mark.parametrize("variant", STANDARD + RESSFORMER, ids=lambda v: "-".join(map(str, v.values())))
-def test_no_host_sync_in_a_training_step(variant, split, monkeypatch):
+def test_no_host_sync_in_a_training_step(variant, split):
     """Syncs of an epoch of 3 steps minus those of 1 step: 0 per step; the epoch's one sync
     (its loss and accuracy) stays. ReSSFormer on its torch path, as on a GPU."""
-    monkeypatch.setenv("FUSION_SWEEP_KERNELS", "0")
     from fusion_sweep.trial.models import kernels
 
-    monkeypatch.setattr(kernels, "available", lambda *t: False)
     config = TrialConfig.build("synthetic-short", **{**TINY, **variant})
-    one, three = syncs(config, split, 1), syncs(config, split, 3)
+    with kernels.torch_path():
+        one, three = syncs(config, split, 1), syncs(config, split, 3)
     assert three.total - one.total == 0, (one.counts, three.counts)
     assert one.total <= 1
 

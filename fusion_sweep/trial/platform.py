@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import os
 import platform as _py_platform
-import subprocess
 from contextlib import contextmanager, nullcontext
-from functools import lru_cache
 from pathlib import Path
 from typing import ContextManager, Iterator
 
@@ -99,37 +97,15 @@ def gpu_fields(device: torch.device) -> dict[str, str]:
 
 
 def execution_path(device: torch.device) -> dict[str, str]:
-    """{"kernels": "compiled" | "torch" | "off", "compiler": "<name> <version>" | ""} for a
-    trial on `device`: ReSSFormer's compiled CPU kernels run only on a CPU, so a CUDA trial
-    is on the torch path whatever the machine has. Read from
-    `kernels.execution_path()`; until that function is in this branch, from the kernels
-    module's own switch (FUSION_SWEEP_KERNELS) and build."""
+    """{"kernels": "compiled" | "torch" | "off", "compiler": "gcc 12.2.0" | ""} for a trial on
+    `device` (`kernels.execution_path()`): ReSSFormer's compiled kernels run only on a CPU,
+    so a CUDA trial is on the torch path whatever the machine has."""
     from fusion_sweep.trial.models import kernels
 
     if device.type == "cuda":
         return {"kernels": "torch", "compiler": ""}
-    if hasattr(kernels, "execution_path"):
-        path = kernels.execution_path()
-        return {"kernels": path["kernels"], "compiler": path["compiler"]}
-    if os.environ.get(kernels.ENV_SWITCH, "1") == "0":
-        return {"kernels": "off", "compiler": ""}
-    built = kernels._library() is not None
-    return {"kernels": "compiled" if built else "torch",
-            "compiler": compiler_version(kernels._compiler()) if built else ""}
-
-
-@lru_cache(maxsize=4)
-def compiler_version(cc: str | None) -> str:
-    """"gcc 12.2.0": the compiler's name and the version its first --version line ends with."""
-    if not cc:
-        return ""
-    try:
-        out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30)
-        first = (out.stdout.splitlines() or [""])[0].split()
-    except (OSError, subprocess.SubprocessError):
-        return cc
-    version = next((w for w in reversed(first) if w[:1].isdigit()), "")
-    return f"{Path(cc).name} {version}".strip()
+    path = kernels.execution_path()
+    return {"kernels": path["kernels"], "compiler": path["compiler"]}
 
 
 def node_platform() -> dict[str, str]:
