@@ -31,6 +31,7 @@ from fusion_sweep.trial.data.tokenize import TokenizerSettings
 from fusion_sweep.trial.models import encoder as encoder_module
 from fusion_sweep.trial.models.encoder import ENCODERS, FusionClassifier, count_parameters
 from fusion_sweep.trial.models.positional import POSITIONAL
+from fusion_sweep.trial.trainer import construct_model
 
 # What a trial actor holds before training: Python, torch, Ray worker, MLflow client (an idle
 # ray::ImplicitFunc actor measured ~0.55 GB RSS here).
@@ -74,10 +75,8 @@ def longest_batch(config: Any) -> tuple[int, int]:
 
 def meta_model(config: Any, vocab: int | None = None, num_classes: int = 4) -> FusionClassifier:
     """The trial's model with every tensor on the `meta` device (shapes only, no memory)."""
-    from fusion_sweep.trial.trainer import _construct
-
     with torch.device("meta"):
-        return _construct(config, vocab if vocab is not None else vocab_rows(config),
+        return construct_model(config, vocab if vocab is not None else vocab_rows(config),
                           num_classes, 0)
 
 

@@ -27,6 +27,7 @@ from typing import ContextManager, Iterator
 import torch
 
 from fusion_sweep.schema import PLATFORM_FIELDS
+from fusion_sweep.trial.models import kernels
 
 # cuBLAS is reproducible only with a fixed workspace (CUDA >= 10.2; NVIDIA cuBLAS docs,
 # "Results reproducibility"); ":4096:8" is the setting the torch docs name.
@@ -100,8 +101,6 @@ def execution_path(device: torch.device) -> dict[str, str]:
     """{"kernels": "compiled" | "torch" | "off", "compiler": "gcc 12.2.0" | ""} for a trial on
     `device` (`kernels.execution_path()`): ReSSFormer's compiled kernels run only on a CPU,
     so a CUDA trial is on the torch path whatever the machine has."""
-    from fusion_sweep.trial.models import kernels
-
     if device.type == "cuda":
         return {"kernels": "torch", "compiler": ""}
     path = kernels.execution_path()

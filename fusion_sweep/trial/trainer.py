@@ -221,7 +221,7 @@ def build_model(config: TrialConfig, vocab_size: int, num_classes: int, pad_id: 
     dropout stream, so variants with more layers leave both untouched.
     """
     with torch.random.fork_rng(devices=[]):
-        model = _construct(config, vocab_size, num_classes, pad_id)
+        model = construct_model(config, vocab_size, num_classes, pad_id)
     d = stream_dataset(config)
     initialize(model, {"shared": derive_seed(config.seed, "shared_init", d),
                        "encoder": derive_seed(config.seed, "encoder_init", d),
@@ -230,7 +230,9 @@ def build_model(config: TrialConfig, vocab_size: int, num_classes: int, pad_id: 
     return model
 
 
-def _construct(config: TrialConfig, vocab_size: int, num_classes: int, pad_id: int) -> FusionClassifier:
+def construct_model(config: TrialConfig, vocab_size: int, num_classes: int, pad_id: int) -> FusionClassifier:
+    """The trial's classifier as its constructors initialise it (`build_model` then draws
+    every group from its own stream; trial/memory.py builds it on `meta` to size it)."""
     return FusionClassifier(
         vocab_size=vocab_size, num_classes=num_classes, fusion=config.fusion, pe=config.pe,
         max_len=config.max_len, d_model=config.d_model, heads=config.heads, layers=config.layers,
