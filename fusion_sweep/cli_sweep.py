@@ -10,9 +10,12 @@ import signal
 import sys
 from typing import Any
 
-from fusion_sweep import signals, tracking
-from fusion_sweep.schema import LOOPBACK_HOSTS
+from fusion_sweep import signals
+from fusion_sweep.schema import DEFAULT_EXPERIMENT, LOOPBACK_HOSTS, resolve_tracking_uri, sqlite_path
 from fusion_sweep.space_files import shipped_spaces
+from fusion_sweep.sweep_list import list_sweeps
+from fusion_sweep.ui_server import UIServer, port_free
+from fusion_sweep.ui_view import default_ui_store, prepare_ui_experiment, ui_url
 from fusion_sweep.ui_proxy import UIProxy, free_loopback_port
 
 
@@ -184,13 +187,13 @@ def run_tune(args: argparse.Namespace) -> int:
 
 def run_sweeps(args: argparse.Namespace) -> int:
     """Print the store's sweeps as a table (a note on stderr when there are none)."""
-    store = tracking.resolve_tracking_uri(args.tracking_uri)
-    experiment = args.experiment or tracking.DEFAULT_EXPERIMENT
-    db = tracking.sqlite_path(store)
+    store = resolve_tracking_uri(args.tracking_uri)
+    experiment = args.experiment or DEFAULT_EXPERIMENT
+    db = sqlite_path(store)
     if db is not None and not db.is_file():
         raise ValueError(f"--tracking-uri {store}: no store at {db} (no sweep launched here; "
                          f"run `fusion-sweep launch` first, or point --tracking-uri at a store)")
-    sweeps = tracking.list_sweeps(store, experiment)
+    sweeps = list_sweeps(store, experiment)
     if not sweeps:
         print(f"no sweeps in experiment {experiment!r} of {store}", file=sys.stderr)
         return 0
@@ -217,8 +220,8 @@ def format_sweeps(sweeps: list[dict]) -> str:
 def run_ui(args: argparse.Namespace) -> int:
     """Serve the store's MLflow UI on 127.0.0.1 until Ctrl-C / SIGTERM / SIGHUP, then stop the
     server with every process it started (its process group), leaving the port free."""
-    store = args.backend_store_uri or tracking.default_ui_store()
-    db = tracking.sqlite_path(store)
+    store = args.backend_store_uri or default_ui_store()
+    db = sqlite_path(store)
     if db is None:  # mlflow server would die with a traceback
         raise ValueError(f"--backend-store-uri {store}: not a sqlite:/// store; `fusion-sweep ui` "
                          f"serves a local sqlite:///PATH store (open an http(s):// tracking "
@@ -229,7 +232,7 @@ def run_ui(args: argparse.Namespace) -> int:
         if not db.exists():
             print(f"note: {db} does not exist yet (no sweep launched here); the UI starts empty",
                   file=sys.stderr)
-    if not tracking.port_free(args.host, args.port):
+    if not port_free(args.host, args.port):
         raise ValueError(f"--port {args.port}: {args.host}:{args.port} is already in use "
                          f"(another MLflow UI?); choose another with --port")
     if args.host not in LOOPBACK_HOSTS:
@@ -237,10 +240,10 @@ def run_ui(args: argparse.Namespace) -> int:
               f"{args.port} to the network, without authentication: anyone who can reach this "
               f"machine can read, change and delete every run, metric and artifact in {store}",
               file=sys.stderr)
-    experiment = args.experiment or tracking.DEFAULT_EXPERIMENT
+    experiment = args.experiment or DEFAULT_EXPERIMENT
     sweep = getattr(args, "sweep", None)
     try:
-        exp_id, sweep = tracking.prepare_ui_experiment(store, experiment, sweep)
+        exp_id, sweep = prepare_ui_experiment(store, experiment, sweep)
     except ValueError:  # an unknown --sweep: one error line
         raise
     except Exception as e:  # noqa: BLE001 - the UI still serves; only the landing view is lost
@@ -255,9 +258,9 @@ def run_ui(args: argparse.Namespace) -> int:
     stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     # mlflow server on a private loopback port, behind a front on --host:--port that opens
     # the model-training layout (fusion_sweep.ui_proxy explains why).
-    server = tracking.UIServer(store, "127.0.0.1", free_loopback_port())
-    front = tracking.UIServer(store, args.host, args.port)  # its base_url: what the user opens
-    url = tracking.ui_url(front.base_url, exp_id)
+    server = UIServer(store, "127.0.0.1", free_loopback_port())
+    front = UIServer(store, args.host, args.port)  # its base_url: what the user opens
+    url = ui_url(front.base_url, exp_id)
     proxy = None
     with signals.interrupting(stops):
         try:

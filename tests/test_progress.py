@@ -223,7 +223,7 @@ def test_ray_per_attempt_tracebacks_are_dropped_only_during_the_run():
 def test_summary_names_the_next_commands(tmp_path, monkeypatch):
     """format_summary: follow-up commands carry only the options that differ from what they
     would resolve by default here (store, experiment, Tune storage)."""
-    from fusion_sweep.sweep import LaunchSummary, format_summary
+    from fusion_sweep.summary import LaunchSummary, format_summary
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

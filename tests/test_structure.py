@@ -131,15 +131,27 @@ def test_the_package_imports_nothing_from_outside_but_stdlib_and_third_party() -
     # what computes a trial's numbers (the code fingerprint's scope) sees only itself and the
     # stdlib-only schema: never the sweep, tracking or CLI above it
     ("fusion_sweep.trial", ("fusion_sweep.trial", "fusion_sweep.schema")),
-    # the statistics read MLflow through the schema and nothing else of the package
-    ("fusion_sweep.analysis", ("fusion_sweep.analysis", "fusion_sweep.schema")),
+    # the statistics read MLflow through the schema's names and the one run query helper
+    # (paging, quoting, retries), and nothing else of the package
+    ("fusion_sweep.analysis", ("fusion_sweep.analysis", "fusion_sweep.schema",
+                               "fusion_sweep.mlflow_query")),
     ("fusion_sweep.schema", ()),
+    ("fusion_sweep.mlflow_query", ()),
 ])
 def test_layers_only_point_down(layer: str, allowed: tuple[str, ...]) -> None:
     up = sorted(f"{m} -> {t}" for m, targets in import_graph(PACKAGE).items()
                 if m == layer or m.startswith(layer + ".")
                 for t in targets if not any(t == a or t.startswith(a + ".") for a in allowed))
     assert up == []
+
+
+@pytest.mark.parametrize("module", ["schema", "mlflow_query"])
+def test_the_bottom_modules_import_only_the_standard_library(module: str) -> None:
+    """What both the writer and the reader import stays light: no MLflow, torch, Ray or numpy."""
+    path = PACKAGE / f"{module}.py"
+    names = imported_names(path, f"fusion_sweep.{module}")
+    assert sorted(n for n in names if n.split(".")[0] not in sys.stdlib_module_names
+                  and n.split(".")[0] != "__future__") == []
 
 
 def test_the_checks_see_a_planted_cycle_and_a_foreign_import(tmp_path: Path) -> None:

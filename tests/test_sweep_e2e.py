@@ -31,6 +31,7 @@ import pytest
 import yaml
 
 from fusion_sweep import tracking
+from fusion_sweep import schema  # noqa: E402
 from fusion_sweep.cli import main as cli_main
 from fusion_sweep.space import SPACE_DIR, load_space
 from fusion_sweep.grid import plan
@@ -203,7 +204,7 @@ def test_sweep_on_two_nodes_tracked_by_server(ray_cluster, mlflow_server, tmp_pa
         assert (params["dataset"], params["pe"], params["fusion"], params["seed"]) == \
             (cfg.dataset, cfg.pe, cfg.fusion, str(cfg.seed))
         assert set(cfg.hyperparameters()) <= set(params)
-        for m in tracking.FINAL_METRICS + tracking.EPOCH_METRICS:
+        for m in schema.FINAL_METRICS + schema.EPOCH_METRICS:
             assert m in metrics, m
         hist = tr.client.get_metric_history(r.info.run_id, "val_acc")
         assert [h.step for h in hist] == list(range(1, cfg.epochs + 1))
