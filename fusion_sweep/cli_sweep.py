@@ -17,6 +17,7 @@ from fusion_sweep.sweep_list import list_sweeps
 from fusion_sweep.ui_server import UIServer, port_free
 from fusion_sweep.ui_view import default_ui_store, prepare_ui_experiment, ui_url
 from fusion_sweep.ui_proxy import UIProxy, free_loopback_port
+from fusion_sweep.errors import UserError
 
 
 def _positive_int(text: str) -> int:
@@ -170,7 +171,7 @@ def _adaptive_settings(args: argparse.Namespace) -> Any:
         given = [f for f, v in (("--max-seeds", max_seeds), ("--seed-batch", batch),
                                 ("--sequential-method", method)) if v is not None]
         if given:
-            raise ValueError(f"{' and '.join(given)}: only with --until-decided (adaptive seeds)")
+            raise UserError(f"{' and '.join(given)}: only with --until-decided (adaptive seeds)")
         return None
     return AdaptiveSettings(max_seeds=max_seeds or DEFAULT_MAX_SEEDS,
                             seed_batch=batch or DEFAULT_SEED_BATCH,
@@ -191,7 +192,7 @@ def run_sweeps(args: argparse.Namespace) -> int:
     experiment = args.experiment or DEFAULT_EXPERIMENT
     db = sqlite_path(store)
     if db is not None and not db.is_file():
-        raise ValueError(f"--tracking-uri {store}: no store at {db} (no sweep launched here; "
+        raise UserError(f"--tracking-uri {store}: no store at {db} (no sweep launched here; "
                          f"run `fusion-sweep launch` first, or point --tracking-uri at a store)")
     sweeps = list_sweeps(store, experiment)
     if not sweeps:
@@ -223,17 +224,17 @@ def run_ui(args: argparse.Namespace) -> int:
     store = args.backend_store_uri or default_ui_store()
     db = sqlite_path(store)
     if db is None:  # mlflow server would die with a traceback
-        raise ValueError(f"--backend-store-uri {store}: not a sqlite:/// store; `fusion-sweep ui` "
+        raise UserError(f"--backend-store-uri {store}: not a sqlite:/// store; `fusion-sweep ui` "
                          f"serves a local sqlite:///PATH store (open an http(s):// tracking "
                          f"server's own UI directly)")
     if db is not None:
         if not db.parent.is_dir():
-            raise ValueError(f"--backend-store-uri {store}: directory {db.parent} does not exist")
+            raise UserError(f"--backend-store-uri {store}: directory {db.parent} does not exist")
         if not db.exists():
             print(f"note: {db} does not exist yet (no sweep launched here); the UI starts empty",
                   file=sys.stderr)
     if not port_free(args.host, args.port):
-        raise ValueError(f"--port {args.port}: {args.host}:{args.port} is already in use "
+        raise UserError(f"--port {args.port}: {args.host}:{args.port} is already in use "
                          f"(another MLflow UI?); choose another with --port")
     if args.host not in LOOPBACK_HOSTS:
         print(f"warning: --host {args.host} exposes the MLflow UI and its REST API on port "

@@ -6,6 +6,8 @@ import os
 import socket
 from pathlib import Path
 
+from fusion_sweep.errors import UserError
+
 
 class SweepLock:
     """One driver per sweep: an exclusive `flock` on a file in the sweep's local Tune directory.
@@ -36,7 +38,7 @@ class SweepLock:
             except (OSError, json.JSONDecodeError):
                 info = {}
             holder = f"driver pid {info.get('pid', '?')} on {info.get('host', '?')}"
-            raise ValueError(f"sweep already running: {holder} holds {self.path}; wait for it, "
+            raise UserError(f"sweep already running: {holder} holds {self.path}; wait for it, "
                              f"or stop it to resume here") from None
         os.ftruncate(fd, 0)
         os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode())

@@ -18,6 +18,7 @@ from fusion_sweep.schema import (CODE_FINGERPRINT, CODE_HISTORY, FINISHED, GRID_
                                  code_fingerprint, resolve_tracking_uri)
 from fusion_sweep.space import SearchSpace
 from fusion_sweep.store import check_tracking_uri, is_local_store
+from fusion_sweep.errors import UserError
 
 
 @dataclass
@@ -54,7 +55,7 @@ def preflight(space: SearchSpace, name: str, points: list[GridPoint], tracking_u
     tracker = tracking.SweepTracker(uri, experiment)
     parent = tracker.find_parent(name)
     if parent is not None and parent.data.tags.get(GRID_HASH, ghash) != ghash:
-        raise ValueError(f"sweep {name!r} already exists in MLflow experiment {experiment!r} with a "
+        raise UserError(f"sweep {name!r} already exists in MLflow experiment {experiment!r} with a "
                          f"different grid (the space changed); choose another --name to run this "
                          f"space")
     code = code_fingerprint()
@@ -78,7 +79,7 @@ def check_code(parent, tracker, name: str, code: str, allow: bool, out: TextIO) 
     olds = sorted({r.data.tags.get(CODE_FINGERPRINT, "unknown")
                    for r in tracker.trial_runs(name) if r.info.status == FINISHED} - {code})
     if olds and not allow:
-        raise ValueError(
+        raise UserError(
             f"sweep {name!r} has finished trials trained by code {', '.join(olds)}, but this "
             f"checkout's code fingerprint is {code}: their numbers may differ from what this code "
             f"computes, so they are not reused. Pass --allow-code-change to train every trial "
@@ -107,7 +108,7 @@ def check_local_resources(space: SearchSpace, points: list[GridPoint]) -> None:
     ncpu = os.cpu_count() or 1
     ngpu = _local_gpus() if space.gpu > 0 else 0
     if space.cpu > ncpu or space.gpu > ngpu:
-        raise ValueError(f"resources: one trial needs cpu={space.cpu:g}, gpu={space.gpu:g}, but "
+        raise UserError(f"resources: one trial needs cpu={space.cpu:g}, gpu={space.gpu:g}, but "
                          f"the local Ray instance has this machine's CPU={ncpu}, GPU={ngpu}, so "
                          f"no trial could ever start; lower `resources` in {space.source}, or "
                          f"pass --address for a cluster with such nodes")
@@ -115,7 +116,7 @@ def check_local_resources(space: SearchSpace, points: list[GridPoint]) -> None:
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     need = max(trial_memory_bytes(space, p.config) for p in points)
     if need > RAY_MEMORY_SHARE * total:
-        raise ValueError(f"resources: one trial needs about {need / 2**30:.1f} GiB of memory but "
+        raise UserError(f"resources: one trial needs about {need / 2**30:.1f} GiB of memory but "
                          f"the local Ray instance schedules at most {RAY_MEMORY_SHARE * total / 2**30:.1f} "
                          f"GiB of this machine's {total / 2**30:.1f} GiB, so no trial could ever "
                          f"start; set `resources: {{memory_gb: ...}}` in {space.source} if the "

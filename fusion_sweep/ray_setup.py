@@ -11,6 +11,8 @@ import socket
 from pathlib import Path
 from typing import TextIO
 
+from fusion_sweep.errors import UserError
+
 DEFAULT_STORAGE_DIRNAME = "ray_results"
 
 
@@ -35,23 +37,23 @@ def check_ray_address(address: str | None, timeout: float = 3.0) -> str | None:
         try:
             resolved = canonicalize_bootstrap_address("auto")
         except (ConnectionError, ValueError) as e:
-            raise ValueError(f"--address auto: no running Ray cluster found on this machine ({e}); "
+            raise UserError(f"--address auto: no running Ray cluster found on this machine ({e}); "
                              f"start one with `ray start --head` (or `ray up cluster.yaml` and run "
                              f"this on the head node), or omit --address for a local instance") from None
         if not resolved:
-            raise ValueError("--address auto: no running Ray cluster found on this machine; start "
+            raise UserError("--address auto: no running Ray cluster found on this machine; start "
                              "one with `ray start --head`, or omit --address for a local instance")
         host_port = resolved
     else:
         host_port = address.split("://", 1)[-1]
     host, _, port = host_port.rpartition(":")
     if not host or not port.isdigit():
-        raise ValueError(f"--address {address!r}: expected 'auto' or HOST:PORT (e.g. 10.0.0.5:6379)")
+        raise UserError(f"--address {address!r}: expected 'auto' or HOST:PORT (e.g. 10.0.0.5:6379)")
     try:
         with socket.create_connection((host, int(port)), timeout=timeout):
             pass
     except OSError as e:
-        raise ValueError(f"--address {address!r}: cannot reach a Ray cluster at {host}:{port} ({e}); "
+        raise UserError(f"--address {address!r}: cannot reach a Ray cluster at {host}:{port} ({e}); "
                          f"check the address (`ray status` on the head node prints it), or omit "
                          f"--address for a local instance") from None
     return address

@@ -61,6 +61,7 @@ import yaml
 from fusion_sweep.analysis.settings import DEFAULT_BASELINE, DEFAULT_METRIC
 from fusion_sweep.schema import (DEFAULT_EXPERIMENT, DIRECTIONS, IDENTITY_FIELDS,
                                  METRIC_DIRECTIONS)
+from fusion_sweep.errors import UserError
 from fusion_sweep.space_files import SPACE_DIR, shipped_spaces
 from fusion_sweep.trial.config import ConfigError, TrialConfig
 from fusion_sweep.trial.data.registry import DATASETS
@@ -135,7 +136,7 @@ METRICS = ("test_acc", "test_macro_f1", "best_val_acc")
 RESERVED_FIELDS = (*IDENTITY_FIELDS, "num_threads", "evaluate_test")
 
 
-class SpaceError(ValueError):
+class SpaceError(UserError):
     """A search space failed validation; `errors` lists every problem."""
 
     def __init__(self, source: str, errors: list[str]):

@@ -11,6 +11,7 @@ import logging
 import os
 
 from fusion_sweep.schema import default_tracking_uri, is_server, server_unreachable, sqlite_path
+from fusion_sweep.errors import UserError
 
 # A local store keeps its runs' artifacts in this folder next to its database file (the
 # sweep's experiment and the `fusion-sweep ui` server agree on it).
@@ -27,7 +28,7 @@ def check_tracking_uri(uri: str, timeout: float = 5.0) -> None:
     if is_server(uri):
         reason = server_unreachable(uri, timeout)
         if reason is not None:
-            raise ValueError(
+            raise UserError(
                 f"MLflow tracking server {uri} is not reachable ({reason}). Start it (e.g. "
                 f"`mlflow server --host 127.0.0.1 --port 5000 --backend-store-uri "
                 f"sqlite:///mlflow.db`), fix --tracking-uri / MLFLOW_TRACKING_URI, or leave both "
@@ -35,13 +36,13 @@ def check_tracking_uri(uri: str, timeout: float = 5.0) -> None:
             ) from None
     elif db is not None:
         if not db.parent.is_dir() or not os.access(db.parent, os.W_OK):
-            raise ValueError(f"tracking store {uri}: directory {db.parent} does not exist or is "
+            raise UserError(f"tracking store {uri}: directory {db.parent} does not exist or is "
                              f"not writable")
     elif uri.startswith("file:") or "://" not in uri:
-        raise ValueError(f"tracking URI {uri!r}: MLflow 3 refuses file stores; use "
+        raise UserError(f"tracking URI {uri!r}: MLflow 3 refuses file stores; use "
                          f"{default_tracking_uri()} or an http(s):// server")
     else:  # ftp://, mysql://, ...: not a store this tool checks and writes to
-        raise ValueError(f"tracking URI {uri!r}: unsupported scheme {uri.split('://', 1)[0]!r}; "
+        raise UserError(f"tracking URI {uri!r}: unsupported scheme {uri.split('://', 1)[0]!r}; "
                          f"use an http(s):// MLflow server or a sqlite:/// store (default "
                          f"{default_tracking_uri()})")
 

@@ -47,6 +47,7 @@ from fusion_sweep.schema import ADAPTIVE, COMPARISON_FAMILY, FINISHED, IDENTITY_
 from fusion_sweep.space import SearchSpace, load_space
 from fusion_sweep.summary import LaunchSummary, format_summary, summarize
 from fusion_sweep.trainable import run_trial
+from fusion_sweep.errors import UserError
 
 
 def launch(space_ref: str, *, name: str | None = None, address: str | None = None,
@@ -70,10 +71,10 @@ def launch(space_ref: str, *, name: str | None = None, address: str | None = Non
     space = load_space(space_ref)
     name = name or space.name
     if not name or any(c in name for c in "/\\ ") or name in (".", ".."):
-        raise ValueError(f"--name {name!r}: use a non-empty name without '/', '\\', spaces, "
+        raise UserError(f"--name {name!r}: use a non-empty name without '/', '\\', spaces, "
                          f"or '.'/'..'")
     if max_concurrent is not None and max_concurrent < 1:
-        raise ValueError(f"--max-concurrent must be >= 1, got {max_concurrent}")
+        raise UserError(f"--max-concurrent must be >= 1, got {max_concurrent}")
     points = plan(space)
     state = None
     if until_decided is not None:

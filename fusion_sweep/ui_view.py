@@ -15,6 +15,7 @@ from fusion_sweep.schema import (DEFAULT_EXPERIMENT, IDENTITY_FIELDS, ROLE, SWEE
                                  default_tracking_uri, sqlite_path)
 from fusion_sweep.store import client as mlflow_client
 from fusion_sweep.sweep_list import sweep_runs
+from fusion_sweep.errors import UserError
 
 # ------------------------------------------------------------------ the MLflow UI
 # What `fusion-sweep ui` serves and where it lands. Measured on MLflow 3.17 (its JS bundle,
@@ -168,17 +169,17 @@ def prepare_ui_experiment(store: str, experiment: str = DEFAULT_EXPERIMENT,
     db = sqlite_path(store)
     if db is not None and not db.is_file():
         if sweep:
-            raise ValueError(f"--sweep {sweep}: no store at {db} (no sweep launched here)")
+            raise UserError(f"--sweep {sweep}: no store at {db} (no sweep launched here)")
         return None, None
     client = mlflow_client(store)
     exp = client.get_experiment_by_name(experiment)
     if exp is None or exp.lifecycle_stage == "deleted":
         if sweep:
-            raise ValueError(f"--sweep {sweep}: no experiment {experiment!r} in {store}")
+            raise UserError(f"--sweep {sweep}: no experiment {experiment!r} in {store}")
         return None, None
     names = [r.data.tags.get(SWEEP, r.info.run_name) for r in sweep_runs(client, exp.experiment_id)]
     if sweep is not None and sweep not in names:
-        raise ValueError(f"--sweep {sweep}: no such sweep in experiment {experiment!r} of "
+        raise UserError(f"--sweep {sweep}: no such sweep in experiment {experiment!r} of "
                          f"{store}; sweeps: {', '.join(names) or 'none'} "
                          f"(`fusion-sweep sweeps` lists them)")
     sweep = sweep or (names[0] if names else None)

@@ -407,3 +407,34 @@ if __name__ == "__main__":  # print each case's message from a real run, for doc
             argv = " ".join(case.argv(e)).replace(str(e.dir) + "/", "")
             print(f"### {case.id}\t{case.cmd}\t{rc}\t{argv}\n{msg}")
         gen.close()
+
+
+def _run_with(monkeypatch, exc: BaseException) -> int:
+    """`fusion-sweep sweeps` whose command function raises `exc`."""
+    from fusion_sweep import cli_sweep
+
+    def boom(args):
+        raise exc
+
+    monkeypatch.setattr(cli_sweep, "run_sweeps", boom)
+    return cli_main(["sweeps"])
+
+
+def test_a_user_error_is_one_line_and_exit_2(monkeypatch, capsys):
+    from fusion_sweep.errors import UserError
+
+    assert _run_with(monkeypatch, UserError("--thing x: choose from a, b")) == 2
+    assert capsys.readouterr().err == "fusion-sweep sweeps: error: --thing x: choose from a, b\n"
+
+
+@pytest.mark.parametrize("exc", [ValueError("x and y must be 1-D"), KeyError("k"),
+                                 ConnectionError("internal")])
+def test_an_internal_error_keeps_its_traceback(monkeypatch, exc):
+    """A library's own ValueError (a bug, not bad input) is not disguised as bad input."""
+    with pytest.raises(type(exc)):
+        _run_with(monkeypatch, exc)
+
+
+def test_a_closed_pipe_exits_quietly(monkeypatch, capsys):
+    assert _run_with(monkeypatch, BrokenPipeError(32, "Broken pipe")) == 0
+    assert capsys.readouterr().err == ""

@@ -129,13 +129,14 @@ def test_the_package_imports_nothing_from_outside_but_stdlib_and_third_party() -
 
 @pytest.mark.parametrize("layer, allowed", [
     # what computes a trial's numbers (the code fingerprint's scope) sees only itself and the
-    # stdlib-only schema: never the sweep, tracking or CLI above it
-    ("fusion_sweep.trial", ("fusion_sweep.trial", "fusion_sweep.schema")),
+    # stdlib-only schema and error type: never the sweep, tracking or CLI above it
+    ("fusion_sweep.trial", ("fusion_sweep.trial", "fusion_sweep.schema", "fusion_sweep.errors")),
     # the statistics read MLflow through the schema's names and the one run query helper
     # (paging, quoting, retries), and nothing else of the package
     ("fusion_sweep.analysis", ("fusion_sweep.analysis", "fusion_sweep.schema",
-                               "fusion_sweep.mlflow_query")),
+                               "fusion_sweep.errors", "fusion_sweep.mlflow_query")),
     ("fusion_sweep.schema", ()),
+    ("fusion_sweep.errors", ()),
     ("fusion_sweep.mlflow_query", ()),
 ])
 def test_layers_only_point_down(layer: str, allowed: tuple[str, ...]) -> None:
@@ -145,7 +146,7 @@ def test_layers_only_point_down(layer: str, allowed: tuple[str, ...]) -> None:
     assert up == []
 
 
-@pytest.mark.parametrize("module", ["schema", "mlflow_query"])
+@pytest.mark.parametrize("module", ["schema", "errors", "mlflow_query"])
 def test_the_bottom_modules_import_only_the_standard_library(module: str) -> None:
     """What both the writer and the reader import stays light: no MLflow, torch, Ray or numpy."""
     path = PACKAGE / f"{module}.py"
