@@ -158,6 +158,8 @@ def run_launch(args: argparse.Namespace) -> int:
                      allow_code_change=getattr(args, "allow_code_change", False),
                      verbose=getattr(args, "verbose", False),
                      until_decided=_adaptive_settings(args))
+    if summary is not None and summary.interrupted:
+        return 130  # as a shell reports a Ctrl-C'd command; the summary said how to resume
     return 0 if summary is None or summary.ok else 1
 
 

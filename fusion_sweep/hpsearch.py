@@ -137,10 +137,7 @@ def _tune_dataset(space: SearchSpace, dataset: str, pe: str, budget: int, storag
                                     max_concurrent_trials=max_concurrent, reuse_actors=True),
         run_config=tune.RunConfig(
             name=f"{space.name}-tune-{dataset}-{uuid.uuid4().hex[:6]}",
-            storage_path=storage_path, verbose=1,
-            progress_reporter=tune.CLIReporter(
-                parameter_columns=list(space.tune.search), metric_columns=[SEARCH_METRIC],
-                max_report_frequency=15)),
+            storage_path=storage_path, verbose=1),  # Tune's own output: each trial's end
     ).fit()
     ok = [r for r in results if r.error is None and r.metrics and SEARCH_METRIC in r.metrics]
     if not ok:

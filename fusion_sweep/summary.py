@@ -27,6 +27,7 @@ class LaunchSummary:
     trained_now: int = 0  # trials this launch started training (finished or not)
     kept: int = 0  # finished in an earlier launch, not touched now
     retried: int = 0
+    interrupted: bool = False  # stopped by Ctrl-C or a stop signal
     orphans_reconciled: int = 0
     seconds: float = 0.0
     tracking_uri: str = ""
@@ -106,8 +107,8 @@ def format_summary(s: LaunchSummary, space_ref: str) -> str:
     lines = ["", f"== sweep {s.name!r}: {s.finished}/{s.total} trials finished "
                  f"({s.kept} kept from earlier launches); {s.trained_now} trained in this launch; "
                  f"{s.seconds:.0f} s ==",
-             f"  {s.failed} failed; {s.killed + s.missing} not run; {s.retried} retried "
-             f"(ran more than once)"]
+             f"  {s.failed} failed; " + (f"{s.killed} interrupted; " if s.killed else "")
+             + f"{s.missing} not run; {s.retried} retried (ran more than once)"]
     for f in s.failed_trials[:10]:
         lines.append(f"  failed: {f}")
     if len(s.failed_trials) > 10:

@@ -25,6 +25,7 @@ The optional hyperparameter search before a sweep (`fusion-sweep tune`, Optuna) 
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 import uuid
@@ -87,7 +88,7 @@ def launch(space_ref: str, *, name: str | None = None, address: str | None = Non
     pf = preflight(space, name, points, tracking_uri, address, storage, experiment,
                     allow_code_change, out)
     pf.adaptive = state
-    auth = configure_ray_env(pf.address)
+    auth = configure_ray_env(pf.address, verbose)
     with SweepLock(pf.exp_path), signals.interrupting():
         summary = _run_sweep(pf, auth, max_concurrent, verbose, out)
     summary.seconds = time.time() - t0
@@ -144,15 +145,25 @@ def _run_sweep(pf: Preflight, auth: str, max_concurrent: int | None, verbose: bo
             summary.total = len(pf.points)
         status = "FINISHED"
     except KeyboardInterrupt:
-        status = "KILLED"
+        status, summary.interrupted = "KILLED", True
         print("\ninterrupted: run the same command again to resume", file=out)
     finally:
-        if driver.ray_up:
-            import ray
-
-            ray.shutdown()  # a no-op when Ray never started
-        _close_parent(pf, summary, ctx, status, t0, out)
+        with signals.ignored((signal.SIGINT, *signals.STOP_SIGNALS)):  # let the cleanup finish
+            _stop(pf, driver, summary, ctx, status, t0, out)
     return summary
+
+
+def _stop(pf: Preflight, driver: "_Driver", summary: LaunchSummary,
+          ctx: tracking.TrackingContext, status: str, t0: float, out: TextIO) -> None:
+    """Shut Ray down, end the runs an interruption left RUNNING as KILLED (interrupted, not
+    failed: nothing of the sweep runs any more), then close the parent run."""
+    if driver.ray_up:
+        import ray
+
+        ray.shutdown()
+    if summary.interrupted:
+        pf.tracker.reconcile_orphans(pf.name, tracking.INTERRUPTED)
+    _close_parent(pf, summary, ctx, status, t0, out)
 
 
 class _Driver:
@@ -251,23 +262,18 @@ def _run_tuner(space: SearchSpace, points: list[GridPoint], exp_path: str, ctx,
             name=f"launch-{ctx.launch_id}" + (f"-round{round_no}" if round_no else ""),
             storage_path=exp_path,
             failure_config=tune.FailureConfig(max_failures=space.max_failures),
-            progress_reporter=_reporter(verbose, out), verbose=1),
+            callbacks=_callbacks(verbose, out), verbose=2 if verbose else 0),
     )
     return tuner.fit()
 
 
-def _reporter(verbose: bool = False, out: TextIO | None = None):
-    """What a launch prints while trials run (Ray's legacy output engine, verbose=1).
+def _callbacks(verbose: bool, out: TextIO) -> list:
+    """What a launch prints while trials run. Default: `progress.SweepProgress` through a Tune
+    callback (one updating status line on a terminal, else one line per finished or failed
+    trial) with Tune's own output off (`verbose=0`). `--verbose`: Tune's own output engine at
+    its verbose level instead, every trial's start, results and end."""
+    if verbose:
+        return []
+    from fusion_sweep.tune_callback import ProgressCallback
 
-    Default: `progress.SweepProgress`, one updating status line on a terminal, else one line
-    per finished or failed trial. `--verbose`: Ray Tune's full CLIReporter table (the grid
-    point, its epoch and validation/test accuracy) every 15 s.
-    """
-    if not verbose:
-        return SweepProgress(out if out is not sys.stdout else None)
-    from ray.tune import CLIReporter
-
-    return CLIReporter(parameter_columns=list(IDENTITY_FIELDS),
-                       metric_columns={"epoch": "epoch", "val_acc": "val_acc",
-                                       "test_acc": "test_acc"},
-                       max_report_frequency=15, sort_by_metric=False)
+    return [ProgressCallback(SweepProgress(out if out is not sys.stdout else None))]

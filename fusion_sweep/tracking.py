@@ -47,6 +47,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
+# Why a trial's run ended KILLED when its sweep was stopped (its RECONCILED tag).
+INTERRUPTED = "interrupted: the sweep was stopped (Ctrl-C or a stop signal) while it ran"
+
 
 @dataclass(frozen=True)
 class TrackingContext:
@@ -202,17 +205,18 @@ class SweepTracker:
                 out[key] = float(v)
         return out
 
-    def reconcile_orphans(self, sweep: str) -> list[str]:
-        """Mark this sweep's runs still RUNNING (their driver died) as KILLED.
+    def reconcile_orphans(self, sweep: str,
+                          reason: str = "RUNNING at launch; its driver or node died") -> list[str]:
+        """Mark this sweep's runs still RUNNING as KILLED, with `reason`.
 
-        Call before any trial of the sweep starts: at that moment nothing can be running.
+        Call when nothing of the sweep can be running: before any trial starts (their driver
+        died), or after an interrupted launch shut Ray down (`INTERRUPTED`).
         """
         killed = []
         for run in self.trial_runs(sweep):
             if run.info.status == "RUNNING":
-                self.client.set_tag(run.info.run_id, RECONCILED,
-                                    "RUNNING at launch; its driver or node died")
-                self.client.set_terminated(run.info.run_id, "KILLED")
+                retry(self.client.set_tag, run.info.run_id, RECONCILED, reason)
+                retry(self.client.set_terminated, run.info.run_id, "KILLED")
                 killed.append(run.info.run_id)
         self.forget()
         return killed
@@ -352,6 +356,13 @@ class TrialRun:
         finally:
             self.client.set_terminated(self.run_id, "FAILED")
             self.status = "FAILED"
+
+    def interrupt(self) -> None:
+        """End the run KILLED: the sweep was interrupted (Ctrl-C, a stop signal, Ray shutting
+        the worker down), which is no failure of the trial; the next launch trains it again."""
+        retry(self.client.set_tag, self.run_id, RECONCILED, INTERRUPTED)
+        retry(self.client.set_terminated, self.run_id, "KILLED")
+        self.status = "KILLED"
 
     def final_metrics(self) -> dict[str, float]:
         run = self.client.get_run(self.run_id)

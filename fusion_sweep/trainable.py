@@ -70,8 +70,11 @@ def run_trial(config: dict, *, ctx, configs: dict) -> None:
     try:
         result = train_trial(tc, callback=on_epoch)
         run.log_result(result, {schema.PEAK_RSS: peak_rss_mb()})
-    except BaseException as e:
+    except Exception as e:
         run.fail(e)
+        raise
+    except BaseException:  # KeyboardInterrupt, SystemExit: the sweep stopped, not the trial
+        run.interrupt()
         raise
     finally:
         release_freed_memory()  # before the actor's next trial (a new thread, a new arena)

@@ -383,10 +383,14 @@ def test_sigkill_driver_then_resume(mlflow_server, tmp_path):
           f"{running_before}; relaunch took {time.time() - t0:.1f} s")
 
 
-def test_sigterm_driver_stops_everything_it_started(mlflow_server, tmp_path):
-    """`kill PID` (SIGTERM) of a launch with a local Ray: Ray's head and workers stop too, the
-    parent run is marked KILLED, and the next launch resumes."""
-    space = slow_space(tmp_path, "termme", seeds=(0, 1, 2), epochs=6)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_driver_stops_everything_it_started(mlflow_server, tmp_path, sig):
+    """`kill PID` (SIGTERM) or Ctrl-C (SIGINT) of a launch with a local Ray: exit 130; Ray's
+    head and workers stop too; no `Tuner.restore` advice and no per-trial FileNotFoundError;
+    the trials that were running are called interrupted (KILLED), never failed; no run is
+    left RUNNING, the parent run included (KILLED); the next launch resumes."""
+    name = f"stop{sig.value}"
+    space = slow_space(tmp_path, name, seeds=(0, 1, 2), epochs=6)
     cmd = [sys.executable, "-m", "fusion_sweep.cli", "launch", str(space), "--tracking-uri",
            mlflow_server, "--storage", str(tmp_path / "ray_results"), "--max-concurrent", "2"]
     log = open(tmp_path / "term.log", "w")
@@ -394,19 +398,21 @@ def test_sigterm_driver_stops_everything_it_started(mlflow_server, tmp_path):
     seen: set[int] = set()
     try:
         deadline = time.time() + 240
-        while not any(r.info.status == "RUNNING" for r in trial_runs(mlflow_server, "termme")):
+        while not any(r.info.status == "RUNNING" for r in trial_runs(mlflow_server, name)):
             seen |= children_of(proc.pid)
             assert proc.poll() is None, (tmp_path / "term.log").read_text()
             assert time.time() < deadline, "no trial started in time"
             time.sleep(0.3)
         seen |= children_of(proc.pid)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         rc = proc.wait(timeout=90)
     finally:
         if proc.poll() is None:
             proc.kill()
     out = (tmp_path / "term.log").read_text()
-    assert rc != 0 and "interrupted: run the same command again to resume" in out, out[-3000:]
+    assert rc == 130 and "interrupted: run the same command again to resume" in out, out[-3000:]
+    assert "Tuner.restore" not in out and "Could not fetch metrics" not in out, out[-3000:]
+    assert " failed: " not in out and "0 failed;" in out and " interrupted;" in out, out[-3000:]
     time.sleep(5)  # Ray's own processes exit asynchronously after ray.shutdown()
     left = [p for p in seen if alive(p)]
     try:
@@ -414,7 +420,9 @@ def test_sigterm_driver_stops_everything_it_started(mlflow_server, tmp_path):
     finally:
         kill_pids(set(left), wait=0)
     tr = tracking.SweepTracker(mlflow_server, "fusion-sweep")
-    assert tr.find_parent("termme").info.status == "KILLED"
+    assert tr.find_parent(name).info.status == "KILLED"
+    statuses = {r.info.status for r in trial_runs(mlflow_server, name)}
+    assert "RUNNING" not in statuses and "FAILED" not in statuses, statuses
 
 
 def test_worker_node_removed_mid_sweep(ray_cluster, mlflow_server, tmp_path, monkeypatch):

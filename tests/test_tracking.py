@@ -427,3 +427,17 @@ def test_run_searches_page_through_every_run(store):
     assert sorted(r.info.run_id for r in found) == sorted(ids)
     assert len(mlflow_query.search_runs(store.client, [store.experiment_id], page_size=2, limit=3,
                                         tags={schema.SWEEP: "paged"})) == 3
+
+
+def test_an_interrupted_trial_is_killed_not_failed(store):
+    """Ctrl-C or a stop signal in a trial ends its run KILLED with the reason; no error tag."""
+    parent = start(store, "interrupted")
+    ctx = ctx_for(store, "interrupted", parent)
+    run = tracking.TrialRun.open(ctx, config(seed=5), "k-int")
+    run.interrupt()
+    got = store.client.get_run(run.run_id)
+    assert got.info.status == "KILLED" and schema.ERROR not in got.data.tags
+    assert got.data.tags[schema.RECONCILED] == tracking.INTERRUPTED
+    left = tracking.TrialRun.open(ctx, config(seed=6), "k-left")  # a worker shut down mid-trial
+    assert store.reconcile_orphans("interrupted", tracking.INTERRUPTED) == [left.run_id]
+    assert store.client.get_run(left.run_id).info.status == "KILLED"
