@@ -3,13 +3,14 @@ and the last words printed (outcome, failures, where the results are, what to ru
 from __future__ import annotations
 
 import csv
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
 from fusion_sweep.grid import GridPoint
 from fusion_sweep.ray_setup import resolve_storage
-from fusion_sweep.schema import (ATTEMPTS, DEFAULT_EXPERIMENT, ERROR, FINAL_METRICS, FINGERPRINT_TAGS,
+from fusion_sweep.schema import (ATTEMPTS, CODE_FINGERPRINT, DEFAULT_EXPERIMENT, ERROR, FINAL_METRICS, FINGERPRINT_TAGS,
                                  FINISHED, IDENTITY_FIELDS, LAUNCH_ID, PLATFORM_LABEL_COLUMN,
                                  platform_from_tags, platform_label, resolve_tracking_uri)
 from fusion_sweep.store import is_local_store
@@ -45,56 +46,84 @@ class LaunchSummary:
 
 
 
-def summarize(s: LaunchSummary, tracker, points: list[GridPoint], ctx, out: TextIO) -> None:
-    """Fill the summary from MLflow (the source of truth) and write results.csv."""
+# results.csv columns beyond the identity, the final metrics and the fingerprints: what `stats
+# --results` needs to judge the file as it judges MLflow (issue 31): each row's code, the
+# comparison family fixed at launch and the adaptive design (JSON, the same on every row; the
+# adaptive column is empty for a fixed-n sweep), and the test split's majority-class share.
+CODE_COLUMN, FAMILY_COLUMN, ADAPTIVE_COLUMN = "code_fingerprint", "comparison_family", "adaptive"
+MAJORITY_METRIC = "test_majority_rate"
+
+
+def summarize(s: LaunchSummary, tracker, points: list[GridPoint], ctx, out: TextIO, *,
+              family: dict | None = None, adaptive: str = "") -> None:
+    """Fill the summary from MLflow (the source of truth) and write results.csv.
+    `family`: the sweep's comparison family (`schema.COMPARISON_FAMILY`); `adaptive`: the
+    parent's `schema.ADAPTIVE` tag (JSON), "" for a fixed-n sweep."""
     try:
         tracker.forget()
         runs = tracker.runs_by_key(s.name)
     except Exception as e:  # noqa: BLE001 - never hide the sweep's own outcome
         print(f"warning: could not read MLflow for the summary: {e}", file=out)
         return
+    sweep_columns = {FAMILY_COLUMN: json.dumps(family or {}, sort_keys=True),
+                     ADAPTIVE_COLUMN: adaptive}
     rows = []
     for p in points:
         r = runs.get(p.key)
-        c = p.config
-        status = r.info.status if r is not None else "MISSING"
-        row = {**dict(zip(IDENTITY_FIELDS, p.ident)), "trial_key": p.key, "status": status,
-               "mlflow_run_id": r.info.run_id if r is not None else ""}
-        if r is not None:
-            row.update({k: r.data.metrics.get(k, "") for k in FINAL_METRICS})
-            row.update({"fp_" + k: r.data.tags.get(tag, "")
-                        for k, tag in FINGERPRINT_TAGS.items()})
-            row[PLATFORM_LABEL_COLUMN] = platform_label(platform_from_tags(r.data.tags))
-            if row[PLATFORM_LABEL_COLUMN]:
-                label = row[PLATFORM_LABEL_COLUMN]
-                s.platforms[label] = s.platforms.get(label, 0) + 1
-            row["attempts"] = int(r.data.tags.get(ATTEMPTS) or 1)
-            touched = r.data.tags.get(LAUNCH_ID) == ctx.launch_id
-            s.trained_now += touched
-            s.kept += status == FINISHED and not touched
-            s.retried += row["attempts"] > 1
-        rows.append(row)
-        if status == FINISHED:
-            s.finished += 1
-        elif status == "MISSING":
-            s.missing += 1
-        elif status == "KILLED":
-            s.killed += 1
-        else:
-            s.failed += 1
-            s.failed_trials.append(f"{c.describe()}: "
-                                   f"{r.data.tags.get(ERROR, status)}")
+        rows.append({**_row(s, p, r, ctx), **sweep_columns})
+        _count(s, p, r)
     if "://" not in s.experiment_path:
-        path = Path(s.experiment_path) / "results.csv"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        cols = list(rows[0]) if rows else []
-        for r in rows:
-            cols += [k for k in r if k not in cols]
-        with open(path, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=cols)
-            w.writeheader()
-            w.writerows(rows)
-        s.results_csv = str(path)
+        s.results_csv = str(write_results_csv(Path(s.experiment_path) / "results.csv", rows))
+
+
+def _row(s: LaunchSummary, p: GridPoint, r, ctx) -> dict:
+    """One results.csv row: the grid point, its run's status, metrics, fingerprints, code and
+    platform; tallies the platforms and the trials this launch touched."""
+    status = r.info.status if r is not None else "MISSING"
+    row = {**dict(zip(IDENTITY_FIELDS, p.ident)), "trial_key": p.key, "status": status,
+           "mlflow_run_id": r.info.run_id if r is not None else ""}
+    if r is None:
+        return row
+    row.update({k: r.data.metrics.get(k, "") for k in FINAL_METRICS})
+    row[MAJORITY_METRIC] = r.data.metrics.get(MAJORITY_METRIC, "")
+    row.update({"fp_" + k: r.data.tags.get(tag, "") for k, tag in FINGERPRINT_TAGS.items()})
+    row[CODE_COLUMN] = r.data.tags.get(CODE_FINGERPRINT, "")
+    row[PLATFORM_LABEL_COLUMN] = platform_label(platform_from_tags(r.data.tags))
+    if row[PLATFORM_LABEL_COLUMN]:
+        label = row[PLATFORM_LABEL_COLUMN]
+        s.platforms[label] = s.platforms.get(label, 0) + 1
+    row["attempts"] = int(r.data.tags.get(ATTEMPTS) or 1)
+    touched = r.data.tags.get(LAUNCH_ID) == ctx.launch_id
+    s.trained_now += touched
+    s.kept += status == FINISHED and not touched
+    s.retried += row["attempts"] > 1
+    return row
+
+
+def _count(s: LaunchSummary, p: GridPoint, r) -> None:
+    status = r.info.status if r is not None else "MISSING"
+    if status == FINISHED:
+        s.finished += 1
+    elif status == "MISSING":
+        s.missing += 1
+    elif status == "KILLED":
+        s.killed += 1
+    else:
+        s.failed += 1
+        s.failed_trials.append(f"{p.config.describe()}: {r.data.tags.get(ERROR, status)}")
+
+
+def write_results_csv(path: Path, rows: list[dict]) -> Path:
+    """The rows as CSV, every column any row has (in first-seen order)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cols = list(rows[0]) if rows else []
+    for r in rows:
+        cols += [k for k in r if k not in cols]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        w.writerows(rows)
+    return path
 
 
 def format_summary(s: LaunchSummary, space_ref: str) -> str:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TextIO
 
 from fusion_sweep import schema, signals, tracking
-from fusion_sweep.adaptive import AdaptiveSettings, AdaptiveState, next_round
+from fusion_sweep.adaptive import AdaptiveSettings, AdaptiveState, families, family_record, next_round
 from fusion_sweep.diskwatch import DiskWatch
 from fusion_sweep.dryrun import dry_run_report
 from fusion_sweep.failures import error_reason, fail_dead_trials
@@ -113,7 +113,9 @@ def _open_parent(pf: Preflight, out: TextIO):
                 "max_failures": space.max_failures})
     if pf.adaptive is not None:
         pf.tracker.client.set_tag(parent_id, ADAPTIVE, pf.adaptive.settings.to_json())
-        pf.tracker.client.set_tag(parent_id, COMPARISON_FAMILY, json.dumps(pf.adaptive.family))
+    # Every sweep fixes its comparison family at launch (`stats` keeps m to it whatever it
+    # shows); adaptive seeding builds the same record.
+    pf.tracker.client.set_tag(parent_id, COMPARISON_FAMILY, json.dumps(comparison_family(pf)))
     orphans = pf.tracker.reconcile_orphans(pf.name)
     if orphans:
         print(f"marked {len(orphans)} MLflow run(s) left RUNNING by an earlier driver as KILLED",
@@ -204,10 +206,18 @@ class _Driver:
         return errors
 
 
+def comparison_family(pf: Preflight) -> dict:
+    """The sweep's comparison family (`adaptive.family_record`, its one home)."""
+    if pf.adaptive is not None:
+        return pf.adaptive.family
+    return family_record(pf.space, families(pf.space))
+
+
 def _close_parent(pf: Preflight, summary: LaunchSummary, ctx: tracking.TrackingContext,
                   status: str, t0: float, out: TextIO) -> None:
     """Fill the summary from MLflow, then end the parent run with the sweep's outcome."""
-    summarize(summary, pf.tracker, pf.points, ctx, out)
+    summarize(summary, pf.tracker, pf.points, ctx, out, family=comparison_family(pf),
+              adaptive=pf.adaptive.settings.to_json() if pf.adaptive is not None else "")
     if status == "FINISHED" and not summary.ok:
         status = "FAILED" if summary.failed or summary.tune_errors else "KILLED"
     artifacts = [Path(summary.results_csv)] if summary.results_csv else []

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import csv
 import dataclasses
+import json
 import os
 import re
 import signal
@@ -230,6 +231,15 @@ def test_sweep_on_two_nodes_tracked_by_server(ray_cluster, mlflow_server, tmp_pa
     # ... with the platform each trial ran on: both nodes are this machine, one platform
     assert len({r["fp_platform"] for r in table}) == 1 and table[0]["fp_platform"]
     assert table[0]["platform"].startswith("torch ") and "1 thread," in table[0]["platform"]
+    # ... with what `stats --results` needs to judge it as it judges MLflow (issue 31 item 5):
+    # each row's code, the comparison family fixed at launch (also on the parent run, for every
+    # sweep), and the adaptive design (empty: fixed-n)
+    codes = {r.data.tags["fusion_sweep.code_fingerprint"] for r in runs}
+    assert {r["code_fingerprint"] for r in table} == codes and all(codes)
+    family = json.loads(parent.data.tags[schema.COMPARISON_FAMILY])
+    assert family["m"] == 1 and {r["comparison_family"] for r in table} == {
+        json.dumps(family, sort_keys=True)}
+    assert {r["adaptive"] for r in table} == {""} and "test_majority_rate" in table[0]
 
     # launching the same sweep again re-runs nothing and creates no run
     s2 = launch("smoke", name="e2e", address=ray_cluster.address, tracking_uri=mlflow_server,

@@ -441,3 +441,26 @@ def test_an_interrupted_trial_is_killed_not_failed(store):
     left = tracking.TrialRun.open(ctx, config(seed=6), "k-left")  # a worker shut down mid-trial
     assert store.reconcile_orphans("interrupted", tracking.INTERRUPTED) == [left.run_id]
     assert store.client.get_run(left.run_id).info.status == "KILLED"
+
+
+def test_results_csv_carries_code_family_and_design(store, tmp_path):
+    """results.csv (issue 31 item 5): each row's code fingerprint, the comparison family and
+    the adaptive design on every row, and the test split's majority rate column."""
+    import io
+
+    from fusion_sweep.grid import plan
+    from fusion_sweep.summary import LaunchSummary, summarize
+
+    points = plan(load_space("smoke"))
+    parent = start(store, "csvcols")
+    ctx = ctx_for(store, "csvcols", parent)
+    run = tracking.TrialRun.open(ctx, points[0].config, points[0].key)
+    run.log_result(fake_result(points[0].config))
+    s = LaunchSummary(name="csvcols", total=len(points), experiment_path=str(tmp_path / "rr"))
+    family = {"m": 1, "members": [{"dataset": "synthetic-short"}]}
+    summarize(s, store, points, ctx, io.StringIO(), family=family, adaptive='{"method": "betting"}')
+    rows = list(csv.DictReader(open(s.results_csv)))
+    assert rows[0]["code_fingerprint"] == "c0de" and rows[1]["code_fingerprint"] == ""
+    assert {r["comparison_family"] for r in rows} == {json.dumps(family, sort_keys=True)}
+    assert {r["adaptive"] for r in rows} == {'{"method": "betting"}'}
+    assert "test_majority_rate" in rows[0] and s.finished == 1 and s.missing == len(points) - 1
