@@ -7,9 +7,10 @@ and logs every epoch and the result.
 from __future__ import annotations
 
 import socket
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from fusion_sweep import schema, tracking
+from fusion_sweep.errors import UserError
 from fusion_sweep.schema import IDENTITY_FIELDS, code_fingerprint
 from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.trial.heap import release_freed_memory
@@ -41,15 +42,33 @@ def ident(config: Mapping[str, Any]) -> tuple:
     return tuple(int(t[f]) if f == "seed" else t[f] for f in IDENTITY_FIELDS)
 
 
+def worker_device(requested: str, gpu_ids: Sequence[Any]) -> str:
+    """Where a trial runs: where Ray put it. CUDA only when Ray assigned the trial a GPU
+    (`gpu_ids`, from `ray.get_gpu_ids()`), the CPU otherwise, whatever the node has: Ray 2.60
+    no longer hides a node's GPUs from trials that requested none, so `torch.cuda.is_available()`
+    says nothing about this trial. `requested`: the config's device (auto | cpu | cuda); a
+    trial that asks for CUDA without a GPU share is refused, naming the fix."""
+    if requested == "cpu":
+        return "cpu"
+    if gpu_ids:
+        return "cuda"
+    if requested == "cuda":
+        raise UserError("device 'cuda' but Ray assigned this trial no GPU: give the space "
+                        "`resources: {gpu: ...}` (a share per trial), or use device auto or cpu")
+    return "cpu"
+
+
 def run_trial(config: dict, *, ctx, configs: dict) -> None:
     """The Ray Tune function trainable: one grid point, tracked in its own MLflow run.
 
     Holds no state between trials (Ray reuses the actor); the trainer seeds every stream
     from the trial's seed. `configs` maps the identity (schema.IDENTITY_FIELDS) → TrialConfig dict.
     """
+    import ray
     from ray import tune
 
     tc = TrialConfig.from_dict(configs[ident(config)])
+    tc = tc.replace(device=worker_device(tc.device, ray.get_gpu_ids()))  # not in the trial key
     if code_fingerprint() != ctx.code_fingerprint:  # a node runs other code than the driver
         raise RuntimeError(f"this node's fusion_sweep code fingerprint is {code_fingerprint()}, "
                            f"the driver's is {ctx.code_fingerprint}: install the same checkout "
