@@ -344,11 +344,12 @@ class TrialRun:
         retry(self.client.set_terminated, self.run_id, "FINISHED")
         self.status = "FINISHED"
 
-    def fail(self, exc: BaseException) -> None:
-        """Record the error and end the run FAILED (Ray Tune may retry it: it re-attaches)."""
+    def fail(self, exc: BaseException, reason: str | None = None) -> None:
+        """Record the error (`reason`: its one line, default `Type: message`) and its
+        traceback, and end the run FAILED (Ray Tune may retry it: it re-attaches)."""
         msg = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         try:
-            self.client.set_tag(self.run_id, ERROR, f"{type(exc).__name__}: {exc}"[:4000])
+            self.client.set_tag(self.run_id, ERROR, (reason or f"{type(exc).__name__}: {exc}")[:4000])
             with tempfile.TemporaryDirectory(prefix="fusion_sweep_") as tmp:
                 p = Path(tmp) / "error.txt"
                 p.write_text(msg)

@@ -7,11 +7,13 @@ and logs every epoch and the result.
 from __future__ import annotations
 
 import socket
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from fusion_sweep import schema, tracking
 from fusion_sweep.errors import UserError
-from fusion_sweep.schema import IDENTITY_FIELDS, code_fingerprint
+from fusion_sweep.failures import error_reason, out_of_memory
+from fusion_sweep.grid import ident_of
+from fusion_sweep.schema import code_fingerprint
 from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.trial.heap import release_freed_memory
 from fusion_sweep.trial.trainer import train_trial
@@ -34,12 +36,6 @@ def peak_rss_mb() -> float:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
-def ident(config: Mapping[str, Any]) -> tuple:
-    """The grid point of a Tune trial config: `{"trial": {identity field: value}}`."""
-    t = config.get("trial", config)
-    return tuple(int(t[f]) if f == "seed" else t[f] for f in IDENTITY_FIELDS)
 
 
 def worker_device(requested: str, gpu_ids: Sequence[Any]) -> str:
@@ -67,7 +63,7 @@ def run_trial(config: dict, *, ctx, configs: dict) -> None:
     import ray
     from ray import tune
 
-    tc = TrialConfig.from_dict(configs[ident(config)])
+    tc = TrialConfig.from_dict(configs[ident_of(config)])
     tc = tc.replace(device=worker_device(tc.device, ray.get_gpu_ids()))  # not in the trial key
     if code_fingerprint() != ctx.code_fingerprint:  # a node runs other code than the driver
         raise RuntimeError(f"this node's fusion_sweep code fingerprint is {code_fingerprint()}, "
@@ -90,7 +86,7 @@ def run_trial(config: dict, *, ctx, configs: dict) -> None:
         result = train_trial(tc, callback=on_epoch)
         run.log_result(result, {schema.PEAK_RSS: peak_rss_mb()})
     except Exception as e:
-        run.fail(e)
+        run.fail(e, error_reason(e) if out_of_memory(e) else None)  # OOM: which memory
         raise
     except BaseException:  # KeyboardInterrupt, SystemExit: the sweep stopped, not the trial
         run.interrupt()

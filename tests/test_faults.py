@@ -285,3 +285,47 @@ def test_freed_memory_is_released_between_trials() -> None:
     released = rss_mb() - before
     libc.free(pinned[0])
     assert kept > 128 and released < 32, (kept, released)
+
+
+# ------------------------------------------ GPU out of memory is not the host's memory monitor
+def _cuda_oom():
+    import torch
+
+    return torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB "
+                                       "(GPU 0; 22.06 GiB total capacity)")
+
+
+def _wrapped(exc):
+    """The error as Tune hands it back from a trial: Ray's RayTaskError subclassing it."""
+    from ray.exceptions import RayTaskError
+
+    try:
+        raise exc
+    except Exception as e:  # noqa: BLE001
+        return RayTaskError("run_trial", f"Traceback ...\ntorch.OutOfMemoryError: {e}",
+                            e).as_instanceof_cause()
+
+
+@pytest.mark.parametrize("wrap", [False, True])
+def test_cuda_out_of_memory_gets_gpu_advice(wrap):
+    from fusion_sweep.failures import error_reason, out_of_memory
+
+    exc = _wrapped(_cuda_oom()) if wrap else _cuda_oom()
+    assert type(exc).__name__.endswith("OutOfMemoryError" + (")" if wrap else ""))
+    r = error_reason(exc)
+    assert out_of_memory(exc) == "torch"
+    assert r.startswith("OutOfMemoryError (GPU): ") and "CUDA out of memory" in r
+    assert "batch_size" in r and "resources: {gpu: ...}" in r and "bf16" in r
+    assert "memory_gb" not in r and "memory monitor" not in r
+
+
+def test_rays_memory_kill_keeps_host_advice():
+    from ray.exceptions import OutOfMemoryError
+
+    from fusion_sweep.failures import error_reason, out_of_memory
+
+    e = OutOfMemoryError("Task was killed due to the node running low on memory.")
+    assert out_of_memory(e) == "ray"
+    r = error_reason(e)
+    assert r.startswith("OutOfMemoryError: Task was killed") and "memory_gb" in r
+    assert "GPU" not in r and out_of_memory(ValueError("x")) is None

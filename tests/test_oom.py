@@ -107,3 +107,4 @@ def test_memory_monitor_kill_is_retried_then_reported_failed(low_threshold_clust
     assert runs["synthetic-short"].info.status == "FINISHED"
     rows = (tmp_path / "ray_results" / "oom" / "results.csv").read_text().splitlines()
     assert any(",FAILED," in r and r.startswith("synthetic-long") for r in rows)
+
