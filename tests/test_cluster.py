@@ -253,7 +253,7 @@ def test_a_gpu0_trial_trains_on_the_cpu_while_cuda_is_available(monkeypatch) -> 
     class FakeRun:
         finished, run_id = False, "r1"
 
-        def fail(self, exc):  # the fake trainer stops the trial right after it saw the config
+        def fail(self, exc, reason=None):  # the fake trainer stops the trial right after it saw the config
             pass
 
     class Stop(Exception):
