@@ -50,8 +50,35 @@ def _ray_args(p: argparse.ArgumentParser) -> None:
                         "resumed sweep keeps the value it was started with)")
 
 
+def _adaptive_args(p: argparse.ArgumentParser) -> None:
+    """`launch --until-decided` and its settings (fusion_sweep.adaptive)."""
+    p.add_argument("--until-decided", action="store_true",
+                   help="adaptive seeds: after the space's seeds, add --seed-batch seeds at a time "
+                        "to the (dataset, variant group) families whose comparisons an anytime-"
+                        "valid confidence sequence has not yet decided (better, worse, or "
+                        "equivalent within the space's equivalence_margin); stop when all are "
+                        "decided or --max-seeds is reached (docs/sequential.md)")
+    p.add_argument("--max-seeds", type=_positive_int, metavar="N",
+                   help="with --until-decided: at most N seeds per family (default 20)")
+    p.add_argument("--seed-batch", type=_positive_int, metavar="K",
+                   help="with --until-decided: seeds added per round to each undecided family "
+                        "(default 5)")
+    p.add_argument("--sequential-method", choices=("betting", "normal-mixture"), default=None,
+                   help="with --until-decided: the confidence sequence that decides (default "
+                        "betting: valid for any per-seed delta of a proportion; normal-mixture: "
+                        "narrower, but assumes normal deltas; docs/sequential.md)")
+
+
 def add_parsers(subparsers: Any) -> None:
+    """The sweep commands: launch, tune, ui, sweeps."""
     shipped = ", ".join(shipped_spaces())
+    _add_launch(subparsers, shipped)
+    _add_tune(subparsers, shipped)
+    _add_ui(subparsers)
+    _add_sweeps(subparsers)
+
+
+def _add_launch(subparsers: Any, shipped: str) -> None:
     p = subparsers.add_parser(
         "launch", help="run a search space's grid on Ray Tune, tracked in MLflow (resumes)",
         description="Run one Ray Tune trial per (dataset, encoder, pe, fusion, seed) of a search space, each "
@@ -80,23 +107,11 @@ def add_parsers(subparsers: Any) -> None:
                    help="resume a sweep whose finished trials were trained by other code (another "
                         "code fingerprint): train every trial again under this code; recorded on "
                         "the sweep's parent run")
-    p.add_argument("--until-decided", action="store_true",
-                   help="adaptive seeds: after the space's seeds, add --seed-batch seeds at a time "
-                        "to the (dataset, variant group) families whose comparisons an anytime-"
-                        "valid confidence sequence has not yet decided (better, worse, or "
-                        "equivalent within the space's equivalence_margin); stop when all are "
-                        "decided or --max-seeds is reached (docs/sequential.md)")
-    p.add_argument("--max-seeds", type=_positive_int, metavar="N",
-                   help="with --until-decided: at most N seeds per family (default 20)")
-    p.add_argument("--seed-batch", type=_positive_int, metavar="K",
-                   help="with --until-decided: seeds added per round to each undecided family "
-                        "(default 5)")
-    p.add_argument("--sequential-method", choices=("betting", "normal-mixture"), default=None,
-                   help="with --until-decided: the confidence sequence that decides (default "
-                        "betting: valid for any per-seed delta of a proportion; normal-mixture: "
-                        "narrower, but assumes normal deltas; docs/sequential.md)")
+    _adaptive_args(p)
     p.set_defaults(func=run_launch)
 
+
+def _add_tune(subparsers: Any, shipped: str) -> None:
     p = subparsers.add_parser(
         "tune", help="choose shared hyperparameters with Optuna, write a frozen search space",
         description="Optional stage before a controlled sweep: Optuna (ray.tune OptunaSearch) "
@@ -112,6 +127,8 @@ def add_parsers(subparsers: Any) -> None:
     _ray_args(p)
     p.set_defaults(func=run_tune)
 
+
+def _add_ui(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "ui", help="start the MLflow UI on the local store, bound to 127.0.0.1",
         description="Serve the MLflow UI for the local store (sqlite:///<cwd>/mlflow.db) on "
@@ -137,6 +154,8 @@ def add_parsers(subparsers: Any) -> None:
                         "`fusion-sweep sweeps` lists them)")
     p.set_defaults(func=run_ui)
 
+
+def _add_sweeps(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "sweeps", help="list the sweeps in a store: trials, state, code, dates",
         description="List every sweep of an experiment in a store, newest first: its state, "
@@ -229,12 +248,11 @@ def run_ui(args: argparse.Namespace) -> int:
         raise UserError(f"--backend-store-uri {store}: not a sqlite:/// store; `fusion-sweep ui` "
                          f"serves a local sqlite:///PATH store (open an http(s):// tracking "
                          f"server's own UI directly)")
-    if db is not None:
-        if not db.parent.is_dir():
-            raise UserError(f"--backend-store-uri {store}: directory {db.parent} does not exist")
-        if not db.exists():
-            print(f"note: {db} does not exist yet (no sweep launched here); the UI starts empty",
-                  file=sys.stderr)
+    if not db.parent.is_dir():
+        raise UserError(f"--backend-store-uri {store}: directory {db.parent} does not exist")
+    if not db.exists():
+        print(f"note: {db} does not exist yet (no sweep launched here); the UI starts empty",
+              file=sys.stderr)
     if not port_free(args.host, args.port):
         raise UserError(f"--port {args.port}: {args.host}:{args.port} is already in use "
                          f"(another MLflow UI?); choose another with --port")
@@ -247,13 +265,13 @@ def run_ui(args: argparse.Namespace) -> int:
     sweep = getattr(args, "sweep", None)
     try:
         exp_id, sweep = prepare_ui_experiment(store, experiment, sweep)
-    except ValueError:  # an unknown --sweep: one error line
-        raise
+    except UserError:  # an unknown --sweep is the user's: one error line (cli.py), not the
+        raise          # warning below, which is for a store the UI cannot prepare
     except Exception as e:  # noqa: BLE001 - the UI still serves; only the landing view is lost
         print(f"warning: could not prepare experiment {experiment!r} for the UI: {e}",
               file=sys.stderr)
         exp_id = None
-    if exp_id is None and db is not None and db.exists():
+    if exp_id is None and db.exists():
         print(f"note: no experiment {experiment!r} in {store}; opening the experiment list",
               file=sys.stderr)
 
