@@ -15,7 +15,7 @@ from fusion_sweep.schema import (DEFAULT_EXPERIMENT, IDENTITY_FIELDS, ROLE, SWEE
                                  default_tracking_uri, sqlite_path)
 from fusion_sweep.store import client as mlflow_client
 from fusion_sweep.sweep_list import sweep_runs
-from fusion_sweep.errors import UserError
+from fusion_sweep.errors import UserError, choices, did_you_mean
 
 # ------------------------------------------------------------------ the MLflow UI
 # What `fusion-sweep ui` serves and where it lands. Measured on MLflow 3.17 (its JS bundle,
@@ -179,9 +179,9 @@ def prepare_ui_experiment(store: str, experiment: str = DEFAULT_EXPERIMENT,
         return None, None
     names = [r.data.tags.get(SWEEP, r.info.run_name) for r in sweep_runs(client, exp.experiment_id)]
     if sweep is not None and sweep not in names:
-        raise UserError(f"--sweep {sweep}: no such sweep in experiment {experiment!r} of "
-                         f"{store}; sweeps: {', '.join(names) or 'none'} "
-                         f"(`fusion-sweep sweeps` lists them)")
+        raise UserError(f"--sweep {sweep}: no such sweep{did_you_mean(sweep, names)} in "
+                        f"experiment {experiment!r} of {store}; sweeps: {choices(names)} "
+                        f"(`fusion-sweep sweeps` lists them)")
     sweep = sweep or (names[0] if names else None)
     shown = retry(order_trials, client, exp.experiment_id, sweep) if sweep else {}
     retry(mark_training_experiment, client, exp.experiment_id, sweep, column_widths(shown))

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from fusion_sweep import tracking
+from fusion_sweep.errors import UserError  # noqa: E402
 from fusion_sweep import ui_view  # noqa: E402
 from fusion_sweep import ui_server  # noqa: E402
 from fusion_sweep import schema  # noqa: E402
@@ -267,8 +268,11 @@ def test_sweeps_lists_the_store_and_ui_orders_the_trials(store, capsys):
                               order_by=["tags.`fusion_sweep.ui_order` ASC"])
     assert [(r.data.params["fusion"], r.data.params["seed"]) for r in runs] == [
         ("add", "0"), ("concat", "0"), ("gate-scalar", "1")]
-    with pytest.raises(ValueError, match="--sweep nope: no such sweep .* sweeps: tiny"):
+    with pytest.raises(UserError, match="--sweep nope: no such sweep in .* sweeps: tiny"):
         ui_view.prepare_ui_experiment(uri, sweep="nope")
+    with pytest.raises(UserError, match=r"--sweep tin: no such sweep \(did you mean 'tiny'\?\) "
+                                        r"in .* sweeps: tiny \("):
+        ui_view.prepare_ui_experiment(uri, sweep="tin")
     assert main(["ui", "--sweep", "nope", "--backend-store-uri", uri, "--port",
                  str(free_port())]) == 2
     assert "error: --sweep nope" in capsys.readouterr().err
