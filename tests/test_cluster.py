@@ -275,3 +275,22 @@ def test_a_gpu0_trial_trains_on_the_cpu_while_cuda_is_available(monkeypatch) -> 
                                                 point.ident))},
                             ctx=Ctx(), configs={point.ident: point.config.to_dict()})
     assert seen == ["cpu"] and resolve_device(seen[0]).type == "cpu"
+
+
+def test_determinism_variables_reach_every_worker_before_cuda(monkeypatch) -> None:
+    """Issue 32 item 6: CUBLAS_WORKSPACE_CONFIG goes to the workers through Ray's runtime_env
+    (set inside a trial it would come after CUDA's context started), locally and on a cluster."""
+    pytest.importorskip("ray")
+    import io
+
+    import ray
+
+    from fusion_sweep import ray_setup
+    from fusion_sweep.trial.platform import CUBLAS_WORKSPACE
+
+    calls = []
+    monkeypatch.setattr(ray, "init", lambda **kw: calls.append(kw))
+    ray_setup.init_ray(None, io.StringIO())
+    ray_setup.init_ray("10.0.0.5:6379", io.StringIO())
+    assert [c["runtime_env"]["env_vars"]["CUBLAS_WORKSPACE_CONFIG"] for c in calls] == \
+        [CUBLAS_WORKSPACE] * 2 == [":4096:8"] * 2

@@ -166,28 +166,8 @@ def mlflow_server(tmp_path_factory):
 
 
 # -------------------------------------------------------------------- the main path
-def test_sweep_on_two_nodes_tracked_by_server(ray_cluster, mlflow_server, tmp_path, monkeypatch):
-    from mlflow.artifacts import download_artifacts
-
-    from fusion_sweep.sweep import launch
-
-    monkeypatch.chdir(tmp_path)
-    t0 = time.time()
-    s = launch("smoke", name="e2e", address=ray_cluster.address, tracking_uri=mlflow_server,
-               storage=str(tmp_path / "ray_results"))
-    print(f"\n[e2e] smoke sweep on the 2-node cluster: {time.time() - t0:.1f} s")
-    points = plan(load_space("smoke"))
-    assert s.ok and s.finished == len(points) == 4 and s.trained_now == 4 and s.failed == 0
-
-    tr = tracking.SweepTracker(mlflow_server, "fusion-sweep")
-    parents = tr.client.search_runs([tr.experiment_id], "tags.`fusion_sweep.role` = 'sweep' and "
-                                    "tags.`fusion_sweep.sweep` = 'e2e'")
-    assert len(parents) == 1
-    parent = parents[0]
-    assert parent.info.run_name == "e2e" and parent.info.status == "FINISHED"
-    assert parent.data.tags["fusion_sweep.sweep"] == "e2e"
-
-    runs = trial_runs(mlflow_server, "e2e")
+def _check_trial_runs(tr, runs, points, parent) -> None:
+    """Every trial's run: its key, tags, params, metrics and per-epoch history."""
     assert len(runs) == 4
     assert sorted(r.data.tags["fusion_sweep.trial_key"] for r in runs) == sorted(p.key for p in points)
     by_key = {p.key: p.config for p in points}
@@ -217,16 +197,10 @@ def test_sweep_on_two_nodes_tracked_by_server(ray_cluster, mlflow_server, tmp_pa
         assert len(fps) == 1
     assert len({r.data.tags["fusion_sweep.node_id"] for r in runs}) == 2, "trials ran on one node only"
 
-    # an artifact uploaded from a trial (on either node) comes back from the server
-    run = runs[0]
-    assert run.info.artifact_uri.startswith("mlflow-artifacts:")
-    local = download_artifacts(run_id=run.info.run_id, artifact_path="predictions.csv",
-                               tracking_uri=mlflow_server, dst_path=str(tmp_path / "dl"))
-    rows = list(csv.reader(open(local)))
-    assert rows[0][:3] == ["index", "label", "pred"] and len(rows) > 1
 
+def _check_results_csv(path, runs, parent) -> None:
     # results table next to the Tune state, readable by `fusion-sweep stats --results`
-    table = list(csv.DictReader(open(s.results_csv)))
+    table = list(csv.DictReader(open(path)))
     assert len(table) == 4 and {r["status"] for r in table} == {"FINISHED"}
     # ... with the platform each trial ran on: both nodes are this machine, one platform
     assert len({r["fp_platform"] for r in table}) == 1 and table[0]["fp_platform"]
@@ -240,6 +214,40 @@ def test_sweep_on_two_nodes_tracked_by_server(ray_cluster, mlflow_server, tmp_pa
     assert family["m"] == 1 and {r["comparison_family"] for r in table} == {
         json.dumps(family, sort_keys=True)}
     assert {r["adaptive"] for r in table} == {""} and "test_majority_rate" in table[0]
+
+
+def test_sweep_on_two_nodes_tracked_by_server(ray_cluster, mlflow_server, tmp_path, monkeypatch):
+    from mlflow.artifacts import download_artifacts
+
+    from fusion_sweep.sweep import launch
+
+    monkeypatch.chdir(tmp_path)
+    t0 = time.time()
+    s = launch("smoke", name="e2e", address=ray_cluster.address, tracking_uri=mlflow_server,
+               storage=str(tmp_path / "ray_results"))
+    print(f"\n[e2e] smoke sweep on the 2-node cluster: {time.time() - t0:.1f} s")
+    points = plan(load_space("smoke"))
+    assert s.ok and s.finished == len(points) == 4 and s.trained_now == 4 and s.failed == 0
+
+    tr = tracking.SweepTracker(mlflow_server, "fusion-sweep")
+    parents = tr.client.search_runs([tr.experiment_id], "tags.`fusion_sweep.role` = 'sweep' and "
+                                    "tags.`fusion_sweep.sweep` = 'e2e'")
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.info.run_name == "e2e" and parent.info.status == "FINISHED"
+    assert parent.data.tags["fusion_sweep.sweep"] == "e2e"
+
+    runs = trial_runs(mlflow_server, "e2e")
+    _check_trial_runs(tr, runs, points, parent)
+    # an artifact uploaded from a trial (on either node) comes back from the server
+    run = runs[0]
+    assert run.info.artifact_uri.startswith("mlflow-artifacts:")
+    local = download_artifacts(run_id=run.info.run_id, artifact_path="predictions.csv",
+                               tracking_uri=mlflow_server, dst_path=str(tmp_path / "dl"))
+    rows = list(csv.reader(open(local)))
+    assert rows[0][:3] == ["index", "label", "pred"] and len(rows) > 1
+
+    _check_results_csv(s.results_csv, runs, parent)
 
     # launching the same sweep again re-runs nothing and creates no run
     s2 = launch("smoke", name="e2e", address=ray_cluster.address, tracking_uri=mlflow_server,
