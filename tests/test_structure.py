@@ -177,3 +177,24 @@ def test_the_launch_docstring_describes_what_launch_does() -> None:
 
     assert "Tuner.restore" not in sweep.__doc__
     assert "fresh Tuner" in sweep.__doc__
+
+
+def _mutation_benchmark():
+    spec = importlib.util.spec_from_file_location("mutation", REPO / "benchmarks" / "mutation.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("mutation", mod)  # dataclasses look their module up by name
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_mutation_lists_name_only_what_exists() -> None:
+    """benchmarks/mutation.py's hand-kept lists (CORE's functions, EQUIVALENT's mutant ids)
+    match the code, and a stale name is reported, never skipped without a word (issue 30)."""
+    mutation = _mutation_benchmark()
+    assert mutation.list_problems() == []
+    stale = (mutation.Module("trainer", "fusion_sweep/trial/trainer.py", ("_gone",), ()),)
+    assert mutation.list_problems(stale, {"fusion_sweep/trial/trainer.py:_gone:0->1#0": "x"}) == [
+        "module trainer: fusion_sweep/trial/trainer.py defines no function '_gone'",
+        "EQUIVALENT names 'fusion_sweep/trial/trainer.py:_gone:0->1#0', which is no mutant of "
+        "the current code"]
+    assert "_fit" in next(m for m in mutation.CORE if m.name == "trainer").functions
