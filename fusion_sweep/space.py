@@ -200,7 +200,7 @@ class SearchSpace:
 
     @property
     def memory_gb(self) -> float | None:
-        """Declared GiB per trial, or None (then `sweep.trial_memory_bytes` estimates it)."""
+        """Declared GiB per trial, or None (then `memory.trial_memory_bytes` estimates it)."""
         m = self.resources.get("memory_gb")
         return None if m is None else float(m)
 
