@@ -442,3 +442,20 @@ def test_an_internal_error_keeps_its_traceback(monkeypatch, exc):
 def test_a_closed_pipe_exits_quietly(monkeypatch, capsys):
     assert _run_with(monkeypatch, BrokenPipeError(32, "Broken pipe")) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_stats_into_a_closed_pipe_exits_quietly(tmp_path):
+    """`fusion-sweep stats --format json | head` (issue 33): no `Broken pipe` error, exit 0."""
+    import os
+    import subprocess
+
+    from fusion_sweep.analysis.demo import synthetic_results
+
+    results = tmp_path / "results.csv"
+    synthetic_results().to_csv(results, index=False)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    r = subprocess.run(f"{sys.executable} -m fusion_sweep.cli stats --results {results} "
+                       f"--format json | head -c 10; exit ${{PIPESTATUS[0]}}", shell=True,
+                       executable="/bin/bash", env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.stdout == '{\n  "sourc' and r.stderr == "" and r.returncode == 0, r.stderr[-2000:]
