@@ -236,7 +236,6 @@ def test_a_cuda_trial_without_a_gpu_share_is_refused() -> None:
 def test_a_gpu0_trial_trains_on_the_cpu_while_cuda_is_available(monkeypatch) -> None:
     """Issue 32 item 1: Ray 2.60 shows a node's GPUs to trials that requested none; the
     trainable (`run_trial`) hands the trainer the CPU all the same."""
-    pytest.importorskip("ray")
     import ray
     import torch
     from ray import tune
@@ -280,7 +279,6 @@ def test_a_gpu0_trial_trains_on_the_cpu_while_cuda_is_available(monkeypatch) -> 
 def test_determinism_variables_reach_every_worker_before_cuda(monkeypatch) -> None:
     """Issue 32 item 6: CUBLAS_WORKSPACE_CONFIG goes to the workers through Ray's runtime_env
     (set inside a trial it would come after CUDA's context started), locally and on a cluster."""
-    pytest.importorskip("ray")
     import io
 
     import ray

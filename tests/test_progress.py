@@ -203,7 +203,6 @@ def test_a_closed_stream_never_breaks_the_sweep(tty):
 
 def test_the_tune_callback_forwards_every_hook():
     """The real `ray.tune.Callback` subclass: each Tune hook reaches the display."""
-    pytest.importorskip("ray")
     from ray.tune import Callback
 
     from fusion_sweep.tune_callback import ProgressCallback
