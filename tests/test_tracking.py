@@ -464,3 +464,13 @@ def test_results_csv_carries_code_family_and_design(store, tmp_path):
     assert {r["comparison_family"] for r in rows} == {json.dumps(family, sort_keys=True)}
     assert {r["adaptive"] for r in rows} == {'{"method": "betting"}'}
     assert "test_majority_rate" in rows[0] and s.finished == 1 and s.missing == len(points) - 1
+
+
+def test_trial_key_ignores_field_order():
+    """A trial key is a fact of the config's values, not of the order its fields were built
+    in (a resumed sweep rebuilds configs through another path)."""
+    from fusion_sweep.schema import trial_key
+
+    d = config(seed=2).to_dict()
+    assert trial_key(d, "c0de") == trial_key(dict(reversed(list(d.items()))), "c0de")
+    assert trial_key(d, "c0de") != trial_key({**d, "lr": d["lr"] * 2}, "c0de")
