@@ -58,7 +58,6 @@ sys.path.insert(0, str(REPO))
 
 from fusion_sweep import tracking  # noqa: E402
 from fusion_sweep import schema  # noqa: E402
-from fusion_sweep import mlflow_query  # noqa: E402
 from fusion_sweep.space import SPACE_DIR, load_space  # noqa: E402
 from fusion_sweep.grid import plan  # noqa: E402
 

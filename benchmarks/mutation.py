@@ -476,6 +476,11 @@ def run(modules: list[Module], mutants: list[Mutant], jobs: int, timeout: float,
             list(pool.map(one, mutants))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return score(modules, mutants, results)
+
+
+def score(modules: list[Module], mutants: list[Mutant], results: dict[str, str]) -> dict:
+    """The JSON line: mutants, killed, survivors, equivalent ones with their reasons, score."""
     equivalent = [mu.id for mu in mutants if mu.id in EQUIVALENT]
     survived = [mu.id for mu in mutants if results[mu.id] == "passed" and mu.id not in EQUIVALENT]
     killed = sum(results[mu.id] != "passed" for mu in mutants if mu.id not in EQUIVALENT)

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from fusion_sweep import tracking
 from fusion_sweep import mlflow_query  # noqa: E402
 from fusion_sweep.trial.data import cache as cache_mod
 from fusion_sweep.trial.data import load_encoded

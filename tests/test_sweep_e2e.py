@@ -198,6 +198,17 @@ def _check_trial_runs(tr, runs, points, parent) -> None:
     assert len({r.data.tags["fusion_sweep.node_id"] for r in runs}) == 2, "trials ran on one node only"
 
 
+def _check_artifact_download(run, mlflow_server, tmp_path) -> None:
+    """An artifact uploaded from a trial (on either node) comes back from the server."""
+    from mlflow.artifacts import download_artifacts
+
+    assert run.info.artifact_uri.startswith("mlflow-artifacts:")
+    local = download_artifacts(run_id=run.info.run_id, artifact_path="predictions.csv",
+                               tracking_uri=mlflow_server, dst_path=str(tmp_path / "dl"))
+    rows = list(csv.reader(open(local)))
+    assert rows[0][:3] == ["index", "label", "pred"] and len(rows) > 1
+
+
 def _check_results_csv(path, runs, parent) -> None:
     # results table next to the Tune state, readable by `fusion-sweep stats --results`
     table = list(csv.DictReader(open(path)))
@@ -217,8 +228,6 @@ def _check_results_csv(path, runs, parent) -> None:
 
 
 def test_sweep_on_two_nodes_tracked_by_server(ray_cluster, mlflow_server, tmp_path, monkeypatch):
-    from mlflow.artifacts import download_artifacts
-
     from fusion_sweep.sweep import launch
 
     monkeypatch.chdir(tmp_path)
@@ -239,14 +248,7 @@ def test_sweep_on_two_nodes_tracked_by_server(ray_cluster, mlflow_server, tmp_pa
 
     runs = trial_runs(mlflow_server, "e2e")
     _check_trial_runs(tr, runs, points, parent)
-    # an artifact uploaded from a trial (on either node) comes back from the server
-    run = runs[0]
-    assert run.info.artifact_uri.startswith("mlflow-artifacts:")
-    local = download_artifacts(run_id=run.info.run_id, artifact_path="predictions.csv",
-                               tracking_uri=mlflow_server, dst_path=str(tmp_path / "dl"))
-    rows = list(csv.reader(open(local)))
-    assert rows[0][:3] == ["index", "label", "pred"] and len(rows) > 1
-
+    _check_artifact_download(runs[0], mlflow_server, tmp_path)
     _check_results_csv(s.results_csv, runs, parent)
 
     # launching the same sweep again re-runs nothing and creates no run
