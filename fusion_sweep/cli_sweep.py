@@ -101,8 +101,9 @@ def _add_launch(subparsers: Any, shipped: str) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="print the grid (trial count, resources per trial) and exit; starts nothing")
     p.add_argument("--verbose", "-v", action="store_true",
-                   help="print Ray Tune's full status table every 15 s instead of the compact "
-                        "progress (a status line on a terminal, else one line per finished trial)")
+                   help="show Ray Tune's own output (every trial's start, results and end, full "
+                        "tracebacks) instead of the compact progress (a status line on a "
+                        "terminal, else one line per finished trial)")
     p.add_argument("--allow-code-change", action="store_true",
                    help="resume a sweep whose finished trials were trained by other code (another "
                         "code fingerprint): train every trial again under this code; recorded on "
