@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from fusion_sweep.schema import DEFAULT_ENCODER, platform_label
+from fusion_sweep.errors import UserError
 
 
 def add_parser(subparsers: Any) -> None:
@@ -43,7 +44,7 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
     for item in items:
         for part in item.split():
             if "=" not in part:
-                raise ValueError(f"--override expects KEY=VALUE, got {part!r}")
+                raise UserError(f"--override expects KEY=VALUE, got {part!r}")
             k, v = part.split("=", 1)
             out[k.strip()] = v.strip()
     return out

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
-from fusion_sweep.schema import code_fingerprint, trial_key
+from fusion_sweep.schema import IDENTITY_FIELDS, code_fingerprint, trial_key
 from fusion_sweep.space import SearchSpace
 from fusion_sweep.trial.config import TrialConfig
 
@@ -23,6 +23,13 @@ class GridPoint:
     def ident(self) -> tuple:
         """The trial's identity, in `schema.IDENTITY_FIELDS` order."""
         return tuple(self.config.identity().values())
+
+
+def ident_of(config: Mapping[str, Any]) -> tuple:
+    """The grid point of a Tune trial config (`{"trial": {identity field: value}}`, as the
+    launch's param space holds it), in `schema.IDENTITY_FIELDS` order: `GridPoint.ident`."""
+    t = config.get("trial", config)
+    return tuple(int(t[f]) if f == "seed" else t[f] for f in IDENTITY_FIELDS)
 
 
 def plan(space: SearchSpace, code: str | None = None) -> list[GridPoint]:

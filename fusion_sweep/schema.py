@@ -39,8 +39,10 @@ IDENTITY_TAG = "fusion_sweep.identity"
 DEFAULT_ENCODER = "standard"
 # Variant fields: what a comparison compares within one dataset.
 VARIANT_FIELDS: tuple[str, ...] = ("encoder", "pe", "fusion")
-# Fields that never change a trial's numbers (where it runs, how many threads): left out of
-# the trial key so a resumed sweep on other hardware re-attaches to its runs.
+# Fields left out of the trial key: where and how a trial runs, not what it computes, so a
+# resumed sweep on other hardware re-attaches to its runs. Device and thread count can still
+# move a trial's last digits: the platform fingerprint records them, and `stats` pairs trials
+# only within one platform.
 NON_SEMANTIC_FIELDS: tuple[str, ...] = ("device", "num_threads", "cache_dir", "latency_repeats",
                                         "save_checkpoint")
 

@@ -156,7 +156,8 @@ CASES: list[Case] = [
        r"fusion 'zzz'"),
     _c("launch-nested-unknown-key", "launch", "unknown key nested in `hyperparameters`",
        lambda e: ["launch", e.f("nested-key.yaml"), "--dry-run"],
-       r"hyperparameters.all.epochz: unknown hyperparameter \(did you mean 'epochs'\?\); valid: \["),
+       r"hyperparameters.all.epochz: unknown hyperparameter \(did you mean 'epochs'\?\); valid: "
+       r"activation, asam, "),
     _c("launch-duplicate-seeds", "launch", "seed list with duplicates",
        lambda e: ["launch", e.f("dup-seeds.yaml"), "--dry-run"],
        r"seeds\[2\]: seed 1 is listed twice"),
@@ -175,7 +176,10 @@ CASES: list[Case] = [
        r"invalid choice: 'foo' \(choose from 'win-rate', 'betting', 'normal-mixture'\)"),
     _c("launch-unknown-space", "launch", "unknown shipped space name",
        lambda e: ["launch", "nosuch"],
-       r"no search space named 'nosuch'; shipped spaces: \[.*'smoke'\]"),
+       r"no search space named 'nosuch'; shipped spaces: default, .*, smoke \("),
+    _c("launch-misspelt-space", "launch", "a shipped space's name misspelt",
+       lambda e: ["launch", "smok"],
+       r"no search space named 'smok' \(did you mean 'smoke'\?\); shipped spaces: default, "),
     _c("launch-missing-file", "launch", "space file that does not exist",
        lambda e: ["launch", e.f("nosuch.yaml")], r"file not found: .*nosuch\.yaml"),
     _c("launch-resources-too-big", "launch", "`resources` larger than this machine (local Ray)",
@@ -407,3 +411,51 @@ if __name__ == "__main__":  # print each case's message from a real run, for doc
             argv = " ".join(case.argv(e)).replace(str(e.dir) + "/", "")
             print(f"### {case.id}\t{case.cmd}\t{rc}\t{argv}\n{msg}")
         gen.close()
+
+
+def _run_with(monkeypatch, exc: BaseException) -> int:
+    """`fusion-sweep sweeps` whose command function raises `exc`."""
+    from fusion_sweep import cli_sweep
+
+    def boom(args):
+        raise exc
+
+    monkeypatch.setattr(cli_sweep, "run_sweeps", boom)
+    return cli_main(["sweeps"])
+
+
+def test_a_user_error_is_one_line_and_exit_2(monkeypatch, capsys):
+    from fusion_sweep.errors import UserError
+
+    assert _run_with(monkeypatch, UserError("--thing x: choose from a, b")) == 2
+    assert capsys.readouterr().err == "fusion-sweep sweeps: error: --thing x: choose from a, b\n"
+
+
+@pytest.mark.parametrize("exc", [ValueError("x and y must be 1-D"), KeyError("k"),
+                                 ConnectionError("internal")])
+def test_an_internal_error_keeps_its_traceback(monkeypatch, exc):
+    """A library's own ValueError (a bug, not bad input) is not disguised as bad input."""
+    with pytest.raises(type(exc)):
+        _run_with(monkeypatch, exc)
+
+
+def test_a_closed_pipe_exits_quietly(monkeypatch, capsys):
+    assert _run_with(monkeypatch, BrokenPipeError(32, "Broken pipe")) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_stats_into_a_closed_pipe_exits_quietly(tmp_path):
+    """`fusion-sweep stats --format json | head` (issue 33): no `Broken pipe` error, exit 0."""
+    import os
+    import subprocess
+
+    from fusion_sweep.analysis.demo import synthetic_results
+
+    results = tmp_path / "results.csv"
+    synthetic_results().to_csv(results, index=False)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    r = subprocess.run(f"{sys.executable} -m fusion_sweep.cli stats --results {results} "
+                       f"--format json | head -c 10; exit ${{PIPESTATUS[0]}}", shell=True,
+                       executable="/bin/bash", env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.stdout == '{\n  "sourc' and r.stderr == "" and r.returncode == 0, r.stderr[-2000:]

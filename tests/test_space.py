@@ -253,7 +253,8 @@ def test_dry_run_prints_grid_without_starting_ray(tmp_path):
 
 def test_trial_memory_is_declared_or_estimated(tmp_path):
     from fusion_sweep.grid import plan
-    from fusion_sweep.sweep import _check_local_resources, trial_memory_bytes
+    from fusion_sweep.memory import trial_memory_bytes
+    from fusion_sweep.preflight import check_local_resources
 
     d = yaml.safe_load((SPACE_DIR / "smoke.yaml").read_text())
     s = parse_space(d, "smoke.yaml")
@@ -268,7 +269,7 @@ def test_trial_memory_is_declared_or_estimated(tmp_path):
     huge = parse_space(d, "smoke.yaml")
     with pytest.raises(ValueError, match=r"resources: one trial needs about 10000\.0 GiB of memory "
                                          r"but the local Ray instance schedules at most"):
-        _check_local_resources(huge, plan(huge))
+        check_local_resources(huge, plan(huge))
     d["resources"]["memory_gb"] = -1
     with pytest.raises(SpaceError, match=r"resources\.memory_gb: must be a positive number"):
         parse_space(d, "smoke.yaml")

@@ -16,6 +16,7 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
+from fusion_sweep.errors import UserError
 from fusion_sweep.schema import (DEFAULT_ENCODER, IDENTITY_FIELDS, NON_SEMANTIC_FIELDS,
                                  trial_key, trial_label, variant_label)
 from fusion_sweep.trial.data.registry import DATASETS
@@ -268,7 +269,7 @@ def resolve_hyperparameters(dataset: str, *, space_all: Mapping[str, Any] | None
     (device, threads, cache, ...), reported as "built-in".
     """
     if dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {dataset!r}; choose from {sorted(DATASETS)}")
+        raise UserError(f"unknown dataset {dataset!r}; choose from {sorted(DATASETS)}")
     names = TrialConfig.field_names()
     values: dict[str, Any] = {}
     sources: dict[str, str] = {f: "built-in" for f in names if f != "dataset"}
@@ -279,7 +280,7 @@ def resolve_hyperparameters(dataset: str, *, space_all: Mapping[str, Any] | None
     for layer, given in layers:
         unknown = sorted(set(given) - set(names))
         if unknown:
-            raise ValueError(f"unknown trial config field(s) {unknown} ({layer}); choose from "
+            raise UserError(f"unknown trial config field(s) {unknown} ({layer}); choose from "
                              f"{sorted(names)}")
         for k, v in given.items():
             values[k] = v
