@@ -459,3 +459,29 @@ def test_stats_into_a_closed_pipe_exits_quietly(tmp_path):
                        executable="/bin/bash", env=env, capture_output=True, text=True,
                        timeout=300)
     assert r.stdout == '{\n  "sourc' and r.stderr == "" and r.returncode == 0, r.stderr[-2000:]
+
+
+USER_ERROR_HOMES = [("fusion_sweep.trial.config", "ConfigError", (["bad field"],)),
+                    ("fusion_sweep.trial.platform", "NondeterministicKernelError", ("op x",)),
+                    ("fusion_sweep.trial.data.hub", "DatasetUnavailableError", ("offline",))]
+
+
+@pytest.mark.parametrize("module,name,args", USER_ERROR_HOMES, ids=[h[1] for h in USER_ERROR_HOMES])
+def test_every_user_error_type_derives_from_user_error(monkeypatch, capsys, module, name, args):
+    """cli.py needs no list of them: each is a UserError, so one `error:` line and exit 2."""
+    import importlib
+
+    from fusion_sweep import cli
+    from fusion_sweep.errors import UserError
+
+    cls = getattr(importlib.import_module(module), name)
+    assert issubclass(cls, UserError)
+    assert (module, name) not in cli.KNOWN_USER_ERRORS
+    assert _run_with(monkeypatch, cls(*args)) == 2
+    assert capsys.readouterr().err.startswith("fusion-sweep sweeps: error: ")
+
+
+def test_dataset_unavailable_is_still_a_connection_error():
+    from fusion_sweep.trial.data.hub import DatasetUnavailableError
+
+    assert issubclass(DatasetUnavailableError, ConnectionError)

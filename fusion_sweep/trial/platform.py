@@ -26,6 +26,7 @@ from typing import ContextManager, Iterator
 
 import torch
 
+from fusion_sweep.errors import UserError
 from fusion_sweep.schema import PLATFORM_FIELDS
 from fusion_sweep.trial.models import kernels
 
@@ -36,8 +37,8 @@ CUBLAS_WORKSPACE = ":4096:8"
 _NO_DETERMINISTIC = "does not have a deterministic implementation"
 
 
-class NondeterministicKernelError(ValueError):
-    """A CUDA op this trial uses has no deterministic version (a ValueError: the CLI prints
+class NondeterministicKernelError(UserError):
+    """A CUDA op this trial uses has no deterministic version (a UserError: the CLI prints
     it as one `error:` line)."""
 
 
