@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from fusion_sweep.errors import UserError
 from fusion_sweep.grid import GridPoint
 from fusion_sweep.space import SearchSpace
@@ -28,11 +30,10 @@ def trial_memory_bytes(space: SearchSpace, config: Any) -> int:
 def gpu_device_memory() -> tuple[int, str]:
     """(bytes, in words) of the GPU a space's `gpu:` share is a fraction of: this machine's
     GPU when torch sees one, else an A10G's usable memory (cluster.yaml's workers)."""
-    import torch
-
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        return int(props.total_memory), f"this machine's {props.name} ({props.total_memory / 2**30:.1f} GiB)"
+        total = int(props.total_memory)
+        return total, f"this machine's {props.name} ({total / 2**30:.1f} GiB)"
     return A10G_USABLE_BYTES, (f"an A10G's {A10G_USABLE_BYTES / 2**30:.1f} usable GiB (no GPU on "
                                f"this machine: cluster.yaml's workers assumed)")
 
