@@ -187,3 +187,18 @@ def test_dry_run_shows_the_gpu_estimate_and_imports_no_ray(tmp_path):
                        cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("error:") == 1 and "share gpu: 0.25" in r.stderr
+
+
+def test_a_trials_ray_memory_is_declared_or_the_host_estimate(tmp_path):
+    """memory.trial_memory_bytes: the space's memory_gb, else trial/memory's host estimate,
+    without the activations when the trial is given a GPU (they live on the device)."""
+    from fusion_sweep.grid import plan
+    from fusion_sweep.memory import trial_memory_bytes
+
+    gpu = _space(tmp_path, 1, "g")
+    c = plan(gpu)[0].config
+    assert trial_memory_bytes(gpu, c) == memory.host_memory_bytes(c, gpu=True)
+    cpu = _space(tmp_path, 0, "c")
+    assert trial_memory_bytes(cpu, c) == memory.host_memory_bytes(c) > trial_memory_bytes(gpu, c)
+    (tmp_path / "m.yaml").write_text(ARXIV_SPACE.format(name="m", gpu="1, memory_gb: 3"))
+    assert trial_memory_bytes(load_space(tmp_path / "m.yaml"), c) == 3 * 2**30
