@@ -159,15 +159,16 @@ def deterministic_blockers(configs: list[TrialConfig]) -> dict[str, list[str]]:
 
 
 def gpu0_trial_device() -> tuple[str, str]:
-    """(device, how it was resolved) of a `gpu: 0` trial (device auto, no GPU from Ray) on a
-    worker whose torch reports CUDA available."""
-    try:
-        from fusion_sweep.trainable import worker_device
-        requested, how = worker_device("auto", []), "trainable.worker_device + trainer.resolve_device"
-    except ImportError:
-        requested, how = "auto", "trainer.resolve_device only (no trainable.worker_device here)"
+    """(device, how it was resolved) of a `gpu: 0` trial (device auto, no GPU from Ray:
+    `ray.get_gpu_ids()` is empty) on a worker whose torch reports CUDA available: the
+    launcher's `trainable.worker_device`, then the trainer's `resolve_device`, both under
+    the faked `torch.cuda.is_available`."""
+    from fusion_sweep import trainable  # looked up at call time: tests break it to see this fail
+
     with mock.patch.object(torch.cuda, "is_available", lambda: True):
-        return str(trainer.resolve_device(requested)), how
+        requested = trainable.worker_device("auto", [])
+        return str(trainer.resolve_device(requested)), \
+            "trainable.worker_device + trainer.resolve_device"
 
 
 def gpu_memory(quick: bool) -> dict[str, dict[str, Any]]:

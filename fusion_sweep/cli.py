@@ -12,12 +12,10 @@ from fusion_sweep.errors import UserError
 
 # User-error types whose home does not derive them from UserError yet: (module, class). Looked
 # up only where their module is already imported (a type never imported was never raised),
-# so `--help` and bad input import no torch. An entry goes once its class subclasses UserError.
+# so `--help` and bad input import no torch. An entry goes once its class subclasses UserError
+# (ConfigError, DatasetUnavailableError and NondeterministicKernelError do).
 KNOWN_USER_ERRORS = (
-    ("fusion_sweep.trial.config", "ConfigError"),
     ("fusion_sweep.analysis.schema", "AnalysisError"),
-    ("fusion_sweep.trial.data.hub", "DatasetUnavailableError"),
-    ("fusion_sweep.trial.platform", "NondeterministicKernelError"),
 )
 
 

@@ -5,6 +5,7 @@ from typing import TextIO
 
 from fusion_sweep import tracking
 from fusion_sweep.grid import GridPoint, format_grid
+from fusion_sweep.memory import check_gpu_memory, gpu_device_memory
 from fusion_sweep.schema import FINISHED, resolve_tracking_uri, sqlite_path
 from fusion_sweep.space import SearchSpace
 from fusion_sweep.store import check_tracking_uri
@@ -13,8 +14,18 @@ from fusion_sweep.store import check_tracking_uri
 def dry_run_report(space: SearchSpace, points: list[GridPoint], name: str,
                    tracking_uri: str | None, experiment: str | None, out: TextIO) -> None:
     """`launch --dry-run`: the grid, and for an existing sweep what a launch would do with
-    each trial (train, skip: finished, or retry: its run is FAILED/KILLED/RUNNING)."""
-    print(format_grid(space, points, name), file=out)
+    each trial (train, skip: finished, or retry: its run is FAILED/KILLED/RUNNING). A space
+    that requests a GPU share shows each trial's GPU memory estimate, after refusing (as the
+    launch does) a trial that does not fit its share."""
+    column = None
+    if space.gpu > 0:
+        device = gpu_device_memory()
+        need = check_gpu_memory(space, points, device)
+        column = ("GPU GiB", [f"{n / 2**30:.1f}" for n in need])
+    print(format_grid(space, points, name, column), file=out)
+    if column is not None:
+        print(f"\nGPU GiB: each trial's estimated peak GPU memory (trial/memory.py); each fits "
+              f"its share gpu: {min(space.gpu, 1.0):g} of {device[1]}", file=out)
     actions = _planned_actions(space, points, name, tracking_uri, experiment)
     if actions is None:
         print(f"\n(dry run: nothing started; {len(points)} trials would run)", file=out)

@@ -11,7 +11,7 @@ from fusion_sweep import tracking
 from fusion_sweep.adaptive import AdaptiveState
 from fusion_sweep.checkout import git_commit
 from fusion_sweep.grid import GridPoint, grid_hash
-from fusion_sweep.memory import RAY_MEMORY_SHARE, trial_memory_bytes
+from fusion_sweep.memory import RAY_MEMORY_SHARE, check_gpu_memory, trial_memory_bytes
 from fusion_sweep.placement import check_local_pin
 from fusion_sweep.ray_setup import check_ray_address, resolve_storage
 from fusion_sweep.schema import (CODE_FINGERPRINT, CODE_HISTORY, FINISHED, GRID_HASH, LOOPBACK_HOSTS,
@@ -49,6 +49,7 @@ def preflight(space: SearchSpace, name: str, points: list[GridPoint], tracking_u
     address = check_ray_address(address)
     if address is None:  # a local instance: this machine is the whole cluster
         check_local_resources(space, points)
+    check_gpu_memory(space, points)  # Ray counts no GPU memory: a trial over its share OOMs
     exp_path = f"{resolve_storage(storage).rstrip('/')}/{name}"
     ghash = grid_hash(points)
     experiment = experiment or space.experiment

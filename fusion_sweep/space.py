@@ -59,7 +59,7 @@ import yaml
 
 from fusion_sweep.analysis.settings import DEFAULT_BASELINE, DEFAULT_METRIC
 from fusion_sweep.schema import (DEFAULT_EXPERIMENT, DIRECTIONS, IDENTITY_FIELDS,
-                                 METRIC_DIRECTIONS)
+                                 METRIC_DIRECTIONS, TASK_METRICS)
 from fusion_sweep.errors import UserError, choices, did_you_mean
 from fusion_sweep.space_files import SPACE_DIR, shipped_spaces
 from fusion_sweep.trial.config import ConfigError, TrialConfig
@@ -621,7 +621,10 @@ def _validate_comparison(raw: Mapping, datasets: list[str], fusions: list[str],
         errors.append(f"directions: must be a mapping {{metric: higher|lower}}, got {directions!r}")
         directions = {}
     for k, v in directions.items():
-        if v not in DIRECTIONS:
+        if k in TASK_METRICS:  # facts about the task, the same for every arm: never compared
+            errors.append(f"directions.{k}: {k!r} is a fact about the dataset (one of "
+                          f"{choices(TASK_METRICS)}), not a result that is compared; remove it")
+        elif v not in DIRECTIONS:
             errors.append(f"directions.{k}: must be one of {choices(DIRECTIONS)}, got {v!r}")
     return baseline, metric, margin, dict(directions)
 

@@ -42,6 +42,9 @@ FILES: dict[str, str | bytes] = {
     "neg-seeds.yaml": SMOKE_OK.replace("seeds: [0, 1]", "seeds: [0, -3]"),
     "incompatible.yaml": SMOKE_OK.replace("pes: [sinusoidal]", "pes: [alibi]"),
     "too-big.yaml": SMOKE_OK + "resources: {cpu: 4096, gpu: 64}\n",
+    "arxiv-quarter.yaml": ("name: aq\ndatasets: [arxiv]\npes: [sinusoidal]\nfusions: [add]\n"
+                           "seeds: [0]\nresources: {cpu: 1, gpu: 0.25}\n"),
+    "task-direction.yaml": SMOKE_OK + "directions: {test_majority_rate: higher}\n",
     "bad-pin.yaml": SMOKE_OK + "resources: {accelerator_type: 'A 10G', node_label: g5}\n",
     "gpu-pin.yaml": SMOKE_OK + "resources: {accelerator_type: A10G}\n",
     "dotdot-name.yaml": SMOKE_OK.replace("name: x", "name: '..'"),
@@ -186,6 +189,17 @@ CASES: list[Case] = [
        lambda e: ["launch", e.f("too-big.yaml")],
        r"resources: one trial needs cpu=4096, gpu=64, but the local Ray instance has this "
        r"machine's CPU=\d+, GPU=\d+, so no trial could ever start"),
+    _c("launch-gpu-share", "launch", "a trial larger than its `resources.gpu` share (dry run too)",
+       lambda e: ["launch", e.f("arxiv-quarter.yaml"), "--dry-run"],
+       r"resources\.gpu in .*arxiv-quarter\.yaml: arxiv/sinusoidal/add/seed 0 needs about "
+       r"\d+\.\d GiB of GPU memory \(batch 64 x 4096 tokens, precision fp32\) but its share "
+       r"gpu: 0\.25 of .* gives \d+\.\d GiB; raise `resources: \{gpu: \.\.\.\}` \(a larger "
+       r"share\), lower batch_size / max_len, or set precision: bf16"),
+    _c("launch-direction-task-fact", "launch", "`directions:` for a task fact (never compared)",
+       lambda e: ["launch", e.f("task-direction.yaml")],
+       r"directions\.test_majority_rate: 'test_majority_rate' is a fact about the dataset \(one "
+       r"of median_tokens, num_classes, test_majority_rate\), not a result that is compared; "
+       r"remove it"),
     _c("launch-bad-pin", "launch", "`resources` pin that is not a Ray accelerator type / node label",
        lambda e: ["launch", e.f("bad-pin.yaml")],
        r"2 errors in search space .*bad-pin\.yaml:\n  - .*resources\.accelerator_type: must "
@@ -459,3 +473,29 @@ def test_stats_into_a_closed_pipe_exits_quietly(tmp_path):
                        executable="/bin/bash", env=env, capture_output=True, text=True,
                        timeout=300)
     assert r.stdout == '{\n  "sourc' and r.stderr == "" and r.returncode == 0, r.stderr[-2000:]
+
+
+USER_ERROR_HOMES = [("fusion_sweep.trial.config", "ConfigError", (["bad field"],)),
+                    ("fusion_sweep.trial.platform", "NondeterministicKernelError", ("op x",)),
+                    ("fusion_sweep.trial.data.hub", "DatasetUnavailableError", ("offline",))]
+
+
+@pytest.mark.parametrize("module,name,args", USER_ERROR_HOMES, ids=[h[1] for h in USER_ERROR_HOMES])
+def test_every_user_error_type_derives_from_user_error(monkeypatch, capsys, module, name, args):
+    """cli.py needs no list of them: each is a UserError, so one `error:` line and exit 2."""
+    import importlib
+
+    from fusion_sweep import cli
+    from fusion_sweep.errors import UserError
+
+    cls = getattr(importlib.import_module(module), name)
+    assert issubclass(cls, UserError)
+    assert (module, name) not in cli.KNOWN_USER_ERRORS
+    assert _run_with(monkeypatch, cls(*args)) == 2
+    assert capsys.readouterr().err.startswith("fusion-sweep sweeps: error: ")
+
+
+def test_dataset_unavailable_is_still_a_connection_error():
+    from fusion_sweep.trial.data.hub import DatasetUnavailableError
+
+    assert issubclass(DatasetUnavailableError, ConnectionError)

@@ -44,9 +44,20 @@ def test_no_deterministic_cuda_blocker(report):
 
 
 def test_a_gpu0_trial_runs_on_the_cpu(report):
-    if not report["gpu0_resolved_by"].startswith("trainable.worker_device"):
-        pytest.skip("the launcher's trainable.worker_device is not in this checkout")
+    assert report["gpu0_resolved_by"].startswith("trainable.worker_device")
     assert report["gpu0_trial_device"] == "cpu"
+
+
+def test_the_gpu0_check_sees_a_worker_device_that_follows_torch(readiness, monkeypatch):
+    """The check is live: a worker_device that trusts `torch.cuda.is_available()` (issue 32's
+    defect 1) puts the `gpu: 0` trial on CUDA, and the figure says so."""
+    import torch
+
+    from fusion_sweep import trainable
+
+    monkeypatch.setattr(trainable, "worker_device", lambda requested, gpu_ids:
+                        "cuda" if torch.cuda.is_available() else "cpu")
+    assert readiness.gpu0_trial_device()[0].startswith("cuda")
 
 
 def test_every_shipped_space_estimate_is_within_1_to_2x(report):

@@ -104,3 +104,101 @@ def test_the_cluster_doc_table_is_the_estimate():
         assert float(count) == pytest.approx(memory.measured_gpu_bytes(largest) / 2**30,
                                              abs=0.006), space
         assert int(fit) == A10G_BYTES // need and float(share) == load_space(space).gpu, space
+
+
+# ------------------------------------------------------------- the launch's GPU-share check
+ARXIV_SPACE = ("name: {name}\ndatasets: [arxiv]\npes: [sinusoidal]\nfusions: [add]\nseeds: [0]\n"
+               "resources: {{cpu: 1, gpu: {gpu}}}\n")
+
+
+def _space(tmp_path, gpu: float, name: str = "aq"):
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(ARXIV_SPACE.format(name=name, gpu=gpu))
+    return load_space(p)
+
+
+def test_the_launch_refuses_a_trial_over_its_gpu_share(tmp_path):
+    from fusion_sweep.errors import UserError
+    from fusion_sweep.grid import plan
+    from fusion_sweep.memory import check_gpu_memory
+
+    a10g = (A10G_BYTES, "an A10G")
+    quarter = _space(tmp_path, 0.25)
+    with pytest.raises(UserError, match=r"resources\.gpu in .*aq\.yaml: arxiv/sinusoidal/add/seed 0 "
+                                        r"needs about 6\.\d GiB of GPU memory \(batch 64 x 4096 tokens, "
+                                        r"precision fp32\) but its share gpu: 0\.25 of an A10G gives "
+                                        r"5\.6 GiB; raise `resources: \{gpu: \.\.\.\}` \(a larger "
+                                        r"share\), lower batch_size / max_len, or set precision: bf16"):
+        check_gpu_memory(quarter, plan(quarter), a10g)
+    whole = _space(tmp_path, 1)
+    need = check_gpu_memory(whole, plan(whole), a10g)
+    assert need == [memory.gpu_memory_bytes(p.config) for p in plan(whole)]
+    # more than one GPU per trial: a trial still uses one device, its share is the whole of it
+    assert check_gpu_memory(_space(tmp_path, 2), plan(whole), a10g) == need
+    assert check_gpu_memory(load_space("smoke"), plan(load_space("smoke")), a10g) == []  # gpu: 0
+
+
+def test_the_share_is_of_the_local_gpu_when_torch_sees_one_else_an_a10g(monkeypatch):
+    from types import SimpleNamespace
+
+    from fusion_sweep.memory import gpu_device_memory
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu_device_memory() == (A10G_BYTES, "an A10G's 22.5 usable GiB (no GPU on this "
+                                               "machine: cluster.yaml's workers assumed)")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: SimpleNamespace(name="NVIDIA H100", total_memory=80 * 2**30))
+    assert gpu_device_memory() == (80 * 2**30, "this machine's NVIDIA H100 (80.0 GiB)")
+
+
+def test_preflight_checks_the_gpu_share(tmp_path, monkeypatch):
+    """`launch` (not only --dry-run) refuses before Ray starts, on a machine that has a GPU."""
+    from fusion_sweep import preflight
+    from fusion_sweep.errors import UserError
+    from fusion_sweep.grid import plan
+
+    monkeypatch.setattr(preflight, "_local_gpus", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    s = _space(tmp_path, 0.25)
+    with pytest.raises(UserError, match=r"resources\.gpu in .*needs about .* GiB of GPU memory"):
+        preflight.preflight(s, "aq", plan(s), f"sqlite:///{tmp_path}/mlflow.db", None,
+                            str(tmp_path / "ray"), None, False, None)
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_dry_run_shows_the_gpu_estimate_and_imports_no_ray(tmp_path):
+    import subprocess
+    import sys
+
+    _space(tmp_path, 1, "aone")
+    code = ("import sys; from fusion_sweep.cli import main; rc = main(['launch', 'aone.yaml', "
+            "'--dry-run']); assert 'ray' not in sys.modules and 'mlflow' not in sys.modules; "
+            "sys.exit(rc)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    c = TrialConfig.build("arxiv")
+    assert "seed  GPU GiB  trial key" in r.stdout
+    assert f"  {memory.gpu_memory_bytes(c) / 2**30:.1f}  " in r.stdout
+    assert "fits its share gpu: 1 of " in r.stdout
+    (tmp_path / "aq.yaml").write_text(ARXIV_SPACE.format(name="aq", gpu=0.25))
+    r = subprocess.run([sys.executable, "-m", "fusion_sweep.cli", "launch", "aq.yaml", "--dry-run"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("error:") == 1 and "share gpu: 0.25" in r.stderr
+
+
+def test_a_trials_ray_memory_is_declared_or_the_host_estimate(tmp_path):
+    """memory.trial_memory_bytes: the space's memory_gb, else trial/memory's host estimate,
+    without the activations when the trial is given a GPU (they live on the device)."""
+    from fusion_sweep.grid import plan
+    from fusion_sweep.memory import trial_memory_bytes
+
+    gpu = _space(tmp_path, 1, "g")
+    c = plan(gpu)[0].config
+    assert trial_memory_bytes(gpu, c) == memory.host_memory_bytes(c, gpu=True)
+    cpu = _space(tmp_path, 0, "c")
+    assert trial_memory_bytes(cpu, c) == memory.host_memory_bytes(c) > trial_memory_bytes(gpu, c)
+    (tmp_path / "m.yaml").write_text(ARXIV_SPACE.format(name="m", gpu="1, memory_gb: 3"))
+    assert trial_memory_bytes(load_space(tmp_path / "m.yaml"), c) == 3 * 2**30

@@ -434,3 +434,22 @@ def test_dropout_fingerprint_hashes_a_drawn_mask() -> None:
     assert fp == hashlib.sha256(mask.numpy().tobytes()).hexdigest()[:16]
     with dropout_stream(124, cpu) as other:
         assert other != fp
+
+
+def test_a_workers_cublas_workspace_is_kept(monkeypatch) -> None:
+    """A worker starts with the workspace from Ray's runtime_env (before CUDA): a trial never
+    changes it mid-process, where it would only satisfy torch's check."""
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    with deterministic(torch.device("cuda")):
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+
+
+def test_a_cublas_workspace_set_after_cuda_started_is_warned(monkeypatch) -> None:
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with pytest.warns(RuntimeWarning, match=r"CUBLAS_WORKSPACE_CONFIG is set to :4096:8 after "
+                                            r"this process started CUDA"):
+        with deterministic(torch.device("cuda")):
+            assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ

@@ -218,6 +218,22 @@ def test_equivalence_margin_forms():
         parse_space(d)
 
 
+@pytest.mark.parametrize("metric", ["test_majority_rate", "num_classes", "median_tokens"])
+def test_a_direction_for_a_task_fact_is_refused(metric):
+    """schema.TASK_METRICS describe the dataset, the same for every arm: never compared."""
+    from fusion_sweep.schema import TASK_METRICS
+
+    assert metric in TASK_METRICS
+    d = smoke_dict()
+    d["directions"] = {metric: "higher", "my_metric": "lower"}
+    with pytest.raises(SpaceError, match=rf"directions\.{metric}: '{metric}' is a fact about the "
+                                         rf"dataset \(one of median_tokens, num_classes, "
+                                         rf"test_majority_rate\), not a result that is compared"):
+        parse_space(d)
+    d["directions"] = {"my_metric": "lower"}
+    assert parse_space(d).directions == {"my_metric": "lower"}
+
+
 def test_not_a_mapping(tmp_path):
     p = tmp_path / "list.yaml"
     p.write_text("- a\n- b\n")

@@ -42,7 +42,7 @@ CHAIN_FIELDS = ("max_len", "d_model", "heads", "layers", "dim_ff", "dropout", "a
 COMMAND_LINE = "command line"
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """An invalid trial config; `errors` lists every problem (one message each)."""
 
     def __init__(self, errors: list[str]) -> None:

@@ -156,9 +156,11 @@ def gpu_memory_bytes(config: Any) -> int:
     return int(CUDA_CONTEXT_BYTES + state + GPU_ALLOCATOR_SLACK * acts)
 
 
-def gpu_share_error(config: Any, share: float, device_bytes: int) -> str | None:
-    """Why a trial does not fit its GPU share (`share` × `device_bytes`), else None: one
-    line for the launch to refuse with, naming the variant and what to change."""
+def gpu_share_error(config: Any, share: float, device_bytes: int,
+                    device: str = "the device") -> str | None:
+    """Why a trial does not fit its GPU share (`share` × `device_bytes` of `device`, named in
+    words), else None: one line for the launch to refuse with, naming the variant, the
+    estimate, the share and what to change."""
     need = gpu_memory_bytes(config)
     have = share * device_bytes
     if need <= have:
@@ -166,10 +168,11 @@ def gpu_share_error(config: Any, share: float, device_bytes: int) -> str | None:
     B, L = longest_batch(config)
     bias = (f"; pe {config.pe!r} adds a (B, H, L, L) = ({B}, {config.heads}, {L}, {L}) float "
             f"bias to every padded batch" if POSITIONAL[config.pe].has_bias else "")
+    bf16 = ", or set precision: bf16" if config.precision != "bf16" else ""
     return (f"{config.describe()} needs about {need / 2**30:.1f} GiB of GPU memory (batch "
             f"{B} x {L} tokens, precision {config.precision}{bias}) but its share gpu: "
-            f"{share:g} gives {have / 2**30:.1f} GiB; raise `resources: {{gpu: ...}}` or "
-            f"lower batch_size / max_len")
+            f"{share:g} of {device} gives {have / 2**30:.1f} GiB; raise `resources: {{gpu: ...}}` "
+            f"(a larger share), lower batch_size / max_len{bf16}")
 
 
 # ------------------------------------------------------------------ the measurement

@@ -7,7 +7,8 @@ differently). `describe_platform` records all of these (schema.PLATFORM_FIELDS);
 logs them and their hash, and `stats` pairs two trials only on one platform.
 
 `deterministic(device)`: on CUDA, deterministic algorithms (torch.use_deterministic_algorithms),
-the cuBLAS workspace that makes cuBLAS reproducible (CUBLAS_WORKSPACE_CONFIG=:4096:8) and no
+the cuBLAS workspace that makes cuBLAS reproducible (CUBLAS_WORKSPACE_CONFIG=:4096:8; a
+worker has it from Ray's runtime_env before CUDA starts, and keeps it) and no
 cuDNN autotuning (cudnn.benchmark off, cudnn.deterministic on); all restored on exit. A
 kernel with no deterministic version then raises `NondeterministicKernelError`.
 
@@ -20,24 +21,28 @@ from __future__ import annotations
 
 import os
 import platform as _py_platform
+import warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import ContextManager, Iterator
 
 import torch
 
+from fusion_sweep.errors import UserError
 from fusion_sweep.schema import PLATFORM_FIELDS
 from fusion_sweep.trial.models import kernels
 
 # cuBLAS is reproducible only with a fixed workspace (CUDA >= 10.2; NVIDIA cuBLAS docs,
 # "Results reproducibility"); ":4096:8" is the setting the torch docs name.
 CUBLAS_WORKSPACE = ":4096:8"
+# The values under which cuBLAS is reproducible (torch's own error lists these two).
+DETERMINISTIC_WORKSPACES = (CUBLAS_WORKSPACE, ":16:8")
 # torch's message when an op has no deterministic version under use_deterministic_algorithms.
 _NO_DETERMINISTIC = "does not have a deterministic implementation"
 
 
-class NondeterministicKernelError(ValueError):
-    """A CUDA op this trial uses has no deterministic version (a ValueError: the CLI prints
+class NondeterministicKernelError(UserError):
+    """A CUDA op this trial uses has no deterministic version (a UserError: the CLI prints
     it as one `error:` line)."""
 
 
@@ -114,6 +119,22 @@ def node_platform() -> dict[str, str]:
             "cpu_model": cpu_model()}
 
 
+def _cublas_workspace() -> None:
+    """A deterministic cuBLAS workspace for this process. Trial workers start with it (Ray's
+    `runtime_env`, `ray_setup.worker_env`), so theirs is kept: torch sizes cuBLAS's workspace
+    once per process, at its first cuBLAS call, and a value changed after that would only
+    satisfy torch's check. A process started without one (`fusion-sweep train` on a GPU)
+    gets it here, which is in time only before the process's first CUDA work: warned."""
+    if os.environ.get("CUBLAS_WORKSPACE_CONFIG") in DETERMINISTIC_WORKSPACES:
+        return
+    if torch.cuda.is_initialized():
+        warnings.warn(f"CUBLAS_WORKSPACE_CONFIG is set to {CUBLAS_WORKSPACE} after this process "
+                      f"started CUDA: cuBLAS may already use another workspace; export it "
+                      f"before starting (Ray workers get it from the launch's runtime_env)",
+                      RuntimeWarning, stacklevel=3)
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE
+
+
 @contextmanager
 def deterministic(device: torch.device) -> Iterator[None]:
     """Deterministic CUDA kernels for the trial when `device` is CUDA; nothing on CPU (its
@@ -127,8 +148,7 @@ def deterministic(device: torch.device) -> Iterator[None]:
              torch.is_deterministic_algorithms_warn_only_enabled(),
              torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic,
              os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
-    # Read by cuBLAS when its handle is created: set before the trial's first matmul.
-    os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE
+    _cublas_workspace()
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True

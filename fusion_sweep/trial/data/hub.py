@@ -56,7 +56,7 @@ ACCEPTED_LAYOUTS = (
 RawSplits = dict[str, tuple[list[str], np.ndarray]]  # split -> (texts, labels (n,) int64)
 
 
-class DatasetUnavailableError(ConnectionError):
+class DatasetUnavailableError(UserError, ConnectionError):
     """The hub could not provide the dataset (offline, unreachable, not found)."""
 
 
