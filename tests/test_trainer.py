@@ -245,3 +245,27 @@ def test_majority_rate_is_a_final_metric_without_a_direction(data: EncodedData) 
     assert majority_rate(np.array([2, 2, 0, 1])) == 0.5 and math.isnan(majority_rate(np.array([])))
     tuning = train_trial(cfg(epochs=1, evaluate_test=False), data=data)
     assert math.isnan(tuning.test_majority_rate)
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_predict_evaluates_in_eval_mode(data: EncodedData, cached: bool) -> None:
+    """A model handed to `predict` in training mode (dropout on) is evaluated without dropout,
+    on both the reference and the cached path: two calls agree exactly, and with eval mode."""
+    import torch
+
+    from fusion_sweep.trial.trainer import EvalCache, construct_model, predict
+
+    config = cfg(dropout=0.5, attn_dropout=0.5)
+    model = construct_model(config, data.vocab_size, data.num_classes, 0)
+    device = torch.device("cpu")
+    cache = EvalCache(data.test, config, device, 0, config.batch_size) if cached else None
+    runs = []
+    for _ in range(2):
+        model.train()
+        runs.append(predict(model, data.test, config, device, cache=cache))
+    model.eval()
+    reference = predict(model, data.test, config, device, cache=cache)
+    for loss, preds, probs in runs:
+        assert loss == reference[0]
+        np.testing.assert_array_equal(probs, reference[2])
+        np.testing.assert_array_equal(preds, reference[1])
