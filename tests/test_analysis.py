@@ -189,13 +189,13 @@ def test_arm_summary_is_mean_sd_range_of_every_seed() -> None:
     rep = analyze(tidy(df), Settings(n_boot=200))
     assert len(rep.arms) == len(df.groupby(["dataset", "pe", "fusion"]))
     for a in rep.arms:
-        v = df[(df.dataset == a["dataset"]) & (df.pe == a["pe"]) & (df.fusion == a["fusion"])
-               ][a["metric"]].to_numpy(dtype=float)
-        assert a["n"] == v.size
-        assert a["mean"] == pytest.approx(v.mean()) and a["sd"] == pytest.approx(v.std(ddof=1))
-        assert (a["min"], a["max"]) == (pytest.approx(v.min()), pytest.approx(v.max()))
+        v = df[(df.dataset == a.dataset) & (df.pe == a.pe) & (df.fusion == a.fusion)
+               ][a.metric].to_numpy(dtype=float)
+        assert a.n == v.size
+        assert a.mean == pytest.approx(v.mean()) and a.sd == pytest.approx(v.std(ddof=1))
+        assert (a.min, a.max) == (pytest.approx(v.min()), pytest.approx(v.max()))
     # baseline first within each regime, regimes short -> long
-    first = [a["fusion"] for a in rep.arms if a["dataset"] == rep.arms[0]["dataset"]][0]
+    first = [a.fusion for a in rep.arms if a.dataset == rep.arms[0].dataset][0]
     assert first == rep.settings.baseline
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from fusion_sweep.analysis.schema import (
-    CHANCE_TEST_KEYS, COMPARISON_KEYS, INTERACTION_TEST_KEYS,
+    ARM_KEYS, CHANCE_TEST_KEYS, COMPARISON_KEYS, INTERACTION_TEST_KEYS,
 )
 
 
@@ -193,6 +193,29 @@ class ChanceTest:
         return {k: getattr(self, k) for k in CHANCE_TEST_KEYS}
 
 
+@dataclass(frozen=True)
+class ArmSummary:
+    """One arm over its usable seeds (schema.ARM_KEYS, in that order): the seed noise each
+    paired Δ is judged against, its chance level and learned? state."""
+
+    dataset: str
+    encoder: str
+    pe: str
+    metric: str
+    fusion: str
+    variant: str
+    n: int
+    mean: float
+    sd: float
+    min: float
+    max: float
+    chance_level: float
+    learned: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ARM_KEYS}
+
+
 def _frozen(v: Any) -> Any:
     return tuple(v) if isinstance(v, list) else v
 
@@ -204,3 +227,4 @@ def _plain(v: Any) -> Any:
 assert tuple(f.name for f in fields(Comparison))[:len(COMPARISON_KEYS)] == COMPARISON_KEYS
 assert tuple(f.name for f in fields(InteractionTest)) == INTERACTION_TEST_KEYS
 assert tuple(f.name for f in fields(ChanceTest)) == CHANCE_TEST_KEYS
+assert tuple(f.name for f in fields(ArmSummary)) == ARM_KEYS

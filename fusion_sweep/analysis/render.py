@@ -123,8 +123,8 @@ def _arms_figure_blocks(report: Report, out: Path) -> list[Block]:
     vals = vals.assign(**{plots.ARM: [axis.short(v) for v in arms],
                           plots.GROUP: [axis.group(v) for v in arms]})
     regimes = [(r.dataset, r.label) for r in grid_regimes(report)]
-    chance = {a["dataset"]: a["chance_level"] for a in report.arms
-              if a["metric"] == metric and a["chance_level"] is not None}
+    chance = {a.dataset: a.chance_level for a in report.arms
+              if a.metric == metric and a.chance_level is not None}
     b: list[Block] = []
     for group in sorted(set(vals[plots.GROUP])):
         sub = vals[vals[plots.GROUP] == group]

@@ -51,10 +51,10 @@ from fusion_sweep.analysis.pairing import (
     Paired, pair_trials, supersede, usable_values, variant_series,
 )
 from fusion_sweep.analysis.platforms import platform_warnings, platforms_of
-from fusion_sweep.analysis.records import Comparison
+from fusion_sweep.analysis.records import ArmSummary, Comparison
 from fusion_sweep.analysis.regimes import Regime, interaction_tests, lengths_known, regimes_for
 from fusion_sweep.analysis.schema import (
-    ADAPTIVE_COLUMN, ARM_KEYS, BETTER, COMPARISON_FAMILY_COLUMN, COST_METRICS,
+    ADAPTIVE_COLUMN, BETTER, COMPARISON_FAMILY_COLUMN, COST_METRICS,
     DEFAULT_ENCODER, DESCRIPTIVE_LABEL, EQUIVALENT, INCONCLUSIVE, NORMALITY_BELOW_N, NOT_LEARNED,
     TOP_LEVEL_KEYS, WORSE, AnalysisError,
 )
@@ -76,7 +76,7 @@ class Report:
     interaction: dict
     table: pd.DataFrame = field(repr=False)  # the filtered tidy table
     chance: dict = field(default_factory=lambda: {"method": CHANCE_METHOD, "tests": []})
-    arms: list[dict] = field(default_factory=list)  # ARM_KEYS dicts, regime short -> long
+    arms: list[ArmSummary] = field(default_factory=list)  # regime short -> long
     claims: dict | None = None  # --claims: fusion_sweep.analysis.claims.evaluate's CLAIM_SET_KEYS dict
     # An adaptive sweep: SEQUENTIAL_KEYS dict, and the results objects for the figure.
     sequential: dict | None = None
@@ -94,7 +94,7 @@ class Report:
                          "confidence_level": 1 - self.settings.alpha},
             "regimes": [asdict(r) for r in self.regimes],
             "warnings": self.warnings,
-            "arms": self.arms,
+            "arms": [a.to_json() for a in self.arms],
             "comparisons": [c.to_json() for c in self.comparisons],
             "dropped": self.dropped,
             "interaction": {**self.interaction,
@@ -355,7 +355,7 @@ def launch_family(source: dict, s: Settings, everything: pd.DataFrame | None
 
 
 def arm_summaries(df: pd.DataFrame, s: Settings, regimes: list[Regime],
-                  by_arm: dict) -> list[dict]:
+                  by_arm: dict) -> list[ArmSummary]:
     """Mean, per-seed SD and range of every arm (ARM_KEYS), regime short -> long.
 
     Every usable seed of the arm counts, paired or not: this is the seed noise a reader
@@ -370,22 +370,18 @@ def arm_summaries(df: pd.DataFrame, s: Settings, regimes: list[Regime],
                                                    sort=False):
             v = g["value"].to_numpy(dtype=float)  # (seeds,)
             var = Variant(*fields)
-            out.append({"dataset": dataset, "encoder": var.encoder, "pe": var.pe,
-                        "metric": metric, "fusion": var.fusion, "variant": var.label,
-                        "n": int(v.size), "mean": float(v.mean()),
-                        "sd": float(v.std(ddof=1)) if v.size > 1 else stats.NAN,
-                        "min": float(v.min()), "max": float(v.max()),
-                        "chance_level": chance_level(by_arm, dataset, var, metric),
-                        "learned": arm_state(by_arm, dataset, var, metric)})
+            out.append(ArmSummary(
+                dataset, var.encoder, var.pe, metric, var.fusion, var.label, int(v.size),
+                float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else stats.NAN,
+                float(v.min()), float(v.max()), chance_level(by_arm, dataset, var, metric),
+                arm_state(by_arm, dataset, var, metric)))
 
-    def order(a: dict) -> tuple:
+    def order(a: ArmSummary) -> tuple:
         # Within a group (the fields the baseline leaves open) the baseline's arm first.
-        var = Variant(a["encoder"], a["pe"], a["fusion"])
-        return (s.metrics.index(a["metric"]), rank.get(a["dataset"], 0), a["dataset"],
+        var = Variant(a.encoder, a.pe, a.fusion)
+        return (s.metrics.index(a.metric), rank.get(a.dataset, 0), a.dataset,
                 axis.group(var), not axis.matches(var), var.label)
-    out.sort(key=order)
-    assert all(tuple(a) == ARM_KEYS for a in out)
-    return out
+    return sorted(out, key=order)
 
 
 def _compare(p: Paired, s: Settings, regime: Regime, by_arm: dict) -> dict:

@@ -459,11 +459,11 @@ def arms_table(report: Report, short: bool = False) -> Table:
     cols = arm_columns(report)
     headers = ["dataset", *cols, "metric", "fusion", "n", "mean", "per-seed SD", "min–max",
                "chance", "learned?"]
-    rows = [[label.get(a["dataset"], a["dataset"]), *(a[f] for f in cols), a["metric"],
-             a["fusion"],
-             str(a["n"]), fnum(a["mean"]), fnum(a["sd"]),
-             f"{fnum(a['min'], 3)}–{fnum(a['max'], 3)}", fnum(a["chance_level"], 3),
-             a["learned"]] for a in report.arms]
+    rows = [[label.get(a.dataset, a.dataset), *(getattr(a, f) for f in cols), a.metric,
+             a.fusion,
+             str(a.n), fnum(a.mean), fnum(a.sd),
+             f"{fnum(a.min, 3)}–{fnum(a.max, 3)}", fnum(a.chance_level, 3),
+             a.learned] for a in report.arms]
     return Table("Each arm over its seeds", headers, rows,
                  ["per-seed SD: sample SD over seeds (ddof 1), the noise each paired Δ is "
                   "judged against; chance: the arm's test majority rate (1/K when none is "
