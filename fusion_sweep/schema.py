@@ -278,12 +278,13 @@ EPOCH_METRICS: tuple[str, ...] = ("train_loss", "train_acc", "val_loss", "val_ac
 FINAL_METRICS: tuple[str, ...] = ("test_acc", "best_val_acc", "test_macro_f1",
                                   "latency_ms_per_sample", "params", "train_seconds",
                                   "tokens_per_second", "median_tokens", "num_classes",
-                                  "flops_per_token", "test_majority_rate")
+                                  "flops_per_token", "test_majority_rate", "test_n")
 # Final metrics that describe the trial's task, not its quality: no direction, so `stats`
 # refuses to compare arms by them (it needs a direction) and they never enter a verdict.
 # test_majority_rate: the share of the test split's most frequent class, the accuracy of
 # always answering it (issue 31): the chance line an accuracy is read against.
-TASK_METRICS: tuple[str, ...] = ("median_tokens", "num_classes", "test_majority_rate")
+# test_n: the test split's size, the n of the exact per-seed learn test.
+TASK_METRICS: tuple[str, ...] = ("median_tokens", "num_classes", "test_majority_rate", "test_n")
 # Which way is better, for every metric a trial logs. A search space may add or override
 # entries (`directions:`); launch logs the merged map on the parent run, and `stats` refuses
 # to guess the direction of a metric it finds nowhere.

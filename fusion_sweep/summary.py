@@ -10,7 +10,8 @@ from typing import TextIO
 
 from fusion_sweep.grid import GridPoint
 from fusion_sweep.ray_setup import resolve_storage
-from fusion_sweep.schema import (ATTEMPTS, CODE_FINGERPRINT, DEFAULT_EXPERIMENT, ERROR, FINAL_METRICS, FINGERPRINT_TAGS,
+from fusion_sweep.schema import (ADAPTIVE_COLUMN, ATTEMPTS, CODE_FINGERPRINT, CODE_FINGERPRINT_COLUMN,
+                                 COMPARISON_FAMILY_COLUMN, DEFAULT_EXPERIMENT, ERROR, FINAL_METRICS, FINGERPRINT_TAGS,
                                  FINISHED, IDENTITY_FIELDS, LAUNCH_ID, PLATFORM_LABEL_COLUMN,
                                  platform_from_tags, platform_label, resolve_tracking_uri)
 from fusion_sweep.store import is_local_store
@@ -46,12 +47,10 @@ class LaunchSummary:
 
 
 
-# results.csv columns beyond the identity, the final metrics and the fingerprints: what `stats
-# --results` needs to judge the file as it judges MLflow (issue 31): each row's code, the
-# comparison family fixed at launch and the adaptive design (JSON, the same on every row; the
-# adaptive column is empty for a fixed-n sweep), and the test split's majority-class share.
-CODE_COLUMN, FAMILY_COLUMN, ADAPTIVE_COLUMN = "code_fingerprint", "comparison_family", "adaptive"
-MAJORITY_METRIC = "test_majority_rate"
+# results.csv columns beyond the identity, the final metrics (test_majority_rate and test_n
+# among them) and the fingerprints: what `stats --results` needs to judge the file as it judges
+# MLflow: each row's code, the comparison family fixed at launch and the adaptive design (JSON,
+# the same on every row; the adaptive column is empty for a fixed-n sweep). Names: schema.py.
 
 
 def summarize(s: LaunchSummary, tracker, points: list[GridPoint], ctx, out: TextIO, *,
@@ -65,7 +64,7 @@ def summarize(s: LaunchSummary, tracker, points: list[GridPoint], ctx, out: Text
     except Exception as e:  # noqa: BLE001 - never hide the sweep's own outcome
         print(f"warning: could not read MLflow for the summary: {e}", file=out)
         return
-    sweep_columns = {FAMILY_COLUMN: json.dumps(family or {}, sort_keys=True),
+    sweep_columns = {COMPARISON_FAMILY_COLUMN: json.dumps(family or {}, sort_keys=True),
                      ADAPTIVE_COLUMN: adaptive}
     rows = []
     for p in points:
@@ -85,9 +84,8 @@ def _row(s: LaunchSummary, p: GridPoint, r, ctx) -> dict:
     if r is None:
         return row
     row.update({k: r.data.metrics.get(k, "") for k in FINAL_METRICS})
-    row[MAJORITY_METRIC] = r.data.metrics.get(MAJORITY_METRIC, "")
     row.update({"fp_" + k: r.data.tags.get(tag, "") for k, tag in FINGERPRINT_TAGS.items()})
-    row[CODE_COLUMN] = r.data.tags.get(CODE_FINGERPRINT, "")
+    row[CODE_FINGERPRINT_COLUMN] = r.data.tags.get(CODE_FINGERPRINT, "")
     row[PLATFORM_LABEL_COLUMN] = platform_label(platform_from_tags(r.data.tags))
     if row[PLATFORM_LABEL_COLUMN]:
         label = row[PLATFORM_LABEL_COLUMN]

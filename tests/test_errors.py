@@ -198,7 +198,7 @@ CASES: list[Case] = [
     _c("launch-direction-task-fact", "launch", "`directions:` for a task fact (never compared)",
        lambda e: ["launch", e.f("task-direction.yaml")],
        r"directions\.test_majority_rate: 'test_majority_rate' is a fact about the dataset \(one "
-       r"of median_tokens, num_classes, test_majority_rate\), not a result that is compared; "
+       r"of median_tokens, num_classes, test_majority_rate, test_n\), not a result that is compared; "
        r"remove it"),
     _c("launch-bad-pin", "launch", "`resources` pin that is not a Ray accelerator type / node label",
        lambda e: ["launch", e.f("bad-pin.yaml")],

@@ -228,7 +228,7 @@ def test_a_direction_for_a_task_fact_is_refused(metric):
     d["directions"] = {metric: "higher", "my_metric": "lower"}
     with pytest.raises(SpaceError, match=rf"directions\.{metric}: '{metric}' is a fact about the "
                                          rf"dataset \(one of median_tokens, num_classes, "
-                                         rf"test_majority_rate\), not a result that is compared"):
+                                         rf"test_majority_rate, test_n\), not a result that is compared"):
         parse_space(d)
     d["directions"] = {"my_metric": "lower"}
     assert parse_space(d).directions == {"my_metric": "lower"}

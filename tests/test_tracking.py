@@ -49,7 +49,7 @@ def fake_result(cfg: TrialConfig, epochs=2) -> TrialResult:
         latency_ms_per_sample=0.5, median_tokens=40.0, flops_per_token=2.0e4, curve=curve,
         fingerprints={"split": "s1", "batch_order": "b1", "shared_init": "i1", "dropout": "d1",
                       "encoder_init": "e1"},
-        num_classes=2, test_majority_rate=2 / 3,
+        num_classes=2, test_majority_rate=2 / 3, test_n=3,
         predictions={"index": [0, 1, 2], "label": [0, 1, 1], "pred": [0, 1, 0],
                      "probs": [[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]]},
         device="cpu", checkpoint=None)

@@ -245,6 +245,8 @@ def test_majority_rate_is_a_final_metric_without_a_direction(data: EncodedData) 
     assert majority_rate(np.array([2, 2, 0, 1])) == 0.5 and math.isnan(majority_rate(np.array([])))
     tuning = train_trial(cfg(epochs=1, evaluate_test=False), data=data)
     assert math.isnan(tuning.test_majority_rate)
+    assert r.metrics()["test_n"] == len(labels) and "test_n" in TASK_METRICS
+    assert math.isnan(tuning.test_n)
 
 
 @pytest.mark.parametrize("cached", [False, True])

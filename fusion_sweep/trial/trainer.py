@@ -190,6 +190,9 @@ class TrialResult:
     # The test split's majority-class share (`majority_rate`); NaN when the test split is not
     # read (evaluate_test=False). A task figure, not a quality metric (schema.TASK_METRICS).
     test_majority_rate: float = float("nan")
+    # The test split's size (documents): the n of the exact per-seed learn test; NaN when the
+    # test split is not read.
+    test_n: float = float("nan")
     # A CUDA trial's peak of allocated GPU memory (torch.cuda.max_memory_allocated), GiB;
     # NaN on a CPU, and then not among the metrics.
     gpu_peak_gib: float = float("nan")
@@ -197,7 +200,8 @@ class TrialResult:
     def metrics(self) -> dict[str, float]:
         keys = ("test_acc", "test_macro_f1", "best_val_acc", "best_epoch", "epochs_run", "params",
                 "fusion_params", "train_seconds", "tokens_per_second", "latency_ms_per_sample",
-                "median_tokens", "num_classes", "flops_per_token", "test_majority_rate")
+                "median_tokens", "num_classes", "flops_per_token", "test_majority_rate",
+                "test_n")
         peak = {} if math.isnan(self.gpu_peak_gib) else {"gpu_peak_gib": self.gpu_peak_gib}
         return {**{k: float(getattr(self, k)) for k in keys}, **peak}
 
@@ -633,6 +637,7 @@ def _train_and_test(config: TrialConfig, data: EncodedData, device: torch.device
         checkpoint=best_state if config.save_checkpoint else None,
         num_classes=data.num_classes,
         test_majority_rate=majority_rate(data.test.labels) if config.evaluate_test else math.nan,
+        test_n=len(data.test) if config.evaluate_test else math.nan,
     )
 
 
