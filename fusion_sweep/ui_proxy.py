@@ -29,6 +29,8 @@ from typing import IO, Mapping
 WORKFLOW_KEY = "mlflow.workflowType_v1"
 TRAINING_WORKFLOW = "machine_learning"
 ASSISTANT_KEY = "mlflow.assistant.panelOpen_v1"
+# On a local server the app opens the Assistant on a first visit unless this says it did.
+ASSISTANT_AUTO_OPENED_KEY = "mlflow.assistant.fab.autoOpenedOnFirstLoad_v1"
 GROUP_COLORS_KEY = "experimentRunColors"  # not versioned: group id -> colour
 # Request/response headers that belong to one connection, not to the message.
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
@@ -45,7 +47,8 @@ def training_script(landing: str | None, group_colors: Mapping[str, str] | None 
     the user chose otherwise, `group_colors` merged into the app's saved colours; a bare
     root goes to `landing` (a '#/...' route)."""
     js = _set(WORKFLOW_KEY, TRAINING_WORKFLOW)
-    js += f"if(localStorage.getItem({json.dumps(ASSISTANT_KEY)})===null){{{_set(ASSISTANT_KEY, False)}}}"
+    js += (f"if(localStorage.getItem({json.dumps(ASSISTANT_AUTO_OPENED_KEY)})===null)"
+           f"{{{_set(ASSISTANT_AUTO_OPENED_KEY, True)}{_set(ASSISTANT_KEY, False)}}}")
     if group_colors:
         key = json.dumps(GROUP_COLORS_KEY)
         js += (f"var c={{}};try{{c=JSON.parse(localStorage.getItem({key})||'{{}}')}}catch(e){{}}"

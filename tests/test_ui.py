@@ -246,8 +246,9 @@ def test_proxy_script_sets_the_layout_group_colours_and_closes_the_assistant():
     js = ui_proxy.training_script("#/experiments/1/runs", {"param.fusion.add": "#1f77b4"})
     assert 'localStorage.setItem("mlflow.workflowType_v1","\\"machine_learning\\"")' in js
     # only on a first visit: a user who opened the Assistant keeps it open
-    assert ('if(localStorage.getItem("mlflow.assistant.panelOpen_v1")===null)'
-            '{localStorage.setItem("mlflow.assistant.panelOpen_v1","false");}') in js
+    assert ('if(localStorage.getItem("mlflow.assistant.fab.autoOpenedOnFirstLoad_v1")===null)'
+            '{localStorage.setItem("mlflow.assistant.fab.autoOpenedOnFirstLoad_v1","true");'
+            'localStorage.setItem("mlflow.assistant.panelOpen_v1","false");}') in js
     assert 'Object.assign(c,{"param.fusion.add": "#1f77b4"})' in js
     assert "experimentRunColors" not in ui_proxy.training_script(None)
 
