@@ -137,13 +137,16 @@ def _add_ui(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "ui", help="start the MLflow UI on the local store, bound to 127.0.0.1",
         description="Serve the MLflow UI for the local store (sqlite:///<cwd>/mlflow.db) on "
-                    "127.0.0.1 and print the URL of one sweep's trial runs (--sweep, default the "
-                    "newest): the Runs table in MLflow's model-training layout, sorted short -> "
-                    "long regime, then variant, then seed, with dataset, encoder, pe, fusion, "
-                    "seed and the final metrics as columns. The plain root URL and every run's "
-                    "page open in the same layout. Ctrl-C (or SIGTERM) stops the server and "
-                    "every process it started. On a cluster, the head node's server is reached "
-                    "with `ray attach cluster.yaml -p 5000` instead.")
+                    "127.0.0.1 and print one line, the URL of one sweep's trial runs (--sweep, "
+                    "default the newest): the Runs table in MLflow's model-training layout, "
+                    "grouped by dataset and fusion (a group row: the mean over its seeds), sorted "
+                    "short -> long regime, then variant, then seed, one colour per fusion, the "
+                    "test_acc chart first in the chart view, with dataset, pe, fusion, seed and "
+                    "the final metrics as columns. The plain root URL and every run's page open "
+                    "in the same layout. MLflow's own output goes to a log file, named only if "
+                    "the server fails. Ctrl-C (or SIGTERM) stops the server and every process it "
+                    "started. On a cluster, the head node's server is reached with `ray attach "
+                    "cluster.yaml -p 5000` instead.")
     p.add_argument("--port", type=_port, default=5000, help="port (default 5000)")
     p.add_argument("--host", default="127.0.0.1",
                    help="interface to bind (default 127.0.0.1: only this machine; anything else "
