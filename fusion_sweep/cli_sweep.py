@@ -6,8 +6,10 @@ and argument errors stay instant.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
+import tempfile
 from typing import Any
 
 from fusion_sweep import signals
@@ -16,7 +18,7 @@ from fusion_sweep.schema import DEFAULT_EXPERIMENT, LOOPBACK_HOSTS, resolve_trac
 from fusion_sweep.space_files import shipped_spaces
 from fusion_sweep.sweep_list import list_sweeps
 from fusion_sweep.ui_server import UIServer, port_free
-from fusion_sweep.ui_view import default_ui_store, prepare_ui_experiment, ui_url
+from fusion_sweep.ui_view import Landing, default_ui_store, prepare_ui_experiment, ui_url
 from fusion_sweep.ui_proxy import UIProxy, free_loopback_port
 from fusion_sweep.errors import UserError
 
@@ -135,13 +137,16 @@ def _add_ui(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "ui", help="start the MLflow UI on the local store, bound to 127.0.0.1",
         description="Serve the MLflow UI for the local store (sqlite:///<cwd>/mlflow.db) on "
-                    "127.0.0.1 and print the URL of one sweep's trial runs (--sweep, default the "
-                    "newest): the Runs table in MLflow's model-training layout, sorted short -> "
-                    "long regime, then variant, then seed, with dataset, encoder, pe, fusion, "
-                    "seed and the final metrics as columns. The plain root URL and every run's "
-                    "page open in the same layout. Ctrl-C (or SIGTERM) stops the server and "
-                    "every process it started. On a cluster, the head node's server is reached "
-                    "with `ray attach cluster.yaml -p 5000` instead.")
+                    "127.0.0.1 and print one line, the URL of one sweep's trial runs (--sweep, "
+                    "default the newest): the Runs table in MLflow's model-training layout, "
+                    "grouped by dataset and fusion (a group row: the mean over its seeds), sorted "
+                    "short -> long regime, then variant, then seed, one colour per fusion, the "
+                    "test_acc chart first in the chart view, with dataset, pe, fusion, seed and "
+                    "the final metrics as columns. The plain root URL and every run's page open "
+                    "in the same layout. MLflow's own output goes to a log file, named only if "
+                    "the server fails. Ctrl-C (or SIGTERM) stops the server and every process it "
+                    "started. On a cluster, the head node's server is reached with `ray attach "
+                    "cluster.yaml -p 5000` instead.")
     p.add_argument("--port", type=_port, default=5000, help="port (default 5000)")
     p.add_argument("--host", default="127.0.0.1",
                    help="interface to bind (default 127.0.0.1: only this machine; anything else "
@@ -265,46 +270,58 @@ def run_ui(args: argparse.Namespace) -> int:
               f"machine can read, change and delete every run, metric and artifact in {store}",
               file=sys.stderr)
     experiment = args.experiment or DEFAULT_EXPERIMENT
-    sweep = getattr(args, "sweep", None)
     try:
-        exp_id, sweep = prepare_ui_experiment(store, experiment, sweep)
+        landing = prepare_ui_experiment(store, experiment, getattr(args, "sweep", None))
     except UserError:  # an unknown --sweep is the user's: one error line (cli.py), not the
         raise          # warning below, which is for a store the UI cannot prepare
     except Exception as e:  # noqa: BLE001 - the UI still serves; only the landing view is lost
         print(f"warning: could not prepare experiment {experiment!r} for the UI: {e}",
               file=sys.stderr)
-        exp_id = None
-    if exp_id is None and db.exists():
+        landing = Landing()
+    if landing.experiment_id is None and db.exists():
         print(f"note: no experiment {experiment!r} in {store}; opening the experiment list",
               file=sys.stderr)
+    return _serve(args, store, landing)
 
+
+def _serve(args: argparse.Namespace, store: str, landing: Landing) -> int:
+    """mlflow server on a private loopback port, behind a front on --host:--port that opens
+    the model-training layout (fusion_sweep.ui_proxy explains why). Prints only the URL to
+    open; the server's own output goes to a log file, named only when the server fails (and
+    removed after a clean stop)."""
     # SIGINT too: a `&`-started process inherits it ignored
     stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    # mlflow server on a private loopback port, behind a front on --host:--port that opens
-    # the model-training layout (fusion_sweep.ui_proxy explains why).
-    server = UIServer(store, "127.0.0.1", free_loopback_port())
+    fd, log_path = tempfile.mkstemp(prefix="fusion-sweep-ui-", suffix=".log")
+    log = os.fdopen(fd, "w", buffering=1)
+    server = UIServer(store, "127.0.0.1", free_loopback_port(), log=log)
     front = UIServer(store, args.host, args.port)  # its base_url: what the user opens
-    url = ui_url(front.base_url, exp_id)
-    proxy = None
+    url = ui_url(front.base_url, landing.experiment_id)
+    proxy, failed = None, True
     with signals.interrupting(stops):
         try:
             server.start()
             if not server.wait_ready():
                 code = server.proc.poll()
                 why = f"exited with code {code}" if code is not None else "did not answer in 120 s"
-                print(f"fusion-sweep ui: mlflow server {why}", file=sys.stderr)
+                print(f"error: mlflow server {why}; its log: {log_path}", file=sys.stderr)
                 return code or 1
-            proxy = UIProxy(args.host, args.port, server.port,
-                            landing=url[len(front.base_url) + 1:]).start()
-            on = f"sweep {sweep!r}" if sweep else "every sweep"
-            print(f"MLflow UI: {url}\n"
-                  f"  (store {store}; experiment {experiment!r}; {on}; {front.base_url}/ opens "
-                  f"the same view; Ctrl-C to stop)", flush=True)
-            return server.proc.wait()
+            proxy = UIProxy(args.host, args.port, server.port, landing=url[len(front.base_url) + 1:],
+                            group_colors=landing.group_colors, log=log).start()
+            print(url, flush=True)
+            code = server.proc.wait()
+            if code:
+                print(f"error: mlflow server exited with code {code}; its log: {log_path}",
+                      file=sys.stderr)
+            failed = bool(code)
+            return code
         except KeyboardInterrupt:
+            failed = False
             return 0
         finally:
             signals.ignore(stops)  # a second Ctrl-C must not cut the cleanup short
             if proxy is not None:
                 proxy.stop()
             server.stop()
+            log.close()
+            if not failed:
+                os.unlink(log_path)

@@ -14,6 +14,7 @@ We talk to MLflow only through `MlflowClient` with explicit run ids: no fluent
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import logging
 import math
@@ -238,6 +239,23 @@ class SweepTracker:
 
 
 # -------------------------------------------------------------------- the trial side
+RUN_NAME_SEP = "\u00b7"  # a middle dot: short, and in no dataset, encoder, pe or fusion name
+
+
+def trial_run_name(config: "TrialConfig") -> str:
+    """A trial run's name, short enough for the UI's run-name column: `long·concat·s0`. The
+    dataset without its kind's prefix (`synthetic-long` -> `long`; a hub or package dataset
+    keeps its name); the encoder and pe only when not their TrialConfig defaults (the
+    identity columns show them); the seed. Unique within a sweep: the trial key (in a tag)
+    identifies the run, not its name."""
+    spec = DATASETS[config.dataset]
+    dataset = config.dataset.removeprefix(f"{spec.kind}-")
+    defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    variant = [str(getattr(config, k)) for k in ("encoder", "pe")
+               if getattr(config, k) != defaults.get(k)]
+    return RUN_NAME_SEP.join([dataset, *variant, config.fusion, f"s{config.seed}"])
+
+
 class TrialRun:
     """One trial's MLflow run, found (or created) by its trial key."""
 
@@ -291,9 +309,8 @@ class TrialRun:
             MLFLOW_GIT_COMMIT: ctx.git_commit.split("-")[0],
             ATTEMPTS: "1", **extra,
         }
-        ident = c.identity()
-        name = ".".join(str(ident[k]) for k in IDENTITY_FIELDS if k != "seed") + f".s{c.seed}.{key[:8]}"
-        run = retry(client.create_run, ctx.experiment_id, run_name=name, tags=run_tags)
+        run = retry(client.create_run, ctx.experiment_id, run_name=trial_run_name(c),
+                    tags=run_tags)
         retry(client.log_batch, run.info.run_id,
                params=[Param(k, v) for k, v in _params(config).items()])
         return cls(ctx, run.info.run_id, "RUNNING", client)

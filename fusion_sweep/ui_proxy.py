@@ -8,45 +8,67 @@ run's own page, open in the GenAI layout, and no server setting changes that.
 
 `UIProxy` listens where the user points the browser and forwards every request, unchanged,
 to the mlflow server on a private loopback port, with one exception: the app's HTML page
-(`/` and `/index.html`) gets a one-line script that stores the model-training layout in
-localStorage before the app starts, and sends a bare root to the trials view. Standard
-library only; one thread per request.
+(`/` and `/index.html`) gets a one-line script that, before the app starts, stores in
+localStorage the model-training layout, the group rows' colours (one per fusion; a group row
+has no run tag to carry one) and, on a first visit, the Assistant panel closed (open, it
+takes a quarter of the width the runs table needs); and sends a bare root to the trials
+view. Standard library only; one thread per request; its errors go to `log`, never the
+terminal.
 """
 from __future__ import annotations
 
 import http.client
 import json
 import threading
+import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import IO, Mapping
 
 # localStorage key and value as MLflow 3.17's app writes them (useLocalStorage:
 # `${key}_v${version}`, JSON-encoded value).
 WORKFLOW_KEY = "mlflow.workflowType_v1"
 TRAINING_WORKFLOW = "machine_learning"
+ASSISTANT_KEY = "mlflow.assistant.panelOpen_v1"
+# On a local server the app opens the Assistant on a first visit unless this says it did.
+ASSISTANT_AUTO_OPENED_KEY = "mlflow.assistant.fab.autoOpenedOnFirstLoad_v1"
+GROUP_COLORS_KEY = "experimentRunColors"  # not versioned: group id -> colour
 # Request/response headers that belong to one connection, not to the message.
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
               "trailers", "transfer-encoding", "upgrade", "content-length"}
 APP_PAGES = ("/", "/index.html")
 
 
-def training_script(landing: str | None) -> str:
-    """The script put first in <head>: the training layout; a bare root goes to `landing`
-    (a '#/...' route)."""
-    js = f"try{{localStorage.setItem({json.dumps(WORKFLOW_KEY)},{json.dumps(json.dumps(TRAINING_WORKFLOW))})}}catch(e){{}}"
+def _set(key: str, value: object) -> str:
+    return f"localStorage.setItem({json.dumps(key)},{json.dumps(json.dumps(value))});"
+
+
+def training_script(landing: str | None, group_colors: Mapping[str, str] | None = None) -> str:
+    """The script put first in <head>: the training layout, the Assistant panel closed unless
+    the user chose otherwise, `group_colors` merged into the app's saved colours; a bare
+    root goes to `landing` (a '#/...' route)."""
+    js = _set(WORKFLOW_KEY, TRAINING_WORKFLOW)
+    js += (f"if(localStorage.getItem({json.dumps(ASSISTANT_AUTO_OPENED_KEY)})===null)"
+           f"{{{_set(ASSISTANT_AUTO_OPENED_KEY, True)}{_set(ASSISTANT_KEY, False)}}}")
+    if group_colors:
+        key = json.dumps(GROUP_COLORS_KEY)
+        js += (f"var c={{}};try{{c=JSON.parse(localStorage.getItem({key})||'{{}}')}}catch(e){{}}"
+               f"Object.assign(c,{json.dumps(dict(group_colors), sort_keys=True)});"
+               f"localStorage.setItem({key},JSON.stringify(c));")
+    js = f"try{{{js}}}catch(e){{}}"
     if landing:
         js += (f"if(!location.hash||location.hash==='#'||location.hash==='#/')"
                f"{{location.replace({json.dumps(landing)})}}")
     return f"<script>{js}</script>"
 
 
-def inject(page: bytes, landing: str | None) -> bytes:
+def inject(page: bytes, landing: str | None, group_colors: Mapping[str, str] | None = None) -> bytes:
     """The app page with training_script() at the start of <head> (unchanged without one)."""
     text = page.decode("utf-8", "replace")
     i = text.find("<head>")
     if i < 0:
         return page
     i += len("<head>")
-    return (text[:i] + training_script(landing) + text[i:]).encode("utf-8")
+    return (text[:i] + training_script(landing, group_colors) + text[i:]).encode("utf-8")
 
 
 def free_loopback_port() -> int:
@@ -65,9 +87,10 @@ class UIProxy:
             ...
     """
 
-    def __init__(self, host: str, port: int, upstream_port: int, landing: str | None = None):
+    def __init__(self, host: str, port: int, upstream_port: int, landing: str | None = None,
+                 group_colors: Mapping[str, str] | None = None, log: IO[str] | None = None):
         self.upstream = ("127.0.0.1", upstream_port)
-        self.landing = landing
+        self.landing, self.group_colors, self.log = landing, dict(group_colors or {}), log
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -91,7 +114,7 @@ class UIProxy:
                 finally:
                     conn.close()
                 if page and resp.status == 200:
-                    data = inject(data, proxy.landing)
+                    data = inject(data, proxy.landing, proxy.group_colors)
                 self.send_response(resp.status, resp.reason)
                 for k, v in resp.getheaders():
                     if k.lower() not in HOP_BY_HOP:
@@ -110,7 +133,16 @@ class UIProxy:
             class V6(ThreadingHTTPServer):
                 address_family = socket.AF_INET6
             family_server = V6
-        self.server = family_server((host, port), Handler)
+
+        class Quiet(family_server):
+            def handle_error(self, request: object, client_address: object) -> None:
+                # A browser that closes a connection mid-reply is normal; the terminal shows
+                # only the URL, so what went wrong goes to the log.
+                if proxy.log is not None:
+                    print(f"proxy: request from {client_address}:", file=proxy.log)
+                    traceback.print_exc(file=proxy.log)
+                    proxy.log.flush()
+        self.server = Quiet((host, port), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 

@@ -10,7 +10,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from fusion_sweep.schema import sqlite_path
 from fusion_sweep.store import LOCAL_ARTIFACTS
@@ -42,8 +42,9 @@ class UIServer:
     """
 
     def __init__(self, store: str, host: str = "127.0.0.1", port: int = 5000,
-                 artifacts: Path | None = None, quiet: bool = True):
+                 artifacts: Path | None = None, quiet: bool = True, log: IO[str] | None = None):
         self.store, self.host, self.port, self.quiet = store, host, port, quiet
+        self.log = log  # its output (startup lines, the port, errors); None: the terminal
         if artifacts is None:
             db = sqlite_path(store)
             artifacts = (db.resolve().parent if db is not None else Path.cwd()) / LOCAL_ARTIFACTS
@@ -74,7 +75,8 @@ class UIServer:
 
     def start(self) -> "UIServer":
         self.proc = subprocess.Popen(self.command(), env=self.env(), start_new_session=True,
-                                     stdin=subprocess.DEVNULL)
+                                     stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=subprocess.STDOUT if self.log else None)
         return self
 
     def wait_ready(self, timeout: float = 120.0) -> bool:

@@ -138,6 +138,7 @@ def test_trial_run_schema(store, tmp_path):
 
     r = store.client.get_run(run.run_id)
     assert r.info.status == "FINISHED"
+    assert r.info.run_name == "short·add·s0"  # issue 33: fits the UI's run-name column
     tags, params, metrics = r.data.tags, r.data.params, r.data.metrics
     assert tags[schema.ROLE] == "trial" and tags[schema.SWEEP] == "sweep-b"
     assert tags["mlflow.parentRunId"] == parent and tags[schema.TRIAL_KEY] == key
@@ -290,6 +291,26 @@ def test_a_trial_run_logs_only_its_own_encoders_fields(store, encoder):
 
 # ------------------------------------------------------------------ the code fingerprint
 TRIAL = Path(tracking.__file__).resolve().parent / "trial"
+
+
+@pytest.mark.parametrize("dataset, changes, name", [
+    ("synthetic-long", dict(fusion="concat"), "long·concat·s0"),
+    ("synthetic-medium-shuffled", dict(fusion="gate-scalar", seed=4),
+     "medium-shuffled·gate-scalar·s4"),
+    ("agnews", dict(fusion="add", seed=2), "agnews·add·s2"),  # a hub dataset keeps its name
+    ("synthetic-long", dict(pe="learned", fusion="add", seed=1), "long·learned·add·s1"),
+    ("synthetic-long", dict(encoder="ressformer", pe="none", fusion="add"),
+     "long·ressformer·none·add·s0"),
+])
+def test_a_trial_runs_name_is_short(dataset, changes, name):
+    """Issue 33: `long·concat·s0`, not `synthetic-long.standard.sinusoidal.concat.s0.1a2b3c4d`
+    (cut in the UI): the dataset without its kind's prefix, the encoder and pe only when not
+    the defaults, the seed; two trials of one sweep never share a name."""
+    cfg = TrialConfig.build(dataset, **changes)
+    assert tracking.trial_run_name(cfg) == name
+    grid = load_space("default").grid()
+    names = [tracking.trial_run_name(c) for c in grid]
+    assert len(set(names)) == len(grid) and max(map(len, names)) <= 24
 
 
 @pytest.fixture

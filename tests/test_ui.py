@@ -38,6 +38,14 @@ _spec.loader.exec_module(check)
 CHROMIUM = check.find_chromium()
 
 SWEEP_NAME = "tiny"
+# MLflow 3.17's ExperimentPageUIState fields and search facets: what a saved view may hold.
+UI_STATE_FIELDS = {"selectedColumns", "columnOrder", "columnWidths", "runsExpanded", "runsPinned",
+                   "runsHidden", "runsVisibilityMap", "runsHiddenMode", "compareRunCharts",
+                   "compareRunSections", "viewMaximized", "runListHidden", "isAccordionReordered",
+                   "groupBy", "groupsExpanded", "autoRefreshEnabled", "useGroupedValuesInCharts",
+                   "hideEmptyCharts", "globalLineChartConfig", "chartsSearchFilter"}
+FACET_FIELDS = {"searchFilter", "orderByKey", "orderByAsc", "startTime", "lifecycleFilter",
+                "modelVersionFilter", "datasetsFilter"}
 TRIALS = [("synthetic-short", "sinusoidal", "add", 0, 0.625),
           ("synthetic-short", "sinusoidal", "concat", 0, 0.75),
           ("synthetic-short", "sinusoidal", "gate-scalar", 1, 0.5)]
@@ -109,21 +117,17 @@ def start_ui(store: str, port: int, cwd: Path) -> tuple[subprocess.Popen, str, s
                              "--backend-store-uri", store], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
-    seen: set[int] = set()
-    lines = []
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        seen |= descendants(proc.pid)
-        line = proc.stdout.readline()
-        lines.append(line)
-        if line.startswith("MLflow UI:") or not line:
-            break
+    seen = descendants(proc.pid)
+    # issue 33: `ui` prints the URL to open and nothing before it (no MLflow startup lines,
+    # no internal port); the first line decides (a wrong one fails at once, not after a wait)
+    line = proc.stdout.readline()
     seen |= descendants(proc.pid)
-    m = re.match(r"MLflow UI: (\S+)", lines[-1])
-    if not m:
-        proc.kill()
-        pytest.fail("no URL printed:\n" + "".join(lines))
-    return proc, m.group(1), seen
+    if not re.fullmatch(r"http://\S+\n", line):
+        for p in seen | {proc.pid}:  # the server too: it runs in a session of its own
+            if alive(p):
+                os.kill(p, signal.SIGKILL)
+        pytest.fail(f"expected one line, the URL; the first line was: {line!r}")
+    return proc, line.strip(), seen
 
 
 def assert_stops_cleanly(proc: subprocess.Popen, sig: int, port: int, seen: set[int]) -> None:
@@ -162,31 +166,97 @@ def test_view_state_and_url():
     assert ui_view.ui_url("http://127.0.0.1:5000/") == \
         "http://127.0.0.1:5000/#/experiments?workflowType=machine_learning"
     st = ui_view.trials_view_state()
-    assert st["selectedColumns"][:6] == ["params.`dataset`", "params.`encoder`", "params.`pe`",
-                                         "params.`fusion`", "params.`seed`", "metrics.`test_acc`"]
-    assert st["columnOrder"][1:6] == st["selectedColumns"][:5]
+    assert st["selectedColumns"][:5] == ["params.`dataset`", "params.`pe`", "params.`fusion`",
+                                         "params.`seed`", "metrics.`test_acc`"]
+    # widths apply only to the columns columnOrder lists (the grid's applyColumnState): the
+    # run name and Created first, under the grid's own column ids
+    assert st["columnOrder"] == ["attributes.`Run Name`", "runDateAndNestInfo",
+                                 *st["selectedColumns"]]
+    assert set(st["columnWidths"]) == set(st["columnOrder"])
     assert st["searchFilter"] == "tags.`fusion_sweep.role` = 'trial'"
-    # issue 22: no group row (its mean test_acc over every trial and mean seed mean nothing);
-    # sorted by the order tag (short -> long, variant, seed); a width for every column.
-    assert "groupBy" not in st and st["orderByKey"] == "tags.`fusion_sweep.ui_order`"
-    assert set(st["columnWidths"]) == {"tags.`mlflow.runName`", *st["selectedColumns"]}
+    assert st["orderByKey"] == "tags.`fusion_sweep.ui_order`"
     one = ui_view.trials_view_state("tiny")
     assert one["searchFilter"] == ("tags.`fusion_sweep.role` = 'trial' and "
                                    "tags.`fusion_sweep.sweep` = 'tiny'")
 
 
+def test_view_groups_by_dataset_and_fusion_and_pins_the_test_acc_chart():
+    """Issue 33: rows grouped by dataset and variant (a group row: the mean over its seeds),
+    every group in the charts, test_acc the first chart of the first section."""
+    st = ui_view.trials_view_state()
+    assert st["groupBy"] == {"aggregateFunction": "average", "groupByKeys": [
+        {"mode": "param", "groupByData": "dataset"}, {"mode": "param", "groupByData": "fusion"}]}
+    assert st["useGroupedValuesInCharts"] is True and st["runsHiddenMode"] == "SHOW_ALL"
+    first = st["compareRunSections"][0]
+    assert first["display"] and first["name"] == "Result"
+    # sections other than MLflow's own two sort first: those two must stay last
+    assert [s["name"] for s in st["compareRunSections"][-2:]] == ["Model metrics",
+                                                                  "System metrics"]
+    chart = st["compareRunCharts"][0]
+    assert (chart["type"], chart["metricKey"], chart["metricSectionId"], chart["deleted"]) == \
+        ("BAR", "test_acc", first["uuid"], False)
+    # every key is one MLflow 3.17 reads (EXPERIMENT_PAGE_UI_STATE_FIELDS + search facets)
+    assert set(st) <= UI_STATE_FIELDS | FACET_FIELDS, set(st) - UI_STATE_FIELDS - FACET_FIELDS
+    varied = ui_view.TrialsLayout(("dataset", "encoder", "pe", "fusion", "seed"),
+                                  ("dataset", "pe", "fusion"))
+    keys = ui_view.trials_view_state(layout=varied)["groupBy"]["groupByKeys"]
+    assert [k["groupByData"] for k in keys] == ["dataset", "pe", "fusion"]
+    with pytest.raises(ValueError, match="grouped by 'pe', which is not a column"):
+        ui_view.TrialsLayout(("dataset", "fusion", "seed"), ("dataset", "pe"))
+
+
+def test_rows_are_grouped_by_dataset_fusion_and_the_variant_fields_that_vary():
+    one = [{"dataset": d, "encoder": "standard", "pe": "sinusoidal", "fusion": "add", "seed": s}
+           for d in ("synthetic-short", "synthetic-long") for s in "01"]
+    assert ui_view._layout_of(one) == (("dataset", "pe", "fusion", "seed"), ("dataset", "fusion"))
+    pes = [{**p, "pe": pe} for p in one for pe in ("sinusoidal", "learned")]
+    assert ui_view._layout_of(pes)[1] == ("dataset", "pe", "fusion")
+    enc = [{**p, "encoder": "ressformer"} for p in one]  # one encoder, not the default: shown
+    assert ui_view._layout_of(enc) == (("dataset", "encoder", "pe", "fusion", "seed"),
+                                       ("dataset", "fusion"))
+
+
+def test_group_ids_and_names_are_mlflows():
+    """A group row's colour is found by MLflow's group id (createGroupId)."""
+    values = {"dataset": "synthetic-long", "fusion": "concat"}
+    assert ui_view.group_id(values) == "param.dataset.synthetic-long,param.fusion.concat"
+    assert ui_view.group_name(values) == "dataset: synthetic-long, fusion: concat"
+    assert ui_view.group_name({"fusion": "add"}) == "add"
+
+
+def test_one_colour_per_fusion():
+    colors = ui_view.fusion_colors()
+    from fusion_sweep.trial.models.fusion import FUSIONS
+
+    assert set(colors) == set(FUSIONS)
+    assert len(set(colors.values())) == len(colors)  # no two fusions share a colour
+    assert all(re.fullmatch(r"#[0-9a-f]{6}", c) for c in colors.values())
+
+
 def test_column_widths_fit_every_identity_value():
     """The old view had 8 widths for 9 columns: `fusion` was cut to 'con…' at any width."""
     values = {"params.`fusion`": ["add", "concat", "gate-scalar"],
-              "params.`dataset`": ["synthetic-medium"],
-              "params.`encoder`": ["ressformer-no-asam"]}
+              "params.`dataset`": ["synthetic-medium"]}
     widths = ui_view.column_widths(values)
-    assert set(widths) == {"tags.`mlflow.runName`", *ui_view.view_columns()}
+    assert set(widths) == {"attributes.`Run Name`", *ui_view.view_columns()}
     px = ui_view._CHAR_PX
     for col, vals in values.items():
         assert widths[col] >= px * max(map(len, vals)) + 24, col
     assert schema.sqlite_path("sqlite:////a/b.db") == Path("/a/b.db")
     assert schema.sqlite_path("http://h:5000") is None
+
+
+def test_proxy_script_sets_the_layout_group_colours_and_closes_the_assistant():
+    from fusion_sweep import ui_proxy
+
+    js = ui_proxy.training_script("#/experiments/1/runs", {"param.fusion.add": "#1f77b4"})
+    assert 'localStorage.setItem("mlflow.workflowType_v1","\\"machine_learning\\"")' in js
+    # only on a first visit: a user who opened the Assistant keeps it open
+    assert ('if(localStorage.getItem("mlflow.assistant.fab.autoOpenedOnFirstLoad_v1")===null)'
+            '{localStorage.setItem("mlflow.assistant.fab.autoOpenedOnFirstLoad_v1","true");'
+            'localStorage.setItem("mlflow.assistant.panelOpen_v1","false");}') in js
+    assert 'Object.assign(c,{"param.fusion.add": "#1f77b4"})' in js
+    assert "experimentRunColors" not in ui_proxy.training_script(None)
 
 
 @pytest.fixture(scope="module")
@@ -261,13 +331,35 @@ def test_sweeps_lists_the_store_and_ui_orders_the_trials(store, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:3] == ["sweep", "state", "trials"]
     assert out[1].split()[:3] == [SWEEP_NAME, "finished", "3/3"]
-    assert ui_view.prepare_ui_experiment(uri, sweep=SWEEP_NAME) == (exp_id, SWEEP_NAME)
-    assert ui_view.prepare_ui_experiment(uri) == (exp_id, SWEEP_NAME)  # the newest
+    landing = ui_view.prepare_ui_experiment(uri, sweep=SWEEP_NAME)
+    assert (landing.experiment_id, landing.sweep) == (exp_id, SWEEP_NAME)
+    newest = ui_view.prepare_ui_experiment(uri)
+    assert (newest.experiment_id, newest.sweep) == (exp_id, SWEEP_NAME)
     client = tracking.SweepTracker(uri).client
     runs = client.search_runs([exp_id], filter_string="tags.`fusion_sweep.role` = 'trial'",
                               order_by=["tags.`fusion_sweep.ui_order` ASC"])
     assert [(r.data.params["fusion"], r.data.params["seed"]) for r in runs] == [
         ("add", "0"), ("concat", "0"), ("gate-scalar", "1")]
+    # one colour per fusion: on each run (its tag) and on each group row (the browser's)
+    colors = ui_view.fusion_colors()
+    assert [r.data.tags["mlflow.runColor"] for r in runs] == [
+        colors[f] for f in ("add", "concat", "gate-scalar")]
+    assert landing.group_colors == {
+        f"param.dataset.synthetic-short,param.fusion.{f}": colors[f]
+        for f in ("add", "concat", "gate-scalar")}
+    # the saved view: only the columns that say something (one encoder: no encoder column),
+    # the run name wide enough for the group rows' names
+    view = json.loads(client.get_experiment(exp_id).tags[
+        "mlflow.sharedViewState.fusion-sweep-trials"])
+    state = json.loads(view["state"])
+    assert "params.`encoder`" not in state["selectedColumns"]
+    longest = len("dataset: synthetic-short, fusion: gate-scalar")
+    assert state["columnWidths"]["attributes.`Run Name`"] >= ui_view._CHAR_PX * longest
+    # what a 1600 px window must show without scrolling: run name, Created, the identity
+    # columns and test_acc, in the width the runs table has there (the left navigation and
+    # the row checkboxes take the rest)
+    upto = state["columnOrder"][:state["columnOrder"].index("metrics.`test_acc`") + 1]
+    assert sum(state["columnWidths"][c] for c in upto) <= 1600 - 250 - 73
     with pytest.raises(UserError, match="--sweep nope: no such sweep in .* sweeps: tiny"):
         ui_view.prepare_ui_experiment(uri, sweep="nope")
     with pytest.raises(UserError, match=r"--sweep tin: no such sweep \(did you mean 'tiny'\?\) "
