@@ -10,25 +10,6 @@ from fusion_sweep import __version__, cli_datasets, cli_sweep, cli_train
 from fusion_sweep.analysis import cli as stats_cli
 from fusion_sweep.errors import UserError
 
-# User-error types whose home does not derive them from UserError yet: (module, class). Looked
-# up only where their module is already imported (a type never imported was never raised),
-# so `--help` and bad input import no torch. An entry goes once its class subclasses UserError
-# (ConfigError, DatasetUnavailableError and NondeterministicKernelError do).
-KNOWN_USER_ERRORS = (
-    ("fusion_sweep.analysis.schema", "AnalysisError"),
-)
-
-
-def user_error_types() -> tuple[type[BaseException], ...]:
-    """UserError and the known user-error types of the modules imported so far."""
-    types: list[type[BaseException]] = [UserError]
-    for module, name in KNOWN_USER_ERRORS:
-        found = getattr(sys.modules.get(module), name, None)
-        if isinstance(found, type) and issubclass(found, BaseException):
-            types.append(found)
-    return tuple(types)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fusion-sweep",
@@ -57,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - only the errors a user caused become one line
         if isinstance(e, OSError) and e.errno == errno.EPIPE:
             return _closed_pipe()
-        if not isinstance(e, user_error_types()):
+        if not isinstance(e, UserError):
             raise  # a bug keeps its traceback
         print(f"fusion-sweep {args.command}: error: {e}", file=sys.stderr)
         return 2

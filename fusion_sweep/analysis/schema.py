@@ -32,6 +32,8 @@ A *variant* is (encoder, pe, fusion) within one dataset, labelled "encoder/pe/fu
 """
 from __future__ import annotations
 
+from fusion_sweep.errors import UserError
+
 # Identity and fingerprints have one home, shared with the sweep layer that writes them.
 from fusion_sweep.schema import (  # DEFAULT_ENCODER: re-exported for the analysis modules
     DEFAULT_ENCODER, ENCODER_FINGERPRINT_COLUMNS, FINGERPRINT_COLUMNS, IDENTITY_FIELDS,
@@ -274,7 +276,7 @@ SEED_FP_COLUMNS: tuple[str, ...] = tuple(
 NORMALITY_BELOW_N = 5
 
 
-class AnalysisError(ValueError):
+class AnalysisError(UserError):
     """A bad input (file, column, flag value). The CLI prints it and exits 2."""
 
 # Tidy-table columns by name: code reads df[DATASET], never df["dataset"].
