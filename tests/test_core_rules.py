@@ -89,6 +89,22 @@ def test_pairing_compares_encoder_fingerprints_by_default() -> None:
     assert pair_problem(a, Cell(0.7, fps("e1"), "c"), "x", "y") == (None, "")
 
 
+@pytest.mark.parametrize("blank", ["", float("nan")])
+def test_a_blank_platform_is_no_platform(blank: object) -> None:
+    """A results file whose platform cell is blank (or NaN) gives the cell no platform, so it
+    is never a platform of its own: a pair is judged on one platform only when both say it."""
+    from fusion_sweep.analysis.pairing import cells_for
+    from fusion_sweep.schema import PLATFORM_COLUMN
+
+    row = dict(dataset="d", encoder="standard", pe="sinusoidal", fusion="add", seed=0,
+               status="FINISHED", value=0.8, fp_split="s", fp_batch_order="b",
+               fp_shared_init="i", fp_dropout="x", fp_encoder_init="e")
+    df = pd.DataFrame([{**row, PLATFORM_COLUMN: blank}, {**row, "seed": 1, PLATFORM_COLUMN: "p1"}])
+    cells = cells_for(df, "value")
+    assert cells[("d", "standard", "sinusoidal", "add", 0)].platform is None
+    assert cells[("d", "standard", "sinusoidal", "add", 1)].platform == "p1"
+
+
 # ---------------------------------------------------------------- 2. learned? from Holm p
 def _chance_arms(offsets: dict[str, list[float]]) -> pd.DataFrame:
     """One dataset (2 classes, chance 0.5), one arm per fusion with acc = 0.5 + offsets."""
