@@ -21,12 +21,12 @@ multi-node Ray cluster (`ray.cluster_utils.Cluster`, 2 nodes x 1 CPU) tracked by
 
 After each scenario (and its recovery relaunch, where it has one) the sweep is audited in
 MLflow: trials finished / planned, duplicate runs (two runs with one trial key), runs left
-RUNNING, finished trials missing a final metric (tracking.FINAL_METRICS) or an artifact
+RUNNING, finished trials missing a final metric (schema.FINAL_METRICS) or an artifact
 (result.json, predictions.csv), and wall time against an undisturbed launch (baseline).
 A readable table, then the LAST LINE: one JSON object {"a": {...}, ..., "g": {...}}.
 
 `--variants` (default without --quick) adds: (c) with MLflow's own HTTP retries off in the
-trials (`tracking._retry` alone) and with `_retry`'s budget 0 too (only Tune's trial retries,
+trials (`mlflow_query.retry` alone) and with `_retry`'s budget 0 too (only Tune's trial retries,
 `max_failures`), and (g) with MLflow's HTTP retries off; their rows are nested under "variants".
 
 Launches and Ray workers import a frozen copy of `fusion_sweep/` (PYTHONPATH), so edits to the
@@ -57,6 +57,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from fusion_sweep import tracking  # noqa: E402
+from fusion_sweep import schema  # noqa: E402
 from fusion_sweep.space import SPACE_DIR, load_space  # noqa: E402
 from fusion_sweep.grid import plan  # noqa: E402
 
@@ -277,7 +278,7 @@ def trial_runs(uri: str, sweep: str):
 
 
 def _ident(run) -> tuple:
-    return tuple(run.data.params.get(f) for f in tracking.IDENTITY_FIELDS)
+    return tuple(run.data.params.get(f) for f in schema.IDENTITY_FIELDS)
 
 
 def audit(uri: str, sweep: str, idents: list[tuple]) -> dict:
@@ -289,7 +290,7 @@ def audit(uri: str, sweep: str, idents: list[tuple]) -> dict:
     runs = tracking.SweepTracker(uri, EXPERIMENT).trial_runs(sweep)
     by_key: dict[str, list] = {}
     for r in runs:
-        by_key.setdefault(r.data.tags.get(tracking.TRIAL_KEY), []).append(r)
+        by_key.setdefault(r.data.tags.get(schema.TRIAL_KEY), []).append(r)
     finished, missing = 0, 0
     missing_what: list[str] = []
     for ident in idents:
@@ -298,7 +299,7 @@ def audit(uri: str, sweep: str, idents: list[tuple]) -> dict:
             continue
         finished += 1
         r = done[-1]
-        lack = [m for m in tracking.FINAL_METRICS if m not in r.data.metrics]
+        lack = [m for m in schema.FINAL_METRICS if m not in r.data.metrics]
         try:
             names = {a.path for a in client.list_artifacts(r.info.run_id)}
         except Exception as e:  # noqa: BLE001
@@ -308,12 +309,12 @@ def audit(uri: str, sweep: str, idents: list[tuple]) -> dict:
         if lack:
             missing += 1
             missing_what.append(f"{ident}: {lack}")
-    codes = {r.data.tags.get(tracking.CODE_FINGERPRINT) for r in runs}
+    codes = {r.data.tags.get(schema.CODE_FINGERPRINT) for r in runs}
     return {"planned": len(idents), "finished": finished,
             "duplicates": sum(len(v) - 1 for v in by_key.values() if len(v) > 1),
             "running_orphans": sum(r.info.status == "RUNNING" for r in runs),
             "missing_metrics": missing, "attempts_max": max(
-                (int(r.data.tags.get(tracking.ATTEMPTS) or 1) for r in runs), default=0),
+                (int(r.data.tags.get(schema.ATTEMPTS) or 1) for r in runs), default=0),
             **({"code_fingerprints": len(codes)} if len(codes) > 1 else {}),
             **({"missing_detail": missing_what[:4]} if missing_what else {})}
 
@@ -435,7 +436,7 @@ def scenario_b(env: Env, timeout: float) -> Scenario:
     if busy:
         time.sleep(1.0)
         env.cluster.remove_node(worker, allow_graceful=False)
-        sc.notes.append(f"removed worker node while trial {busy[0].data.tags[tracking.TRIAL_KEY][:8]} "
+        sc.notes.append(f"removed worker node while trial {busy[0].data.tags[schema.TRIAL_KEY][:8]} "
                         f"ran on it")
         env.worker = env.cluster.add_node(**NODE_ARGS)  # later scenarios get 2 nodes again
         env.cluster.wait_for_nodes()
@@ -453,8 +454,8 @@ def _trial_env(**env_vars: str) -> dict:
 
 C_VARIANTS = {
     # what protects a trial's MLflow calls while the server is down
-    "default": {},  # MLflow's HTTP retries (7, backoff 2) inside tracking._retry (90 s)
-    "retry_only": _trial_env(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0"),  # tracking._retry alone
+    "default": {},  # MLflow's HTTP retries (7, backoff 2) inside mlflow_query.retry (90 s)
+    "retry_only": _trial_env(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0"),  # mlflow_query.retry alone
     "tune_retry_only": _trial_env(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",  # the call fails, the
                                   FUSION_SWEEP_MLFLOW_RETRY_SECONDS="0"),  # trial too: Tune retries
 }
@@ -483,7 +484,7 @@ def scenario_c(env: Env, timeout: float, down_s: float = 20.0, variant: str = "d
     text = la.text()
     retries = text.count("retrying in")
     if retries:
-        sc.notes.append(f"{retries} tracking._retry back-offs logged")
+        sc.notes.append(f"{retries} mlflow_query.retry back-offs logged")
     failed = text.count("failed, retrying")
     if failed:
         sc.notes.append(f"{failed} trial attempts failed and were retried by Tune "
@@ -709,7 +710,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=11, help="RNG seed of scenario a's kill moments")
     ap.add_argument("--keep", action="store_true", help="keep the working directory")
     ap.add_argument("--variants", action=argparse.BooleanOptionalAction, default=None,
-                    help="also run (c) with MLflow's HTTP retries off (tracking._retry alone) and "
+                    help="also run (c) with MLflow's HTTP retries off (mlflow_query.retry alone) and "
                          "with both off (Tune's trial retries alone), and (g) with MLflow's HTTP "
                          "retries off; default: on without --quick")
     args = ap.parse_args(argv)

@@ -1,4 +1,5 @@
-"""The sweep's per-trial memory estimate (`sweep.trial_memory_bytes`) against a measured peak.
+"""The per-trial host memory estimate (`trial/memory.host_memory_bytes`, the sweep's Ray
+`memory` request) against a measured peak.
 
 For every (dataset, encoder variant) of the given spaces (default: the two real-text spaces),
 one trial runs in a fresh process that first imports what a Ray trial actor holds (torch, Ray,
@@ -28,7 +29,7 @@ print(json.dumps({"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss 
 
 def rows(space_names: list[str]):
     from fusion_sweep.space import load_space
-    from fusion_sweep.sweep import trial_memory_bytes
+    from fusion_sweep.trial.memory import host_memory_bytes
 
     for name in space_names:
         space = load_space(name)
@@ -38,7 +39,7 @@ def rows(space_names: list[str]):
             if key in seen:
                 continue
             seen.add(key)
-            yield name, config, trial_memory_bytes(space, config)
+            yield name, config, host_memory_bytes(config, gpu=False)  # a CPU trial here
 
 
 def main(argv: list[str]) -> int:

@@ -2,10 +2,31 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import sys
 
 from fusion_sweep import __version__, cli_datasets, cli_sweep, cli_train
 from fusion_sweep.analysis import cli as stats_cli
+from fusion_sweep.errors import UserError
+
+# User-error types whose home does not derive them from UserError yet: (module, class). Looked
+# up only where their module is already imported (a type never imported was never raised),
+# so `--help` and bad input import no torch. An entry goes once its class subclasses UserError
+# (ConfigError, DatasetUnavailableError and NondeterministicKernelError do).
+KNOWN_USER_ERRORS = (
+    ("fusion_sweep.analysis.schema", "AnalysisError"),
+)
+
+
+def user_error_types() -> tuple[type[BaseException], ...]:
+    """UserError and the known user-error types of the modules imported so far."""
+    types: list[type[BaseException]] = [UserError]
+    for module, name in KNOWN_USER_ERRORS:
+        found = getattr(sys.modules.get(module), name, None)
+        if isinstance(found, type) and issubclass(found, BaseException):
+            types.append(found)
+    return tuple(types)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,13 +46,32 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args) or 0)
-    except (ValueError, ConnectionError) as e:  # bad input / no data source: a message, no traceback
-        print(f"fusion-sweep {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not in Python's flush at exit
+        return code
+    except BrokenPipeError:  # `... | head` closed the pipe: what was read is all that is wanted
+        return _closed_pipe()
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM where a command maps it to an interrupt
         print(f"fusion-sweep {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # noqa: BLE001 - only the errors a user caused become one line
+        if isinstance(e, OSError) and e.errno == errno.EPIPE:
+            return _closed_pipe()
+        if not isinstance(e, user_error_types()):
+            raise  # a bug keeps its traceback
+        print(f"fusion-sweep {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _closed_pipe() -> int:
+    """Exit quietly after the reader of stdout went away (`| head`): point stdout at /dev/null
+    so Python's own flush at exit does not raise the same error again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 if __name__ == "__main__":

@@ -10,11 +10,15 @@ import signal
 import sys
 from typing import Any
 
-from fusion_sweep import signals, tracking
+from fusion_sweep import signals
 from fusion_sweep.analysis.sequential import DEFAULT_METHOD, SEQUENTIAL_METHODS
-from fusion_sweep.schema import LOOPBACK_HOSTS
+from fusion_sweep.schema import DEFAULT_EXPERIMENT, LOOPBACK_HOSTS, resolve_tracking_uri, sqlite_path
 from fusion_sweep.space_files import shipped_spaces
+from fusion_sweep.sweep_list import list_sweeps
+from fusion_sweep.ui_server import UIServer, port_free
+from fusion_sweep.ui_view import default_ui_store, prepare_ui_experiment, ui_url
 from fusion_sweep.ui_proxy import UIProxy, free_loopback_port
+from fusion_sweep.errors import UserError
 
 
 def _positive_int(text: str) -> int:
@@ -47,8 +51,36 @@ def _ray_args(p: argparse.ArgumentParser) -> None:
                         "resumed sweep keeps the value it was started with)")
 
 
+def _adaptive_args(p: argparse.ArgumentParser) -> None:
+    """`launch --until-decided` and its settings (fusion_sweep.adaptive)."""
+    p.add_argument("--until-decided", action="store_true",
+                   help="adaptive seeds: after the space's seeds, add --seed-batch seeds at a time "
+                        "to the (dataset, variant group) families whose comparisons an anytime-"
+                        "valid confidence sequence has not yet decided (better, worse, or "
+                        "equivalent within the space's equivalence_margin); stop when all are "
+                        "decided or --max-seeds is reached (docs/sequential.md)")
+    p.add_argument("--max-seeds", type=_positive_int, metavar="N",
+                   help="with --until-decided: at most N seeds per family (default 20)")
+    p.add_argument("--seed-batch", type=_positive_int, metavar="K",
+                   help="with --until-decided: seeds added per round to each undecided family "
+                        "(default 5)")
+    p.add_argument("--sequential-method", choices=tuple(SEQUENTIAL_METHODS), default=None,
+                   help=f"with --until-decided: the confidence sequence that decides (default "
+                        f"{DEFAULT_METHOD}; " + "; ".join(
+                            f"{k}: about the {v.estimand}" for k, v in SEQUENTIAL_METHODS.items())
+                        + "; docs/sequential.md)")
+
+
 def add_parsers(subparsers: Any) -> None:
+    """The sweep commands: launch, tune, ui, sweeps."""
     shipped = ", ".join(shipped_spaces())
+    _add_launch(subparsers, shipped)
+    _add_tune(subparsers, shipped)
+    _add_ui(subparsers)
+    _add_sweeps(subparsers)
+
+
+def _add_launch(subparsers: Any, shipped: str) -> None:
     p = subparsers.add_parser(
         "launch", help="run a search space's grid on Ray Tune, tracked in MLflow (resumes)",
         description="Run one Ray Tune trial per (dataset, encoder, pe, fusion, seed) of a search space, each "
@@ -71,30 +103,18 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="print the grid (trial count, resources per trial) and exit; starts nothing")
     p.add_argument("--verbose", "-v", action="store_true",
-                   help="print Ray Tune's full status table every 15 s instead of the compact "
-                        "progress (a status line on a terminal, else one line per finished trial)")
+                   help="show Ray Tune's own output (every trial's start, results and end, full "
+                        "tracebacks) instead of the compact progress (a status line on a "
+                        "terminal, else one line per finished trial)")
     p.add_argument("--allow-code-change", action="store_true",
                    help="resume a sweep whose finished trials were trained by other code (another "
                         "code fingerprint): train every trial again under this code; recorded on "
                         "the sweep's parent run")
-    p.add_argument("--until-decided", action="store_true",
-                   help="adaptive seeds: after the space's seeds, add --seed-batch seeds at a time "
-                        "to the (dataset, variant group) families whose comparisons an anytime-"
-                        "valid confidence sequence has not yet decided (better, worse, or "
-                        "equivalent within the space's equivalence_margin); stop when all are "
-                        "decided or --max-seeds is reached (docs/sequential.md)")
-    p.add_argument("--max-seeds", type=_positive_int, metavar="N",
-                   help="with --until-decided: at most N seeds per family (default 20)")
-    p.add_argument("--seed-batch", type=_positive_int, metavar="K",
-                   help="with --until-decided: seeds added per round to each undecided family "
-                        "(default 5)")
-    p.add_argument("--sequential-method", choices=tuple(SEQUENTIAL_METHODS), default=None,
-                   help=f"with --until-decided: the confidence sequence that decides (default "
-                        f"{DEFAULT_METHOD}; " + "; ".join(
-                            f"{k}: about the {v.estimand}" for k, v in SEQUENTIAL_METHODS.items())
-                        + "; docs/sequential.md)")
+    _adaptive_args(p)
     p.set_defaults(func=run_launch)
 
+
+def _add_tune(subparsers: Any, shipped: str) -> None:
     p = subparsers.add_parser(
         "tune", help="choose shared hyperparameters with Optuna, write a frozen search space",
         description="Optional stage before a controlled sweep: Optuna (ray.tune OptunaSearch) "
@@ -110,6 +130,8 @@ def add_parsers(subparsers: Any) -> None:
     _ray_args(p)
     p.set_defaults(func=run_tune)
 
+
+def _add_ui(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "ui", help="start the MLflow UI on the local store, bound to 127.0.0.1",
         description="Serve the MLflow UI for the local store (sqlite:///<cwd>/mlflow.db) on "
@@ -135,6 +157,8 @@ def add_parsers(subparsers: Any) -> None:
                         "`fusion-sweep sweeps` lists them)")
     p.set_defaults(func=run_ui)
 
+
+def _add_sweeps(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "sweeps", help="list the sweeps in a store: trials, state, code, dates",
         description="List every sweep of an experiment in a store, newest first: its state, "
@@ -156,6 +180,8 @@ def run_launch(args: argparse.Namespace) -> int:
                      allow_code_change=getattr(args, "allow_code_change", False),
                      verbose=getattr(args, "verbose", False),
                      until_decided=_adaptive_settings(args))
+    if summary is not None and summary.interrupted:
+        return 130  # as a shell reports a Ctrl-C'd command; the summary said how to resume
     return 0 if summary is None or summary.ok else 1
 
 
@@ -169,7 +195,7 @@ def _adaptive_settings(args: argparse.Namespace) -> Any:
         given = [f for f, v in (("--max-seeds", max_seeds), ("--seed-batch", batch),
                                 ("--sequential-method", method)) if v is not None]
         if given:
-            raise ValueError(f"{' and '.join(given)}: only with --until-decided (adaptive seeds)")
+            raise UserError(f"{' and '.join(given)}: only with --until-decided (adaptive seeds)")
         return None
     return AdaptiveSettings(max_seeds=max_seeds or DEFAULT_MAX_SEEDS,
                             seed_batch=batch or DEFAULT_SEED_BATCH,
@@ -186,13 +212,13 @@ def run_tune(args: argparse.Namespace) -> int:
 
 def run_sweeps(args: argparse.Namespace) -> int:
     """Print the store's sweeps as a table (a note on stderr when there are none)."""
-    store = tracking.resolve_tracking_uri(args.tracking_uri)
-    experiment = args.experiment or tracking.DEFAULT_EXPERIMENT
-    db = tracking.sqlite_path(store)
+    store = resolve_tracking_uri(args.tracking_uri)
+    experiment = args.experiment or DEFAULT_EXPERIMENT
+    db = sqlite_path(store)
     if db is not None and not db.is_file():
-        raise ValueError(f"--tracking-uri {store}: no store at {db} (no sweep launched here; "
+        raise UserError(f"--tracking-uri {store}: no store at {db} (no sweep launched here; "
                          f"run `fusion-sweep launch` first, or point --tracking-uri at a store)")
-    sweeps = tracking.list_sweeps(store, experiment)
+    sweeps = list_sweeps(store, experiment)
     if not sweeps:
         print(f"no sweeps in experiment {experiment!r} of {store}", file=sys.stderr)
         return 0
@@ -219,37 +245,36 @@ def format_sweeps(sweeps: list[dict]) -> str:
 def run_ui(args: argparse.Namespace) -> int:
     """Serve the store's MLflow UI on 127.0.0.1 until Ctrl-C / SIGTERM / SIGHUP, then stop the
     server with every process it started (its process group), leaving the port free."""
-    store = args.backend_store_uri or tracking.default_ui_store()
-    db = tracking.sqlite_path(store)
+    store = args.backend_store_uri or default_ui_store()
+    db = sqlite_path(store)
     if db is None:  # mlflow server would die with a traceback
-        raise ValueError(f"--backend-store-uri {store}: not a sqlite:/// store; `fusion-sweep ui` "
+        raise UserError(f"--backend-store-uri {store}: not a sqlite:/// store; `fusion-sweep ui` "
                          f"serves a local sqlite:///PATH store (open an http(s):// tracking "
                          f"server's own UI directly)")
-    if db is not None:
-        if not db.parent.is_dir():
-            raise ValueError(f"--backend-store-uri {store}: directory {db.parent} does not exist")
-        if not db.exists():
-            print(f"note: {db} does not exist yet (no sweep launched here); the UI starts empty",
-                  file=sys.stderr)
-    if not tracking.port_free(args.host, args.port):
-        raise ValueError(f"--port {args.port}: {args.host}:{args.port} is already in use "
+    if not db.parent.is_dir():
+        raise UserError(f"--backend-store-uri {store}: directory {db.parent} does not exist")
+    if not db.exists():
+        print(f"note: {db} does not exist yet (no sweep launched here); the UI starts empty",
+              file=sys.stderr)
+    if not port_free(args.host, args.port):
+        raise UserError(f"--port {args.port}: {args.host}:{args.port} is already in use "
                          f"(another MLflow UI?); choose another with --port")
     if args.host not in LOOPBACK_HOSTS:
         print(f"warning: --host {args.host} exposes the MLflow UI and its REST API on port "
               f"{args.port} to the network, without authentication: anyone who can reach this "
               f"machine can read, change and delete every run, metric and artifact in {store}",
               file=sys.stderr)
-    experiment = args.experiment or tracking.DEFAULT_EXPERIMENT
+    experiment = args.experiment or DEFAULT_EXPERIMENT
     sweep = getattr(args, "sweep", None)
     try:
-        exp_id, sweep = tracking.prepare_ui_experiment(store, experiment, sweep)
-    except ValueError:  # an unknown --sweep: one error line
-        raise
+        exp_id, sweep = prepare_ui_experiment(store, experiment, sweep)
+    except UserError:  # an unknown --sweep is the user's: one error line (cli.py), not the
+        raise          # warning below, which is for a store the UI cannot prepare
     except Exception as e:  # noqa: BLE001 - the UI still serves; only the landing view is lost
         print(f"warning: could not prepare experiment {experiment!r} for the UI: {e}",
               file=sys.stderr)
         exp_id = None
-    if exp_id is None and db is not None and db.exists():
+    if exp_id is None and db.exists():
         print(f"note: no experiment {experiment!r} in {store}; opening the experiment list",
               file=sys.stderr)
 
@@ -257,9 +282,9 @@ def run_ui(args: argparse.Namespace) -> int:
     stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     # mlflow server on a private loopback port, behind a front on --host:--port that opens
     # the model-training layout (fusion_sweep.ui_proxy explains why).
-    server = tracking.UIServer(store, "127.0.0.1", free_loopback_port())
-    front = tracking.UIServer(store, args.host, args.port)  # its base_url: what the user opens
-    url = tracking.ui_url(front.base_url, exp_id)
+    server = UIServer(store, "127.0.0.1", free_loopback_port())
+    front = UIServer(store, args.host, args.port)  # its base_url: what the user opens
+    url = ui_url(front.base_url, exp_id)
     proxy = None
     with signals.interrupting(stops):
         try:

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from fusion_sweep.schema import DEFAULT_ENCODER, platform_label
+from fusion_sweep.errors import UserError
 
 
 def add_parser(subparsers: Any) -> None:
@@ -24,6 +25,10 @@ def add_parser(subparsers: Any) -> None:
                                     "see --show-config)")
     p.add_argument("--pe", help="positional encoding (default: the config's, see --show-config)")
     p.add_argument("--seed", type=int, help="the trial's seed (default: the config's)")
+    p.add_argument("--precision",
+                   help="arithmetic precision: fp32 (default), tf32 (TensorFloat-32 matmuls on "
+                        "CUDA) or bf16 (bfloat16 autocast, fp32 master weights); part of the "
+                        "trial key")
     p.add_argument("--override", "-o", action="append", default=[], metavar="KEY=VALUE",
                    help="any trial-config field, e.g. epochs=3 max_len=128 limit_train=500")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -39,7 +44,7 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
     for item in items:
         for part in item.split():
             if "=" not in part:
-                raise ValueError(f"--override expects KEY=VALUE, got {part!r}")
+                raise UserError(f"--override expects KEY=VALUE, got {part!r}")
             k, v = part.split("=", 1)
             out[k.strip()] = v.strip()
     return out
@@ -52,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         return print_listing(args.json)
     from fusion_sweep.trial.config import TrialConfig, resolve_hyperparameters
 
-    flags = {k: getattr(args, k) for k in ("encoder", "fusion", "pe", "seed")}
+    flags = {k: getattr(args, k) for k in ("encoder", "fusion", "pe", "seed", "precision")}
     given = {**{k: v for k, v in flags.items() if v is not None}, **parse_overrides(args.override)}
     config = TrialConfig.build(args.dataset, **given)
     if args.show_config:

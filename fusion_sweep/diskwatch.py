@@ -2,7 +2,7 @@
 turns read-only.
 
 Why a watcher: while Ray Tune's storage or a local MLflow store has no space, the writes that
-fail are inside trial workers and the MLflow server, and both retry (tracking._retry, MLflow's
+fail are inside trial workers and the MLflow server, and both retry (mlflow_query.retry, MLflow's
 HTTP retries) for minutes: the sweep survives a short outage, but the only trace of it would
 be a line in a server log. The launching process checks the filesystems of its local write
 paths every few seconds and prints one `error:` line when one is full or read-only, and one

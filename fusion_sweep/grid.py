@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
-from fusion_sweep.schema import code_fingerprint, trial_key
+from fusion_sweep.schema import IDENTITY_FIELDS, code_fingerprint, trial_key
 from fusion_sweep.space import SearchSpace
 from fusion_sweep.trial.config import TrialConfig
 
@@ -23,6 +23,13 @@ class GridPoint:
     def ident(self) -> tuple:
         """The trial's identity, in `schema.IDENTITY_FIELDS` order."""
         return tuple(self.config.identity().values())
+
+
+def ident_of(config: Mapping[str, Any]) -> tuple:
+    """The grid point of a Tune trial config (`{"trial": {identity field: value}}`, as the
+    launch's param space holds it), in `schema.IDENTITY_FIELDS` order: `GridPoint.ident`."""
+    t = config.get("trial", config)
+    return tuple(int(t[f]) if f == "seed" else t[f] for f in IDENTITY_FIELDS)
 
 
 def plan(space: SearchSpace, code: str | None = None) -> list[GridPoint]:
@@ -48,7 +55,10 @@ def grid_hash(points: list[GridPoint]) -> str:
     return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
 
 
-def format_grid(space: SearchSpace, points: list[GridPoint], name: str) -> str:
+def format_grid(space: SearchSpace, points: list[GridPoint], name: str,
+                column: tuple[str, list[str]] | None = None) -> str:
+    """The printed grid; `column`: (header, one value per point) shown before the trial key
+    (`launch --dry-run`'s GPU memory estimate)."""
     res = f"cpu={space.cpu:g}, gpu={space.gpu:g}"
     lines = [f"sweep {name!r} from {space.source}",
              f"{len(points)} trials = {len(space.datasets)} datasets × {_variant_count(space)} × "
@@ -66,12 +76,15 @@ def format_grid(space: SearchSpace, points: list[GridPoint], name: str) -> str:
     lines.append("")
     w = max(len("dataset"), *(len(p.config.dataset) for p in points))
     we = max(len("encoder"), *(len(p.ident[1]) for p in points))
+    head, values = column or ("", [""] * len(points))
+    wc = max(len(head), *(len(v) for v in values))
+    extra = (lambda v: f"{v:>{wc}}  ") if column else (lambda v: "")
     lines.append(f"  {'#':>3}  {'dataset':<{w}}  {'encoder':<{we}}  {'pe':<13}  {'fusion':<11}  "
-                 f"{'seed':>4}  trial key")
-    for i, p in enumerate(points, 1):
+                 f"{'seed':>4}  {extra(head)}trial key")
+    for i, (p, v) in enumerate(zip(points, values), 1):
         c = p.config
         lines.append(f"  {i:>3}  {c.dataset:<{w}}  {p.ident[1]:<{we}}  {c.pe:<13}  {c.fusion:<11}  "
-                     f"{c.seed:>4}  {p.key}")
+                     f"{c.seed:>4}  {extra(v)}{p.key}")
     return "\n".join(lines)
 
 

@@ -20,6 +20,7 @@ from fusion_sweep.ray_setup import check_ray_address, configure_ray_env, init_ra
 from fusion_sweep.space import DISTRIBUTIONS, SearchSpace, dump_space, load_space
 from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.trial.trainer import train_trial
+from fusion_sweep.errors import UserError
 
 SEARCH_METRIC = "mean_val_acc"
 
@@ -99,13 +100,13 @@ def _checked_inputs(space_ref: str, budget: int | None, output: str | None
     """The space (it must have a `tune:` section), the budget per dataset, the output file."""
     space = load_space(space_ref)
     if space.tune is None:
-        raise ValueError(f"{space.source}: no `tune:` section; add e.g. tune: {{seeds: [100, 101], "
+        raise UserError(f"{space.source}: no `tune:` section; add e.g. tune: {{seeds: [100, 101], "
                          f"budget: 8, search: {{lr: {{loguniform: [1.0e-4, 3.0e-3]}}}}}}")
     if budget is not None and budget < 1:
-        raise ValueError(f"--budget must be >= 1, got {budget}")
+        raise UserError(f"--budget must be >= 1, got {budget}")
     out_path = Path(output) if output else Path.cwd() / f"{space.name}-tuned.yaml"
     if not out_path.parent.is_dir():
-        raise ValueError(f"--output {out_path}: directory {out_path.parent} does not exist")
+        raise UserError(f"--output {out_path}: directory {out_path.parent} does not exist")
     return space, budget or space.tune.budget, out_path
 
 
@@ -136,10 +137,7 @@ def _tune_dataset(space: SearchSpace, dataset: str, pe: str, budget: int, storag
                                     max_concurrent_trials=max_concurrent, reuse_actors=True),
         run_config=tune.RunConfig(
             name=f"{space.name}-tune-{dataset}-{uuid.uuid4().hex[:6]}",
-            storage_path=storage_path, verbose=1,
-            progress_reporter=tune.CLIReporter(
-                parameter_columns=list(space.tune.search), metric_columns=[SEARCH_METRIC],
-                max_report_frequency=15)),
+            storage_path=storage_path, verbose=1),  # Tune's own output: each trial's end
     ).fit()
     ok = [r for r in results if r.error is None and r.metrics and SEARCH_METRIC in r.metrics]
     if not ok:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any, Mapping, TextIO
 
 from fusion_sweep.space import SearchSpace
+from fusion_sweep.errors import UserError
 
 # Ray's convention for "a node with this accelerator" (what ray.remote(accelerator_type=...)
 # requests): every such node offers 1 unit, so a tiny share never limits packing.
@@ -62,13 +63,13 @@ def check_local_pin(space: SearchSpace, local_gpus: int) -> None:
     accelerator type without a local GPU, or node labels (a local instance sets none). With
     a local GPU, Ray itself matches its type."""
     if space.accelerator_type and local_gpus == 0:
-        raise ValueError(f"resources.accelerator_type: {space.accelerator_type!r} pins every "
+        raise UserError(f"resources.accelerator_type: {space.accelerator_type!r} pins every "
                          f"trial to nodes with that GPU, but the local Ray instance is this "
                          f"machine, which has no GPU, so no trial could ever start; remove it "
                          f"from {space.source}, or pass --address for a cluster with such "
                          f"nodes")
     if space.node_label:
-        raise ValueError(f"resources.node_label: {space.node_label} pins every trial to nodes "
+        raise UserError(f"resources.node_label: {space.node_label} pins every trial to nodes "
                          f"with those labels, but the local Ray instance is this machine and "
                          f"carries none, so no trial could ever start; remove it from "
                          f"{space.source}, or pass --address for a cluster whose node types set "

@@ -1,61 +1,36 @@
 """A sweep's progress that a person can read: `fusion-sweep launch` without `--verbose`.
 
-`SweepProgress` is a Ray Tune progress reporter (the legacy output engine, which
-`configure_ray_env` selects with RAY_AIR_NEW_OUTPUT=0, calls `should_report(trials, done)`
-after every step of its loop and `report(...)` when that returns True). It needs no Ray import:
-Tune duck-types reporters (`setup`, `should_report`, `report`), so this module stays light and
-its formatting is tested with fake trials.
+`SweepProgress` is driven by Ray Tune's supported callback hooks (`ray.tune.Callback`:
+`setup`, `on_trial_start`, `on_trial_result`, `on_trial_complete`, `on_trial_recover`,
+`on_trial_error`, `on_step_end`, `on_experiment_end`); `fusion_sweep.tune_callback` wraps it in
+a real `ray.tune.Callback` for `RunConfig(callbacks=...)`, and the launch runs Tune with
+`verbose=0`, so Tune's own output engine prints nothing and no Ray log text is filtered. The
+display needs no Ray import: it is tested with fake trials.
 
 * On a terminal: one status line, redrawn in place about once a second::
 
       [2/4] 1 running, 1 pending, 0 failed | 0:23, ETA 0:18 | last: synthetic-short/sinusoidal/add/seed 0  test_acc 0.156 (7 s)
 
-  plus a permanent line for each failure or retry (errors are never only transient).
+  plus a permanent line for each failure or retry (errors are never only transient). When
+  the line is too long for the terminal, the trial's name is shortened, never its numbers.
 * Elsewhere (CI, `| tee log`): one line per finished or failed trial::
 
       [1/4] synthetic-short/sinusoidal/add/seed 0  test_acc 0.156  (7 s)  elapsed 0:23  ETA 0:45
 
-A resumed sweep's trials that finished in an earlier launch count as done from the start;
-the ETA only uses trials trained in this launch.
+A resumed sweep's trials that finished in an earlier launch count as done (`trained` 0 in
+their last result); the ETA only uses trials trained in this launch.
 """
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import sys
 import time
-from typing import Any, Callable, Iterable, TextIO
+from typing import Any, Callable, TextIO
 
 from fusion_sweep import schema
 
-PENDING, RUNNING, PAUSED, TERMINATED, ERROR = "PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR"
 REDRAW_S = 1.0  # the terminal line's refresh period
-
-
-class _RayTrialErrorFilter(logging.Filter):
-    """Drops Ray Tune's per-failure traceback log ("Trial task failed for trial ...", ~30
-    lines for every attempt) and its closing "Trials did not complete: [...]": the reporter
-    prints each retry and failure as one line with the error message and the traceback
-    file, and the launch summary lists the failed trials. Every other record passes."""
-
-    DROP = {"ray.tune.execution.tune_controller": "Trial task failed for trial",
-            "ray.tune.tune": "Trials did not complete"}
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        prefix = self.DROP.get(record.name)
-        return not (prefix and str(record.msg).startswith(prefix))
-
-
-_FILTER = _RayTrialErrorFilter()
-
-
-def _quiet_trial_errors(on: bool) -> None:
-    for name in _RayTrialErrorFilter.DROP:
-        logger = logging.getLogger(name)
-        logger.removeFilter(_FILTER)
-        if on:
-            logger.addFilter(_FILTER)
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -99,11 +74,10 @@ def _error_line(trial: Any) -> str:
 
 
 class SweepProgress:
-    """Compact progress for a Ray Tune sweep; pass as `RunConfig(progress_reporter=...)`.
+    """Compact progress for a Ray Tune sweep, fed by Tune's callback hooks (`tune_callback`).
 
     Args:
-        out: where to write (default: sys.stdout at report time; not pickled: Tune pickles
-            the run config, reporter included, into the experiment's tuner.pkl).
+        out: where to write (default: sys.stdout at write time; not pickled).
         tty: force the terminal (True) or line-per-trial (False) mode; default `out.isatty()`.
         clock: monotonic time source (tests pass a fake one).
         width: terminal width for the status line (default: the terminal's).
@@ -117,25 +91,21 @@ class SweepProgress:
         self._width = width
         self._reset()
 
-    def _reset(self) -> None:
-        self.total: int | None = None
+    def _reset(self, total: int | None = None) -> None:
+        self.total = total
         self._t0: float | None = None
         self._first = True
-        self._seen: dict[str, str] = {}  # trial id -> last status seen
-        self._failures: dict[str, int] = {}
-        self._running_since: dict[str, float] = {}
+        self._running_since: dict[str, float] = {}  # trial id -> when it started
         self._durations: list[float] = []  # trials trained in this launch
         self._peak_running = 0
         self._kept = 0  # finished in an earlier launch
         self._done = 0
         self._failed = 0
-        self._events: list[tuple[str, Any, int]] = []  # (done|kept|failed|retry, trial, n ended)
-        self._last: str = ""
+        self._last: tuple[str, str] | None = None  # (label, result) of the last finished trial
         self._last_draw = -1e18
         self._drawn = False
-        self._counts = (0, 0, 0)  # running, pending, failed
 
-    # ---- pickling: Tune stores the reporter in tuner.pkl; streams do not pickle
+    # ---- pickling: Tune may pickle callbacks; streams and clocks do not pickle
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_out"] = None
@@ -160,87 +130,61 @@ class SweepProgress:
         except (AttributeError, ValueError):
             return False
 
-    # ---- the ProgressReporter interface (ray.tune.progress_reporter.ProgressReporter)
-    def setup(self, start_time: float | None = None, total_samples: int | None = None,
-              metric: str | None = None, mode: str | None = None, **kwargs: Any) -> None:
-        self._reset()
-        self.total = total_samples or None
-        _quiet_trial_errors(True)
+    # ---- the hooks of ray.tune.Callback (called by `tune_callback`'s adapter)
+    def setup(self, total_num_samples: int | None = None, **info: Any) -> None:
+        self._reset(total_num_samples or None)
+        self._t0 = self._clock()
 
-    def set_total_samples(self, total_samples: int) -> None:  # older Ray versions call these
-        self.total = total_samples or None
+    def on_trial_start(self, trial: Any) -> None:
+        self._running_since[_tid(trial)] = self._clock()
+        self._peak_running = max(self._peak_running, len(self._running_since))
+        self._draw([])
 
-    def set_search_properties(self, metric: str | None, mode: str | None) -> bool:
-        return True
+    def on_trial_result(self, trial: Any, result: dict) -> None:
+        pass  # Tune keeps `trial.last_result`; the line shows it when the trial ends
 
-    def set_start_time(self, timestamp: float | None = None) -> None:
-        pass
+    def on_trial_complete(self, trial: Any) -> None:
+        self._running_since.pop(_tid(trial), None)
+        result = getattr(trial, "last_result", None) or {}
+        if result.get("trained", 1) == 0:
+            self._kept += 1
+            kind = "kept"
+        else:
+            secs = result.get("time_total_s")
+            if isinstance(secs, (int, float)):
+                self._durations.append(float(secs))
+            self._done += 1
+            kind = "done"
+        self._last = (trial_label(getattr(trial, "config", {})), self._result_text(trial, " "))
+        self._draw([] if self.tty else [self.event_line(kind, trial)])
 
-    def should_report(self, trials: list, done: bool = False) -> bool:
-        self._observe(trials)
-        if done or self._events or self._first:
-            return True
-        return self.tty and self._clock() - self._last_draw >= REDRAW_S
+    def on_trial_recover(self, trial: Any) -> None:
+        self._running_since.pop(_tid(trial), None)
+        self._draw([self.event_line("retry", trial)])
 
-    def report(self, trials: list, done: bool, *sys_info: str) -> None:
-        try:
-            self._write(done)
-        except (OSError, ValueError):  # a closed pipe must not stop the sweep
-            pass
-        if done:
-            _quiet_trial_errors(False)
+    def on_trial_error(self, trial: Any) -> None:
+        self._running_since.pop(_tid(trial), None)
+        self._failed += 1
+        self._draw([self.event_line("failed", trial)])
+
+    def on_step_end(self) -> None:
+        if self.tty and self._clock() - self._last_draw >= REDRAW_S:
+            self._draw([])
+
+    def on_experiment_end(self) -> None:
+        self._draw([], done=True)
 
     # ---- state
-    def _observe(self, trials: Iterable[Any]) -> None:
-        now = self._clock()
-        trials = list(trials)
-        if self._t0 is None:
-            self._t0 = now
-        n = len(trials)
-        if self.total is None or n > self.total:
-            self.total = n
-        running = pending = 0
-        for t in trials:
-            tid = str(getattr(t, "trial_id", id(t)))
-            status = getattr(t, "status", PENDING)
-            prev = self._seen.get(tid)
-            fails = int(getattr(t, "num_failures", 0) or 0)
-            if status in (RUNNING,):
-                running += 1
-                self._running_since.setdefault(tid, now)
-            elif status in (PENDING, PAUSED):
-                pending += 1
-                self._running_since.pop(tid, None)
-            if status == TERMINATED and prev != TERMINATED:
-                result = getattr(t, "last_result", None) or {}
-                if prev is None and self._first:
-                    self._kept += 1  # restored already finished
-                elif result.get("trained", 1) == 0:
-                    self._kept += 1
-                    self._events.append(("kept", t, self.finished))
-                else:
-                    secs = result.get("time_total_s")
-                    if isinstance(secs, (int, float)):
-                        self._durations.append(float(secs))
-                    self._done += 1
-                    self._events.append(("done", t, self.finished))
-                self._running_since.pop(tid, None)
-            elif status == ERROR and prev != ERROR:
-                self._failed += 1
-                if not (prev is None and self._first):
-                    self._events.append(("failed", t, self.finished))
-                self._running_since.pop(tid, None)
-            elif status != ERROR and fails > self._failures.get(tid, 0) and prev is not None:
-                self._events.append(("retry", t, self.finished))
-            self._failures[tid] = fails
-            self._seen[tid] = status
-        self._peak_running = max(self._peak_running, running)
-        self._counts = (running, pending, self._failed)
-
     @property
     def finished(self) -> int:
         """Trials that reached an end (finished, kept or failed)."""
         return self._done + self._kept + self._failed
+
+    def counts(self) -> tuple[int, int, int]:
+        """(running, pending, failed) now."""
+        running = len(self._running_since)
+        pending = max(0, (self.total or 0) - self.finished - running)
+        return running, pending, self._failed
 
     def elapsed(self) -> float:
         return 0.0 if self._t0 is None else self._clock() - self._t0
@@ -250,7 +194,7 @@ class SweepProgress:
         running ones still need, spread over the peak concurrency; None before any finished."""
         if not self._durations:
             return None
-        running, pending, _ = self._counts
+        running, pending, _ = self.counts()
         if running == 0 and pending == 0:
             return 0.0
         mean = sum(self._durations) / len(self._durations)
@@ -271,10 +215,10 @@ class SweepProgress:
             parts.append(f"({secs:.1f} s)" if secs < 9.95 else f"({secs:.0f} s)")
         return sep.join(parts)
 
-    def event_line(self, kind: str, trial: Any, n: int | None = None) -> str:
-        """The permanent line for one event; `n`: trials ended when it happened."""
+    def event_line(self, kind: str, trial: Any) -> str:
+        """The permanent line for one event (done, kept, retry, failed)."""
         label = trial_label(getattr(trial, "config", {}))
-        k = f"[{self.finished if n is None else n}/{self.total}]"
+        k = f"[{self.finished}/{self.total}]"
         clock = f"elapsed {fmt_duration(self.elapsed())}  ETA {fmt_duration(self.eta())}"
         if kind == "failed":
             err = _error_line(trial)
@@ -290,48 +234,53 @@ class SweepProgress:
         res = self._result_text(trial)
         return f"{k} {label}  " + (f"{res}  " if res else "") + clock
 
-    def status_line(self) -> str:
-        running, pending, failed = self._counts
+    def status_line(self, width: int | None = None) -> str:
+        """The terminal's line; within `width` the last trial's name is shortened (`…`),
+        never the counts, times or its result."""
+        running, pending, failed = self.counts()
         line = (f"[{self.finished}/{self.total}] {running} running, {pending} pending, "
                 f"{failed} failed | {fmt_duration(self.elapsed())}, ETA {fmt_duration(self.eta())}")
-        if self._last:
-            line += f" | last: {self._last}"
-        return line
+        if self._last is None:
+            return line
+        label, result = self._last
+        tail = f"  {result}" if result else ""
+        room = None if width is None else width - len(line) - len(" | last: ") - len(tail)
+        if room is not None and room < len(label):
+            if room < 4:  # no room for a name worth reading: the numbers alone
+                return line + (f" | last:{tail}" if width - len(line) > len(tail) + 7 else "")
+            label = label[:room - 1] + "…"
+        return f"{line} | last: {label}{tail}"
 
     def _term_width(self) -> int:
         return self._width or shutil.get_terminal_size((100, 24)).columns
 
-    def _write(self, done: bool) -> None:
+    def _header(self) -> str:
+        mode = ("progress below" if self.tty else "one line per finished trial")
+        return f"{self.total} trials; {mode} (--verbose: Ray Tune's own output)"
+
+    def _draw(self, lines: list[str], done: bool = False) -> None:
+        """Write the permanent `lines`, then (on a terminal) the status line in place."""
+        try:
+            self._write(lines, done)
+        except (OSError, ValueError):  # a closed pipe must not stop the sweep
+            pass
+
+    def _write(self, lines: list[str], done: bool) -> None:
         out, tty = self.out, self.tty
-        events, self._events = self._events, []
-        lines = []
         if self._first:
             self._first = False
-            head = f"{self.total} trials"
-            if self._kept:
-                head += f", {self._kept} already finished (resumed sweep)"
-            head += ("; progress below (--verbose: Ray Tune's full table)" if tty else
-                     "; one line per finished trial (--verbose: Ray Tune's full table)")
-            lines.append(head)
-        for kind, trial, n in events:
-            if kind in ("done", "kept"):
-                self._last = (f"{trial_label(getattr(trial, 'config', {}))}  "
-                              f"{self._result_text(trial, ' ')}")
-            if tty and kind in ("done", "kept"):
-                continue  # shown in the status line
-            lines.append(self.event_line(kind, trial, n))
+            lines = [self._header(), *lines]
         if tty:
-            width = max(20, self._term_width() - 1)
-            status = self.status_line()
-            if len(status) > width:
-                status = status[:width - 1] + "…"
             buf = "\r\x1b[2K" if self._drawn else ""
-            buf += "".join(ln + "\n" for ln in lines) + status
-            if done:
-                buf += "\n"
-            out.write(buf)
+            buf += "".join(ln + "\n" for ln in lines)
+            buf += self.status_line(max(20, self._term_width() - 1))
+            out.write(buf + ("\n" if done else ""))
             self._drawn = not done
         elif lines:
             out.write("".join(ln + "\n" for ln in lines))
         out.flush()
         self._last_draw = self._clock()
+
+
+def _tid(trial: Any) -> str:
+    return str(getattr(trial, "trial_id", id(trial)))

@@ -11,6 +11,9 @@ import socket
 from pathlib import Path
 from typing import TextIO
 
+from fusion_sweep.errors import UserError
+from fusion_sweep.trial.platform import CUBLAS_WORKSPACE
+
 DEFAULT_STORAGE_DIRNAME = "ray_results"
 
 
@@ -35,29 +38,29 @@ def check_ray_address(address: str | None, timeout: float = 3.0) -> str | None:
         try:
             resolved = canonicalize_bootstrap_address("auto")
         except (ConnectionError, ValueError) as e:
-            raise ValueError(f"--address auto: no running Ray cluster found on this machine ({e}); "
+            raise UserError(f"--address auto: no running Ray cluster found on this machine ({e}); "
                              f"start one with `ray start --head` (or `ray up cluster.yaml` and run "
                              f"this on the head node), or omit --address for a local instance") from None
         if not resolved:
-            raise ValueError("--address auto: no running Ray cluster found on this machine; start "
+            raise UserError("--address auto: no running Ray cluster found on this machine; start "
                              "one with `ray start --head`, or omit --address for a local instance")
         host_port = resolved
     else:
         host_port = address.split("://", 1)[-1]
     host, _, port = host_port.rpartition(":")
     if not host or not port.isdigit():
-        raise ValueError(f"--address {address!r}: expected 'auto' or HOST:PORT (e.g. 10.0.0.5:6379)")
+        raise UserError(f"--address {address!r}: expected 'auto' or HOST:PORT (e.g. 10.0.0.5:6379)")
     try:
         with socket.create_connection((host, int(port)), timeout=timeout):
             pass
     except OSError as e:
-        raise ValueError(f"--address {address!r}: cannot reach a Ray cluster at {host}:{port} ({e}); "
+        raise UserError(f"--address {address!r}: cannot reach a Ray cluster at {host}:{port} ({e}); "
                          f"check the address (`ray status` on the head node prints it), or omit "
                          f"--address for a local instance") from None
     return address
 
 
-def configure_ray_env(address: str | None) -> str:
+def configure_ray_env(address: str | None, verbose: bool = False) -> str:
     """Environment every Ray process of the sweep must agree on; returns the auth mode.
 
     Ray 2.60 turns token auth on for a new local cluster, and for `ray start` when a token
@@ -66,13 +69,20 @@ def configure_ray_env(address: str | None) -> str:
     own default, made explicit so every worker inherits it); connecting to a cluster uses
     `token` when a token is available here, as `ray start` would have, else `disabled`.
 
+    Ray Tune's own switches (documented Tune environment variables, read when a Tuner runs):
+    `TUNE_DISABLE_SIGINT_HANDLER=1`, so Ctrl-C reaches this driver as a KeyboardInterrupt
+    (it closes the sweep's runs and says how to resume; Tune's handler would instead stop
+    gracefully and advise `Tuner.restore`, which this tool never uses); and, unless
+    `verbose`, `TUNE_PRINT_ALL_TRIAL_ERRORS=0`: the progress display prints each failed
+    attempt as one line with the path of its traceback, instead of Tune logging the trace.
+
     Why process-wide environment variables: Ray reads them in the driver and copies the
     driver's environment to every worker it starts, so setting them here is how the choice
     reaches the workers. Only `launch`/`tune` call this, right before Ray starts.
     """
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    # Ray's legacy table reporter: one compact table every 15 s instead of a box per trial.
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+    os.environ["TUNE_PRINT_ALL_TRIAL_ERRORS"] = "1" if verbose else "0"
     mode = os.environ.get("RAY_AUTH_MODE")
     if mode is None:
         if address is None:
@@ -84,11 +94,20 @@ def configure_ray_env(address: str | None) -> str:
     return mode
 
 
+def worker_env() -> dict[str, str]:
+    """Variables every trial worker needs before it first touches CUDA, passed through Ray's
+    `runtime_env` (set inside the trial would be too late: cuBLAS reads its workspace setting
+    when CUDA's context starts): the cuBLAS workspace that makes cuBLAS reproducible under
+    deterministic algorithms (`trial.platform.CUBLAS_WORKSPACE`, its one home)."""
+    return {"CUBLAS_WORKSPACE_CONFIG": CUBLAS_WORKSPACE}
+
+
 def init_ray(address: str | None, out: TextIO) -> bool:
     """Connect or start Ray; returns True when this process started a local instance."""
     import ray
 
-    kw = dict(logging_level="WARNING", log_to_driver=True)
+    kw = dict(logging_level="WARNING", log_to_driver=True,
+              runtime_env={"env_vars": worker_env()})
     if address is None:
         ncpu = os.cpu_count() or 1
         print(f"starting a local Ray instance with {ncpu} CPUs (this machine)", file=out)

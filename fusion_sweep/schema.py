@@ -39,8 +39,10 @@ IDENTITY_TAG = "fusion_sweep.identity"
 DEFAULT_ENCODER = "standard"
 # Variant fields: what a comparison compares within one dataset.
 VARIANT_FIELDS: tuple[str, ...] = ("encoder", "pe", "fusion")
-# Fields that never change a trial's numbers (where it runs, how many threads): left out of
-# the trial key so a resumed sweep on other hardware re-attaches to its runs.
+# Fields left out of the trial key: where and how a trial runs, not what it computes, so a
+# resumed sweep on other hardware re-attaches to its runs. Device and thread count can still
+# move a trial's last digits: the platform fingerprint records them, and `stats` pairs trials
+# only within one platform.
 NON_SEMANTIC_FIELDS: tuple[str, ...] = ("device", "num_threads", "cache_dir", "latency_repeats",
                                         "save_checkpoint")
 
@@ -76,9 +78,13 @@ ENCODER_FINGERPRINTS: tuple[str, ...] = ("encoder_init",)
 # versions, so `stats` pairs two trials only on one platform (else `platform_mismatch`).
 # It is NOT part of the trial key: a sweep resumed on other hardware keeps its finished runs,
 # and a pair that then spans two platforms is dropped and listed, never silently paired.
+# Besides the hardware and libraries it records the execution path (issue 32): on a GPU the
+# driver, compute capability and enabled SDPA backends; the precision; ReSSFormer's kernels
+# (compiled / torch / off) and the compiler with its version; the trainer's speed mode.
 PLATFORM_FINGERPRINT = "platform"
 PLATFORM_FIELDS: tuple[str, ...] = ("torch", "cpu_capability", "cpu_model", "cuda", "cudnn",
-                                    "gpu", "deterministic", "threads")
+                                    "gpu", "driver", "capability", "sdpa", "deterministic",
+                                    "threads", "precision", "kernels", "compiler", "speed")
 PLATFORM_FIELD_TAGS: dict[str, str] = {k: f"platform.{k}" for k in PLATFORM_FIELDS}
 PLATFORM_COLUMN = "fp_platform"  # the hash
 PLATFORM_LABEL_COLUMN = "platform"  # platform_label(): the readable one-liner
@@ -164,16 +170,24 @@ def platform_fingerprint(fields: Mapping[str, str]) -> str:
 
 def platform_label(fields: Mapping[str, Any]) -> str:
     """One readable line naming a platform, e.g. 'torch 2.13.0+cpu, CPU AVX2 (AMD EPYC 7B13),
-    2 threads, no GPU, deterministic on'. '' when no field is known (runs logged before it)."""
+    2 threads, no GPU, deterministic on, fp32, kernels compiled (gcc 12.2.0), speed fast'.
+    '' when no field is known (runs logged before it); the execution-path fields are left
+    out for runs logged before they were recorded."""
     f = {k: str(fields.get(k) or "") for k in PLATFORM_FIELDS}
     if not any(f.values()):
         return ""
-    gpu = (f"GPU {f['gpu']} (CUDA {f['cuda'] or '?'}, cuDNN {f['cudnn'] or '?'})"
+    gpu = (f"GPU {f['gpu']} (CUDA {f['cuda'] or '?'}, cuDNN {f['cudnn'] or '?'}, driver "
+           f"{f['driver'] or '?'}, sm {f['capability'] or '?'}, SDPA {f['sdpa'] or '?'})"
            if f["gpu"] not in ("", "none") else "no GPU")
     threads = f"{f['threads'] or '?'} thread{'' if f['threads'] == '1' else 's'}"
-    return (f"torch {f['torch'] or '?'}, CPU {f['cpu_capability'] or '?'} "
-            f"({f['cpu_model'] or '?'}), {threads}, {gpu}, "
-            f"deterministic {f['deterministic'] or '?'}")
+    path = [f["precision"]] if f["precision"] else []
+    if f["kernels"]:
+        path.append(f"kernels {f['kernels']}" + (f" ({f['compiler']})" if f["compiler"] else ""))
+    if f["speed"]:
+        path.append(f"speed {f['speed']}")
+    return ", ".join([f"torch {f['torch'] or '?'}", f"CPU {f['cpu_capability'] or '?'} "
+                      f"({f['cpu_model'] or '?'})", threads, gpu,
+                      f"deterministic {f['deterministic'] or '?'}", *path])
 
 
 def platform_from_tags(tags: Mapping[str, str]) -> dict[str, str]:
@@ -264,7 +278,12 @@ EPOCH_METRICS: tuple[str, ...] = ("train_loss", "train_acc", "val_loss", "val_ac
 FINAL_METRICS: tuple[str, ...] = ("test_acc", "best_val_acc", "test_macro_f1",
                                   "latency_ms_per_sample", "params", "train_seconds",
                                   "tokens_per_second", "median_tokens", "num_classes",
-                                  "flops_per_token")
+                                  "flops_per_token", "test_majority_rate")
+# Final metrics that describe the trial's task, not its quality: no direction, so `stats`
+# refuses to compare arms by them (it needs a direction) and they never enter a verdict.
+# test_majority_rate: the share of the test split's most frequent class, the accuracy of
+# always answering it (issue 31): the chance line an accuracy is read against.
+TASK_METRICS: tuple[str, ...] = ("median_tokens", "num_classes", "test_majority_rate")
 # Which way is better, for every metric a trial logs. A search space may add or override
 # entries (`directions:`); launch logs the merged map on the parent run, and `stats` refuses
 # to guess the direction of a metric it finds nowhere.

@@ -48,3 +48,17 @@ def ignore(signums: Iterable[int]) -> None:
     if _main_thread():
         for s in signums:
             signal.signal(s, signal.SIG_IGN)
+
+
+@contextmanager
+def ignored(signums: Iterable[int]) -> Iterator[None]:
+    """Within the block, `signums` are ignored (a second Ctrl-C must not cut a cleanup short);
+    the old handlers come back on exit. Outside the main thread: nothing changes."""
+    old = {s: signal.getsignal(s) for s in signums} if _main_thread() else {}
+    for s in old:
+        signal.signal(s, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

@@ -47,7 +47,6 @@ are optional)::
 """
 from __future__ import annotations
 
-import difflib
 import itertools
 import math
 import dataclasses
@@ -60,7 +59,8 @@ import yaml
 
 from fusion_sweep.analysis.settings import DEFAULT_BASELINE, DEFAULT_METRIC
 from fusion_sweep.schema import (DEFAULT_EXPERIMENT, DIRECTIONS, IDENTITY_FIELDS,
-                                 METRIC_DIRECTIONS)
+                                 METRIC_DIRECTIONS, TASK_METRICS)
+from fusion_sweep.errors import UserError, choices, did_you_mean
 from fusion_sweep.space_files import SPACE_DIR, shipped_spaces
 from fusion_sweep.trial.config import ConfigError, TrialConfig
 from fusion_sweep.trial.data.registry import DATASETS
@@ -135,7 +135,7 @@ METRICS = ("test_acc", "test_macro_f1", "best_val_acc")
 RESERVED_FIELDS = (*IDENTITY_FIELDS, "num_threads", "evaluate_test")
 
 
-class SpaceError(ValueError):
+class SpaceError(UserError):
     """A search space failed validation; `errors` lists every problem."""
 
     def __init__(self, source: str, errors: list[str]):
@@ -200,7 +200,7 @@ class SearchSpace:
 
     @property
     def memory_gb(self) -> float | None:
-        """Declared GiB per trial, or None (then `sweep.trial_memory_bytes` estimates it)."""
+        """Declared GiB per trial, or None (then `memory.trial_memory_bytes` estimates it)."""
         m = self.resources.get("memory_gb")
         return None if m is None else float(m)
 
@@ -293,10 +293,10 @@ def resolve_space_path(name_or_path: str | Path) -> Path:
         if cand.is_file():
             return cand
         raise SpaceError(s, [
-            f"no search space named {s!r}; shipped spaces: {shipped_spaces()} "
-            f"(in {SPACE_DIR}), or pass a path to a YAML file"
+            f"no search space named {s!r}{did_you_mean(s, shipped_spaces())}; shipped spaces: "
+            f"{choices(shipped_spaces())} (in {SPACE_DIR}), or pass a path to a YAML file"
         ])
-    raise SpaceError(s, [f"file not found: {s}; shipped spaces: {shipped_spaces()}"])
+    raise SpaceError(s, [f"file not found: {s}; shipped spaces: {choices(shipped_spaces())}"])
 
 
 def launch_command(space_ref: str) -> str:
@@ -344,16 +344,11 @@ def dump_space(space: SearchSpace, path: str | Path, header: Iterable[str] = ())
 
 
 # ------------------------------------------------------------------- validation
-def _suggest(key: str, valid: Iterable[str]) -> str:
-    close = difflib.get_close_matches(str(key), list(valid), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
 def _unknown_keys(d: Mapping, valid: Iterable[str], where: str, errors: list[str]) -> None:
     valid = list(valid)
     for k in d:
         if k not in valid:
-            errors.append(f"{where}{k}: unknown key{_suggest(k, valid)}; valid keys: {valid}")
+            errors.append(f"{where}{k}: unknown key{did_you_mean(k, valid)}; valid keys: {valid}")
 
 
 def _name_list(raw: Mapping, key: str, registry: Iterable[str], errors: list[str]) -> list[str]:
@@ -369,7 +364,7 @@ def _name_list(raw: Mapping, key: str, registry: Iterable[str], errors: list[str
     out = []
     for i, name in enumerate(v):
         if name not in registry:
-            errors.append(f"{key}[{i}]: unknown {key[:-1]} {name!r}{_suggest(name, registry)}; "
+            errors.append(f"{key}[{i}]: unknown {key[:-1]} {name!r}{did_you_mean(name, registry)}; "
                           f"choose from {registry}")
         elif name in out:
             errors.append(f"{key}[{i}]: {name!r} is listed twice")
@@ -415,7 +410,7 @@ def _build_errors(dataset: str, threads: int, overrides: Mapping[str, Any]) -> l
 def _validate(raw: Any, source: str, errors: list[str]) -> SearchSpace | None:
     """Every problem of a raw space appended to `errors`; the space when there are none."""
     if not isinstance(raw, Mapping):
-        errors.append(f"the file must hold a mapping with keys {list(TOP_LEVEL_KEYS)}, "
+        errors.append(f"the file must hold a mapping with keys {choices(TOP_LEVEL_KEYS)}, "
                       f"got {type(raw).__name__}")
         return None
     name = _validate_header(raw, errors)
@@ -564,7 +559,7 @@ def _validate_resources(raw: Mapping, errors: list[str]) -> tuple[dict[str, Any]
     resources: dict[str, Any] = _default("resources")
     res = raw.get("resources", {})
     if not isinstance(res, Mapping):
-        errors.append(f"resources: must be a mapping with keys {list(RESOURCE_KEYS)}, got {res!r}")
+        errors.append(f"resources: must be a mapping with keys {choices(RESOURCE_KEYS)}, got {res!r}")
     else:
         _unknown_keys(res, RESOURCE_KEYS, "resources.", errors)
         cpu, gpu = res.get("cpu", resources["cpu"]), res.get("gpu", resources["gpu"])
@@ -602,14 +597,14 @@ def _validate_comparison(raw: Mapping, datasets: list[str], fusions: list[str],
             errors.append(f"baseline: variant {baseline!r} is not one of this space's variants; "
                           f"choose a fusion from {fusions} or a variant from {labels}")
     elif baseline not in FUSIONS:
-        errors.append(f"baseline: unknown fusion {baseline!r}{_suggest(baseline, FUSIONS)}; "
-                      f"choose from {sorted(FUSIONS)}")
+        errors.append(f"baseline: unknown fusion {baseline!r}{did_you_mean(baseline, FUSIONS)}; "
+                      f"choose from {choices(sorted(FUSIONS))}")
     elif fusions and baseline not in fusions:
         errors.append(f"baseline: {baseline!r} is not in fusions {fusions}; the comparison "
                       f"needs the baseline's trials")
     metric = raw.get("metric", _default("metric"))
     if metric not in METRICS:
-        errors.append(f"metric: unknown metric {metric!r}; choose from {list(METRICS)}")
+        errors.append(f"metric: unknown metric {metric!r}; choose from {choices(METRICS)}")
     margin = raw.get("equivalence_margin")
     if isinstance(margin, Mapping):
         for d, m in margin.items():
@@ -626,8 +621,11 @@ def _validate_comparison(raw: Mapping, datasets: list[str], fusions: list[str],
         errors.append(f"directions: must be a mapping {{metric: higher|lower}}, got {directions!r}")
         directions = {}
     for k, v in directions.items():
-        if v not in DIRECTIONS:
-            errors.append(f"directions.{k}: must be one of {list(DIRECTIONS)}, got {v!r}")
+        if k in TASK_METRICS:  # facts about the task, the same for every arm: never compared
+            errors.append(f"directions.{k}: {k!r} is a fact about the dataset (one of "
+                          f"{choices(TASK_METRICS)}), not a result that is compared; remove it")
+        elif v not in DIRECTIONS:
+            errors.append(f"directions.{k}: must be one of {choices(DIRECTIONS)}, got {v!r}")
     return baseline, metric, margin, dict(directions)
 
 
@@ -644,8 +642,8 @@ def _validate_hyperparameters(raw: Mapping, datasets: list[str],
     for group, values in hp_raw.items():
         where = f"hyperparameters.{group}"
         if group != "all" and group not in DATASETS:
-            errors.append(f"{where}: unknown dataset {group!r}{_suggest(group, DATASETS)}; "
-                          f"use 'all' or one of {sorted(DATASETS)}")
+            errors.append(f"{where}: unknown dataset {group!r}{did_you_mean(group, DATASETS)}; "
+                          f"use 'all' or one of {choices(sorted(DATASETS))}")
             continue
         if group != "all" and datasets and group not in datasets:
             errors.append(f"{where}: dataset {group!r} is not in datasets {datasets}")
@@ -663,8 +661,8 @@ def _validate_hyperparameters(raw: Mapping, datasets: list[str],
                        "managed by `fusion-sweep tune`")
                 errors.append(f"{where}.{k}: may not be set here ({why})")
             elif k not in allowed_fields:
-                errors.append(f"{where}.{k}: unknown hyperparameter{_suggest(k, allowed_fields)}; "
-                              f"valid: {sorted(allowed_fields)}")
+                errors.append(f"{where}.{k}: unknown hyperparameter{did_you_mean(k, allowed_fields)}; "
+                              f"valid: {choices(sorted(allowed_fields))}")
             else:
                 clean[k] = v
         hparams[group] = clean
@@ -698,7 +696,7 @@ def _validate_tune(t: Any, seeds: list[int], datasets: list[str], pes: list[str]
     """The `tune:` section: tuning seeds apart from the sweep's, a budget, a pe of the space,
     and `search` ranges whose every probed value gives a valid trial."""
     if not isinstance(t, Mapping):
-        errors.append(f"tune: must be a mapping with keys {list(TUNE_KEYS)}, got {t!r}")
+        errors.append(f"tune: must be a mapping with keys {choices(TUNE_KEYS)}, got {t!r}")
         return None
     _unknown_keys(t, TUNE_KEYS, "tune.", errors)
     for k in ("seeds", "budget", "search"):
@@ -719,7 +717,7 @@ def _validate_tune(t: Any, seeds: list[int], datasets: list[str], pes: list[str]
     search = t.get("search") or {}
     if not isinstance(search, Mapping) or ("search" in t and not search):
         errors.append(f"tune.search: must be a non-empty mapping {{field: {{distribution: args}}}} "
-                      f"with distributions {list(DISTRIBUTIONS)}")
+                      f"with distributions {choices(DISTRIBUTIONS)}")
         search = {}
     # the trial the search tunes: the baseline fusion with the tuned pe, on every dataset
     tune_pe = pe or (pes[0] if pes else TrialConfig.__dataclass_fields__["pe"].default)
@@ -743,17 +741,17 @@ def _validate_search_entry(k: str, spec: Any, allowed_fields: list[str],
     (its probes) must make a valid trial config on every dataset."""
     where = f"tune.search.{k}"
     if k in RESERVED_FIELDS or k not in allowed_fields:
-        errors.append(f"{where}: not a tunable hyperparameter{_suggest(k, allowed_fields)}; "
-                      f"valid: {sorted(allowed_fields)}")
+        errors.append(f"{where}: not a tunable hyperparameter{did_you_mean(k, allowed_fields)}; "
+                      f"valid: {choices(sorted(allowed_fields))}")
         return None
     if not isinstance(spec, Mapping) or len(spec) != 1:
         errors.append(f"{where}: must be one {{distribution: args}} with distribution from "
-                      f"{list(DISTRIBUTIONS)}, got {spec!r}")
+                      f"{choices(DISTRIBUTIONS)}, got {spec!r}")
         return None
     (dist, args), = spec.items()
     if dist not in DISTRIBUTIONS:
-        errors.append(f"{where}: unknown distribution {dist!r}{_suggest(dist, DISTRIBUTIONS)}; "
-                      f"choose from {list(DISTRIBUTIONS)}")
+        errors.append(f"{where}: unknown distribution {dist!r}{did_you_mean(dist, DISTRIBUTIONS)}; "
+                      f"choose from {choices(DISTRIBUTIONS)}")
         return None
     kind = DISTRIBUTIONS[dist]
     if not isinstance(args, list) or not args or not kind.valid(args):

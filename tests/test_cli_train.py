@@ -36,6 +36,7 @@ def test_train_text_summary(capsys: pytest.CaptureFixture[str], tmp_path) -> Non
     (["-o", "epoch=2"], r"unknown trial config field\(s\) \['epoch'\]"),
     (["--fusion", "gate-cnn", "-o", "max_len=3"], r"max_len \(3\) is smaller than the gate-cnn kernel"),
     (["--pe", "alibi", "--fusion", "concat"], r"fusion 'concat' needs an input-level positional encoding"),
+    (["--precision", "fp16"], r"unknown precision 'fp16'; choose from \['bf16', 'fp32', 'tf32'\]"),
 ])
 def test_train_bad_input(argv: list[str], pattern: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["train", "--dataset", "synthetic-short", *argv]) == 2
@@ -83,3 +84,13 @@ def test_config_built_around_the_chain_is_an_error() -> None:
     with pytest.raises(ValueError, match=r"unknown trial config field\(s\) \['dmodel'\] "
                                          r"\(space all:\)"):
         resolve_hyperparameters("synthetic-short", space_all={"dmodel": 3})
+
+
+def test_show_config_lists_precision(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--dataset", "synthetic-short", "--show-config"]) == 0
+    assert [ln.split() for ln in capsys.readouterr().out.splitlines()
+            if ln.startswith("precision ")] == [["precision", "'fp32'", "built-in"]]
+    assert main(["train", "--dataset", "synthetic-short", "--precision", "bf16",
+                 "--show-config"]) == 0
+    assert [ln.split(None, 2) for ln in capsys.readouterr().out.splitlines()
+            if ln.startswith("precision ")] == [["precision", "'bf16'", "command line"]]

@@ -213,3 +213,82 @@ def test_documented_pin_matches_the_worker_label(tmp_path: Path) -> None:
     assert placement.node_can_run(node, space)
     head = {"Resources": {"CPU": 0}, "Labels": {}}
     assert not placement.node_can_run(head, space)
+
+
+# --------------------------------------------------------------- a trial runs where Ray put it
+@pytest.mark.parametrize("requested, gpu_ids, device", [
+    ("auto", [], "cpu"), ("auto", ["0"], "cuda"), ("cpu", ["0"], "cpu"), ("cuda", [0], "cuda")])
+def test_worker_device_follows_rays_assignment(requested, gpu_ids, device) -> None:
+    from fusion_sweep.trainable import worker_device
+
+    assert worker_device(requested, gpu_ids) == device
+
+
+def test_a_cuda_trial_without_a_gpu_share_is_refused() -> None:
+    from fusion_sweep.errors import UserError
+    from fusion_sweep.trainable import worker_device
+
+    with pytest.raises(UserError, match=r"device 'cuda' but Ray assigned this trial no GPU.*"
+                                         r"resources: \{gpu: \.\.\.\}"):
+        worker_device("cuda", [])
+
+
+def test_a_gpu0_trial_trains_on_the_cpu_while_cuda_is_available(monkeypatch) -> None:
+    """Issue 32 item 1: Ray 2.60 shows a node's GPUs to trials that requested none; the
+    trainable (`run_trial`) hands the trainer the CPU all the same."""
+    import ray
+    import torch
+    from ray import tune
+
+    from fusion_sweep import trainable
+    from fusion_sweep.grid import plan
+    from fusion_sweep.trial.trainer import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    point = plan(load_space("smoke"))[0]  # smoke: resources gpu 0
+    assert load_space("smoke").gpu == 0 and resolve_device(point.config.device).type == "cuda"
+    seen = []
+
+    class FakeRun:
+        finished, run_id = False, "r1"
+
+        def fail(self, exc, reason=None):  # the fake trainer stops the trial right after it saw the config
+            pass
+
+    class Stop(Exception):
+        pass
+
+    def fake_train(config, callback=None):
+        seen.append(config.device)
+        raise Stop
+
+    class Ctx:
+        code_fingerprint = trainable.code_fingerprint()
+
+    monkeypatch.setattr(ray, "get_gpu_ids", lambda: [])
+    monkeypatch.setattr(tune, "get_context", lambda: type("C", (), {"get_trial_id": lambda s: "t"})())
+    monkeypatch.setattr(trainable.tracking.TrialRun, "open", classmethod(lambda cls, *a, **k: FakeRun()))
+    monkeypatch.setattr(trainable, "train_trial", fake_train)
+    with pytest.raises(Stop):
+        trainable.run_trial({"trial": dict(zip(("dataset", "encoder", "pe", "fusion", "seed"),
+                                                point.ident))},
+                            ctx=Ctx(), configs={point.ident: point.config.to_dict()})
+    assert seen == ["cpu"] and resolve_device(seen[0]).type == "cpu"
+
+
+def test_determinism_variables_reach_every_worker_before_cuda(monkeypatch) -> None:
+    """Issue 32 item 6: CUBLAS_WORKSPACE_CONFIG goes to the workers through Ray's runtime_env
+    (set inside a trial it would come after CUDA's context started), locally and on a cluster."""
+    import io
+
+    import ray
+
+    from fusion_sweep import ray_setup
+    from fusion_sweep.trial.platform import CUBLAS_WORKSPACE
+
+    calls = []
+    monkeypatch.setattr(ray, "init", lambda **kw: calls.append(kw))
+    ray_setup.init_ray(None, io.StringIO())
+    ray_setup.init_ray("10.0.0.5:6379", io.StringIO())
+    assert [c["runtime_env"]["env_vars"]["CUBLAS_WORKSPACE_CONFIG"] for c in calls] == \
+        [CUBLAS_WORKSPACE] * 2 == [":4096:8"] * 2

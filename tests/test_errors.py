@@ -42,6 +42,9 @@ FILES: dict[str, str | bytes] = {
     "neg-seeds.yaml": SMOKE_OK.replace("seeds: [0, 1]", "seeds: [0, -3]"),
     "incompatible.yaml": SMOKE_OK.replace("pes: [sinusoidal]", "pes: [alibi]"),
     "too-big.yaml": SMOKE_OK + "resources: {cpu: 4096, gpu: 64}\n",
+    "arxiv-quarter.yaml": ("name: aq\ndatasets: [arxiv]\npes: [sinusoidal]\nfusions: [add]\n"
+                           "seeds: [0]\nresources: {cpu: 1, gpu: 0.25}\n"),
+    "task-direction.yaml": SMOKE_OK + "directions: {test_majority_rate: higher}\n",
     "bad-pin.yaml": SMOKE_OK + "resources: {accelerator_type: 'A 10G', node_label: g5}\n",
     "gpu-pin.yaml": SMOKE_OK + "resources: {accelerator_type: A10G}\n",
     "dotdot-name.yaml": SMOKE_OK.replace("name: x", "name: '..'"),
@@ -156,7 +159,8 @@ CASES: list[Case] = [
        r"fusion 'zzz'"),
     _c("launch-nested-unknown-key", "launch", "unknown key nested in `hyperparameters`",
        lambda e: ["launch", e.f("nested-key.yaml"), "--dry-run"],
-       r"hyperparameters.all.epochz: unknown hyperparameter \(did you mean 'epochs'\?\); valid: \["),
+       r"hyperparameters.all.epochz: unknown hyperparameter \(did you mean 'epochs'\?\); valid: "
+       r"activation, asam, "),
     _c("launch-duplicate-seeds", "launch", "seed list with duplicates",
        lambda e: ["launch", e.f("dup-seeds.yaml"), "--dry-run"],
        r"seeds\[2\]: seed 1 is listed twice"),
@@ -175,13 +179,27 @@ CASES: list[Case] = [
        r"invalid choice: 'foo' \(choose from 'win-rate', 'betting', 'normal-mixture'\)"),
     _c("launch-unknown-space", "launch", "unknown shipped space name",
        lambda e: ["launch", "nosuch"],
-       r"no search space named 'nosuch'; shipped spaces: \[.*'smoke'\]"),
+       r"no search space named 'nosuch'; shipped spaces: default, .*, smoke \("),
+    _c("launch-misspelt-space", "launch", "a shipped space's name misspelt",
+       lambda e: ["launch", "smok"],
+       r"no search space named 'smok' \(did you mean 'smoke'\?\); shipped spaces: default, "),
     _c("launch-missing-file", "launch", "space file that does not exist",
        lambda e: ["launch", e.f("nosuch.yaml")], r"file not found: .*nosuch\.yaml"),
     _c("launch-resources-too-big", "launch", "`resources` larger than this machine (local Ray)",
        lambda e: ["launch", e.f("too-big.yaml")],
        r"resources: one trial needs cpu=4096, gpu=64, but the local Ray instance has this "
        r"machine's CPU=\d+, GPU=\d+, so no trial could ever start"),
+    _c("launch-gpu-share", "launch", "a trial larger than its `resources.gpu` share (dry run too)",
+       lambda e: ["launch", e.f("arxiv-quarter.yaml"), "--dry-run"],
+       r"resources\.gpu in .*arxiv-quarter\.yaml: arxiv/sinusoidal/add/seed 0 needs about "
+       r"\d+\.\d GiB of GPU memory \(batch 64 x 4096 tokens, precision fp32\) but its share "
+       r"gpu: 0\.25 of .* gives \d+\.\d GiB; raise `resources: \{gpu: \.\.\.\}` \(a larger "
+       r"share\), lower batch_size / max_len, or set precision: bf16"),
+    _c("launch-direction-task-fact", "launch", "`directions:` for a task fact (never compared)",
+       lambda e: ["launch", e.f("task-direction.yaml")],
+       r"directions\.test_majority_rate: 'test_majority_rate' is a fact about the dataset \(one "
+       r"of median_tokens, num_classes, test_majority_rate\), not a result that is compared; "
+       r"remove it"),
     _c("launch-bad-pin", "launch", "`resources` pin that is not a Ray accelerator type / node label",
        lambda e: ["launch", e.f("bad-pin.yaml")],
        r"2 errors in search space .*bad-pin\.yaml:\n  - .*resources\.accelerator_type: must "
@@ -407,3 +425,77 @@ if __name__ == "__main__":  # print each case's message from a real run, for doc
             argv = " ".join(case.argv(e)).replace(str(e.dir) + "/", "")
             print(f"### {case.id}\t{case.cmd}\t{rc}\t{argv}\n{msg}")
         gen.close()
+
+
+def _run_with(monkeypatch, exc: BaseException) -> int:
+    """`fusion-sweep sweeps` whose command function raises `exc`."""
+    from fusion_sweep import cli_sweep
+
+    def boom(args):
+        raise exc
+
+    monkeypatch.setattr(cli_sweep, "run_sweeps", boom)
+    return cli_main(["sweeps"])
+
+
+def test_a_user_error_is_one_line_and_exit_2(monkeypatch, capsys):
+    from fusion_sweep.errors import UserError
+
+    assert _run_with(monkeypatch, UserError("--thing x: choose from a, b")) == 2
+    assert capsys.readouterr().err == "fusion-sweep sweeps: error: --thing x: choose from a, b\n"
+
+
+@pytest.mark.parametrize("exc", [ValueError("x and y must be 1-D"), KeyError("k"),
+                                 ConnectionError("internal")])
+def test_an_internal_error_keeps_its_traceback(monkeypatch, exc):
+    """A library's own ValueError (a bug, not bad input) is not disguised as bad input."""
+    with pytest.raises(type(exc)):
+        _run_with(monkeypatch, exc)
+
+
+def test_a_closed_pipe_exits_quietly(monkeypatch, capsys):
+    assert _run_with(monkeypatch, BrokenPipeError(32, "Broken pipe")) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_stats_into_a_closed_pipe_exits_quietly(tmp_path):
+    """`fusion-sweep stats --format json | head` (issue 33): no `Broken pipe` error, exit 0."""
+    import os
+    import subprocess
+
+    from fusion_sweep.analysis.demo import synthetic_results
+
+    results = tmp_path / "results.csv"
+    synthetic_results().to_csv(results, index=False)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    r = subprocess.run(f"{sys.executable} -m fusion_sweep.cli stats --results {results} "
+                       f"--format json | head -c 10; exit ${{PIPESTATUS[0]}}", shell=True,
+                       executable="/bin/bash", env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.stdout == '{\n  "sourc' and r.stderr == "" and r.returncode == 0, r.stderr[-2000:]
+
+
+USER_ERROR_HOMES = [("fusion_sweep.trial.config", "ConfigError", (["bad field"],)),
+                    ("fusion_sweep.trial.platform", "NondeterministicKernelError", ("op x",)),
+                    ("fusion_sweep.trial.data.hub", "DatasetUnavailableError", ("offline",))]
+
+
+@pytest.mark.parametrize("module,name,args", USER_ERROR_HOMES, ids=[h[1] for h in USER_ERROR_HOMES])
+def test_every_user_error_type_derives_from_user_error(monkeypatch, capsys, module, name, args):
+    """cli.py needs no list of them: each is a UserError, so one `error:` line and exit 2."""
+    import importlib
+
+    from fusion_sweep import cli
+    from fusion_sweep.errors import UserError
+
+    cls = getattr(importlib.import_module(module), name)
+    assert issubclass(cls, UserError)
+    assert (module, name) not in cli.KNOWN_USER_ERRORS
+    assert _run_with(monkeypatch, cls(*args)) == 2
+    assert capsys.readouterr().err.startswith("fusion-sweep sweeps: error: ")
+
+
+def test_dataset_unavailable_is_still_a_connection_error():
+    from fusion_sweep.trial.data.hub import DatasetUnavailableError
+
+    assert issubclass(DatasetUnavailableError, ConnectionError)

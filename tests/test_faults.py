@@ -4,7 +4,7 @@
   (meta.json), never loaded, and the entry is rebuilt with a warning;
 * two drivers entering `SweepLock` in the same millisecond: exactly one gets the sweep; a
   lock left by a killed driver does not block;
-* `tracking._retry` rides out an unreachable tracking server (>= 30 s of back-off) and a
+* `mlflow_query.retry` rides out an unreachable tracking server (>= 30 s of back-off) and a
   locked SQLite store, and gives up at once on other errors.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fusion_sweep import tracking
+from fusion_sweep import mlflow_query  # noqa: E402
 from fusion_sweep.trial.data import cache as cache_mod
 from fusion_sweep.trial.data import load_encoded
 
@@ -84,7 +84,7 @@ def test_cache_hashes_once_per_process(tmp_path: Path, monkeypatch: pytest.Monke
 # ------------------------------------------------------------------------- (f) the lock
 _HOLDER = r"""
 import sys, time
-from fusion_sweep.sweep import SweepLock
+from fusion_sweep.lock import SweepLock
 start, out = float(sys.argv[2]), sys.argv[3]
 while time.time() < start:
     pass
@@ -113,7 +113,7 @@ def test_two_drivers_at_the_same_moment_one_refused(tmp_path: Path) -> None:
 
 
 def test_lock_of_a_killed_driver_does_not_block(tmp_path: Path) -> None:
-    from fusion_sweep.sweep import SweepLock
+    from fusion_sweep.lock import SweepLock
 
     exp = tmp_path / "sweep"
     p = subprocess.Popen([sys.executable, "-c", _HOLDER, str(exp), "0", str(tmp_path / "o")],
@@ -156,32 +156,32 @@ REFUSED = Exception("API request to endpoint /api/2.0/mlflow/runs/log-batch fail
 def test_retry_rides_out_transient_errors(exc: Exception) -> None:
     waits: list[float] = []
     f = Flaky(6, exc)
-    assert tracking._retry(f, 21, sleep=waits.append) == 42
+    assert mlflow_query.retry(f, 21, sleep=waits.append) == 42
     assert f.calls == 7 and waits == pytest.approx([0.2, 0.4, 0.8, 1.6, 3.2, 6.4])
 
 
 def test_retry_backs_off_at_least_30_s_then_raises() -> None:
-    assert tracking.DEFAULT_RETRY_SECONDS >= 30
+    assert mlflow_query.DEFAULT_RETRY_SECONDS >= 30
     waits: list[float] = []
     f = Flaky(10 ** 6, REFUSED)
     with pytest.raises(Exception, match="Connection refused"):
-        tracking._retry(f, 1, sleep=waits.append)
-    assert 30 <= sum(waits) <= tracking.DEFAULT_RETRY_SECONDS and max(waits) <= 8.0
+        mlflow_query.retry(f, 1, sleep=waits.append)
+    assert 30 <= sum(waits) <= mlflow_query.DEFAULT_RETRY_SECONDS and max(waits) <= 8.0
 
 
 def test_retry_budget_from_env_and_no_retry_of_real_errors(monkeypatch) -> None:
-    monkeypatch.setenv(tracking.RETRY_SECONDS_ENV, "2")
+    monkeypatch.setenv(mlflow_query.RETRY_SECONDS_ENV, "2")
     waits: list[float] = []
     with pytest.raises(Exception, match="Connection refused"):
-        tracking._retry(Flaky(10 ** 6, REFUSED), 1, sleep=waits.append)
+        mlflow_query.retry(Flaky(10 ** 6, REFUSED), 1, sleep=waits.append)
     assert sum(waits) <= 2
     f = Flaky(1, ValueError("INVALID_PARAMETER_VALUE: bad metric"))
     with pytest.raises(ValueError):
-        tracking._retry(f, 1, sleep=waits.append)
+        mlflow_query.retry(f, 1, sleep=waits.append)
     assert f.calls == 1
     f = Flaky(3, REFUSED)
     with pytest.raises(Exception):
-        tracking._retry(f, 1, tries=2, sleep=lambda s: None)
+        mlflow_query.retry(f, 1, tries=2, sleep=lambda s: None)
     assert f.calls == 2
 
 
@@ -237,7 +237,7 @@ def test_disk_watch_reports_full_read_only_and_recovered(tmpfs: Path) -> None:
 def test_error_reason_names_the_memory_monitor() -> None:
     from ray.exceptions import OutOfMemoryError
 
-    from fusion_sweep.sweep import error_reason
+    from fusion_sweep.failures import error_reason
 
     e = OutOfMemoryError("Task was killed due to the node running low on memory.\n"
                          "Memory on the node was 20 GB / 24 GB (0.83), which exceeds the "
@@ -284,3 +284,47 @@ def test_freed_memory_is_released_between_trials() -> None:
     released = rss_mb() - before
     libc.free(pinned[0])
     assert kept > 128 and released < 32, (kept, released)
+
+
+# ------------------------------------------ GPU out of memory is not the host's memory monitor
+def _cuda_oom():
+    import torch
+
+    return torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB "
+                                       "(GPU 0; 22.06 GiB total capacity)")
+
+
+def _wrapped(exc):
+    """The error as Tune hands it back from a trial: Ray's RayTaskError subclassing it."""
+    from ray.exceptions import RayTaskError
+
+    try:
+        raise exc
+    except Exception as e:  # noqa: BLE001
+        return RayTaskError("run_trial", f"Traceback ...\ntorch.OutOfMemoryError: {e}",
+                            e).as_instanceof_cause()
+
+
+@pytest.mark.parametrize("wrap", [False, True])
+def test_cuda_out_of_memory_gets_gpu_advice(wrap):
+    from fusion_sweep.failures import error_reason, out_of_memory
+
+    exc = _wrapped(_cuda_oom()) if wrap else _cuda_oom()
+    assert type(exc).__name__.endswith("OutOfMemoryError" + (")" if wrap else ""))
+    r = error_reason(exc)
+    assert out_of_memory(exc) == "torch"
+    assert r.startswith("OutOfMemoryError (GPU): ") and "CUDA out of memory" in r
+    assert "batch_size" in r and "resources: {gpu: ...}" in r and "bf16" in r
+    assert "memory_gb" not in r and "memory monitor" not in r
+
+
+def test_rays_memory_kill_keeps_host_advice():
+    from ray.exceptions import OutOfMemoryError
+
+    from fusion_sweep.failures import error_reason, out_of_memory
+
+    e = OutOfMemoryError("Task was killed due to the node running low on memory.")
+    assert out_of_memory(e) == "ray"
+    r = error_reason(e)
+    assert r.startswith("OutOfMemoryError: Task was killed") and "memory_gb" in r
+    assert "GPU" not in r and out_of_memory(ValueError("x")) is None

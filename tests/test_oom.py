@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from fusion_sweep import tracking
+from fusion_sweep import schema  # noqa: E402
 
 pytestmark = pytest.mark.slow
 GiB = 1 << 30
@@ -102,7 +103,8 @@ def test_memory_monitor_kill_is_retried_then_reported_failed(low_threshold_clust
     long_run = runs["synthetic-long"]
     assert long_run.info.status == "FAILED"  # not left RUNNING for the next launch to guess
     assert long_run.data.tags["fusion_sweep.attempts"] == "2"  # max_failures 1: one retry
-    assert "OutOfMemoryError" in long_run.data.tags[tracking.ERROR]
+    assert "OutOfMemoryError" in long_run.data.tags[schema.ERROR]
     assert runs["synthetic-short"].info.status == "FINISHED"
     rows = (tmp_path / "ray_results" / "oom" / "results.csv").read_text().splitlines()
     assert any(",FAILED," in r and r.startswith("synthetic-long") for r in rows)
+

@@ -331,3 +331,125 @@ def test_launch_summary_warns_when_trials_ran_on_several_platforms() -> None:
     text = format_summary(two, "smoke")
     assert "warning: the trials ran on 2 platforms; `stats` pairs trials only on one" in text
     assert "torch 2, CPU AVX512 (1 trials)" in text
+
+
+# ----------------------------------------------------------- the execution path (issue 32)
+RESS = ["--encoder", "ressformer", "--pe", "none", "-o", "iterations=1", "-o", "topk=4"]
+
+
+def _train_ress(kernels: str | None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "FUSION_SWEEP_KERNELS"}
+    if kernels is not None:
+        env["FUSION_SWEEP_KERNELS"] = kernels
+    out = subprocess.run([sys.executable, "-m", "fusion_sweep.cli", "train", "--dataset",
+                          "synthetic-short", "--json", *RESS, *TINY], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout)
+
+
+def test_kernels_switch_changes_the_platform_fingerprint() -> None:
+    """A tiny ReSSFormer trial with FUSION_SWEEP_KERNELS=0 and one with the kernels on: the
+    execution path is recorded, so the two platforms differ (issue 32, item 8)."""
+    on, off = _train_ress(None), _train_ress("0")
+    assert off["platform"]["kernels"] == "off" and off["platform"]["compiler"] == ""
+    assert on["platform"]["kernels"] in ("compiled", "torch")
+    if on["platform"]["kernels"] == "compiled":
+        assert on["platform"]["compiler"]  # name and version
+    assert on["fingerprints"]["platform"] != off["fingerprints"]["platform"]
+    assert off["fingerprints"]["platform"] == platform_fingerprint(off["platform"])
+
+
+def test_cpu_platform_records_precision_speed_and_no_gpu() -> None:
+    p = describe_platform(torch.device("cpu"), "bf16", "reference")
+    assert (p["precision"], p["speed"]) == ("bf16", "reference")
+    assert all(p[k] == "none" for k in plat.GPU_FIELDS)
+
+
+def test_gpu_platform_records_driver_capability_and_sdpa_backends(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (8, 6))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "NVIDIA A10G")
+    monkeypatch.setattr(torch._C, "_cuda_getDriverVersion", lambda: 12040, raising=False)
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91000)
+    for name, on in (("flash_sdp_enabled", False), ("mem_efficient_sdp_enabled", True),
+                     ("cudnn_sdp_enabled", False), ("math_sdp_enabled", True)):
+        monkeypatch.setattr(torch.backends.cuda, name, lambda on=on: on)
+    p = describe_platform(torch.device("cuda"), "tf32", "fast")
+    assert (p["gpu"], p["capability"], p["driver"], p["cuda"], p["cudnn"]) == \
+        ("NVIDIA A10G", "8.6", "12.4", "12.8", "91000")
+    assert p["sdpa"] == "mem_efficient,math"
+    assert (p["kernels"], p["compiler"], p["precision"]) == ("torch", "", "tf32")
+    label = platform_label(p)
+    assert "sm 8.6" in label and "SDPA mem_efficient,math" in label and "tf32" in label
+
+
+def test_speed_label_and_heap_reuse_off_on_cuda() -> None:
+    from fusion_sweep.trial.trainer import SpeedOptions
+
+    assert SpeedOptions().label() == "fast" and SpeedOptions.reference().label() == "reference"
+    assert SpeedOptions(eval_batch_mult=2, heap_reuse=False).label() == \
+        "eval_batch_mult=2,heap_reuse=0"
+    assert SpeedOptions().for_device(torch.device("cuda")).heap_reuse is False
+    assert SpeedOptions().for_device(torch.device("cpu")).heap_reuse is True
+
+
+def test_train_trial_keeps_no_heap_on_cuda(monkeypatch) -> None:
+    """heap.keep_freed_memory is never called for a CUDA trial (the run itself is stopped
+    right after, at the model build: this machine has no GPU)."""
+    from fusion_sweep.trial import trainer
+    from fusion_sweep.trial.config import TrialConfig
+
+    calls: list[str] = []
+    monkeypatch.setattr(trainer, "resolve_device", lambda name: torch.device("cuda"))
+    monkeypatch.setattr(trainer, "keep_freed_memory", lambda: calls.append("heap"))
+    monkeypatch.setattr(trainer, "deterministic", lambda d: __import__("contextlib").nullcontext())
+    monkeypatch.setattr(trainer, "precision_mode", lambda p, d: __import__("contextlib").nullcontext())
+
+    def stop(config, data, device, callback, speed):
+        calls.append(f"run heap_reuse={speed.heap_reuse}")
+
+    monkeypatch.setattr(trainer, "_run", stop)
+    monkeypatch.setattr(trainer, "validate_encoded", lambda *a, **k: None)
+    trainer.train_trial(TrialConfig.build("synthetic-short"), data=object(),
+                        speed=trainer.SpeedOptions())
+    assert calls == ["run heap_reuse=False"]
+
+
+def test_dropout_fingerprint_hashes_a_drawn_mask() -> None:
+    """The fingerprint is a mask dropout draws from the stream (and the stream is put
+    back): a generator whose state is the same but whose draws differ gets another one."""
+    import hashlib
+
+    import torch.nn.functional as F
+
+    from fusion_sweep.trial.trainer import DROPOUT_PROBE, dropout_fingerprint, dropout_stream
+
+    cpu = torch.device("cpu")
+    with dropout_stream(123, cpu) as fp:
+        before = torch.get_rng_state()
+        assert dropout_fingerprint(cpu) == fp
+        assert torch.equal(torch.get_rng_state(), before)  # the stream is untouched
+        mask = F.dropout(torch.ones(DROPOUT_PROBE), 0.5, training=True) != 0
+    assert fp == hashlib.sha256(mask.numpy().tobytes()).hexdigest()[:16]
+    with dropout_stream(124, cpu) as other:
+        assert other != fp
+
+
+def test_a_workers_cublas_workspace_is_kept(monkeypatch) -> None:
+    """A worker starts with the workspace from Ray's runtime_env (before CUDA): a trial never
+    changes it mid-process, where it would only satisfy torch's check."""
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    with deterministic(torch.device("cuda")):
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+
+
+def test_a_cublas_workspace_set_after_cuda_started_is_warned(monkeypatch) -> None:
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with pytest.warns(RuntimeWarning, match=r"CUBLAS_WORKSPACE_CONFIG is set to :4096:8 after "
+                                            r"this process started CUDA"):
+        with deterministic(torch.device("cuda")):
+            assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ

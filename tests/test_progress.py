@@ -1,7 +1,9 @@
 """The compact launch progress (fusion_sweep.progress.SweepProgress) with fake Tune trials.
 
-No Ray here: the reporter is driven the way Tune's legacy loop drives it
-(`should_report(trials, done)` after each step, `report(...)` when that says so).
+No Ray here: the display is driven the way `tune_callback.ProgressCallback` drives it, hook by
+hook (`setup`, `on_trial_start`, `on_trial_complete`, `on_trial_recover`, `on_trial_error`,
+`on_step_end`, `on_experiment_end`); one test runs the real callback class through Ray's
+`Callback` base.
 """
 from __future__ import annotations
 
@@ -38,14 +40,10 @@ def _trials(n: int = 4) -> list[FakeTrial]:
             for i in range(n)]
 
 
-def _step(rep: SweepProgress, trials, done: bool = False) -> None:
-    if rep.should_report(trials, done=done):
-        rep.report(trials, done, "sched", "resources")
-
-
-def _finish(t: FakeTrial, acc: float, secs: float, trained: int = 1) -> None:
+def _finish(rep: SweepProgress, t: FakeTrial, acc: float, secs: float, trained: int = 1) -> None:
     t.status = "TERMINATED"
     t.last_result = {"test_acc": acc, "time_total_s": secs, "trained": trained, "epoch": 1}
+    rep.on_trial_complete(t)
 
 
 def test_fmt_duration_and_label():
@@ -61,24 +59,22 @@ def test_pipe_prints_one_line_per_finished_trial():
     out, clock = io.StringIO(), Clock()
     rep = SweepProgress(out, tty=False, clock=clock)
     trials = _trials(4)
-    rep.setup(start_time=0, total_samples=4)
-    _step(rep, trials)  # header
-    trials[0].status = trials[1].status = "RUNNING"
-    for _ in range(50):  # many steps without a state change print nothing
+    rep.setup(total_num_samples=4)
+    rep.on_trial_start(trials[0])
+    rep.on_trial_start(trials[1])
+    for _ in range(50):  # many steps without an event print nothing new
         clock.t += 0.5
-        _step(rep, trials)
+        rep.on_step_end()
     clock.t += 1
-    _finish(trials[0], 0.15625, 21.4)
-    trials[2].status = "RUNNING"
-    _step(rep, trials)
+    _finish(rep, trials[0], 0.15625, 21.4)
+    rep.on_trial_start(trials[2])
     clock.t += 10
-    trials[1].status = "ERROR"
-    _step(rep, trials)
+    rep.on_trial_error(trials[1])
     clock.t += 20
-    _finish(trials[2], 0.5, 20)
-    _finish(trials[3], 0.25, 19)
-    _step(rep, trials)
-    _step(rep, trials, done=True)
+    rep.on_trial_start(trials[3])
+    _finish(rep, trials[2], 0.5, 20)
+    _finish(rep, trials[3], 0.25, 19)
+    rep.on_experiment_end()
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("4 trials; one line per finished trial")
     assert len(lines) == 5, lines
@@ -97,16 +93,17 @@ def test_failed_trial_shows_its_error(tmp_path):
     out = io.StringIO()
     rep = SweepProgress(out, tty=False, clock=Clock())
     trials = _trials(2)
-    rep.setup(total_samples=2)
-    _step(rep, trials)
-    trials[0].status, trials[0].num_failures = "RUNNING", 1  # failed once, retried
-    trials[0].error_file = str(err)
-    _step(rep, trials)
+    rep.setup(total_num_samples=2)
+    rep.on_trial_start(trials[0])
+    trials[0].num_failures, trials[0].error_file = 1, str(err)  # failed once, retried
+    rep.on_trial_recover(trials[0])
+    rep.on_trial_start(trials[0])
     trials[0].status, trials[0].num_failures = "ERROR", 3
-    _step(rep, trials)
+    rep.on_trial_error(trials[0])
     text = out.getvalue()
     assert "attempt 1 failed, retrying: ValueError: boom" in text
     assert f"FAILED: ValueError: boom  (traceback: {err})" in text
+    assert rep.counts() == (0, 1, 1)
 
 
 def test_memory_monitor_kill_shows_what_happened(tmp_path):
@@ -121,10 +118,10 @@ def test_memory_monitor_kill_shows_what_happened(tmp_path):
     out = io.StringIO()
     rep = SweepProgress(out, tty=False, clock=Clock())
     trials = _trials(1)
-    rep.setup(total_samples=1)
-    _step(rep, trials)
+    rep.setup(total_num_samples=1)
+    rep.on_trial_start(trials[0])
     trials[0].status, trials[0].num_failures, trials[0].error_file = "ERROR", 2, str(err)
-    _step(rep, trials)
+    rep.on_trial_error(trials[0])
     assert ("FAILED: OutOfMemoryError (Ray's memory monitor): 1 worker(s) were killed due to "
             "the node running low on memory.") in out.getvalue()
 
@@ -133,19 +130,19 @@ def test_terminal_redraws_one_line():
     out, clock = io.StringIO(), Clock()
     rep = SweepProgress(out, tty=True, clock=clock, width=200)
     trials = _trials(4)
-    rep.setup(total_samples=4)
-    _step(rep, trials)
-    trials[0].status = trials[1].status = "RUNNING"
+    rep.setup(total_num_samples=4)
+    rep.on_trial_start(trials[0])  # header + first status line
     for _ in range(10):
         clock.t += 0.25  # redrawn about once a second, not on every step
-        _step(rep, trials)
+        rep.on_step_end()
     assert out.getvalue().count("\r") == 2
+    rep.on_trial_start(trials[1])
     clock.t += 5
-    _finish(trials[0], 0.75, 8)
-    _step(rep, trials)
-    for t in trials:
-        _finish(t, 0.5, 8) if t.status != "TERMINATED" else None
-    _step(rep, trials, done=True)
+    _finish(rep, trials[0], 0.75, 8)
+    for t in trials[1:]:
+        rep.on_trial_start(t) if t is not trials[1] else None
+        _finish(rep, t, 0.5, 8)
+    rep.on_experiment_end()
     text = out.getvalue()
     assert text.endswith("\n") and text.count("\n") == 2  # header + the final status line
     last = text.split("\r\x1b[2K")[-1]
@@ -153,40 +150,41 @@ def test_terminal_redraws_one_line():
     assert "test_acc 0.750 (8.0 s)" in text
 
 
-def test_terminal_line_fits_the_width():
+@pytest.mark.parametrize("width, room_for_result", [(60, False), (95, True), (100, True),
+                                                    (160, True)])
+def test_terminal_line_shortens_the_name_never_the_numbers(width, room_for_result):
+    """Issue 33: the trial's name gives way (…), the accuracy and times never do."""
     out = io.StringIO()
-    rep = SweepProgress(out, tty=True, clock=Clock(), width=60)
+    rep = SweepProgress(out, tty=True, clock=Clock(), width=width)
     trials = _trials(2)
-    rep.setup(total_samples=2)
-    _finish(trials[0], 0.5, 3)
-    trials[0].status = "RUNNING"
-    _step(rep, trials)
-    _finish(trials[0], 0.5, 3)
-    _step(rep, trials)
-    assert all(len(seg) <= 59 for seg in out.getvalue().split("\r\x1b[2K")[1:])
+    rep.setup(total_num_samples=2)
+    rep.on_trial_start(trials[0])
+    _finish(rep, trials[0], 0.9123, 3)
+    segments = out.getvalue().split("\r\x1b[2K")[1:]
+    assert all(len(seg.rstrip("\n")) <= width - 1 for seg in segments)
+    last = segments[-1]
+    assert last.startswith("[1/2] 0 running, 1 pending, 0 failed | 0:00, ETA 0:03")
+    if room_for_result:
+        assert last.rstrip("\n").endswith("test_acc 0.912 (3.0 s)")
+        assert "…" in last or "synthetic-short/sinusoidal/add/seed 0" in last
 
 
 def test_resumed_trials_count_as_done_but_not_for_eta():
     out, clock = io.StringIO(), Clock()
     rep = SweepProgress(out, tty=False, clock=clock)
     trials = _trials(3)
-    _finish(trials[0], 0.9, 30)  # finished before this launch (restored)
-    rep.setup(total_samples=3)
-    _step(rep, trials)
-    trials[1].status = "RUNNING"
-    _step(rep, trials)
+    rep.setup(total_num_samples=3)
+    rep.on_trial_start(trials[1])
     clock.t += 5
-    _finish(trials[1], 0.8, 0.2, trained=0)  # its MLflow run was FINISHED: reported, not trained
-    _step(rep, trials)
+    _finish(rep, trials[1], 0.8, 0.2, trained=0)  # its MLflow run was FINISHED: reported, not trained
     assert rep.eta() is None
     lines = out.getvalue().splitlines()
-    assert "1 already finished" in lines[0]
-    assert lines[1].startswith("[2/3] synthetic-short/sinusoidal/concat/seed 0  already finished")
+    assert lines[1].startswith("[1/3] synthetic-short/sinusoidal/concat/seed 0  already finished")
 
 
 def test_pickles_without_its_stream():
     rep = SweepProgress(io.StringIO(), tty=False)
-    rep.setup(total_samples=2)
+    rep.setup(total_num_samples=2)
     clone = pickle.loads(pickle.dumps(rep))
     assert clone._out is None and clone.total == 2
 
@@ -197,33 +195,43 @@ def test_a_closed_stream_never_breaks_the_sweep(tty):
     rep = SweepProgress(out, tty=tty, clock=Clock())
     out.close()
     trials = _trials(1)
-    rep.setup(total_samples=1)
-    _finish(trials[0], 0.1, 1)
-    _step(rep, trials, done=True)
+    rep.setup(total_num_samples=1)
+    rep.on_trial_start(trials[0])
+    _finish(rep, trials[0], 0.1, 1)
+    rep.on_experiment_end()
 
 
-def test_ray_per_attempt_tracebacks_are_dropped_only_during_the_run():
-    import logging
+def test_the_tune_callback_forwards_every_hook():
+    """The real `ray.tune.Callback` subclass: each Tune hook reaches the display."""
+    from ray.tune import Callback
 
-    ctl = logging.getLogger("ray.tune.execution.tune_controller")
+    from fusion_sweep.tune_callback import ProgressCallback
 
-    def rec(msg: str) -> logging.LogRecord:
-        return logging.LogRecord(ctl.name, logging.ERROR, __file__, 1, msg, None, None)
-
-    rep = SweepProgress(io.StringIO(), tty=False, clock=Clock())
-    rep.setup(total_samples=1)
-    try:
-        assert not ctl.filter(rec("Trial task failed for trial run_trial_00000"))
-        assert ctl.filter(rec("Experiment state snapshotting failed"))  # other errors pass
-    finally:
-        rep.report([], True)
-    assert ctl.filter(rec("Trial task failed for trial run_trial_00000"))
+    out = io.StringIO()
+    rep = SweepProgress(out, tty=False, clock=Clock())
+    cb = ProgressCallback(rep)
+    assert isinstance(cb, Callback)
+    trials = _trials(2)
+    cb.setup(total_num_samples=2)
+    cb.on_trial_start(iteration=1, trials=trials, trial=trials[0])
+    cb.on_trial_result(iteration=2, trials=trials, trial=trials[0], result={"epoch": 1})
+    trials[0].last_result = {"test_acc": 0.5, "time_total_s": 2.0}
+    cb.on_trial_complete(iteration=3, trials=trials, trial=trials[0])
+    cb.on_trial_start(iteration=4, trials=trials, trial=trials[1])
+    cb.on_trial_recover(iteration=5, trials=trials, trial=trials[1])
+    cb.on_trial_error(iteration=6, trials=trials, trial=trials[1])
+    cb.on_step_end(iteration=7, trials=trials)
+    cb.on_experiment_end(trials=trials)
+    text = out.getvalue()
+    assert "[1/2] synthetic-short/sinusoidal/add/seed 0  test_acc 0.500" in text
+    assert "retrying" in text and "[2/2] synthetic-short/sinusoidal/concat/seed 0  FAILED" in text
+    assert pickle.loads(pickle.dumps(cb)).progress.total == 2
 
 
 def test_summary_names_the_next_commands(tmp_path, monkeypatch):
     """format_summary: follow-up commands carry only the options that differ from what they
     would resolve by default here (store, experiment, Tune storage)."""
-    from fusion_sweep.sweep import LaunchSummary, format_summary
+    from fusion_sweep.summary import LaunchSummary, format_summary
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

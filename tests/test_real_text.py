@@ -305,15 +305,19 @@ def test_memory_estimate_pads_to_the_datasets_length_cap() -> None:
     its documents are at most 64 tokens, so its activations are estimated at length 64.
     benchmarks/memory_estimate.py compares the estimate with measured peak RSS per space."""
     from fusion_sweep.space import load_space
-    from fusion_sweep.sweep import trial_memory_bytes
+    from fusion_sweep.memory import trial_memory_bytes
     from fusion_sweep.trial.config import TrialConfig
+    from fusion_sweep.trial.memory import parameter_count
 
     space = load_space("real")
     hp = dict(d_model=64, layers=2, batch_size=32, attn_dropout=0.1, heads=2)
-    at_512 = trial_memory_bytes(space, TrialConfig.build("rt-sentiment", max_len=512, **hp))
-    at_64 = trial_memory_bytes(space, TrialConfig.build("rt-sentiment", max_len=64, **hp))
-    # only the (max_len, d) position table's 4 fp32 copies differ; activations are padded to 64
-    assert at_512 - at_64 == 4 * 4 * (512 - 64) * 64 and at_512 < 2 * 2**30
+    c512 = TrialConfig.build("rt-sentiment", max_len=512, **hp)
+    c64 = TrialConfig.build("rt-sentiment", max_len=64, **hp)
+    at_512, at_64 = trial_memory_bytes(space, c512), trial_memory_bytes(space, c64)
+    # only the parameters' 4 fp32 copies may differ (a learned (max_len, d) position table);
+    # the activations are padded to 64 either way
+    params = parameter_count(c512) - parameter_count(c64)
+    assert at_512 - at_64 == 4 * 4 * params and at_512 < 2 * 2**30
 
 
 # --------------------------------------------------------------------------- claims

@@ -218,6 +218,22 @@ def test_equivalence_margin_forms():
         parse_space(d)
 
 
+@pytest.mark.parametrize("metric", ["test_majority_rate", "num_classes", "median_tokens"])
+def test_a_direction_for_a_task_fact_is_refused(metric):
+    """schema.TASK_METRICS describe the dataset, the same for every arm: never compared."""
+    from fusion_sweep.schema import TASK_METRICS
+
+    assert metric in TASK_METRICS
+    d = smoke_dict()
+    d["directions"] = {metric: "higher", "my_metric": "lower"}
+    with pytest.raises(SpaceError, match=rf"directions\.{metric}: '{metric}' is a fact about the "
+                                         rf"dataset \(one of median_tokens, num_classes, "
+                                         rf"test_majority_rate\), not a result that is compared"):
+        parse_space(d)
+    d["directions"] = {"my_metric": "lower"}
+    assert parse_space(d).directions == {"my_metric": "lower"}
+
+
 def test_not_a_mapping(tmp_path):
     p = tmp_path / "list.yaml"
     p.write_text("- a\n- b\n")
@@ -253,7 +269,8 @@ def test_dry_run_prints_grid_without_starting_ray(tmp_path):
 
 def test_trial_memory_is_declared_or_estimated(tmp_path):
     from fusion_sweep.grid import plan
-    from fusion_sweep.sweep import _check_local_resources, trial_memory_bytes
+    from fusion_sweep.memory import trial_memory_bytes
+    from fusion_sweep.preflight import check_local_resources
 
     d = yaml.safe_load((SPACE_DIR / "smoke.yaml").read_text())
     s = parse_space(d, "smoke.yaml")
@@ -268,7 +285,7 @@ def test_trial_memory_is_declared_or_estimated(tmp_path):
     huge = parse_space(d, "smoke.yaml")
     with pytest.raises(ValueError, match=r"resources: one trial needs about 10000\.0 GiB of memory "
                                          r"but the local Ray instance schedules at most"):
-        _check_local_resources(huge, plan(huge))
+        check_local_resources(huge, plan(huge))
     d["resources"]["memory_gb"] = -1
     with pytest.raises(SpaceError, match=r"resources\.memory_gb: must be a positive number"):
         parse_space(d, "smoke.yaml")

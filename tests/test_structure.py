@@ -129,17 +129,30 @@ def test_the_package_imports_nothing_from_outside_but_stdlib_and_third_party() -
 
 @pytest.mark.parametrize("layer, allowed", [
     # what computes a trial's numbers (the code fingerprint's scope) sees only itself and the
-    # stdlib-only schema: never the sweep, tracking or CLI above it
-    ("fusion_sweep.trial", ("fusion_sweep.trial", "fusion_sweep.schema")),
-    # the statistics read MLflow through the schema and nothing else of the package
-    ("fusion_sweep.analysis", ("fusion_sweep.analysis", "fusion_sweep.schema")),
+    # stdlib-only schema and error type: never the sweep, tracking or CLI above it
+    ("fusion_sweep.trial", ("fusion_sweep.trial", "fusion_sweep.schema", "fusion_sweep.errors")),
+    # the statistics read MLflow through the schema's names and the one run query helper
+    # (paging, quoting, retries), and nothing else of the package
+    ("fusion_sweep.analysis", ("fusion_sweep.analysis", "fusion_sweep.schema",
+                               "fusion_sweep.errors", "fusion_sweep.mlflow_query")),
     ("fusion_sweep.schema", ()),
+    ("fusion_sweep.errors", ()),
+    ("fusion_sweep.mlflow_query", ()),
 ])
 def test_layers_only_point_down(layer: str, allowed: tuple[str, ...]) -> None:
     up = sorted(f"{m} -> {t}" for m, targets in import_graph(PACKAGE).items()
                 if m == layer or m.startswith(layer + ".")
                 for t in targets if not any(t == a or t.startswith(a + ".") for a in allowed))
     assert up == []
+
+
+@pytest.mark.parametrize("module", ["schema", "errors", "mlflow_query"])
+def test_the_bottom_modules_import_only_the_standard_library(module: str) -> None:
+    """What both the writer and the reader import stays light: no MLflow, torch, Ray or numpy."""
+    path = PACKAGE / f"{module}.py"
+    names = imported_names(path, f"fusion_sweep.{module}")
+    assert sorted(n for n in names if n.split(".")[0] not in sys.stdlib_module_names
+                  and n.split(".")[0] != "__future__") == []
 
 
 def test_the_checks_see_a_planted_cycle_and_a_foreign_import(tmp_path: Path) -> None:
@@ -164,3 +177,24 @@ def test_the_launch_docstring_describes_what_launch_does() -> None:
 
     assert "Tuner.restore" not in sweep.__doc__
     assert "fresh Tuner" in sweep.__doc__
+
+
+def _mutation_benchmark():
+    spec = importlib.util.spec_from_file_location("mutation", REPO / "benchmarks" / "mutation.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("mutation", mod)  # dataclasses look their module up by name
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_mutation_lists_name_only_what_exists() -> None:
+    """benchmarks/mutation.py's hand-kept lists (CORE's functions, EQUIVALENT's mutant ids)
+    match the code, and a stale name is reported, never skipped without a word (issue 30)."""
+    mutation = _mutation_benchmark()
+    assert mutation.list_problems() == []
+    stale = (mutation.Module("trainer", "fusion_sweep/trial/trainer.py", ("_gone",), ()),)
+    assert mutation.list_problems(stale, {"fusion_sweep/trial/trainer.py:_gone:0->1#0": "x"}) == [
+        "module trainer: fusion_sweep/trial/trainer.py defines no function '_gone'",
+        "EQUIVALENT names 'fusion_sweep/trial/trainer.py:_gone:0->1#0', which is no mutant of "
+        "the current code"]
+    assert "_fit" in next(m for m in mutation.CORE if m.name == "trainer").functions

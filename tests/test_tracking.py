@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from fusion_sweep import tracking
+from fusion_sweep import store as tracking_store  # noqa: E402
+from fusion_sweep import schema  # noqa: E402
 from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.space import load_space
 from fusion_sweep.trial.models.encoder import ENCODERS
@@ -47,7 +49,7 @@ def fake_result(cfg: TrialConfig, epochs=2) -> TrialResult:
         latency_ms_per_sample=0.5, median_tokens=40.0, flops_per_token=2.0e4, curve=curve,
         fingerprints={"split": "s1", "batch_order": "b1", "shared_init": "i1", "dropout": "d1",
                       "encoder_init": "e1"},
-        num_classes=2,
+        num_classes=2, test_majority_rate=2 / 3,
         predictions={"index": [0, 1, 2], "label": [0, 1, 1], "pred": [0, 1, 0],
                      "probs": [[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]]},
         device="cpu", checkpoint=None)
@@ -62,10 +64,10 @@ def start(t, sweep):
 def test_default_store_is_sqlite_under_cwd(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    assert tracking.resolve_tracking_uri() == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
+    assert schema.resolve_tracking_uri() == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
-    assert tracking.resolve_tracking_uri() == "http://127.0.0.1:9"
-    assert tracking.resolve_tracking_uri("http://h:5000") == "http://h:5000"
+    assert schema.resolve_tracking_uri() == "http://127.0.0.1:9"
+    assert schema.resolve_tracking_uri("http://h:5000") == "http://h:5000"
 
 
 def test_unreachable_server_fails_fast_with_a_clear_error(monkeypatch):
@@ -73,25 +75,25 @@ def test_unreachable_server_fails_fast_with_a_clear_error(monkeypatch):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # nothing listens here once closed
     calls: list[tuple[str, float | None]] = []
-    real = tracking.urllib.request.urlopen
+    real = schema.urllib.request.urlopen
 
     def urlopen(url, *a, timeout=None, **kw):
         calls.append((url, timeout))
         return real(url, *a, timeout=timeout, **kw)
-    monkeypatch.setattr(tracking.urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(schema.urllib.request, "urlopen", urlopen)
     with pytest.raises(ValueError, match=rf"MLflow tracking server http://127.0.0.1:{port} is not "
                                          r"reachable.*local store sqlite:///"):
-        tracking.check_tracking_uri(f"http://127.0.0.1:{port}")
+        tracking_store.check_tracking_uri(f"http://127.0.0.1:{port}")
     # fails fast: one probe of /health, bounded by a timeout, no retries
     assert calls == [(f"http://127.0.0.1:{port}/health", 5.0)]
 
 
 def test_file_store_and_missing_directory_rejected(tmp_path):
     with pytest.raises(ValueError, match="refuses file stores"):
-        tracking.check_tracking_uri(f"file://{tmp_path}/mlruns")
+        tracking_store.check_tracking_uri(f"file://{tmp_path}/mlruns")
     with pytest.raises(ValueError, match="does not exist or is not writable"):
-        tracking.check_tracking_uri(f"sqlite:///{tmp_path}/nope/mlflow.db")
-    tracking.check_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+        tracking_store.check_tracking_uri(f"sqlite:///{tmp_path}/nope/mlflow.db")
+    tracking_store.check_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
 
 
 def test_local_experiment_keeps_artifacts_next_to_the_db(store):
@@ -107,9 +109,9 @@ def test_parent_run_is_reused(store):
     assert a == b
     run = store.client.get_run(a)
     assert run.info.run_name == "sweep-a"
-    assert run.data.tags[tracking.ROLE] == "sweep" and run.data.tags[tracking.SWEEP] == "sweep-a"
+    assert run.data.tags[schema.ROLE] == "sweep" and run.data.tags[schema.SWEEP] == "sweep-a"
     assert run.data.params["datasets"] == '"synthetic-short"'  # JSON: structure survives
-    assert run.data.tags[tracking.CODE_FINGERPRINT] == tracking.code_fingerprint()
+    assert run.data.tags[schema.CODE_FINGERPRINT] == schema.code_fingerprint()
 
 
 def test_parent_params_are_json(store):
@@ -137,22 +139,22 @@ def test_trial_run_schema(store, tmp_path):
     r = store.client.get_run(run.run_id)
     assert r.info.status == "FINISHED"
     tags, params, metrics = r.data.tags, r.data.params, r.data.metrics
-    assert tags[tracking.ROLE] == "trial" and tags[tracking.SWEEP] == "sweep-b"
-    assert tags["mlflow.parentRunId"] == parent and tags[tracking.TRIAL_KEY] == key
+    assert tags[schema.ROLE] == "trial" and tags[schema.SWEEP] == "sweep-b"
+    assert tags["mlflow.parentRunId"] == parent and tags[schema.TRIAL_KEY] == key
     assert (tags["fp.split"], tags["fp.batch_order"], tags["fp.shared_init"],
             tags["fp.dropout"]) == ("s1", "b1", "i1", "d1")
-    assert tags[tracking.CODE_FINGERPRINT] == "c0de"
-    assert tags[tracking.GIT_COMMIT] == "abc123" and tags[tracking.VERSION]
-    assert tags["fusion_sweep.node_id"] == "n1" and tags[tracking.ATTEMPTS] == "1"
+    assert tags[schema.CODE_FINGERPRINT] == "c0de"
+    assert tags[schema.GIT_COMMIT] == "abc123" and tags[schema.VERSION]
+    assert tags["fusion_sweep.node_id"] == "n1" and tags[schema.ATTEMPTS] == "1"
     assert {"dataset", "pe", "fusion", "seed"} <= set(params)
     assert set(cfg.hyperparameters()) <= set(params)
     assert params["d_model"] == "16" and params["seed"] == "0"
-    for m in tracking.FINAL_METRICS:
+    for m in schema.FINAL_METRICS:
         assert m in metrics, m
     assert metrics["test_acc"] == pytest.approx(0.61)
     hist = store.client.get_metric_history(run.run_id, "val_acc")
     assert sorted((h.step, round(h.value, 3)) for h in hist) == [(1, 0.5), (2, 0.6)]
-    for m in tracking.EPOCH_METRICS:
+    for m in schema.EPOCH_METRICS:
         assert len(store.client.get_metric_history(run.run_id, m)) == 2
     names = {a.path for a in store.client.list_artifacts(run.run_id)}
     assert {"predictions.csv", "result.json"} <= names
@@ -201,7 +203,7 @@ def test_orphans_reconciled_then_reattached(store):
     assert again.run_id == run.run_id and not again.finished
     r = store.client.get_run(run.run_id)
     assert r.info.status == "RUNNING"
-    assert r.data.tags[tracking.ATTEMPTS] == "2" and r.data.tags[tracking.LAUNCH_ID] == "second"
+    assert r.data.tags[schema.ATTEMPTS] == "2" and r.data.tags[schema.LAUNCH_ID] == "second"
     assert len(store.trial_runs("sweep-c")) == 1
 
 
@@ -243,7 +245,7 @@ def test_code_change_refused_unless_allowed_and_recorded(store, capsys):
     """A sweep trained by code c0de is not resumed silently by other code."""
     import io
 
-    from fusion_sweep.sweep import _check_code
+    from fusion_sweep.preflight import check_code
 
     parent_id = store.start_parent("sweep-code", grid_hash="g1", n_trials=1, commit="abc",
                                    params={}, code="c0de")
@@ -252,18 +254,18 @@ def test_code_change_refused_unless_allowed_and_recorded(store, capsys):
     run = tracking.TrialRun.open(ctx, cfg, cfg.trial_key("c0de"))
     run.log_result(fake_result(cfg))
     parent = store.find_parent("sweep-code")
-    assert _check_code(parent, store, "sweep-code", "c0de", False, io.StringIO()) == "c0de"
+    assert check_code(parent, store, "sweep-code", "c0de", False, io.StringIO()) == "c0de"
     with pytest.raises(ValueError, match=r"sweep 'sweep-code' has finished trials trained by code "
                                          r"c0de, but this checkout's code fingerprint is beef: .*"
                                          r"Pass --allow-code-change"):
-        _check_code(parent, store, "sweep-code", "beef", False, io.StringIO())
+        check_code(parent, store, "sweep-code", "beef", False, io.StringIO())
     out = io.StringIO()
-    history = _check_code(parent, store, "sweep-code", "beef", True, out)
+    history = check_code(parent, store, "sweep-code", "beef", True, out)
     assert history == "c0de,beef" and "code changed (c0de -> beef)" in out.getvalue()
     store.start_parent("sweep-code", grid_hash="g1", n_trials=1, commit="abc", params={},
                        code="beef", code_history=history)
     tags = store.client.get_run(parent_id).data.tags
-    assert tags[tracking.CODE_FINGERPRINT] == "beef" and tags[tracking.CODE_HISTORY] == "c0de,beef"
+    assert tags[schema.CODE_FINGERPRINT] == "beef" and tags[schema.CODE_HISTORY] == "c0de,beef"
     # the trial key changes with the code, so the old run is never found for the new code
     assert cfg.trial_key("beef") != cfg.trial_key("c0de")
 
@@ -374,7 +376,7 @@ def _fake_run(key: str, status: str, start: int, run_id: str):
     from types import SimpleNamespace
 
     return SimpleNamespace(info=SimpleNamespace(status=status, start_time=start, run_id=run_id),
-                           data=SimpleNamespace(tags={tracking.TRIAL_KEY: key}))
+                           data=SimpleNamespace(tags={schema.TRIAL_KEY: key}))
 
 
 @pytest.mark.parametrize("runs, chosen", [
@@ -401,3 +403,74 @@ def test_every_reader_takes_the_same_run_of_a_trial_key(runs, chosen, monkeypatc
             return fakes
     ctx = tracking.TrackingContext("sqlite:///x.db", "0", "p", "s", "c", "g", "l")
     assert tracking.TrialRun.find(ctx, "k1", Client()).info.run_id == chosen
+
+
+@pytest.mark.parametrize("name", ["plain", "it's", 'say "hi"', "both'\"", "back\\slash"])
+def test_runs_are_found_by_any_sweep_name(store, name):
+    """One query helper for writer and reader: a sweep name with quotes or a backslash finds
+    its parent and trial runs (MLflow unescapes nothing in a filter literal)."""
+    parent = start(store, name)
+    assert store.find_parent(name).info.run_id == parent
+    ctx = ctx_for(store, name, parent)
+    run = tracking.TrialRun.open(ctx, config(seed=3), "k-" + str(abs(hash(name))))
+    assert tracking.TrialRun.find(ctx, "k-" + str(abs(hash(name)))).info.run_id == run.run_id
+    assert [r.info.run_id for r in store.trial_runs(name)] == [run.run_id]
+
+
+def test_run_searches_page_through_every_run(store):
+    from fusion_sweep import mlflow_query
+
+    ids = [store.client.create_run(store.experiment_id, tags={schema.ROLE: "trial", schema.SWEEP: "paged"})
+           .info.run_id for _ in range(5)]
+    found = mlflow_query.search_runs(store.client, [store.experiment_id], page_size=2,
+                                     tags={schema.ROLE: "trial", schema.SWEEP: "paged"})
+    assert sorted(r.info.run_id for r in found) == sorted(ids)
+    assert len(mlflow_query.search_runs(store.client, [store.experiment_id], page_size=2, limit=3,
+                                        tags={schema.SWEEP: "paged"})) == 3
+
+
+def test_an_interrupted_trial_is_killed_not_failed(store):
+    """Ctrl-C or a stop signal in a trial ends its run KILLED with the reason; no error tag."""
+    parent = start(store, "interrupted")
+    ctx = ctx_for(store, "interrupted", parent)
+    run = tracking.TrialRun.open(ctx, config(seed=5), "k-int")
+    run.interrupt()
+    got = store.client.get_run(run.run_id)
+    assert got.info.status == "KILLED" and schema.ERROR not in got.data.tags
+    assert got.data.tags[schema.RECONCILED] == tracking.INTERRUPTED
+    left = tracking.TrialRun.open(ctx, config(seed=6), "k-left")  # a worker shut down mid-trial
+    assert store.reconcile_orphans("interrupted", tracking.INTERRUPTED) == [left.run_id]
+    assert store.client.get_run(left.run_id).info.status == "KILLED"
+
+
+def test_results_csv_carries_code_family_and_design(store, tmp_path):
+    """results.csv (issue 31 item 5): each row's code fingerprint, the comparison family and
+    the adaptive design on every row, and the test split's majority rate column."""
+    import io
+
+    from fusion_sweep.grid import plan
+    from fusion_sweep.summary import LaunchSummary, summarize
+
+    points = plan(load_space("smoke"))
+    parent = start(store, "csvcols")
+    ctx = ctx_for(store, "csvcols", parent)
+    run = tracking.TrialRun.open(ctx, points[0].config, points[0].key)
+    run.log_result(fake_result(points[0].config))
+    s = LaunchSummary(name="csvcols", total=len(points), experiment_path=str(tmp_path / "rr"))
+    family = {"m": 1, "members": [{"dataset": "synthetic-short"}]}
+    summarize(s, store, points, ctx, io.StringIO(), family=family, adaptive='{"method": "betting"}')
+    rows = list(csv.DictReader(open(s.results_csv)))
+    assert rows[0]["code_fingerprint"] == "c0de" and rows[1]["code_fingerprint"] == ""
+    assert {r["comparison_family"] for r in rows} == {json.dumps(family, sort_keys=True)}
+    assert {r["adaptive"] for r in rows} == {'{"method": "betting"}'}
+    assert "test_majority_rate" in rows[0] and s.finished == 1 and s.missing == len(points) - 1
+
+
+def test_trial_key_ignores_field_order():
+    """A trial key is a fact of the config's values, not of the order its fields were built
+    in (a resumed sweep rebuilds configs through another path)."""
+    from fusion_sweep.schema import trial_key
+
+    d = config(seed=2).to_dict()
+    assert trial_key(d, "c0de") == trial_key(dict(reversed(list(d.items()))), "c0de")
+    assert trial_key(d, "c0de") != trial_key({**d, "lr": d["lr"] * 2}, "c0de")

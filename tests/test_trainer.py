@@ -132,13 +132,13 @@ def first_step_dropout_masks(fusion: str, data: EncodedData, seed: int = 0) -> l
         if module.training and len(masks) < 3:
             masks.append(((output == 0) & (inputs[0] != 0)).clone())
 
-    def forward(self, ids):
+    def forward(self, ids, padded=None):
         if not getattr(self, "_hooked", False):
             self._hooked = True
             layer = self.encoder.layers[0]
             for m in (layer.dropout1, layer.dropout, layer.dropout2):
                 m.register_forward_hook(hook)
-        return original(self, ids)
+        return original(self, ids, padded)
 
     FusionClassifier.forward = forward
     try:
@@ -229,3 +229,19 @@ def test_trial_key_ignores_execution_fields() -> None:
     assert a.trial_key("v1") == b.trial_key("v1")
     assert a.trial_key("v1") != cfg(lr=1e-3).trial_key("v1")
     assert a.trial_key("v1") != a.trial_key("v2")
+
+
+def test_majority_rate_is_a_final_metric_without_a_direction(data: EncodedData) -> None:
+    from fusion_sweep.schema import FINAL_METRICS, METRIC_DIRECTIONS, TASK_METRICS
+    from fusion_sweep.trial.trainer import majority_rate
+
+    r = train_trial(cfg(epochs=1), data=data)
+    labels = data.test.labels
+    expected = np.bincount(labels).max() / len(labels)
+    assert r.test_majority_rate == pytest.approx(expected)
+    assert r.metrics()["test_majority_rate"] == pytest.approx(expected)
+    assert set(r.metrics()) >= set(FINAL_METRICS)
+    assert "test_majority_rate" in TASK_METRICS and "test_majority_rate" not in METRIC_DIRECTIONS
+    assert majority_rate(np.array([2, 2, 0, 1])) == 0.5 and math.isnan(majority_rate(np.array([])))
+    tuning = train_trial(cfg(epochs=1, evaluate_test=False), data=data)
+    assert math.isnan(tuning.test_majority_rate)

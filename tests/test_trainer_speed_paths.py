@@ -56,7 +56,11 @@ def test_fast_path_matches_reference(data: EncodedData, fusion: str, clip: float
     config = TrialConfig.build("synthetic-short", **{**TINY, "fusion": fusion, "grad_clip": clip})
     ref = train_trial(config, data=data, speed=SpeedOptions.reference())
     new = train_trial(config, data=data, speed=fast)
-    assert new.fingerprints == ref.fingerprints
+    # the same trial on the same data: every fingerprint agrees but the platform's, which
+    # records the speed mode (and nothing else differs in it)
+    assert {**new.fingerprints, "platform": ""} == {**ref.fingerprints, "platform": ""}
+    assert {k for k in new.platform if new.platform[k] != ref.platform[k]} == {"speed"}
+    assert (new.platform["speed"], ref.platform["speed"]) == (fast.label(), "reference")
     assert new.test_acc == ref.test_acc and new.best_epoch == ref.best_epoch
     assert new.test_macro_f1 == ref.test_macro_f1
     assert new.predictions["pred"] == ref.predictions["pred"]

@@ -25,6 +25,10 @@ import numpy as np
 import pytest
 
 from fusion_sweep import tracking
+from fusion_sweep.errors import UserError  # noqa: E402
+from fusion_sweep import ui_view  # noqa: E402
+from fusion_sweep import ui_server  # noqa: E402
+from fusion_sweep import schema  # noqa: E402
 from fusion_sweep.schema import PARENT, ROLE, SWEEP
 
 _SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "check_report_html.py"
@@ -139,7 +143,7 @@ def assert_stops_cleanly(proc: subprocess.Popen, sig: int, port: int, seen: set[
     in_groups = [p for p in map(int, filter(str.isdigit, os.listdir("/proc")))
                  if (st := _stat(p)) and st[0] != "Z" and int(st[2]) in groups - {os.getpgid(0)}]
     assert not in_groups, f"processes left in the server's process group: {in_groups}"
-    assert tracking.port_free("127.0.0.1", port), f"port {port} still in use"
+    assert ui_server.port_free("127.0.0.1", port), f"port {port} still in use"
 
 
 def chromium(*args: str, profile: Path, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -152,12 +156,12 @@ def chromium(*args: str, profile: Path, timeout: float = 60) -> subprocess.Compl
 
 # ----------------------------------------------------------------------------- tests
 def test_view_state_and_url():
-    url = tracking.ui_url("http://127.0.0.1:5000", "7")
+    url = ui_view.ui_url("http://127.0.0.1:5000", "7")
     assert url == ("http://127.0.0.1:5000/#/experiments/7/runs?workflowType=machine_learning"
                    "&viewStateShareKey=fusion-sweep-trials")
-    assert tracking.ui_url("http://127.0.0.1:5000/") == \
+    assert ui_view.ui_url("http://127.0.0.1:5000/") == \
         "http://127.0.0.1:5000/#/experiments?workflowType=machine_learning"
-    st = tracking.trials_view_state()
+    st = ui_view.trials_view_state()
     assert st["selectedColumns"][:6] == ["params.`dataset`", "params.`encoder`", "params.`pe`",
                                          "params.`fusion`", "params.`seed`", "metrics.`test_acc`"]
     assert st["columnOrder"][1:6] == st["selectedColumns"][:5]
@@ -166,7 +170,7 @@ def test_view_state_and_url():
     # sorted by the order tag (short -> long, variant, seed); a width for every column.
     assert "groupBy" not in st and st["orderByKey"] == "tags.`fusion_sweep.ui_order`"
     assert set(st["columnWidths"]) == {"tags.`mlflow.runName`", *st["selectedColumns"]}
-    one = tracking.trials_view_state("tiny")
+    one = ui_view.trials_view_state("tiny")
     assert one["searchFilter"] == ("tags.`fusion_sweep.role` = 'trial' and "
                                    "tags.`fusion_sweep.sweep` = 'tiny'")
 
@@ -176,13 +180,13 @@ def test_column_widths_fit_every_identity_value():
     values = {"params.`fusion`": ["add", "concat", "gate-scalar"],
               "params.`dataset`": ["synthetic-medium"],
               "params.`encoder`": ["ressformer-no-asam"]}
-    widths = tracking.column_widths(values)
-    assert set(widths) == {"tags.`mlflow.runName`", *tracking.view_columns()}
-    px = tracking._CHAR_PX
+    widths = ui_view.column_widths(values)
+    assert set(widths) == {"tags.`mlflow.runName`", *ui_view.view_columns()}
+    px = ui_view._CHAR_PX
     for col, vals in values.items():
         assert widths[col] >= px * max(map(len, vals)) + 24, col
-    assert tracking.sqlite_path("sqlite:////a/b.db") == Path("/a/b.db")
-    assert tracking.sqlite_path("http://h:5000") is None
+    assert schema.sqlite_path("sqlite:////a/b.db") == Path("/a/b.db")
+    assert schema.sqlite_path("http://h:5000") is None
 
 
 @pytest.fixture(scope="module")
@@ -194,15 +198,15 @@ def store(tmp_path_factory) -> tuple[str, str]:
 def test_mark_training_experiment_is_idempotent(store):
     uri, exp_id = store
     client = tracking.SweepTracker(uri).client
-    if tracking.EXPERIMENT_KIND_TAG in client.get_experiment(exp_id).tags:
-        client.delete_experiment_tag(exp_id, tracking.EXPERIMENT_KIND_TAG)
-    assert tracking.mark_training_experiment(client, exp_id)
-    assert not tracking.mark_training_experiment(client, exp_id)  # nothing left to write
+    if ui_view.EXPERIMENT_KIND_TAG in client.get_experiment(exp_id).tags:
+        client.delete_experiment_tag(exp_id, ui_view.EXPERIMENT_KIND_TAG)
+    assert ui_view.mark_training_experiment(client, exp_id)
+    assert not ui_view.mark_training_experiment(client, exp_id)  # nothing left to write
     tags = client.get_experiment(exp_id).tags
     assert tags["mlflow.experimentKind"] == "custom_model_development"
     view = json.loads(tags["mlflow.sharedViewState.fusion-sweep-trials"])
-    assert view["name"] == tracking.TRIALS_VIEW_NAME and isinstance(view["createdAt"], int)
-    assert json.loads(view["state"]) == tracking.trials_view_state()
+    assert view["name"] == ui_view.TRIALS_VIEW_NAME and isinstance(view["createdAt"], int)
+    assert json.loads(view["state"]) == ui_view.trials_view_state()
     # the view's filter is valid MLflow search syntax and selects exactly the trials
     runs = client.search_runs([exp_id], filter_string=json.loads(view["state"])["searchFilter"])
     assert len(runs) == len(TRIALS)
@@ -215,14 +219,14 @@ def test_ui_opens_the_trials_and_stops_on_sigterm(store, tmp_path):
     proc, url, seen = start_ui(uri, port, tmp_path)
     try:
         base = f"http://127.0.0.1:{port}"
-        assert url == tracking.ui_url(base, exp_id)
+        assert url == ui_view.ui_url(base, exp_id)
         with urllib.request.urlopen(base + "/", timeout=10) as r:
             assert r.status == 200 and b'id="root"' in r.read()
         req = urllib.request.Request(
             base + "/api/2.0/mlflow/experiments/get?experiment_id=" + exp_id)
         with urllib.request.urlopen(req, timeout=10) as r:
             tags = {t["key"]: t["value"] for t in json.load(r)["experiment"]["tags"]}
-        assert tags[tracking.EXPERIMENT_KIND_TAG] == tracking.TRAINING_KIND
+        assert tags[ui_view.EXPERIMENT_KIND_TAG] == ui_view.TRAINING_KIND
         state = json.loads(json.loads(tags["mlflow.sharedViewState.fusion-sweep-trials"])["state"])
         body = json.dumps({"experiment_ids": [exp_id], "filter": state["searchFilter"]}).encode()
         req = urllib.request.Request(base + "/api/2.0/mlflow/runs/search", data=body,
@@ -257,15 +261,18 @@ def test_sweeps_lists_the_store_and_ui_orders_the_trials(store, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:3] == ["sweep", "state", "trials"]
     assert out[1].split()[:3] == [SWEEP_NAME, "finished", "3/3"]
-    assert tracking.prepare_ui_experiment(uri, sweep=SWEEP_NAME) == (exp_id, SWEEP_NAME)
-    assert tracking.prepare_ui_experiment(uri) == (exp_id, SWEEP_NAME)  # the newest
+    assert ui_view.prepare_ui_experiment(uri, sweep=SWEEP_NAME) == (exp_id, SWEEP_NAME)
+    assert ui_view.prepare_ui_experiment(uri) == (exp_id, SWEEP_NAME)  # the newest
     client = tracking.SweepTracker(uri).client
     runs = client.search_runs([exp_id], filter_string="tags.`fusion_sweep.role` = 'trial'",
                               order_by=["tags.`fusion_sweep.ui_order` ASC"])
     assert [(r.data.params["fusion"], r.data.params["seed"]) for r in runs] == [
         ("add", "0"), ("concat", "0"), ("gate-scalar", "1")]
-    with pytest.raises(ValueError, match="--sweep nope: no such sweep .* sweeps: tiny"):
-        tracking.prepare_ui_experiment(uri, sweep="nope")
+    with pytest.raises(UserError, match="--sweep nope: no such sweep in .* sweeps: tiny"):
+        ui_view.prepare_ui_experiment(uri, sweep="nope")
+    with pytest.raises(UserError, match=r"--sweep tin: no such sweep \(did you mean 'tiny'\?\) "
+                                        r"in .* sweeps: tiny \("):
+        ui_view.prepare_ui_experiment(uri, sweep="tin")
     assert main(["ui", "--sweep", "nope", "--backend-store-uri", uri, "--port",
                  str(free_port())]) == 2
     assert "error: --sweep nope" in capsys.readouterr().err

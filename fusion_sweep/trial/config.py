@@ -16,6 +16,7 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
+from fusion_sweep.errors import UserError
 from fusion_sweep.schema import (DEFAULT_ENCODER, IDENTITY_FIELDS, NON_SEMANTIC_FIELDS,
                                  trial_key, trial_label, variant_label)
 from fusion_sweep.trial.data.registry import DATASETS
@@ -26,6 +27,11 @@ from fusion_sweep.trial.models.positional import POSITIONAL, check_compatible
 from fusion_sweep.trial.optim import OPTIMIZERS
 
 DEVICES = ("auto", "cpu", "cuda")
+# Arithmetic precision of a CUDA trial (the trainer applies it, the platform records it):
+# fp32 = IEEE float32 matmuls; tf32 = TensorFloat-32 matmuls and convolutions on CUDA (10-bit
+# mantissa inputs, fp32 accumulate; the same as fp32 on a CPU); bf16 = bfloat16 autocast of
+# forward and loss (on CPU too), fp32 master weights, gradients and Adam state.
+PRECISIONS = ("fp32", "tf32", "bf16")
 
 # Marks a model/optimisation field that no layer of the hyperparameter chain set.
 UNSET: Any = None
@@ -36,7 +42,7 @@ CHAIN_FIELDS = ("max_len", "d_model", "heads", "layers", "dim_ff", "dropout", "a
 COMMAND_LINE = "command line"
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """An invalid trial config; `errors` lists every problem (one message each)."""
 
     def __init__(self, errors: list[str]) -> None:
@@ -93,6 +99,8 @@ class TrialConfig:
     data_dir: str = ""  # local copy of a real dataset ("" = Hugging Face hub)
     limit_train: int = 0  # 0 = all; else a deterministic subsample (by data_seed)
     limit_eval: int = 0
+    # Changes a trial's numbers, so it is part of the trial key (not in NON_SEMANTIC_FIELDS).
+    precision: str = "fp32"
     # --- execution (not part of the trial key) ---
     device: str = "auto"
     num_threads: int = 0  # 0 = torch default / the trial's CPU budget
@@ -220,6 +228,7 @@ class TrialConfig:
         choice("optimizer", self.optimizer, OPTIMIZERS)
         choice("activation", self.activation, ACTIVATIONS)
         choice("device", self.device, DEVICES)
+        choice("precision", self.precision, PRECISIONS)
         for name in ("max_len", "d_model", "heads", "layers", "dim_ff", "batch_size", "epochs",
                      "gate_cnn_kernel", "latency_repeats"):
             v = getattr(self, name)
@@ -271,7 +280,7 @@ def resolve_hyperparameters(dataset: str, *, space_all: Mapping[str, Any] | None
     (device, threads, cache, ...), reported as "built-in".
     """
     if dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {dataset!r}; choose from {sorted(DATASETS)}")
+        raise UserError(f"unknown dataset {dataset!r}; choose from {sorted(DATASETS)}")
     names = TrialConfig.field_names()
     values: dict[str, Any] = {}
     sources: dict[str, str] = {f: "built-in" for f in names if f != "dataset"}
@@ -282,7 +291,7 @@ def resolve_hyperparameters(dataset: str, *, space_all: Mapping[str, Any] | None
     for layer, given in layers:
         unknown = sorted(set(given) - set(names))
         if unknown:
-            raise ValueError(f"unknown trial config field(s) {unknown} ({layer}); choose from "
+            raise UserError(f"unknown trial config field(s) {unknown} ({layer}); choose from "
                              f"{sorted(names)}")
         for k, v in given.items():
             values[k] = v

@@ -38,9 +38,10 @@ from fusion_sweep.trial.data.registry import DATASETS
 from fusion_sweep.trial.data.types import EncodedData, EncodedSplit, validate_encoded
 from fusion_sweep.trial.heap import keep_freed_memory
 from fusion_sweep.trial.models.encoder import (ENCODERS, FusionClassifier, count_parameters,
-                                         encoder_init_hash, initialize, shared_init_hash)
+                                               encoder_init_hash, has_padding, initialize,
+                                               shared_init_hash)
 from fusion_sweep.trial.optim import OPTIMIZERS
-from fusion_sweep.trial.platform import describe_platform, deterministic
+from fusion_sweep.trial.platform import autocast, describe_platform, deterministic, precision_mode
 
 # Appended, never reordered: a stream's seed depends on its index (`derive_seed`).
 STREAMS = ("data_order", "shared_init", "fusion_init", "pe_init", "dropout", "encoder_init")
@@ -111,6 +112,23 @@ class SpeedOptions:
         if not isinstance(self.eval_batch_mult, int) or self.eval_batch_mult < 1:
             raise ValueError(f"eval_batch_mult must be a positive integer, got {self.eval_batch_mult!r}")
 
+    def label(self) -> str:
+        """The speed mode as the platform records it: "fast" (the default), "reference", or
+        the switches that differ from the default ("heap_reuse=0,eval_batch_mult=2")."""
+        if self == type(self)():
+            return "fast"
+        if self == type(self).reference():
+            return "reference"
+        default = type(self)()
+        return ",".join(f"{k}={int(v) if isinstance(v, bool) else v}"
+                        for k, v in asdict(self).items() if getattr(default, k) != v)
+
+    def for_device(self, device: torch.device) -> "SpeedOptions":
+        """The switches that apply on `device`: heap reuse is a glibc tweak for CPU
+        attention tensors; a CUDA trial's tensors live on the GPU, so it would only keep
+        up to 2 GB of host memory per worker for nothing (off on CUDA)."""
+        return dataclasses.replace(self, heap_reuse=False) if device.type == "cuda" else self
+
     @classmethod
     def from_env(cls) -> "SpeedOptions":
         return cls.parse(os.environ.get("FUSION_SWEEP_SPEED", "fast"))
@@ -169,12 +187,19 @@ class TrialResult:
     platform: dict[str, str] = field(default_factory=dict)
 
     num_classes: int = 0
+    # The test split's majority-class share (`majority_rate`); NaN when the test split is not
+    # read (evaluate_test=False). A task figure, not a quality metric (schema.TASK_METRICS).
+    test_majority_rate: float = float("nan")
+    # A CUDA trial's peak of allocated GPU memory (torch.cuda.max_memory_allocated), GiB;
+    # NaN on a CPU, and then not among the metrics.
+    gpu_peak_gib: float = float("nan")
 
     def metrics(self) -> dict[str, float]:
         keys = ("test_acc", "test_macro_f1", "best_val_acc", "best_epoch", "epochs_run", "params",
                 "fusion_params", "train_seconds", "tokens_per_second", "latency_ms_per_sample",
-                "median_tokens", "num_classes", "flops_per_token")
-        return {k: float(getattr(self, k)) for k in keys}
+                "median_tokens", "num_classes", "flops_per_token", "test_majority_rate")
+        peak = {} if math.isnan(self.gpu_peak_gib) else {"gpu_peak_gib": self.gpu_peak_gib}
+        return {**{k: float(getattr(self, k)) for k in keys}, **peak}
 
     def to_json_dict(self, predictions: bool = False) -> dict[str, Any]:
         out = {**self.metrics(), "best_epoch": self.best_epoch, "epochs_run": self.epochs_run,
@@ -196,7 +221,7 @@ def build_model(config: TrialConfig, vocab_size: int, num_classes: int, pad_id: 
     dropout stream, so variants with more layers leave both untouched.
     """
     with torch.random.fork_rng(devices=[]):
-        model = _construct(config, vocab_size, num_classes, pad_id)
+        model = construct_model(config, vocab_size, num_classes, pad_id)
     d = stream_dataset(config)
     initialize(model, {"shared": derive_seed(config.seed, "shared_init", d),
                        "encoder": derive_seed(config.seed, "encoder_init", d),
@@ -205,7 +230,9 @@ def build_model(config: TrialConfig, vocab_size: int, num_classes: int, pad_id: 
     return model
 
 
-def _construct(config: TrialConfig, vocab_size: int, num_classes: int, pad_id: int) -> FusionClassifier:
+def construct_model(config: TrialConfig, vocab_size: int, num_classes: int, pad_id: int) -> FusionClassifier:
+    """The trial's classifier as its constructors initialise it (`build_model` then draws
+    every group from its own stream; trial/memory.py builds it on `meta` to size it)."""
     return FusionClassifier(
         vocab_size=vocab_size, num_classes=num_classes, fusion=config.fusion, pe=config.pe,
         max_len=config.max_len, d_model=config.d_model, heads=config.heads, layers=config.layers,
@@ -250,8 +277,9 @@ def dropout_stream(seed: int, device: torch.device) -> Iterator[str]:
     """Dropout has no generator argument, so give it the global RNG — forked, seeded from its
     own stream, and restored afterwards, so nothing outside the trial sees or shifts it.
 
-    Yields the dropout fingerprint: a hash of the generator state that the first training
-    step will draw from. Enter it after the model is built (see `build_model`).
+    Yields the dropout fingerprint: a hash of a dropout mask drawn from the stream as the
+    first training step would draw it (then the stream is put back). Enter it after the
+    model is built (see `build_model`).
     """
     devices = [device.index or 0] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices, device_type="cuda" if devices else "cpu"):
@@ -259,12 +287,21 @@ def dropout_stream(seed: int, device: torch.device) -> Iterator[str]:
         yield dropout_fingerprint(device)
 
 
+# Elements of the mask the dropout fingerprint draws (p = 0.5: one bit of the stream each).
+DROPOUT_PROBE = 4096
+
+
 def dropout_fingerprint(device: torch.device) -> str:
-    """sha256 (16 hex) of the RNG state dropout draws from on `device`, now."""
+    """sha256 (16 hex) of a dropout mask (F.dropout, p 0.5, DROPOUT_PROBE elements) drawn on
+    `device` from the RNG now, which is then restored: two trials agree only if their
+    dropout draws do, whatever their generator's seed or state layout (a seed hash would
+    agree across a CPU and a GPU whose dropout differs)."""
     import hashlib
 
-    state = torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
-    return hashlib.sha256(state.numpy().tobytes()).hexdigest()[:16]
+    devices = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices, device_type="cuda" if devices else "cpu"):
+        kept = F.dropout(torch.ones(DROPOUT_PROBE, device=device), 0.5, training=True) != 0
+    return hashlib.sha256(kept.cpu().numpy().tobytes()).hexdigest()[:16]
 
 
 @contextmanager
@@ -279,7 +316,13 @@ def cpu_threads(n: int) -> Iterator[None]:
 
 
 def _to(ids: np.ndarray, labels: np.ndarray, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.from_numpy(ids).to(device), torch.from_numpy(labels).to(device)
+    """Host arrays -> tensors on `device`. To a GPU through pinned memory with non-blocking
+    copies: the host never waits for the copy (the caching host allocator keeps the pinned
+    block until the copy has run), so a training step has no host sync."""
+    if device.type != "cuda":
+        return torch.from_numpy(ids).to(device), torch.from_numpy(labels).to(device)
+    return tuple(torch.from_numpy(a).pin_memory().to(device, non_blocking=True)  # type: ignore[return-value]
+                 for a in (ids, labels))
 
 
 def objective(model: nn.Module, loss: torch.Tensor) -> torch.Tensor:
@@ -302,9 +345,11 @@ def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, split: Encod
     outputs: list[tuple[torch.Tensor, torch.Tensor]] = []
     sizes: list[int] = []
     loss_sum, correct, n, tokens = 0.0, 0, 0, 0
-    for ids, y, real in batch_stream(split, batches, config.max_len, pad_id, device, speed.vector_pad):
-        logits = model(ids)  # (B, C)
-        loss = F.cross_entropy(logits, y)
+    for ids, y, real, padded in batch_stream(split, batches, config.max_len, pad_id, device,
+                                             speed.vector_pad):
+        with autocast(config.precision, device):
+            logits = model(ids, padded)  # (B, C)
+            loss = F.cross_entropy(logits, y)
         optimizer.zero_grad(set_to_none=True)
         objective(model, loss).backward()
         if config.grad_clip > 0:
@@ -339,8 +384,9 @@ def _train_epoch_reference(model: nn.Module, optimizer: torch.optim.Optimizer, s
     for index in batches:
         ids_np, y_np = pad_batch(split, index, config.max_len, pad_id)
         ids, y = _to(ids_np, y_np, device)
-        logits = model(ids)  # (B, C)
-        loss = F.cross_entropy(logits, y)
+        with autocast(config.precision, device):
+            logits = model(ids, has_padding(ids_np, pad_id))  # (B, C)
+            loss = F.cross_entropy(logits, y)
         optimizer.zero_grad(set_to_none=True)
         objective(model, loss).backward()
         if config.grad_clip > 0:
@@ -355,13 +401,14 @@ def _train_epoch_reference(model: nn.Module, optimizer: torch.optim.Optimizer, s
 
 def batch_stream(split: EncodedSplit, batches: list[np.ndarray], max_len: int, pad_id: int,
                  device: torch.device, vectorised: bool = True
-                 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
-    """(ids, labels, real tokens) per batch, padded just before use (`vectorised`: one numpy
-    gather per batch, else `pad_batch`'s per-row loop; the same arrays either way)."""
+                 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, int, bool]]:
+    """(ids, labels, real tokens, padded) per batch, padded just before use (`vectorised`: one
+    numpy gather per batch, else `pad_batch`'s per-row loop; the same arrays either way).
+    The token count and `padded` (`has_padding`) come from the host arrays: no device sync."""
     arrays = (pad_batches(split, batches, max_len, pad_id) if vectorised
               else (pad_batch(split, index, max_len, pad_id) for index in batches))
     for ids, y in arrays:
-        yield (*_to(ids, y, device), int(np.count_nonzero(ids != pad_id)))
+        yield (*_to(ids, y, device), int(np.count_nonzero(ids != pad_id)), has_padding(ids, pad_id))
 
 
 class EvalCache:
@@ -373,7 +420,7 @@ class EvalCache:
         batches = eval_batches(truncated_lengths(split, config.max_len), batch_size)
         self.size = len(split)
         self.order = np.concatenate(batches) if batches else np.zeros(0, dtype=np.int64)
-        self.batches = [_to(ids, y, device)
+        self.batches = [(*_to(ids, y, device), has_padding(ids, pad_id))
                         for ids, y in pad_batches(split, batches, config.max_len, pad_id)]
 
 
@@ -391,8 +438,9 @@ def predict(model: nn.Module, split: EncodedSplit, config: TrialConfig, device: 
     model.eval()
     if not cache.batches:
         return 0.0, np.zeros(0, dtype=np.int64), np.zeros((0, 0))
-    logits = torch.cat([model(ids).float() for ids, _ in cache.batches])
-    y = torch.cat([t for _, t in cache.batches])
+    with autocast(config.precision, device):
+        logits = torch.cat([model(ids, padded).float() for ids, _, padded in cache.batches])
+    y = torch.cat([t for _, t, _ in cache.batches])
     loss_sum = float(F.cross_entropy(logits, y, reduction="none").double().sum())
     p = logits.softmax(-1).cpu().numpy()
     probs = np.zeros((cache.size, p.shape[1]), dtype=np.float32)
@@ -411,8 +459,10 @@ def _predict_reference(model: nn.Module, split: EncodedSplit, config: TrialConfi
     probs: np.ndarray | None = None
     loss_sum = 0.0
     for index in eval_batches(lengths, config.batch_size):
-        ids, y = _to(*pad_batch(split, index, config.max_len, pad_id), device)
-        logits = model(ids).float()
+        ids_np, y_np = pad_batch(split, index, config.max_len, pad_id)
+        ids, y = _to(ids_np, y_np, device)
+        with autocast(config.precision, device):
+            logits = model(ids, has_padding(ids_np, pad_id)).float()
         loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
         p = logits.softmax(-1).cpu().numpy()
         if probs is None:
@@ -420,6 +470,14 @@ def _predict_reference(model: nn.Module, split: EncodedSplit, config: TrialConfi
         probs[index] = p
         preds[index] = p.argmax(-1)
     return loss_sum / max(len(split), 1), preds, probs if probs is not None else np.zeros((0, 0))
+
+
+def majority_rate(labels: np.ndarray) -> float:
+    """Share of the most frequent class in `labels` (N,): the accuracy of always predicting
+    it. NaN for no labels."""
+    if len(labels) == 0:
+        return math.nan
+    return float(np.bincount(np.asarray(labels, dtype=np.int64)).max() / len(labels))
 
 
 def macro_f1(labels: np.ndarray, preds: np.ndarray) -> float:
@@ -440,16 +498,18 @@ def measure_latency(model: nn.Module, split: EncodedSplit, config: TrialConfig, 
     training batch size."""
     model.eval()
     lengths = truncated_lengths(split, config.max_len)
-    batches = [_to(*pad_batch(split, b, config.max_len, pad_id), device)[0]
-               for b in eval_batches(lengths, config.batch_size)[:max_batches]]
-    n_docs = sum(b.shape[0] for b in batches)
+    padded = [pad_batch(split, b, config.max_len, pad_id)
+              for b in eval_batches(lengths, config.batch_size)[:max_batches]]
+    batches = [(_to(ids, y, device)[0], has_padding(ids, pad_id)) for ids, y in padded]
+    n_docs = sum(b.shape[0] for b, _ in batches)
 
     def one_pass() -> float:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
-        for ids in batches:
-            model(ids)
+        with autocast(config.precision, device):
+            for ids, pad in batches:
+                model(ids, pad)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         return time.perf_counter() - t0
@@ -479,10 +539,11 @@ def train_trial(config: TrialConfig, callback: Callable[[EpochRecord], None] | N
     data = data if data is not None else load_data(config)
     validate_encoded(data, include_test=config.evaluate_test)
     device = resolve_device(config.device)
-    speed = speed if speed is not None else SpeedOptions.from_env()
+    speed = (speed if speed is not None else SpeedOptions.from_env()).for_device(device)
     if speed.heap_reuse:
         keep_freed_memory()
-    with cpu_threads(config.num_threads), deterministic(device):
+    with cpu_threads(config.num_threads), deterministic(device), \
+            precision_mode(config.precision, device):
         return _run(config, data, device, callback, speed)
 
 
@@ -495,18 +556,33 @@ def _run(config: TrialConfig, data: EncodedData, device: torch.device,
         "shared_init": shared_init_hash(model),
         "encoder_init": encoder_init_hash(model),
     }
-    platform = describe_platform(device)  # inside the thread and determinism settings
+    # inside the thread, determinism and precision settings
+    platform = describe_platform(device, config.precision, speed.label())
     fingerprints[PLATFORM_FINGERPRINT] = platform_fingerprint(platform)
     schedule = training_schedule(data.train, config)
     fingerprints["batch_order"] = schedule_hash(schedule)
     model.to(device)
     optimizer = build_optimizer(config, model)
-    with dropout_stream(derive_seed(config.seed, "dropout", stream_dataset(config)), device) as fp:
+    with dropout_stream(derive_seed(config.seed, "dropout", stream_dataset(config)), device) as fp, \
+            gpu_peak(device) as peak:
         fingerprints["dropout"] = fp
         result = _train_and_test(config, data, device, callback, model, optimizer, schedule,
                                  fingerprints, speed)
     result.platform = platform
+    result.gpu_peak_gib = peak.get("gib", math.nan)
     return result
+
+
+@contextmanager
+def gpu_peak(device: torch.device) -> Iterator[dict[str, float]]:
+    """Yields a dict that holds, after the block, the block's peak of allocated CUDA memory
+    in GiB ("gib"; the peak counter is reset on entry); nothing on a CPU."""
+    out: dict[str, float] = {}
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    yield out
+    if device.type == "cuda":
+        out["gib"] = torch.cuda.max_memory_allocated(device) / 2**30
 
 
 @dataclass
@@ -556,6 +632,7 @@ def _train_and_test(config: TrialConfig, data: EncodedData, device: torch.device
         device=str(device),
         checkpoint=best_state if config.save_checkpoint else None,
         num_classes=data.num_classes,
+        test_majority_rate=majority_rate(data.test.labels) if config.evaluate_test else math.nan,
     )
 
 

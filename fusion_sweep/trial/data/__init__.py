@@ -23,6 +23,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from fusion_sweep.errors import UserError
 from fusion_sweep.trial.data import synthetic
 from fusion_sweep.trial.data.cache import cache_root, content_key, entry_path, get_or_build, read_entry
 from fusion_sweep.trial.data.hub import DatasetUnavailableError, RawSplits, Source, open_source
@@ -75,24 +76,24 @@ def _check_args(spec: DatasetSpec, data_dir: str, data_seed: int, limit_train: i
                 limit_eval: int, synthetic_overrides: Mapping[str, Any] | None) -> None:
     for field, v in (("data_seed", data_seed), ("limit_train", limit_train), ("limit_eval", limit_eval)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
-            raise ValueError(f"{field} must be a non-negative integer, got {v!r}")
+            raise UserError(f"{field} must be a non-negative integer, got {v!r}")
     if spec.generated and data_dir:
         hub = sorted(n for n, s in DATASETS.items() if not s.generated)
-        raise ValueError(f"data_dir applies only to hub and package datasets {hub}; dataset {spec.name!r} is "
+        raise UserError(f"data_dir applies only to hub and package datasets {hub}; dataset {spec.name!r} is "
                          f"generated from data_seed")
     if not spec.generated and synthetic_overrides:
-        raise ValueError(f"synthetic_overrides apply only to synthetic datasets, not {spec.name!r}")
+        raise UserError(f"synthetic_overrides apply only to synthetic datasets, not {spec.name!r}")
 
 
 def check_split(dataset: str, split: str, labels: np.ndarray, num_classes: int) -> None:
     """ValueError naming the split when it is empty or has labels outside [0, num_classes)."""
     if len(labels) == 0:
-        raise ValueError(f"dataset {dataset!r}: the {split!r} split is empty; every split needs "
+        raise UserError(f"dataset {dataset!r}: the {split!r} split is empty; every split needs "
                          f"at least one document")
     bad = (labels < 0) | (labels >= num_classes)
     if bad.any():
         v = int(labels[np.argmax(bad)])
-        raise ValueError(f"dataset {dataset!r}: the {split!r} split has label {v} outside the valid "
+        raise UserError(f"dataset {dataset!r}: the {split!r} split has label {v} outside the valid "
                          f"range [0, {num_classes}) (num_classes={num_classes}; {int(bad.sum())} of "
                          f"{len(labels)} labels out of range; labels must be 0-based class ids)")
 
@@ -140,7 +141,7 @@ def _build(spec: DatasetSpec, source: Source, data_seed: int, settings: Tokenize
                       f"using a seeded {VAL_FRACTION:.0%} of train instead", stacklevel=3)
     if carved:
         if len(train_labels) < 2:
-            raise ValueError(f"dataset {spec.name!r}: the 'train' split has {len(train_labels)} "
+            raise UserError(f"dataset {spec.name!r}: the 'train' split has {len(train_labels)} "
                              f"document(s); at least 2 are needed to carve a validation split")
         tr, va = carve_validation(len(train_labels), data_seed)
         raw["validation"] = ([train_texts[i] for i in va], train_labels[va])

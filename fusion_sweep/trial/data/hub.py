@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from fusion_sweep.errors import UserError
 from fusion_sweep.trial.data.cache import file_digest
 from fusion_sweep.trial.data.registry import DatasetSpec
 
@@ -55,7 +56,7 @@ ACCEPTED_LAYOUTS = (
 RawSplits = dict[str, tuple[list[str], np.ndarray]]  # split -> (texts, labels (n,) int64)
 
 
-class DatasetUnavailableError(ConnectionError):
+class DatasetUnavailableError(UserError, ConnectionError):
     """The hub could not provide the dataset (offline, unreachable, not found)."""
 
 
@@ -96,7 +97,7 @@ def as_labels(values: Sequence[Any] | np.ndarray, where: str, num_classes: int) 
     bad = _first_non_integer(items)
     if bad is None:
         return np.asarray([int(v) for v in items], dtype=np.int64)
-    raise ValueError(f"{where}: labels must be integer class ids in [0, {num_classes}); "
+    raise UserError(f"{where}: labels must be integer class ids in [0, {num_classes}); "
                      f"found {bad!r} (dtype {arr.dtype})")
 
 
@@ -123,7 +124,7 @@ def read_table(path: Path) -> Any:
 
     fmt = FORMATS.get(path.suffix.lower())
     if fmt is None:
-        raise ValueError(unsupported_format(path))
+        raise UserError(unsupported_format(path))
     try:
         if fmt == "csv":
             # keep_default_na=False: a review reading "NA" or "null" stays text.
@@ -134,7 +135,7 @@ def read_table(path: Path) -> Any:
             return _read_json(path)
         return pd.read_parquet(path)
     except (ValueError, OSError, UnicodeDecodeError) as e:  # pandas/pyarrow parse errors
-        raise ValueError(f"{path}: cannot be read as {fmt}: {type(e).__name__}: {e}") from e
+        raise UserError(f"{path}: cannot be read as {fmt}: {type(e).__name__}: {e}") from e
 
 
 def unsupported_format(path: Path) -> str:
@@ -164,11 +165,11 @@ def discover_files(root: Path) -> dict[str, list[Path]]:
             bucket.setdefault(split, []).append(f)
     for split, files in unsupported.items():
         if split not in found:  # only unusable files for this split: say which formats work
-            raise ValueError(unsupported_format(files[0]))
+            raise UserError(unsupported_format(files[0]))
     for split in REQUIRED_SPLITS:
         if split not in found:
             names = sorted(p.name for p in root.iterdir())[:20]
-            raise ValueError(f"data_dir {str(root)!r} has no {split!r} split (files found: {names}); "
+            raise UserError(f"data_dir {str(root)!r} has no {split!r} split (files found: {names}); "
                              f"{ACCEPTED_LAYOUTS}")
     return found
 
@@ -176,7 +177,7 @@ def discover_files(root: Path) -> dict[str, list[Path]]:
 def _check_columns(columns: Sequence[Any], where: str, spec: DatasetSpec) -> None:
     missing = [c for c in (spec.text_field, spec.label_field) if c not in columns]
     if missing:
-        raise ValueError(f"{where}: missing column(s) {missing}; found columns "
+        raise UserError(f"{where}: missing column(s) {missing}; found columns "
                          f"{[str(c) for c in columns]}; a local copy needs columns "
                          f"{spec.text_field!r} and {spec.label_field!r}")
 
@@ -214,7 +215,7 @@ def _pick_splits(names: Sequence[str], where: str) -> dict[str, str]:
             picked[split] = key
     for split in REQUIRED_SPLITS:
         if split not in picked:
-            raise ValueError(f"{where} has no {split!r} split (splits found: {sorted(names)}); "
+            raise UserError(f"{where} has no {split!r} split (splits found: {sorted(names)}); "
                              f"{ACCEPTED_LAYOUTS}")
     return picked
 
@@ -246,14 +247,14 @@ def disk_source(spec: DatasetSpec, root: Path) -> Source:
 
     where = f"save_to_disk folder {str(root)!r}"
     if not (root / "dataset_dict.json").exists():
-        raise ValueError(f"data_dir {str(root)!r} holds a single datasets.Dataset, not a DatasetDict "
+        raise UserError(f"data_dir {str(root)!r} holds a single datasets.Dataset, not a DatasetDict "
                          f"with splits; {ACCEPTED_LAYOUTS}")
     names = json.loads((root / "dataset_dict.json").read_text())["splits"]
     splits = {}
     for split, key in _pick_splits(names, where).items():
         state = json.loads((root / key / "state.json").read_text())
         if not state.get("_data_files"):  # datasets itself cannot load a 0-shard split
-            raise ValueError(f"dataset {spec.name!r}: the {split!r} split is empty ({where}); "
+            raise UserError(f"dataset {spec.name!r}: the {split!r} split is empty ({where}); "
                              f"every split needs at least one document")
         splits[key] = datasets.Dataset.load_from_disk(str(root / key))
     # datasets' fingerprints, plus the Arrow files' sizes against hand-replaced files;
@@ -266,7 +267,7 @@ def local_source(spec: DatasetSpec, data_dir: str) -> Source:
     root = Path(data_dir).expanduser()
     if not root.is_dir():
         what = "is a file, not a directory" if root.exists() else "does not exist"
-        raise ValueError(f"data_dir {data_dir!r} {what}; {ACCEPTED_LAYOUTS}")
+        raise UserError(f"data_dir {data_dir!r} {what}; {ACCEPTED_LAYOUTS}")
     if (root / "dataset_dict.json").exists() or (root / "state.json").exists():
         return disk_source(spec, root)
     return files_source(spec, root)

@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from fusion_sweep.errors import UserError
 from fusion_sweep.trial.data.cache import cache_root, file_digest
 from fusion_sweep.trial.data.hub import DatasetUnavailableError, RawSplits, Source, offline_vars
 from fusion_sweep.trial.data.registry import Artefact, DatasetSpec
@@ -146,11 +147,11 @@ def artefact_path(spec: DatasetSpec, data_dir: str = "", cache_dir: str = "") ->
     if data_dir:
         path = Path(data_dir).expanduser() / a.filename
         if not path.is_file():
-            raise ValueError(f"data_dir {data_dir!r} has no {a.filename} (dataset {spec.name!r} "
+            raise UserError(f"data_dir {data_dir!r} has no {a.filename} (dataset {spec.name!r} "
                              f"reads that file; fetch it with `{fetch_command(a, data_dir)}`)")
         digest = file_digest(path)
         if digest != a.sha256:
-            raise ValueError(f"data_dir file {path}: sha256 {digest[:12]}… is not the registered "
+            raise UserError(f"data_dir file {path}: sha256 {digest[:12]}… is not the registered "
                              f"{a.sha256[:12]}… of {a.requirement}; fetch it again with "
                              f"`{fetch_command(a, data_dir)}`")
         return path
@@ -190,7 +191,7 @@ class Archive:
         assert self._tar is not None
         f = self._tar.extractfile(name)
         if f is None:
-            raise ValueError(f"{self.path}: {name} is not a regular file")
+            raise UserError(f"{self.path}: {name} is not a regular file")
         return f.read()
 
     def text(self, name: str) -> str:

@@ -56,6 +56,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from fusion_sweep.errors import UserError
+
 # Bump when generated text changes for the same parameters: it is part of the cache key.
 GENERATOR_VERSION = "order-markers-v1"
 SPLITS = ("train", "validation", "test")
@@ -96,11 +98,11 @@ class SyntheticParams:
         known = set(cls.__dataclass_fields__)
         unknown = sorted(set(d) - known)
         if unknown:
-            raise ValueError(f"unknown synthetic parameter(s) {unknown}; choose from {sorted(known)}")
+            raise UserError(f"unknown synthetic parameter(s) {unknown}; choose from {sorted(known)}")
         required = [f.name for f in fields(cls) if f.default is MISSING]
         missing = [k for k in required if k not in d]
         if missing:
-            raise ValueError(f"missing synthetic parameter(s) {missing}; required: {required}")
+            raise UserError(f"missing synthetic parameter(s) {missing}; required: {required}")
         return cls(**dict(d))
 
     def sizes(self) -> dict[str, int]:
@@ -246,7 +248,7 @@ def generate(name: str, num_classes: int, params: Mapping[str, Any] | SyntheticP
     p = params if isinstance(params, SyntheticParams) else SyntheticParams.from_mapping(params)
     errs = validate_params(p, num_classes)
     if errs:
-        raise ValueError(f"invalid synthetic parameters for {name!r}:\n  " + "\n  ".join(errs))
+        raise UserError(f"invalid synthetic parameters for {name!r}:\n  " + "\n  ".join(errs))
     return {split: generate_split(name, split, n, num_classes, p, data_seed)
             for split, n in p.sizes().items()}
 

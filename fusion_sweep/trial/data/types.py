@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fusion_sweep.errors import UserError
+
 
 @dataclass(frozen=True)
 class EncodedSplit:
@@ -73,10 +75,10 @@ def validate_encoded(data: EncodedData, *, include_test: bool = True) -> None:
     splits = [("train", data.train), ("val", data.val)] + ([("test", data.test)] if include_test else [])
     for name, split in splits:
         if len(split) == 0:
-            raise ValueError(f"dataset {data.name!r}: the {name} split is empty; "
+            raise UserError(f"dataset {data.name!r}: the {name} split is empty; "
                              f"check the data source or raise limit_train/limit_eval")
         bad = (split.labels < 0) | (split.labels >= data.num_classes)
         if bad.any():
             v = int(split.labels[np.argmax(bad)])
-            raise ValueError(f"dataset {data.name!r}: {name} split has label {v} outside "
+            raise UserError(f"dataset {data.name!r}: {name} split has label {v} outside "
                              f"[0, {data.num_classes}) (num_classes={data.num_classes})")

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 from fusion_sweep.trial.models.common import FeedForwardSublayer, changed_fields, order_from_pe
 from fusion_sweep.trial.models.fusion import Fusion, build_fusion
-from fusion_sweep.trial.models.positional import PositionalEncoding, build_positional
+from fusion_sweep.trial.models.positional import POSITIONAL, PositionalEncoding, build_positional
 from fusion_sweep.trial.models.ressformer import ReSSFormerEncoder
 
 
@@ -150,6 +150,23 @@ class StandardEncoder(nn.Module):
         and applications, for the sweep's memory estimate: one per layer."""
         return int(config.layers)
 
+    @classmethod
+    def activation_floats(cls, config: Any, B: int, L: int) -> int:
+        """Elements one CUDA training step saves for the backward per (B, L) batch, for the GPU
+        memory estimate (trial/memory.py): per layer and token the layer input, q/k/v, the
+        attention output before and after the head merge, the norms' inputs (7 d), the
+        feed-forward's hidden layer and its activation (2 ff), a log-sum-exp per head; with
+        dropout its output and bool masks (ff + (2 d + ff) / 4); with a pe that rotates q and
+        k, their rotated copies (2 d). Attention saves no (L, L) map on CUDA (the fused
+        kernels keep the log-sum-exp instead)."""
+        d, ff = config.d_model, config.dim_ff
+        per_token = 7 * d + 2 * ff + config.heads
+        if config.dropout > 0:
+            per_token += ff + (2 * d + ff) / 4
+        if POSITIONAL[config.pe].rotates:
+            per_token += 2 * d
+        return int(config.layers * B * L * per_token)
+
     def __init__(self, *, d_model: int, heads: int, layers: int, dim_ff: int, dropout: float,
                  attn_dropout: float, activation: str, norm_first: bool, max_len: int) -> None:
         super().__init__()
@@ -204,25 +221,37 @@ class FusionClassifier(nn.Module):
         self.fusion: Fusion = build_fusion(fusion, d_model, gate_cnn_kernel)
         self.pe: PositionalEncoding = build_positional(pe, d_model, max_len, heads)
 
-    def _attn_mask(self, mask: torch.Tensor, L: int, dtype: torch.dtype) -> torch.Tensor | None:
+    def _attn_mask(self, mask: torch.Tensor, L: int, dtype: torch.dtype,
+                   padded: bool) -> torch.Tensor | None:
         """SDPA mask: None (no padding: lets SDPA pick its fused kernel), bool (B,1,1,L), or
-        float (B,H,L,L) when the PE family adds a logits bias."""
+        an additive float bias when the PE family adds one: (1,H,L,L) without padding (SDPA
+        broadcasts it over the batch), (B,H,L,L) with padding (bias + the keys' −inf).
+
+        `padded` is whether any key but the first is padding, known on the host from the
+        batch's lengths, so building the mask never waits for the device."""
+        bias = self.pe.attention_bias(L, mask.device, dtype)  # (1, H, L, L) | None
+        if not padded:
+            return bias
         mask = mask.clone()
         mask[:, 0] = True  # an empty document would otherwise have no key at all (NaN softmax)
-        bias = self.pe.attention_bias(L, mask.device, dtype)  # (1, H, L, L) | None
         if bias is None:
-            return None if bool(mask.all()) else mask[:, None, None, :]
+            return mask[:, None, None, :]
         pad = torch.zeros(mask.shape, device=mask.device, dtype=dtype).masked_fill(~mask, float("-inf"))
-        return bias + pad[:, None, None, :]
+        return bias + pad[:, None, None, :]  # (B, H, L, L): counted by trial/memory.py
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids: (B, L) right-padded with pad_id -> logits (B, C)."""
+    def forward(self, ids: torch.Tensor, padded: bool | None = None) -> torch.Tensor:
+        """ids: (B, L) right-padded with pad_id -> logits (B, C).
+
+        `padded`: whether a key after the first is pad_id (`has_padding(ids)` on the host
+        array). The trainer passes it; None reads it from `ids`, one host sync on a GPU."""
         B, L = ids.shape
         mask = ids != self.pad_id  # (B, L)
+        if padded is None:
+            padded = not bool(mask[:, 1:].all())
         E = self.embed(ids) * math.sqrt(self.d_model)  # (B, L, d)
         P = self.pe.input_encoding(L, ids.device, E.dtype)  # (1, L, d) | None
         x = self.fusion(E, P, mask) if P is not None else E  # attention-level / none: H = E
-        x = self.encoder(x, mask, self._attn_mask(mask, L, x.dtype), self.pe)  # (B, L, d)
+        x = self.encoder(x, mask, self._attn_mask(mask, L, x.dtype, padded), self.pe)  # (B, L, d)
         m = mask.unsqueeze(-1).to(x.dtype)  # (B, L, 1)
         pooled = (x * m).sum(1) / m.sum(1).clamp(min=1.0)  # (B, d)
         return self.classifier(pooled)
@@ -345,6 +374,12 @@ def shared_init_hash(model: FusionClassifier) -> str:
 def encoder_init_hash(model: FusionClassifier) -> str:
     """The encoder body (agrees between two trials only when their bodies are the same)."""
     return _hash_params(model.parameter_groups()["encoder"])
+
+
+def has_padding(ids: "np.ndarray", pad_id: int) -> bool:
+    """Whether a batch (B, L) host array has a padded key after the first column: the
+    `padded` argument of `FusionClassifier.forward` (column 0 is always kept as a key)."""
+    return bool((ids[:, 1:] == pad_id).any())
 
 
 def count_parameters(module: nn.Module) -> int:

@@ -24,6 +24,11 @@ class PositionalEncoding(nn.Module):
     """Base class. Subclasses override the hooks their level uses."""
 
     level = "input"  # "input" | "attention" | "none"
+    # Whether `attention_bias` returns a bias: a padded batch then gets a (B, H, L, L) float
+    # mask (bias + the padded keys' −inf), which trial/memory.py counts.
+    has_bias = False
+    # Whether `rotate` changes q and k (a rotated copy of each is saved for the backward).
+    rotates = False
 
     @classmethod
     def config_errors(cls, config: Any) -> list[str]:
@@ -107,6 +112,7 @@ class RotaryPE(PositionalEncoding):
     (rotate-half convention, base 10000). Relative by construction."""
 
     level = "attention"
+    rotates = True
 
     @classmethod
     def config_errors(cls, config: Any) -> list[str]:
@@ -141,6 +147,7 @@ class ALiBiPE(PositionalEncoding):
     geometric head slopes m_h = 2^{−8(h+1)/H} (for H a power of two; interpolated otherwise)."""
 
     level = "attention"
+    has_bias = True
 
     def __init__(self, d_model: int, max_len: int, heads: int) -> None:
         super().__init__(d_model, max_len, heads)
@@ -169,6 +176,7 @@ class T5BiasPE(PositionalEncoding):
     layers as in T5."""
 
     level = "attention"
+    has_bias = True
     num_buckets = 32
     max_distance = 128
 
