@@ -789,12 +789,13 @@ def _untestable(plan: Plan, verdict: str, support: str,
     return NOT_TESTABLE
 
 
-def training_unit(t: ClaimTest, probe_of: Mapping[str, str]) -> str:
-    """The trained models a claim test looks at: its name with each probe dataset replaced
-    by the regime it re-tests (probe_of, the registry's fact): 'C1 · synthetic-long-shuffled'
-    -> 'C1 · synthetic-long'."""
-    name = t.test
-    for d in sorted(t.datasets, key=len, reverse=True):
+def training_unit(t: ClaimTest | Mapping, probe_of: Mapping[str, str]) -> str:
+    """The trained models a claim test (a record, or its JSON) looks at: its name with each
+    probe dataset replaced by the regime it re-tests (probe_of, the registry's fact):
+    'C1 · synthetic-long-shuffled' -> 'C1 · synthetic-long'."""
+    name, datasets = ((t.test, t.datasets) if isinstance(t, ClaimTest)
+                      else (t.get("test"), t.get("datasets")))
+    for d in sorted(datasets, key=len, reverse=True):
         name = name.replace(d, probe_of.get(d, d))
     return name
 
