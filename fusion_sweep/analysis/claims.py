@@ -49,7 +49,9 @@ from fusion_sweep.analysis import stats
 from fusion_sweep.analysis.chance import arm_state, chance_tests
 from fusion_sweep.analysis.load import to_metric
 from fusion_sweep.analysis.metrics import is_accuracy_like
-from fusion_sweep.analysis.pairing import MISSING, Cell, cell_key, cells_for, pair_problem, variant_series
+from fusion_sweep.analysis.pairing import (
+    MISSING, Cell, cell_key, cells_for, pair_problem, variant_series,
+)
 from fusion_sweep.analysis.schema import (
     KEY_COLUMNS, LABEL_COLUMNS, REGIME_COLUMNS,
 )
