@@ -3,11 +3,17 @@
 Each claim of a paper is quoted briefly and *operationalised*: turned into one or more claim
 tests on the sweep's trials, each a per-seed contrast over arms (a variant on a dataset),
 paired by seed exactly like every other comparison (same cells, drop reasons, code and
-fingerprint checks as :mod:`fusion_sweep.analysis.pairing`). The claim tests of one claim set form ONE
-Holm family (p values: two-sided, or one-sided in the claimed direction where the claim is an
+fingerprint checks as :mod:`fusion_sweep.analysis.pairing`). The claim tests of one claim set
+form ONE Holm family (p values: two-sided, or one-sided in the claimed direction where the
+claim is an
 ordering), separate from the report's comparison family; equivalence (TOST) tests form a
-second family. A test's verdict uses the report's rule (:func:`fusion_sweep.analysis.stats.verdict`), and
-then says what it means for the paper: SUPPORTS, CONTRADICTS or does not decide.
+second family. A test's verdict uses the report's rule
+(:func:`fusion_sweep.analysis.stats.verdict`), and then says what it means for the paper:
+SUPPORTS, CONTRADICTS or does not decide.
+
+Records (frozen, built once): plan -> `_Stats` (before Holm) -> :class:`ClaimTest` (after Holm,
+verdict, support) -> :class:`ClaimSummary` per claim -> :class:`ClaimSetResult`; each writes
+its JSON in `to_json` (CLAIM_TEST_KEYS, CLAIM_KEYS, CLAIM_SET_KEYS of analysis/schema.py).
 
 Contrast kinds (each a frozen dataclass with ``plans`` and ``describe``):
 
@@ -16,8 +22,8 @@ Contrast kinds (each a frozen dataclass with ``plans`` and ``describe``):
   margin. ``holds_if`` says which verdicts support the claim (``better``, or ``better`` /
   ``equivalent`` for an "equal or better" claim).
 - :class:`Cheaper`: the paired ratio arm/reference of each cost metric per regime, on the log
-  scale (:func:`fusion_sweep.analysis.stats.ratio_test`); supports when the ratio is < 1 beyond noise (or
-  exactly, for a deterministic cost).
+  scale (:func:`fusion_sweep.analysis.stats.ratio_test`); supports when the ratio is < 1
+  beyond noise (or exactly, for a deterministic cost).
 - :class:`LargerOnShuffled`: the arm's advantage is larger on each ``X-shuffled`` dataset
   than on its clean regime ``X`` (found by name): per seed,
   ``[arm - ref on X-shuffled] - [arm - ref on X]`` (seeds are shared across datasets), a
@@ -32,8 +38,9 @@ family size; Bonferroni, at least as strict as any Holm step), so a contradictio
 easier to declare than support. They have no TOST: ``equivalent`` is not a possible verdict.
 
 ``not learned``: as in the report, when BOTH arms of a compared pair fail to beat chance
-(accuracy-like metrics; :mod:`fusion_sweep.analysis.chance`, Holm over every arm of the table): a test is
-``not learned`` when any of its compared pairs is (for C3, either dataset's pair; for C7,
+(accuracy-like metrics; :mod:`fusion_sweep.analysis.chance`, Holm over every arm of the
+table): a test is ``not learned`` when any of its compared pairs is (for C3, either dataset's
+pair; for C7,
 full vs either ablation). A test whose arms are absent is ``not run`` and names them; it is
 not an error. Claim sets live in the :data:`CLAIMS` registry at the bottom.
 """

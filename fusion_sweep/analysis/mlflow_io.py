@@ -1,7 +1,8 @@
 """MLflow input (a sweep's trial runs -> tidy table) and output (the `stats` run).
 
-mlflow is imported inside these functions only, so `import fusion_sweep.analysis` stays light and the
-statistics run where mlflow is not installed.
+mlflow is imported inside these functions only, so `import fusion_sweep.analysis` stays light
+and the statistics run where mlflow is not installed. Runs are searched and experiments looked
+up through :mod:`fusion_sweep.mlflow_query` (filter literals, paging, retries), like the writer.
 
 Tag schema written by the sweep layer; every name comes from :mod:`fusion_sweep.schema`:
 - parent run per sweep: ``fusion_sweep.role=sweep``, ``fusion_sweep.sweep=<name>``,
@@ -199,7 +200,8 @@ def space_choices(params: dict) -> dict:
     except AnalysisError as exc:
         out.update(margin_error=str(exc))
     try:
-        directions = _directions(_decode(params.get(DIRECTIONS_PARAM)), params.get(DIRECTIONS_PARAM))
+        raw = params.get(DIRECTIONS_PARAM)
+        directions = _directions(_decode(raw), raw)
         if directions:
             out.update(directions=directions)
     except AnalysisError as exc:
