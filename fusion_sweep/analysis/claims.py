@@ -5,9 +5,8 @@ tests on the sweep's trials, each a per-seed contrast over arms (a variant on a 
 paired by seed exactly like every other comparison (same cells, drop reasons, code and
 fingerprint checks as :mod:`fusion_sweep.analysis.pairing`). The claim tests of one claim set
 form ONE Holm family (p values: two-sided, or one-sided in the claimed direction where the
-claim is an
-ordering), separate from the report's comparison family; equivalence (TOST) tests form a
-second family. A test's verdict uses the report's rule
+claim is an ordering), separate from the report's comparison family; equivalence (TOST)
+tests form a second family. A test's verdict uses the report's rule
 (:func:`fusion_sweep.analysis.stats.verdict`), and then says what it means for the paper:
 SUPPORTS, CONTRADICTS or does not decide.
 
@@ -40,9 +39,8 @@ easier to declare than support. They have no TOST: ``equivalent`` is not a possi
 ``not learned``: as in the report, when BOTH arms of a compared pair fail to beat chance
 (accuracy-like metrics; :mod:`fusion_sweep.analysis.chance`, Holm over every arm of the
 table): a test is ``not learned`` when any of its compared pairs is (for C3, either dataset's
-pair; for C7,
-full vs either ablation). A test whose arms are absent is ``not run`` and names them; it is
-not an error. Claim sets live in the :data:`CLAIMS` registry at the bottom.
+pair; for C7, full vs either ablation). A test whose arms are absent is ``not run`` and names
+them; it is not an error. Claim sets live in the :data:`CLAIMS` registry at the bottom.
 """
 from __future__ import annotations
 
