@@ -386,3 +386,37 @@ def test_claims_text_says_why_a_claim_counts_no_training(ress_store: str, capsys
     assert re.search(r"C1 SOES beats absolute PE: not testable here \(the label is order-only\) "
                      r"\(no training counts; its claim tests below are descriptive\)", flat)
     assert "(not run: )" not in flat
+
+
+class _Page(list):
+    token = None
+
+
+class _FakeClient:
+    """An MlflowClient stand-in: one experiment, whose lookup first fails as a locked SQLite
+    store does; search_runs records its filter strings."""
+
+    def __init__(self, runs: list) -> None:
+        self.runs, self.filters, self.lookups = runs, [], 0
+
+    def get_experiment_by_name(self, name: str) -> object:
+        self.lookups += 1
+        if self.lookups == 1:
+            raise RuntimeError("(sqlite3.OperationalError) database is locked")
+        return dataclasses.make_dataclass("Exp", ["experiment_id"])("1")
+
+    def search_runs(self, ids: list, filter_string: str, **kw: object) -> _Page:
+        self.filters.append(filter_string)
+        return _Page(self.runs)
+
+
+def test_sweeps_with_a_quoted_dataset_name_retry_and_one_filter(monkeypatch) -> None:
+    """The reader asks through mlflow_query: a dataset holding a quote is a filter literal
+    MLflow can read (double-quoted, not backslash-escaped), a locked store is retried."""
+    from fusion_sweep.analysis import mlflow_io
+
+    fake = _FakeClient([_fake_run({}, {schema.SWEEP: "s1"}), _fake_run({}, {})])
+    monkeypatch.setattr(mlflow_io, "_client", lambda uri: (fake, "sqlite:///x"))
+    assert mlflow_io.sweeps_with_dataset(None, "exp", "it's") == ["s1"]
+    assert fake.lookups == 2
+    assert fake.filters == [f"tags.`{schema.ROLE}` = 'trial' and params.`dataset` = \"it's\""]

@@ -21,7 +21,8 @@ from fusion_sweep.analysis.load import tidy
 from fusion_sweep.analysis.report import analyze, comparison_rng, validated
 from fusion_sweep.analysis.settings import Settings
 from fusion_sweep.analysis.schema import (
-    CLAIM_KEYS, CLAIM_SET_KEYS, CLAIM_TEST_KEYS, COMPARISON_KEYS, AnalysisError,
+    CLAIM_KEYS, CLAIM_SET_KEYS, CLAIM_TEST_KEYS, COMPARISON_KEYS, CONTRADICTS, MIXED, NOT_TESTABLE,
+    SUPPORTS, UNDECIDED, AnalysisError,
 )
 from fusion_sweep.analysis.variants import Variant, parse_baseline
 
@@ -497,3 +498,46 @@ def test_each_trial_logs_its_regime_facts_from_the_registry(dataset: str) -> Non
     assert tags[PROBE_OF_TAG] == ("" if spec.stream_name == dataset else spec.stream_name)
     assert tags[LONG_CONTEXT_TAG] == ("true" if DATASETS[spec.stream_name].defaults()["max_len"]
                                       > 512 else "false")
+
+
+def _claim_test(dataset: str, support: str):
+    """A claim test record of C1 on `dataset` with the given support (statistics elided)."""
+    from fusion_sweep.analysis.claims import ClaimTest
+
+    nan = float("nan")
+    return ClaimTest(
+        claim="C1", test=f"C1 · {dataset}", datasets=(dataset,), metric="test_acc", arm="a",
+        reference="r", contrast="a - r", estimate_kind="mean difference",
+        alternative="two-sided", n=3, seeds=(0, 1, 2), deltas=(0.1, 0.2, 0.3), estimate=0.2,
+        ci_low=nan, ci_high=nan, p=nan, p_holm=nan, equivalence_margin=None, tost_p=nan,
+        tost_p_holm=nan, learned={}, verdict="better", support=support, missing=(),
+        dropped=(), notes=())
+
+
+@pytest.mark.parametrize("supports,want,n_tests", [
+    ((SUPPORTS, SUPPORTS), SUPPORTS, 2),
+    ((SUPPORTS, UNDECIDED), UNDECIDED, 2),  # 'consistently': every training must support
+    ((SUPPORTS, CONTRADICTS), MIXED, 2),
+    ((CONTRADICTS, UNDECIDED), CONTRADICTS, 2),
+    ((NOT_TESTABLE, NOT_TESTABLE), NOT_TESTABLE, 0),
+    ((SUPPORTS, NOT_TESTABLE), SUPPORTS, 1),
+])
+def test_claim_summary_tallies_trainings(supports: tuple, want: str, n_tests: int) -> None:
+    """The claim's support from its test records, counted per training, and its JSON."""
+    from fusion_sweep.analysis.claims import RESSFORMER, _summary
+
+    tests = [_claim_test(d, s) for d, s in zip(("x", "y"), supports)]
+    out = _summary(RESSFORMER.claims[0], tests, {}).to_json()
+    assert tuple(out) == CLAIM_KEYS
+    assert (out["support"], out["n_tests"]) == (want, n_tests)
+    assert out["n_supports"] + out["n_contradicts"] + out["n_undecided"] == n_tests
+
+
+def test_a_probe_retests_its_regimes_training() -> None:
+    """x-shuffled re-tests the models of x (probe_of): one training, supported when one of
+    its tests supports and none contradicts."""
+    from fusion_sweep.analysis.claims import RESSFORMER, _summary
+
+    tests = [_claim_test("x", SUPPORTS), _claim_test("x-shuffled", UNDECIDED)]
+    out = _summary(RESSFORMER.claims[0], tests, {"x-shuffled": "x"}).to_json()
+    assert (out["support"], out["n_tests"], out["n_claim_tests"]) == (SUPPORTS, 1, 2)

@@ -282,11 +282,13 @@ def test_seed_streams_are_pinned() -> None:
 
 
 # ------------------------------------------------------------- 6. one-sided claim at alpha/m
-def _one_sided(p: float, p_opposite: float) -> dict:
-    return {"p": p, "tost_p": float("nan"), "missing": [], "_not_learned": False,
-            "_ratio": None, "alternative": "greater", "_p_opposite": p_opposite,
-            "_holds": ("better",), "_contra": ("worse",), "_higher": True, "_negligible": False,
-            "_arm_states": {}}
+def _one_sided(p: float, p_opposite: float):
+    """A one-sided claim test's statistics before Holm (claims._Stats)."""
+    from fusion_sweep.analysis.claims import GREATER, Plan, _Result, _Stats
+
+    plan = Plan("C", "C · d", ("d",), "test_acc", "arm - ref", alternative=GREATER,
+                holds_if=("better",), contradicted_if=("worse",))
+    return _Stats(_Result(plan), p=p, p_opposite=p_opposite)
 
 
 @pytest.mark.parametrize("p_opposite,want", [(0.03, "inconclusive"), (0.004, "worse")])
@@ -295,12 +297,12 @@ def test_one_sided_claim_is_worse_only_at_alpha_over_m(p_opposite: float, want: 
     opposite direction needs p < alpha/4 = 0.0125 to call the claim contradicted."""
     from fusion_sweep.analysis.claims import _holm
 
-    tests = [_one_sided(0.6, p_opposite)] + [_one_sided(0.5, 0.5) for _ in range(3)]
-    m, _ = _holm(tests, ALPHA)
+    pre = [_one_sided(0.6, p_opposite)] + [_one_sided(0.5, 0.5) for _ in range(3)]
+    tests, m, _ = _holm(pre, ALPHA, frozenset())
     assert m == 4
-    assert tests[0]["verdict"] == want
-    assert tests[0]["support"] == ("CONTRADICTS" if want == "worse" else "does not decide")
-    assert [t["verdict"] for t in tests[1:]] == ["inconclusive"] * 3
+    assert tests[0].verdict == want
+    assert tests[0].support == ("CONTRADICTS" if want == "worse" else "does not decide")
+    assert [t.verdict for t in tests[1:]] == ["inconclusive"] * 3
 
 
 # ---------------------------------------------------------------------- 7. the resume rule

@@ -3,11 +3,16 @@
 Each claim of a paper is quoted briefly and *operationalised*: turned into one or more claim
 tests on the sweep's trials, each a per-seed contrast over arms (a variant on a dataset),
 paired by seed exactly like every other comparison (same cells, drop reasons, code and
-fingerprint checks as :mod:`fusion_sweep.analysis.pairing`). The claim tests of one claim set form ONE
-Holm family (p values: two-sided, or one-sided in the claimed direction where the claim is an
-ordering), separate from the report's comparison family; equivalence (TOST) tests form a
-second family. A test's verdict uses the report's rule (:func:`fusion_sweep.analysis.stats.verdict`), and
-then says what it means for the paper: SUPPORTS, CONTRADICTS or does not decide.
+fingerprint checks as :mod:`fusion_sweep.analysis.pairing`). The claim tests of one claim set
+form ONE Holm family (p values: two-sided, or one-sided in the claimed direction where the
+claim is an ordering), separate from the report's comparison family; equivalence (TOST)
+tests form a second family. A test's verdict uses the report's rule
+(:func:`fusion_sweep.analysis.stats.verdict`), and then says what it means for the paper:
+SUPPORTS, CONTRADICTS or does not decide.
+
+Records (frozen, built once): plan -> `_Stats` (before Holm) -> :class:`ClaimTest` (after Holm,
+verdict, support) -> :class:`ClaimSummary` per claim -> :class:`ClaimSetResult`; each writes
+its JSON in `to_json` (CLAIM_TEST_KEYS, CLAIM_KEYS, CLAIM_SET_KEYS of analysis/schema.py).
 
 Contrast kinds (each a frozen dataclass with ``plans`` and ``describe``):
 
@@ -16,8 +21,8 @@ Contrast kinds (each a frozen dataclass with ``plans`` and ``describe``):
   margin. ``holds_if`` says which verdicts support the claim (``better``, or ``better`` /
   ``equivalent`` for an "equal or better" claim).
 - :class:`Cheaper`: the paired ratio arm/reference of each cost metric per regime, on the log
-  scale (:func:`fusion_sweep.analysis.stats.ratio_test`); supports when the ratio is < 1 beyond noise (or
-  exactly, for a deterministic cost).
+  scale (:func:`fusion_sweep.analysis.stats.ratio_test`); supports when the ratio is < 1
+  beyond noise (or exactly, for a deterministic cost).
 - :class:`LargerOnShuffled`: the arm's advantage is larger on each ``X-shuffled`` dataset
   than on its clean regime ``X`` (found by name): per seed,
   ``[arm - ref on X-shuffled] - [arm - ref on X]`` (seeds are shared across datasets), a
@@ -32,14 +37,14 @@ family size; Bonferroni, at least as strict as any Holm step), so a contradictio
 easier to declare than support. They have no TOST: ``equivalent`` is not a possible verdict.
 
 ``not learned``: as in the report, when BOTH arms of a compared pair fail to beat chance
-(accuracy-like metrics; :mod:`fusion_sweep.analysis.chance`, Holm over every arm of the table): a test is
-``not learned`` when any of its compared pairs is (for C3, either dataset's pair; for C7,
-full vs either ablation). A test whose arms are absent is ``not run`` and names them; it is
-not an error. Claim sets live in the :data:`CLAIMS` registry at the bottom.
+(accuracy-like metrics; :mod:`fusion_sweep.analysis.chance`, Holm over every arm of the
+table): a test is ``not learned`` when any of its compared pairs is (for C3, either dataset's
+pair; for C7, full vs either ablation). A test whose arms are absent is ``not run`` and names
+them; it is not an error. Claim sets live in the :data:`CLAIMS` registry at the bottom.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Protocol
 
 import numpy as np
@@ -49,7 +54,12 @@ from fusion_sweep.analysis import stats
 from fusion_sweep.analysis.chance import arm_state, chance_tests
 from fusion_sweep.analysis.load import to_metric
 from fusion_sweep.analysis.metrics import is_accuracy_like
-from fusion_sweep.analysis.pairing import MISSING, Cell, cell_key, cells_for, pair_problem, variant_series
+from fusion_sweep.analysis.pairing import (
+    MISSING, Cell, cell_key, cells_for, pair_problem, variant_series,
+)
+from fusion_sweep.analysis.schema import (
+    KEY_COLUMNS, LABEL_COLUMNS, REGIME_COLUMNS,
+)
 from fusion_sweep.analysis.schema import (
     BETTER, CLAIM_KEYS, CLAIM_SET_KEYS, CLAIM_TEST_KEYS, CONTRADICTS, EQUIVALENT, INCONCLUSIVE,
     MIXED, NOT_LEARNED, NOT_RUN, NOT_TESTABLE, SUPPORTS, UNDECIDED, WORSE, AnalysisError,
@@ -57,6 +67,14 @@ from fusion_sweep.analysis.schema import (
 from fusion_sweep.analysis.regimes import Regime
 from fusion_sweep.analysis.settings import DEFAULT_METRIC, Settings
 from fusion_sweep.analysis.variants import Variant
+
+# Tidy-table columns claims read (analysis/schema.py): the dataset; the registry's facts the
+# trials log as tags (what a dataset's label depends on, what an encoder sees of order; the
+# regime a probe re-tests, long context).
+DATASET = KEY_COLUMNS[0]
+LABEL_DEPENDS, ORDER_ACCESS = LABEL_COLUMNS
+_, PROBE_OF, LONG_CONTEXT = REGIME_COLUMNS
+assert (DATASET, PROBE_OF, LONG_CONTEXT) == ("dataset", "probe_of", "long_context")
 
 TWO_SIDED, GREATER = "two-sided", "greater"
 MEAN_DIFF, RATIO, DIFF_OF_DIFFS = ("mean difference", "geometric-mean ratio",
@@ -67,19 +85,19 @@ def probes_of(df: pd.DataFrame) -> dict[str, str]:
     """probe dataset -> the clean regime it re-tests, from the registry's facts the trials
     log (schema.PROBE_OF_TAG, the tidy table's `probe_of` column); nothing from names. An
     input without the column (an older sweep, a results file) holds no known probe."""
-    if "probe_of" not in df.columns:
+    if PROBE_OF not in df.columns:
         return {}
-    pairs = df[["dataset", "probe_of"]].dropna().drop_duplicates()
+    pairs = df[[DATASET, PROBE_OF]].dropna().drop_duplicates()
     return {d: str(r) for d, r in pairs.itertuples(index=False, name=None) if str(r).strip()}
 
 
 def long_context_of(df: pd.DataFrame) -> frozenset[str]:
     """The datasets whose regime the registry marks long-context (`long_context` column,
     schema.LONG_CONTEXT_TAG); none when the input lacks the column."""
-    if "long_context" not in df.columns:
+    if LONG_CONTEXT not in df.columns:
         return frozenset()
-    flags = df["long_context"].astype(str).str.strip().str.lower()
-    return frozenset(df.loc[flags == "true", "dataset"])
+    flags = df[LONG_CONTEXT].astype(str).str.strip().str.lower()
+    return frozenset(df.loc[flags == "true", DATASET])
 
 
 # ------------------------------------------------------------------------------ plans
@@ -423,9 +441,129 @@ class _Result:
     dropped: list[dict] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _Stats:
+    """A claim test's statistics before Holm (p_holm, verdict and support come after).
+    learned: arm -> chance state of every term and compared arm; arm_states: the claimed
+    arms' (first of each compared pair); higher: the direction the verdict reads."""
+
+    result: _Result
+    estimate: float = stats.NAN
+    ci_low: float = stats.NAN
+    ci_high: float = stats.NAN
+    p: float = stats.NAN
+    equivalence_margin: float | None = None
+    tost_p: float = stats.NAN
+    learned: Mapping[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    p_opposite: float = stats.NAN
+    ratio: stats.RatioResult | None = None
+    higher: bool = True
+    not_learned: bool = False
+    arm_states: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def plan(self) -> Plan:
+        return self.result.plan
+
+
+@dataclass(frozen=True)
+class ClaimTest:
+    """One claim test's result, built once after Holm; its JSON is `to_json` (CLAIM_TEST_KEYS,
+    analysis/schema.py documents them)."""
+
+    claim: str
+    test: str
+    datasets: tuple[str, ...]
+    metric: str
+    arm: str
+    reference: str
+    contrast: str
+    estimate_kind: str
+    alternative: str
+    n: int
+    seeds: tuple[int, ...]
+    deltas: tuple[float, ...]
+    estimate: float
+    ci_low: float
+    ci_high: float
+    p: float
+    p_holm: float
+    equivalence_margin: float | None
+    tost_p: float
+    tost_p_holm: float
+    learned: Mapping[str, str]
+    verdict: str
+    support: str
+    missing: tuple[str, ...]
+    dropped: tuple[dict, ...]
+    notes: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        out = {k: getattr(self, k) for k in CLAIM_TEST_KEYS}
+        out.update(datasets=list(self.datasets), seeds=list(self.seeds),
+                   deltas=list(self.deltas), learned=dict(self.learned),
+                   missing=list(self.missing), dropped=[dict(d) for d in self.dropped],
+                   notes=list(self.notes))
+        return out
+
+
+@dataclass(frozen=True)
+class ClaimSummary:
+    """One claim of the paper: what it says, how the sweep tests it, the tally of its tests
+    per training; its JSON is `to_json` (CLAIM_KEYS)."""
+
+    claim: str
+    title: str
+    quote: str
+    where: str
+    operationalisation: str
+    variants: tuple[str, ...]
+    missing: tuple[str, ...]
+    n_tests: int
+    n_supports: int
+    n_contradicts: int
+    n_undecided: int
+    support: str
+    n_claim_tests: int
+
+    def to_json(self) -> dict:
+        out = {k: getattr(self, k) for k in CLAIM_KEYS}
+        out.update(variants=list(self.variants), missing=list(self.missing))
+        return out
+
+
+@dataclass(frozen=True)
+class ClaimSetResult:
+    """A claim set evaluated on a sweep; `to_json` is the report's `claims` (CLAIM_SET_KEYS)."""
+
+    name: str
+    title: str
+    paper: str
+    method: str
+    alpha: float
+    family_size: int
+    tost_family_size: int
+    claims: tuple[ClaimSummary, ...]
+    tests: tuple[ClaimTest, ...]
+
+    def to_json(self) -> dict:
+        out = {k: getattr(self, k) for k in CLAIM_SET_KEYS}
+        out.update(claims=[c.to_json() for c in self.claims],
+                   tests=[t.to_json() for t in self.tests])
+        assert tuple(out) == CLAIM_SET_KEYS
+        return out
+
+
 def evaluate(cs: ClaimSet, df: pd.DataFrame, settings: Settings,
              counts: Mapping[str, int | None], regimes: list[Regime]) -> dict:
     """Run every claim test of `cs` on the tidy table `df`; a dict with CLAIM_SET_KEYS."""
+    return evaluate_records(cs, df, settings, counts, regimes).to_json()
+
+
+def evaluate_records(cs: ClaimSet, df: pd.DataFrame, settings: Settings,
+                     counts: Mapping[str, int | None], regimes: list[Regime]) -> ClaimSetResult:
+    """Run every claim test of `cs` on the tidy table `df`: the records."""
     metrics = sorted({m for c in cs.claims for m in c.kind.metrics()})
     df = df.copy()
     present_metrics = [m for m in metrics if m in df.columns]
@@ -433,24 +571,18 @@ def evaluate(cs: ClaimSet, df: pd.DataFrame, settings: Settings,
         df[m] = to_metric(df, m)
     variant = variant_series(df)
     sweep = Sweep(tuple(r.dataset for r in regimes),
-                  frozenset(zip(df["dataset"], variant)), frozenset(present_metrics),
+                  frozenset(zip(df[DATASET], variant)), frozenset(present_metrics),
                   probes_of(df), long_context_of(df))
     cells = {m: cells_for(df, m) for m in present_metrics}
     acc = [m for m in present_metrics if is_accuracy_like(m)]
     _, by_arm, _ = chance_tests(df, acc, counts, settings.alpha)
     plans = [p for c in cs.claims for p in c.kind.plans(c.id, sweep)]
-    results = [_pair(p, cells) for p in plans]
-    tests = [_statistics(r, settings, by_arm) for r in results]
-    family, tost_family = _holm(tests, settings.alpha)
-    _mark_untestable(plans, tests, _order_blind(df, variant))
-    claims = [_summary(c, [t for t in tests if t["claim"] == c.id], sweep.probe_of)
-              for c in cs.claims]
-    out = {"name": cs.name, "title": cs.title, "paper": cs.paper,
-           "method": METHOD + "".join(f". {n}" for n in cs.notes),
-           "alpha": settings.alpha, "family_size": family, "tost_family_size": tost_family,
-           "claims": claims, "tests": [{k: t[k] for k in CLAIM_TEST_KEYS} for t in tests]}
-    assert tuple(out) == CLAIM_SET_KEYS
-    return out
+    pre = [_statistics(_pair(p, cells), settings, by_arm) for p in plans]
+    tests, family, tost_family = _holm(pre, settings.alpha, _order_blind(df, variant))
+    claims = tuple(_summary(c, [t for t in tests if t.claim == c.id], sweep.probe_of)
+                   for c in cs.claims)
+    return ClaimSetResult(cs.name, cs.title, cs.paper, METHOD + "".join(f". {n}" for n in cs.notes),
+                          settings.alpha, family, tost_family, claims, tuple(tests))
 
 
 def _pair(plan: Plan, cells: Mapping[str, dict]) -> _Result:
@@ -501,132 +633,140 @@ def _problem(got: list[tuple[Term, Cell]]) -> tuple[str | None, str]:
     return None, ""
 
 
-def _statistics(r: _Result, s: Settings, by_arm: Mapping) -> dict:
-    """A CLAIM_TEST_KEYS dict before Holm (p_holm, verdict, support come after)."""
+def _statistics(r: _Result, s: Settings, by_arm: Mapping) -> _Stats:
+    """The claim test's statistics before Holm (p_holm, verdict, support come after)."""
     p = r.plan
-    base = {"claim": p.claim, "test": p.test, "datasets": list(p.datasets), "metric": p.metric,
-            "arm": p.arm, "reference": p.reference, "contrast": p.contrast,
-            "estimate_kind": p.estimate_kind, "alternative": p.alternative, "n": len(r.seeds),
-            "seeds": r.seeds, "deltas": [float(v) for v in r.d], "estimate": stats.NAN,
-            "ci_low": stats.NAN, "ci_high": stats.NAN, "p": stats.NAN, "p_holm": stats.NAN,
-            "equivalence_margin": None, "tost_p": stats.NAN, "tost_p_holm": stats.NAN,
-            "learned": {}, "verdict": NOT_RUN, "support": NOT_RUN, "missing": list(p.missing),
-            "dropped": r.dropped, "notes": [], "_p_opposite": stats.NAN, "_ratio": None,
-            "_higher": True, "_not_learned": False, "_holds": p.holds_if,
-            "_contra": p.contradicted_if, "_negligible": p.negligible, "_arm_states": {}}
     if p.missing:
-        return base
-    base["learned"] = {t.arm: arm_state(by_arm, t.dataset, t.variant, p.metric)
-                       for t in {t for pair in p.pairs for t in pair} | set(p.terms)}
-    base["_not_learned"] = any(base["learned"][a.arm] == base["learned"][b.arm] == "no"
-                               for a, b in p.pairs)
-    # the arm the claim is about (first of each compared pair): its own learned? state
-    base["_arm_states"] = {a.arm: base["learned"][a.arm] for a, _ in p.pairs}
-    base["_higher"] = s.higher_is_better(p.metric) if p.alternative == TWO_SIDED else True
+        return _Stats(r)
+    learned = {t.arm: arm_state(by_arm, t.dataset, t.variant, p.metric)
+               for t in {t for pair in p.pairs for t in pair} | set(p.terms)}
+    kw: dict = dict(
+        learned=learned,
+        not_learned=any(learned[a.arm] == learned[b.arm] == "no" for a, b in p.pairs),
+        # the arm the claim is about (first of each compared pair): its own learned? state
+        arm_states={a.arm: learned[a.arm] for a, _ in p.pairs},
+        higher=s.higher_is_better(p.metric) if p.alternative == TWO_SIDED else True)
     if p.log:
         ratio = stats.ratio_test(r.x, r.y, s.alpha)
-        base.update(estimate=ratio.ratio, ci_low=ratio.low, ci_high=ratio.high, p=ratio.p,
-                    _ratio=ratio, notes=[ratio.note] if ratio.note else [])
+        kw.update(estimate=ratio.ratio, ci_low=ratio.low, ci_high=ratio.high, p=ratio.p,
+                  ratio=ratio, notes=(ratio.note,) if ratio.note else ())
     elif p.alternative == TWO_SIDED and len(p.terms) == 2:
         t = stats.paired_t(r.x, r.y, s.alpha)  # the report's numbers for this pair
         margin = s.margin_for(p.datasets[0], p.metric)
-        base.update(estimate=t.mean, ci_low=t.low, ci_high=t.high, p=t.p,
-                    equivalence_margin=margin, tost_p=stats.tost_p(r.x, r.y, margin))
+        kw.update(estimate=t.mean, ci_low=t.low, ci_high=t.high, p=t.p,
+                  equivalence_margin=margin, tost_p=stats.tost_p(r.x, r.y, margin))
     else:
         t = stats.one_sample_t(r.d, s.alpha, p.alternative)
-        base.update(estimate=t.mean, ci_low=t.low, ci_high=t.high, p=t.p)
+        kw.update(estimate=t.mean, ci_low=t.low, ci_high=t.high, p=t.p)
         if np.isfinite(t.p):
-            base["_p_opposite"] = float(stats.one_sample_t(-r.d, s.alpha, p.alternative).p)
-    base["notes"] += _notes(base, r)
-    return base
+            kw.update(p_opposite=float(stats.one_sample_t(-r.d, s.alpha, p.alternative).p))
+    st = _Stats(r, **kw)
+    return replace(st, notes=st.notes + tuple(_notes(st)))
 
 
-def _notes(t: dict, r: _Result) -> list[str]:
-    notes = []
-    if t["n"] < 2:
-        notes.append(f"{t['n']} usable seed(s): no test")
-    elif not np.isfinite(t["p"]) and t["_ratio"] is None:
+def _notes(st: _Stats) -> list[str]:
+    notes, n, dropped = [], len(st.result.seeds), st.result.dropped
+    if n < 2:
+        notes.append(f"{n} usable seed(s): no test")
+    elif not np.isfinite(st.p) and st.ratio is None:
         notes.append("the contrast is the same on every seed (SD 0): t-test undefined")
-    if r.dropped:
-        notes.append(f"{len(r.dropped)} seed(s) dropped: " + "; ".join(
-            f"seed {d['seed']} {d['reason']}" for d in r.dropped))
+    if dropped:
+        notes.append(f"{len(dropped)} seed(s) dropped: " + "; ".join(
+            f"seed {d.get('seed')} {d.get('reason')}" for d in dropped))
     return notes
 
 
-def _holm(tests: list[dict], alpha: float) -> tuple[int, int]:
-    """Holm over the claim family (and the TOST family); verdicts and support.
-    Returns the two family sizes."""
-    adjusted = stats.holm(np.array([t["p"] for t in tests], dtype=float))
-    tost = stats.holm(np.array([t["tost_p"] for t in tests], dtype=float))
+def _holm(pre: list[_Stats], alpha: float,
+          blind: frozenset[tuple[str, Variant]]) -> tuple[list[ClaimTest], int, int]:
+    """Holm over the claim family (and the TOST family); verdicts and support: the claim
+    test records, and the two family sizes."""
+    adjusted = stats.holm(np.array([st.p for st in pre], dtype=float))
+    tost = stats.holm(np.array([st.tost_p for st in pre], dtype=float))
     m = int(np.isfinite(adjusted).sum())
-    for t, p, tp in zip(tests, adjusted, tost):
-        t["p_holm"], t["tost_p_holm"] = float(p), float(tp)
-        if t["missing"]:
-            continue
-        t["verdict"] = _verdict(t, alpha, max(m, 1))
-        t["support"] = (SUPPORTS if t["verdict"] in t["_holds"] else
-                        CONTRADICTS if t["verdict"] in t["_contra"] else UNDECIDED)
-        _no_support_from_the_reference(t)
-    for t in tests:
-        for k in [k for k in t if k.startswith("_")]:
-            t.pop(k)
-    return m, int(np.isfinite(tost).sum())
+    tests = [_decide(st, float(p), float(tp), alpha, max(m, 1), blind)
+             for st, p, tp in zip(pre, adjusted, tost)]
+    return tests, m, int(np.isfinite(tost).sum())
 
 
-def _no_support_from_the_reference(t: dict) -> None:
+def _decide(st: _Stats, p_holm: float, tost_p_holm: float, alpha: float, m: int,
+            blind: frozenset[tuple[str, Variant]]) -> ClaimTest:
+    """The claim test's record: verdict, what it means for the claim, every note."""
+    plan, r, notes = st.plan, st.result, list(st.notes)
+    verdict = support = NOT_RUN
+    if not plan.missing:
+        verdict = _verdict(st, p_holm, tost_p_holm, alpha, m, notes)
+        support = (SUPPORTS if verdict in plan.holds_if else
+                   CONTRADICTS if verdict in plan.contradicted_if else UNDECIDED)
+        verdict, support = _no_support_from_the_reference(st, verdict, support, notes)
+    support = _untestable(plan, verdict, support, blind, notes)
+    return ClaimTest(
+        claim=plan.claim, test=plan.test, datasets=tuple(plan.datasets), metric=plan.metric,
+        arm=plan.arm, reference=plan.reference, contrast=plan.contrast,
+        estimate_kind=plan.estimate_kind, alternative=plan.alternative, n=len(r.seeds),
+        seeds=tuple(r.seeds), deltas=tuple(float(v) for v in r.d), estimate=st.estimate,
+        ci_low=st.ci_low, ci_high=st.ci_high, p=st.p, p_holm=p_holm,
+        equivalence_margin=st.equivalence_margin, tost_p=st.tost_p, tost_p_holm=tost_p_holm,
+        learned=dict(st.learned), verdict=verdict, support=support,
+        missing=tuple(plan.missing), dropped=tuple(r.dropped), notes=tuple(notes))
+
+
+def _no_support_from_the_reference(st: _Stats, verdict: str, support: str,
+                                   notes: list[str]) -> tuple[str, str]:
     """A claim about an arm cannot be SUPPORTED while that arm did not learn (or may not
-    have): its 'advantage' can only come from the reference's loss (issue 20, C3)."""
-    bad = {a: st for a, st in t["_arm_states"].items() if st in ("no", "unknown")}
-    if t["support"] != SUPPORTS or not bad:
-        return
-    if any(st == "no" for st in bad.values()):
-        t["verdict"] = NOT_LEARNED
-    t["support"] = UNDECIDED
-    listing = ", ".join(f"{a} ({'at chance' if st == 'no' else 'chance state unknown'})"
-                        for a, st in sorted(bad.items()))
-    t["notes"] = t["notes"] + [
-        f"cannot support the claim: the claimed arm did not beat chance ({listing}); its "
-        "advantage comes from the reference's loss, not from the arm learning"]
+    have): its 'advantage' can only come from the reference's loss (issue 20, C3).
+    Returns (verdict, support); appends the reason to notes."""
+    bad = {a: s for a, s in st.arm_states.items() if s in ("no", "unknown")}
+    if support != SUPPORTS or not bad:
+        return verdict, support
+    if any(s == "no" for s in bad.values()):
+        verdict = NOT_LEARNED
+    listing = ", ".join(f"{a} ({'at chance' if s == 'no' else 'chance state unknown'})"
+                        for a, s in sorted(bad.items()))
+    notes.append(f"cannot support the claim: the claimed arm did not beat chance ({listing}); "
+                 "its advantage comes from the reference's loss, not from the arm learning")
+    return verdict, UNDECIDED
 
 
-def _negligible_verdict(t: dict, alpha: float) -> str:
+def _negligible_verdict(st: _Stats, p_holm: float, tost_p_holm: float, alpha: float,
+                        notes: list[str]) -> str:
     """'Negligible impact' (C4): equivalent when TOST (Holm over the set's TOST tests) shows
     |Δ| < margin, even when the t-interval excludes 0 (a real but negligible difference);
     worse only when the whole t-interval lies beyond the margin on the worse side; better
     by the report's rule; else inconclusive. No margin: nothing to decide it by."""
-    margin = t["equivalence_margin"]
+    margin = st.equivalence_margin
     if margin is None:
-        t["notes"] = t["notes"] + ["'negligible impact' needs an equivalence margin "
-                                   "(--equivalence-margin or the sweep's): not decided"]
+        notes.append("'negligible impact' needs an equivalence margin "
+                     "(--equivalence-margin or the sweep's): not decided")
         return INCONCLUSIVE
-    if np.isfinite(t["tost_p_holm"]) and t["tost_p_holm"] < alpha:
+    if np.isfinite(tost_p_holm) and tost_p_holm < alpha:
         return EQUIVALENT
-    low, high = (t["ci_low"], t["ci_high"]) if t["_higher"] else (-t["ci_high"], -t["ci_low"])
+    low, high = (st.ci_low, st.ci_high) if st.higher else (-st.ci_high, -st.ci_low)
     if np.isfinite(high) and high < -margin:
-        t["notes"] = t["notes"] + [f"worse by more than the margin ±{margin:g}: the whole "
-                                   "t-interval lies beyond it"]
+        notes.append(f"worse by more than the margin ±{margin:g}: the whole "
+                     "t-interval lies beyond it")
         return WORSE
-    if np.isfinite(low) and low > 0 and np.isfinite(t["p_holm"]) and t["p_holm"] < alpha:
+    if np.isfinite(low) and low > 0 and np.isfinite(p_holm) and p_holm < alpha:
         return BETTER
     return INCONCLUSIVE
 
 
-def _verdict(t: dict, alpha: float, m: int) -> str:
+def _verdict(st: _Stats, p_holm: float, tost_p_holm: float, alpha: float, m: int,
+             notes: list[str]) -> str:
     """The report's rule; ratios on the log scale; one-sided: see the module docstring;
     'negligible impact' by equivalence (:func:`_negligible_verdict`)."""
-    if t["_not_learned"]:
+    if st.not_learned:
         return NOT_LEARNED
-    if t["_negligible"]:
-        return _negligible_verdict(t, alpha)
-    if t["_ratio"] is not None:
-        return stats.ratio_verdict(t["_ratio"], t["p_holm"], alpha, t["_higher"])
-    if t["alternative"] == GREATER:
-        if np.isfinite(t["p_holm"]) and t["p_holm"] < alpha:
+    if st.plan.negligible:
+        return _negligible_verdict(st, p_holm, tost_p_holm, alpha, notes)
+    if st.ratio is not None:
+        return stats.ratio_verdict(st.ratio, p_holm, alpha, st.higher)
+    if st.plan.alternative == GREATER:
+        if np.isfinite(p_holm) and p_holm < alpha:
             return BETTER
-        opposite = t["_p_opposite"]
+        opposite = st.p_opposite
         return WORSE if np.isfinite(opposite) and opposite < alpha / m else INCONCLUSIVE
-    return stats.verdict(t["estimate"], t["ci_low"], t["ci_high"], t["p_holm"],
-                         t["tost_p_holm"], alpha, t["_higher"])
+    return stats.verdict(st.estimate, st.ci_low, st.ci_high, p_holm, tost_p_holm, alpha,
+                         st.higher)
 
 
 def _order_blind(df: pd.DataFrame, variant: pd.Series) -> frozenset[tuple[str, Variant]]:
@@ -634,45 +774,46 @@ def _order_blind(df: pd.DataFrame, variant: pd.Series) -> frozenset[tuple[str, V
     order-only, from the per-trial columns label_depends and order_access (trial tags
     schema.LABEL_DEPENDS_TAG / ORDER_ACCESS_TAG; absent in older inputs: no arm is blind).
     R2MU's segment membership ("segments") carries no direction, so it counts as blind."""
-    if "label_depends" not in df.columns or "order_access" not in df.columns:
+    if LABEL_DEPENDS not in df.columns or ORDER_ACCESS not in df.columns:
         return frozenset()
-    blind = (df["label_depends"] == "order") & df["order_access"].isin(["none", "segments"])
-    return frozenset(zip(df["dataset"][blind], variant[blind]))
+    blind = (df[LABEL_DEPENDS] == "order") & df[ORDER_ACCESS].isin(["none", "segments"])
+    return frozenset(zip(df[DATASET][blind], variant[blind]))
 
 
-def _mark_untestable(plans: list[Plan], tests: list[dict],
-                     blind: frozenset[tuple[str, Variant]]) -> None:
+def _untestable(plan: Plan, verdict: str, support: str,
+                blind: frozenset[tuple[str, Variant]], notes: list[str]) -> str:
     """A test whose claimed arm (a + term of its contrast) cannot see order on an order-only
     dataset is decided by the benchmark, not the model: its support becomes NOT_TESTABLE
     (its statistics stay for the record) instead of CONTRADICTS or SUPPORTS. Only accuracy
     is decided that way: a cost (latency, FLOPs) does not depend on what the label is."""
-    for plan, t in zip(plans, tests):
-        if not is_accuracy_like(t["metric"]):
-            continue
-        hit = [x for x in plan.terms if x.coef > 0 and (x.dataset, x.variant) in blind]
-        if hit and t["verdict"] != NOT_RUN:
-            t["support"] = NOT_TESTABLE
-            t["notes"] = t["notes"] + [f"{x.arm} cannot see token order and {x.dataset}'s label "
-                                       f"is order-only" for x in hit]
+    if not is_accuracy_like(plan.metric):
+        return support
+    hit = [x for x in plan.terms if x.coef > 0 and (x.dataset, x.variant) in blind]
+    if not hit or verdict == NOT_RUN:
+        return support
+    notes.extend(f"{x.arm} cannot see token order and {x.dataset}'s label is order-only"
+                 for x in hit)
+    return NOT_TESTABLE
 
 
-def training_unit(t: dict, probe_of: Mapping[str, str]) -> str:
-    """The trained models a claim test looks at: its name with each probe dataset replaced
-    by the regime it re-tests (probe_of, the registry's fact): 'C1 · synthetic-long-shuffled'
-    -> 'C1 · synthetic-long'."""
-    name = t["test"]
-    for d in sorted(t["datasets"], key=len, reverse=True):
+def training_unit(t: ClaimTest | Mapping, probe_of: Mapping[str, str]) -> str:
+    """The trained models a claim test (a record, or its JSON) looks at: its name with each
+    probe dataset replaced by the regime it re-tests (probe_of, the registry's fact):
+    'C1 · synthetic-long-shuffled' -> 'C1 · synthetic-long'."""
+    name, datasets = ((t.test, t.datasets) if isinstance(t, ClaimTest)
+                      else (t.get("test"), t.get("datasets")))
+    for d in sorted(datasets, key=len, reverse=True):
         name = name.replace(d, probe_of.get(d, d))
     return name
 
 
-def _per_training(run: list[dict], probe_of: Mapping[str, str]) -> list[str]:
+def _per_training(run: list[ClaimTest], probe_of: Mapping[str, str]) -> list[str]:
     """One support state per training: its tests (a regime and its probes re-test the same
     models, so they are not independent replications) SUPPORT when some support and none
     contradict, CONTRADICT when some contradict and none support, else do not decide."""
     units: dict[str, list[str]] = {}
     for t in run:
-        units.setdefault(training_unit(t, probe_of), []).append(t["support"])
+        units.setdefault(training_unit(t, probe_of), []).append(t.support)
     out = []
     for states in units.values():
         sup, con = SUPPORTS in states, CONTRADICTS in states
@@ -681,32 +822,30 @@ def _per_training(run: list[dict], probe_of: Mapping[str, str]) -> list[str]:
     return out
 
 
-def _summary(c: Claim, tests: list[dict], probe_of: Mapping[str, str]) -> dict:
-    """A CLAIM_KEYS dict: the claim, its operationalisation, the tally of its tests, counted
-    per training (independent replications), not per test set (tests not testable here are
-    left out of it; a claim with only those is NOT_TESTABLE).
+def _summary(c: Claim, tests: list[ClaimTest], probe_of: Mapping[str, str]) -> ClaimSummary:
+    """The claim, its operationalisation, the tally of its tests, counted per training
+    (independent replications), not per test set (tests not testable here are left out of
+    it; a claim with only those is NOT_TESTABLE).
 
     The paper's claims hold across regimes ("consistently outperforms"): SUPPORTS needs
     every testable training to support; one regime supporting beside undecided ones does
     not decide the claim (the tally says how many did), and one contradicting suffices to
     contradict it."""
-    untestable = [t for t in tests if t["support"] == NOT_TESTABLE]
-    run = [t for t in tests if t["verdict"] != NOT_RUN and t["support"] != NOT_TESTABLE]
+    untestable = [t for t in tests if t.support == NOT_TESTABLE]
+    run = [t for t in tests if t.verdict != NOT_RUN and t.support != NOT_TESTABLE]
     units = _per_training(run, probe_of)
     sup = sum(u == SUPPORTS for u in units)
     con = sum(u == CONTRADICTS for u in units)
     support = (NOT_TESTABLE if not run and untestable else NOT_RUN if not run
                else MIXED if sup and con else SUPPORTS if sup == len(units)
                else CONTRADICTS if con else UNDECIDED)
-    out = {"claim": c.id, "title": c.title, "quote": c.quote, "where": c.where,
-           "operationalisation": c.kind.describe(),
-           "variants": [v.label for v in c.kind.variants()],
-           "missing": sorted({m for t in tests for m in t["missing"]}),
-           "n_tests": len(units), "n_supports": sup, "n_contradicts": con,
-           "n_undecided": len(units) - sup - con, "support": support,
-           "n_claim_tests": len(run)}
-    assert tuple(out) == CLAIM_KEYS
-    return out
+    return ClaimSummary(
+        claim=c.id, title=c.title, quote=c.quote, where=c.where,
+        operationalisation=c.kind.describe(),
+        variants=tuple(v.label for v in c.kind.variants()),
+        missing=tuple(sorted({m for t in tests for m in t.missing})),
+        n_tests=len(units), n_supports=sup, n_contradicts=con,
+        n_undecided=len(units) - sup - con, support=support, n_claim_tests=len(run))
 
 
 # ---------------------------------------------------------------------------- registry

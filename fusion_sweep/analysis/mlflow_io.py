@@ -1,7 +1,8 @@
 """MLflow input (a sweep's trial runs -> tidy table) and output (the `stats` run).
 
-mlflow is imported inside these functions only, so `import fusion_sweep.analysis` stays light and the
-statistics run where mlflow is not installed.
+mlflow is imported inside these functions only, so `import fusion_sweep.analysis` stays light
+and the statistics run where mlflow is not installed. Runs are searched and experiments looked
+up through :mod:`fusion_sweep.mlflow_query` (filter literals, paging, retries), like the writer.
 
 Tag schema written by the sweep layer; every name comes from :mod:`fusion_sweep.schema`:
 - parent run per sweep: ``fusion_sweep.role=sweep``, ``fusion_sweep.sweep=<name>``,
@@ -31,11 +32,13 @@ from typing import Any
 
 import pandas as pd
 from fusion_sweep.schema import (
-    ADAPTIVE, BASELINE_PARAM, CODE_FINGERPRINT, COMPARISON_FAMILY, DIRECTIONS_PARAM, MARGIN_PARAM, METRIC_PARAM, DEFAULT_EXPERIMENT, FINGERPRINT_TAGS, IDENTITY_FIELDS, IDENTITY_TAG,
+    ADAPTIVE, BASELINE_PARAM, CODE_FINGERPRINT, COMPARISON_FAMILY, DIRECTIONS_PARAM, MARGIN_PARAM,
+    METRIC_PARAM, DEFAULT_EXPERIMENT, FINGERPRINT_TAGS, IDENTITY_FIELDS, IDENTITY_TAG,
     LABEL_DEPENDS_TAG, LONG_CONTEXT_TAG, ORDER_ACCESS_TAG, PROBE_OF_TAG, REGIME_COLUMNS, REGIME_TAG,
     PARENT, ROLE, SWEEP, TRIAL_KEY, decode_param, encode_param, is_server, resolve_tracking_uri,
     run_of_key, server_unreachable, sqlite_path,
 )
+from fusion_sweep.mlflow_query import retry, search_runs
 from fusion_sweep.schema import (KNOWN_DATASETS, PLATFORM_LABEL_COLUMN, platform_from_tags,
                                  platform_label)
 
@@ -45,8 +48,6 @@ from fusion_sweep.analysis.schema import DEFAULT_ENCODER, SUPPORT_STATES, VERDIC
 
 # Identity fields every trial run must carry (the encoder defaults to the standard one).
 REQUIRED_IDENTITY = tuple(k for k in IDENTITY_FIELDS if k != "encoder")
-
-_PAGE = 1000
 
 
 def _client(tracking_uri: str | None) -> tuple[Any, str]:
@@ -71,29 +72,21 @@ def _client(tracking_uri: str | None) -> tuple[Any, str]:
     return MlflowClient(tracking_uri=uri), uri
 
 
-def _search_all(client: Any, exp_id: str, filter_string: str) -> list:
-    """Every active run matching filter_string, newest first, across pages."""
-    from mlflow.entities import ViewType
-    runs, token = [], None
-    while True:
-        page = client.search_runs([exp_id], filter_string=filter_string,
-                                  run_view_type=ViewType.ACTIVE_ONLY, max_results=_PAGE,
-                                  order_by=["attributes.start_time DESC"], page_token=token)
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
+def _search_all(client: Any, exp_id: str, **match: Any) -> list:
+    """Every active run with the tag/param values in `match` (`tags=`, `params=`), newest
+    first, across pages, each page retried (`mlflow_query.search_runs` writes the filter)."""
+    return search_runs(client, [exp_id], order_by=["attributes.start_time DESC"], **match)
 
 
 def find_sweep(client: Any, experiment: str, sweep: str | None) -> tuple[Any, Any]:
     """(experiment, parent run) for --sweep NAME, or the latest sweep when None."""
-    exp = client.get_experiment_by_name(experiment)
+    exp = retry(client.get_experiment_by_name, experiment)
     if exp is None:
         names = sorted(e.name for e in client.search_experiments())
         raise AnalysisError(f"unknown MLflow experiment {experiment!r}; experiments present: "
                             f"{', '.join(names) or '(none)'}")
     # Filter by role in MLflow, by sweep name in Python (names may contain quotes).
-    parents = _search_all(client, exp.experiment_id, f"tags.`{ROLE}` = 'sweep'")
+    parents = _search_all(client, exp.experiment_id, tags={ROLE: "sweep"})
     if sweep is not None:
         matching = [r for r in parents if r.data.tags.get(SWEEP) == sweep]
         if not matching:
@@ -111,12 +104,11 @@ def sweeps_with_dataset(tracking_uri: str | None, experiment: str | None,
                         dataset: str) -> list[str]:
     """Names of the sweeps in the experiment that have a trial run on `dataset`, sorted."""
     client, _ = _client(tracking_uri)
-    exp = client.get_experiment_by_name(experiment or DEFAULT_EXPERIMENT)
+    exp = retry(client.get_experiment_by_name, experiment or DEFAULT_EXPERIMENT)
     if exp is None:
         return []
-    quoted = dataset.replace("'", "\\'")
-    runs = _search_all(client, exp.experiment_id,
-                       f"tags.`{ROLE}` = 'trial' and params.dataset = '{quoted}'")
+    runs = _search_all(client, exp.experiment_id, tags={ROLE: "trial"},
+                       params={"dataset": dataset})
     return sorted({r.data.tags[SWEEP] for r in runs if r.data.tags.get(SWEEP)})
 
 
@@ -129,8 +121,8 @@ def identity(params: dict, tags: dict) -> dict:
         tagged = None
     source = tagged if isinstance(tagged, dict) else params
     out = {k: source.get(k) for k in IDENTITY_FIELDS}
-    if out["encoder"] in (None, ""):
-        out["encoder"] = DEFAULT_ENCODER
+    if out.get("encoder") in (None, ""):
+        out.update(encoder=DEFAULT_ENCODER)
     return {k: (str(v) if v is not None and k != "seed" else v) for k, v in out.items()}
 
 
@@ -167,8 +159,7 @@ def load_sweep(
     client, uri = _client(tracking_uri)
     experiment = experiment or DEFAULT_EXPERIMENT
     exp, parent = find_sweep(client, experiment, sweep)
-    children = _search_all(client, exp.experiment_id,
-                           f"tags.`{PARENT}` = '{parent.info.run_id}'")
+    children = _search_all(client, exp.experiment_id, tags={PARENT: parent.info.run_id})
     trials = runs_of_keys([r for r in children if r.data.tags.get(ROLE) == "trial"])
     rows = [trial_row(r) for r in trials]
     complete = [r for r in rows if all(r[k] is not None for k in REQUIRED_IDENTITY)]
@@ -182,12 +173,12 @@ def load_sweep(
               "parent_run_id": parent.info.run_id, "experiment_id": exp.experiment_id,
               "n_runs": len(trials), "space": space_choices(parent.data.params),
               "code_fingerprint": parent.data.tags.get(CODE_FINGERPRINT)}
-    if parent.data.tags.get(KNOWN_DATASETS):
-        source["known_datasets"] = decode_param(parent.data.tags[KNOWN_DATASETS])
-    if parent.data.tags.get(ADAPTIVE):  # launched with --until-decided: seeds chosen adaptively
-        source["adaptive"] = decode_param(parent.data.tags[ADAPTIVE])
-    if parent.data.tags.get(COMPARISON_FAMILY):  # the multiplicity family fixed at launch
-        source["comparison_family"] = decode_param(parent.data.tags[COMPARISON_FAMILY])
+    # Optional parent tags: the registry's datasets; --until-decided (seeds chosen
+    # adaptively); the multiplicity family fixed at launch.
+    for key, tag in (("known_datasets", KNOWN_DATASETS), ("adaptive", ADAPTIVE),
+                     ("comparison_family", COMPARISON_FAMILY)):
+        if parent.data.tags.get(tag):
+            source.update({key: decode_param(parent.data.tags.get(tag))})
     df = rows_to_frame(complete, f"MLflow sweep {name!r} (experiment {experiment!r}, parent run "
                                  f"{parent.info.run_id})")
     return df, source, warnings
@@ -205,15 +196,16 @@ def space_choices(params: dict) -> dict:
     try:
         margin = _margin(_decode(params.get(MARGIN_PARAM)))
         if margin is not None:
-            out["margin"] = margin
+            out.update(margin=margin)
     except AnalysisError as exc:
-        out["margin_error"] = str(exc)
+        out.update(margin_error=str(exc))
     try:
-        directions = _directions(_decode(params.get(DIRECTIONS_PARAM)), params.get(DIRECTIONS_PARAM))
+        raw = params.get(DIRECTIONS_PARAM)
+        directions = _directions(_decode(raw), raw)
         if directions:
-            out["directions"] = directions
+            out.update(directions=directions)
     except AnalysisError as exc:
-        out["directions_error"] = str(exc)
+        out.update(directions_error=str(exc))
     return out
 
 
