@@ -90,19 +90,35 @@ def test_pairing_compares_encoder_fingerprints_by_default() -> None:
 
 
 @pytest.mark.parametrize("blank", ["", float("nan")])
-def test_a_blank_platform_is_no_platform(blank: object) -> None:
+def test_pairing_reads_a_blank_platform_as_none(blank: object) -> None:
     """A results file whose platform cell is blank (or NaN) gives the cell no platform, so it
-    is never a platform of its own: a pair is judged on one platform only when both say it."""
+    is never a platform of its own: a pair is judged on one platform only when both say it.
+    A platform's label is kept where the file has one."""
     from fusion_sweep.analysis.pairing import cells_for
-    from fusion_sweep.schema import PLATFORM_COLUMN
+    from fusion_sweep.schema import PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN
 
     row = dict(dataset="d", encoder="standard", pe="sinusoidal", fusion="add", seed=0,
                status="FINISHED", value=0.8, fp_split="s", fp_batch_order="b",
                fp_shared_init="i", fp_dropout="x", fp_encoder_init="e")
-    df = pd.DataFrame([{**row, PLATFORM_COLUMN: blank}, {**row, "seed": 1, PLATFORM_COLUMN: "p1"}])
+    df = pd.DataFrame([{**row, PLATFORM_COLUMN: blank, PLATFORM_LABEL_COLUMN: ""},
+                       {**row, "seed": 1, PLATFORM_COLUMN: "p1", PLATFORM_LABEL_COLUMN: "cpu x"}])
     cells = cells_for(df, "value")
     assert cells[("d", "standard", "sinusoidal", "add", 0)].platform is None
-    assert cells[("d", "standard", "sinusoidal", "add", 1)].platform == "p1"
+    one = cells[("d", "standard", "sinusoidal", "add", 1)]
+    assert one.platform == "p1" and one.platform_label == "cpu x"
+
+
+def test_trial_key_is_16_hex_digits_of_the_semantic_config_and_code() -> None:
+    """The trial key's form is part of every stored run's identity: 16 hex digits."""
+    import hashlib
+    import json
+
+    from fusion_sweep.schema import trial_key
+
+    config = {"dataset": "d", "fusion": "add", "seed": 0}
+    key = trial_key(config, "c0de")
+    payload = json.dumps({"config": config, "code": "c0de"}, sort_keys=True, default=str)
+    assert key == hashlib.sha256(payload.encode()).hexdigest()[:16] and len(key) == 16
 
 
 # ---------------------------------------------------------------- 2. learned? from Holm p
