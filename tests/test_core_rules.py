@@ -321,6 +321,28 @@ def test_one_sided_claim_is_worse_only_at_alpha_over_m(p_opposite: float, want: 
     assert [t.verdict for t in tests[1:]] == ["inconclusive"] * 3
 
 
+def test_one_sided_claim_alone_is_worse_at_alpha() -> None:
+    """A family of one: the opposite direction needs p < alpha/1, not alpha/2."""
+    from fusion_sweep.analysis.claims import _holm
+
+    tests, m, _ = _holm([_one_sided(0.6, 0.03)], ALPHA, frozenset())
+    assert m == 1 and tests[0].verdict == "worse"
+
+
+def test_one_sided_claim_on_a_cost_ratio_reads_the_ratio() -> None:
+    """A cost claim (a ratio, lower is better) that is one-sided: an arm 1.5x slower with a
+    small Holm p is `worse` by the ratio rule, never `better` by the one-sided p alone."""
+    from dataclasses import replace
+
+    from fusion_sweep.analysis.claims import _holm
+    from fusion_sweep.analysis.stats import RatioResult
+
+    slower = RatioResult(ratio=1.5, low=1.3, high=1.7, p=0.001, exact=False)
+    pre = [replace(_one_sided(0.001, 0.999), ratio=slower, higher=False)]
+    tests, _, _ = _holm(pre, ALPHA, frozenset())
+    assert tests[0].verdict == "worse"
+
+
 # ---------------------------------------------------------------------- 7. the resume rule
 def _tracker(runs: list[tuple[str, str, str]]):
     """A SweepTracker over fixed trial runs, oldest first, each (trial key, status, run id)."""

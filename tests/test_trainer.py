@@ -271,3 +271,25 @@ def test_predict_evaluates_in_eval_mode(data: EncodedData, cached: bool) -> None
         assert loss == reference[0]
         np.testing.assert_array_equal(probs, reference[2])
         np.testing.assert_array_equal(preds, reference[1])
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_predict_loss_is_the_mean_over_documents_even_for_one(data: EncodedData,
+                                                              cached: bool) -> None:
+    """The loss `predict` returns is the mean cross-entropy per document, a one-document split
+    included: the split's loss is that document's loss, the same on both paths."""
+    import torch
+    import torch.nn.functional as F
+
+    from fusion_sweep.trial.trainer import EvalCache, construct_model, predict
+
+    config = cfg()
+    model = construct_model(config, data.vocab_size, data.num_classes, 0).eval()
+    device = torch.device("cpu")
+    one = data.test.subset(np.array([0]))
+    cache = EvalCache(one, config, device, 0, config.batch_size) if cached else None
+    loss, _, _ = predict(model, one, config, device, cache=cache)
+    ids = torch.as_tensor(one.ids[one.offsets[0]:one.offsets[1]], dtype=torch.long)[None]
+    with torch.inference_mode():
+        want = F.cross_entropy(model(ids).float(), torch.as_tensor(one.labels))
+    assert loss == pytest.approx(float(want), rel=1e-5)
