@@ -31,27 +31,24 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import sys
 from typing import Any, Iterator
 from unittest import mock
 
-# ReSSFormer's compiled kernels run only on a CPU: a CUDA worker takes the torch path.
-os.environ["FUSION_SWEEP_KERNELS"] = "0"
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from fusion_sweep.space import load_space  # noqa: E402
-from fusion_sweep.space_files import shipped_spaces  # noqa: E402
-from fusion_sweep.trial import memory, trainer  # noqa: E402
-from fusion_sweep.trial.config import ConfigError, TrialConfig  # noqa: E402
-from fusion_sweep.trial.data.types import EncodedSplit  # noqa: E402
-from fusion_sweep.trial.devicecheck import DeviceMixCounter, HostSyncCounter  # noqa: E402
-from fusion_sweep.trial.models.determinism import cuda_nondeterministic_ops  # noqa: E402
-from fusion_sweep.trial.models.encoder import ENCODERS  # noqa: E402
-from fusion_sweep.trial.models.fusion import FUSIONS  # noqa: E402
-from fusion_sweep.trial.models.positional import POSITIONAL  # noqa: E402
+from fusion_sweep.space import load_space
+from fusion_sweep.space_files import shipped_spaces
+from fusion_sweep.trial import memory, trainer
+from fusion_sweep.trial.config import ConfigError, TrialConfig
+from fusion_sweep.trial.data.types import EncodedSplit
+from fusion_sweep.trial.devicecheck import DeviceMixCounter, HostSyncCounter
+from fusion_sweep.trial.models import kernels
+from fusion_sweep.trial.models.determinism import cuda_nondeterministic_ops
+from fusion_sweep.trial.models.encoder import ENCODERS
+from fusion_sweep.trial.models.fusion import FUSIONS
+from fusion_sweep.trial.models.positional import POSITIONAL
 
 # Small shapes: what is checked (devices, ops, syncs) does not depend on the sizes.
 TINY = dict(d_model=16, heads=2, layers=1, dim_ff=32, max_len=80, batch_size=8, epochs=1,
@@ -126,7 +123,8 @@ def _epoch_syncs(config: TrialConfig, split: EncodedSplit, steps: int) -> HostSy
     model = trainer.build_model(config, 60, 4)
     optimizer = trainer.build_optimizer(config, model)
     batches = [np.arange(i * config.batch_size, (i + 1) * config.batch_size) for i in range(steps)]
-    with HostSyncCounter() as counter:
+    # ReSSFormer's compiled kernels run only on a CPU: a CUDA worker takes the torch path.
+    with kernels.torch_path(), HostSyncCounter() as counter:
         trainer.train_epoch(model, optimizer, split, batches, config, torch.device("cpu"), 0,
                             trainer.SpeedOptions())
     return counter
