@@ -66,7 +66,8 @@ from fusion_sweep.analysis.winrate import sign_test
 
 @dataclass
 class Report:
-    """The whole analysis. comparisons/dropped/warnings are JSON-ready dicts."""
+    """The whole analysis: comparisons, arms and tests are frozen records; dropped and
+    warnings are JSON-ready dicts."""
 
     source: dict
     settings: Settings
