@@ -161,3 +161,18 @@ def test_collapsed_seeds_say_the_mean_verdict_rests_on_normality(tmp_path, capsy
         in c["verdict_flags"]
     assert (c["wins"], c["losses"], c["ties"], c["win_verdict"]) == (5, 0, 0, "inconclusive")
     assert c["sign_p"] == pytest.approx(0.0625)
+
+
+@pytest.mark.parametrize("metric, direction, expected", [
+    ("test_acc", [], "better"), ("score", ["--direction", "lower"], "worse")])
+def test_a_decided_win_rate_reads_the_metric_direction(tmp_path, capsys, metric, direction,
+                                                       expected) -> None:
+    """concat is above add on all 8 seeds (sign p = 2 / 2^8): the win-rate verdict is `better`
+    when higher is better and `worse` when lower is, beside the mean-Δ verdict."""
+    accs = [0.80, 0.82, 0.79, 0.81, 0.83, 0.78, 0.80, 0.82]
+    rows = [{"dataset": "syn", "pe": "sinusoidal", "fusion": f, "seed": s, "status": "FINISHED",
+             metric: a + (0.01 + 0.002 * s if f == "concat" else 0.0), "num_classes": 2}
+            for f in ("add", "concat") for s, a in enumerate(accs)]
+    c = _one(_stats(tmp_path, pd.DataFrame(rows), capsys, "--metric", metric, *direction),
+             metric)
+    assert (c["wins"], c["win_verdict"], c["verdict"]) == (8, expected, expected)

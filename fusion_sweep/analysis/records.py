@@ -1,10 +1,11 @@
 """The analysis's records: frozen dataclasses built once per stage, the JSON written from
 them in one place.
 
-Stages: :class:`fusion_sweep.analysis.pairing.Paired` (the pairs) -> the per-comparison
-statistics, Holm and verdicts (:mod:`fusion_sweep.analysis.report`, while the report's families
-are adjusted) -> :class:`Comparison`, built once from them and never changed -> the
-:class:`fusion_sweep.analysis.report.Report`. Renderers read attributes, never keys.
+Stages: :class:`fusion_sweep.analysis.pairing.Paired` (the pairs) -> report.Measured (one
+comparison's own statistics) -> report.Adjusted (its Holm p in each of the report's families)
+-> report.Judged (the verdicts, flags and notes) -> :class:`Comparison`, built once from
+Measured and Judged and never changed -> the :class:`fusion_sweep.analysis.report.Report`.
+Each stage is frozen. Renderers read attributes, never keys.
 
 A new statistic is a field here (its place in schema.COMPARISON_KEYS is its JSON key order),
 its computation in the statistics, and the renderers that show it. A field the statistics do

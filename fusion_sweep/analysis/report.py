@@ -32,7 +32,8 @@ from __future__ import annotations
 import json
 import math
 import zlib
-from dataclasses import asdict, dataclass, field, replace
+from types import SimpleNamespace
+from dataclasses import asdict, dataclass, field, fields, make_dataclass
 from typing import Mapping
 
 import numpy as np
@@ -65,7 +66,8 @@ from fusion_sweep.analysis.winrate import sign_test
 
 @dataclass
 class Report:
-    """The whole analysis. comparisons/dropped/warnings are JSON-ready dicts."""
+    """The whole analysis: comparisons, arms and tests are frozen records; dropped and
+    warnings are JSON-ready dicts."""
 
     source: dict
     settings: Settings
@@ -182,16 +184,15 @@ def analyze(
     order = sorted(range(len(pairing.pairs)), key=lambda i: (
         settings.metrics.index(pairing.pairs[i].metric),
         by_dataset[pairing.pairs[i].dataset].rank, pairing.pairs[i].group, i))
-    comps = [_compare(pairing.pairs[i], settings, by_dataset[pairing.pairs[i].dataset], by_arm)
-             for i in order]
-    family = fixed_family(comps, settings, source)
-    _holm_and_verdicts(comps, settings, family["m"])
-    _win_verdicts(comps, settings, family["m"])
-    records = [Comparison.build(c) for c in comps]  # the records, built once
+    measured = [_measure(pairing.pairs[i], settings, by_dataset[pairing.pairs[i].dataset], by_arm)
+                for i in order]
+    family = fixed_family(measured, settings, source)
+    # An adaptive sweep's fixed-n verdicts are descriptive (sequential_section says why).
+    records = _judged_records(measured, settings, family["m"], bool(source.get("adaptive")))
     tests, inter_warns = interaction_tests(records, regimes, settings.alpha, axis)
     shown = _shown(settings)
-    comps, records, tests, dropped, arms = ([r for r in rs if shown(r)] for rs in (
-        comps, records, tests, superseded + pairing.dropped, arms))
+    comps, tests, dropped, arms = ([r for r in rs if shown(r)] for rs in (
+        records, tests, superseded + pairing.dropped, arms))
     df, regimes = _selection(everything, settings, source, regimes)
     source = {**source, "platforms": platforms_of(df)}  # named in the report's source line
     warnings = (_design_warnings(comps, settings, family["m"])
@@ -217,11 +218,9 @@ def analyze(
     if settings.claims is not None:
         claims = evaluate(get_claim_set(settings.claims), df, settings, counts, regimes)
     sequential, seq_results = sequential_section(comps, settings, source, everything)
-    if sequential is not None:  # every fixed-n verdict of an adaptive sweep is descriptive
-        records = [replace(c, verdict_flags=("descriptive", *c.verdict_flags)) for c in records]
-        if claims is not None:
-            claims["method"] = f"{sequential['fixed_n_label']}: {claims['method']}"
-    return Report(source, settings, regimes, records, dropped, warnings, interaction, df,
+    if sequential is not None and claims is not None:
+        claims = {**claims, "method": f"{DESCRIPTIVE_LABEL}: {claims['method']}"}
+    return Report(source, settings, regimes, comps, dropped, warnings, interaction, df,
                   {"method": CHANCE_METHOD, "tests": arms},
                   arm_summaries(df, settings, regimes, by_arm), claims, sequential, seq_results,
                   family)
@@ -255,7 +254,7 @@ def _shown(s: Settings):
 FAMILY_FIXED = "fixed by the sweep"
 
 
-def fixed_family(comps: list[dict], s: Settings, source: dict) -> dict:
+def fixed_family(comps: list[Measured] | list[Comparison], s: Settings, source: dict) -> dict:
     """m of the fixed-n Holm family and where it came from. The family is every comparison
     the input allows (before any --dataset/--pe/--encoder selection), or the sweep's
     pre-registered family (schema.COMPARISON_FAMILY; a results file's comparison_family
@@ -264,7 +263,7 @@ def fixed_family(comps: list[dict], s: Settings, source: dict) -> dict:
     recorded = source.get("comparison_family")
     if isinstance(recorded, dict) and isinstance(recorded.get("m"), int):
         metric = (source.get("space") or {}).get("metric") or s.metrics[0]
-        own = sum(c["metric"] == metric for c in comps)
+        own = sum(c.metric == metric for c in comps)
         return {"m": m + max(0, recorded["m"] - own), "source": FAMILY_FIXED}
     where = source.get("path") or ("the sweep" if source.get("kind") == "mlflow"
                                    else "the input")
@@ -295,7 +294,7 @@ def sweep_columns(df: pd.DataFrame, source: dict) -> dict:
     return out
 
 
-def sequential_section(comps: list[dict], s: Settings, source: dict,
+def sequential_section(comps: list[Comparison], s: Settings, source: dict,
                        everything: pd.DataFrame | None = None) -> tuple[dict | None, list]:
     """For a sweep launched with --until-decided (source["adaptive"]): each comparison's
     anytime-valid decision and seeds used, on the sweep's metric, by the launch's method and
@@ -313,8 +312,8 @@ def sequential_section(comps: list[dict], s: Settings, source: dict,
     method = get_method(adaptive.get("method", LEGACY_METHOD))
     family, family_source = launch_family(source, s, everything)
     members = {(m["dataset"], m["variant"], m["baseline_variant"]) for m in family["members"]}
-    mine = [c for c in comps if c["metric"] == metric
-            and (c["dataset"], c["variant"], c["baseline_variant"]) in members]
+    mine = [c.to_json() for c in comps if c.metric == metric
+            and (c.dataset, c.variant, c.baseline_variant) in members]
     results = from_comparisons(mine, alpha, max(int(family["m"]), 1), method.name)
     return {"adaptive": dict(adaptive), "metric": metric, "alpha": alpha, "m": int(family["m"]),
             "family_source": family_source, "method": method.name,
@@ -384,64 +383,83 @@ def arm_summaries(df: pd.DataFrame, s: Settings, regimes: list[Regime],
     return sorted(out, key=order)
 
 
-def _compare(p: Paired, s: Settings, regime: Regime, by_arm: dict) -> dict:
-    """Statistics of one comparison, with its identifying fields."""
+# Stage 2's fields: what the report's Holm families and the verdict rules decide. Every other
+# field of a Comparison is the comparison's own statistics (stage 1, _measure).
+JUDGED = ("p_holm", "tost_p_holm", "holm_first_step_alpha", "power_at_holm_alpha",
+          "seeds_for_80_power_at_holm_alpha", "verdict_ci_low", "verdict_ci_high",
+          "verdict_ci_level", "verdict", "notes", "verdict_flags", "ratio_p_holm",
+          "ratio_verdict", "sign_p_holm", "win_verdict")
+
+# Stage 1: one comparison's own statistics (no family yet), the Comparison fields outside
+# JUDGED plus `notes` (the statistics' own), and what the verdict rules read besides: the
+# pairs, the cost-ratio test and the collapsed-seeds sentence.
+Measured = make_dataclass("Measured", [
+    *((f.name, f.type) for f in fields(Comparison) if f.name == "notes" or f.name not in JUDGED),
+    ("pair", Paired), ("ratio_test", object), ("collapse", str)], frozen=True)
+
+
+@dataclass(frozen=True)
+class Adjusted:
+    """Stage 2a: one comparison's Holm-adjusted p in each of the report's families, and
+    alpha at Holm's first step (alpha/m)."""
+
+    p_holm: float
+    tost_p_holm: float
+    ratio_p_holm: float
+    sign_p_holm: float
+    alpha_m: float
+
+
+@dataclass(frozen=True)
+class Judged:
+    """Stage 2b: the verdicts and what qualifies them (the JUDGED fields)."""
+
+    p_holm: float
+    tost_p_holm: float
+    holm_first_step_alpha: float
+    power_at_holm_alpha: float
+    seeds_for_80_power_at_holm_alpha: int | None
+    verdict_ci_low: float
+    verdict_ci_high: float
+    verdict_ci_level: float
+    verdict: str
+    notes: tuple[str, ...]
+    verdict_flags: tuple[str, ...]
+    ratio_p_holm: float | None
+    ratio_verdict: str | None
+    sign_p_holm: float
+    win_verdict: str
+
+
+def _measure(p: Paired, s: Settings, regime: Regime, by_arm: dict) -> Measured:
+    """Stage 1: statistics of one comparison, with its identifying fields."""
     margin = s.margin_for(p.dataset, p.metric)
     rng = comparison_rng(s.rng_seed, rng_key(p))
     res = stats.compare_paired(p.x, p.y, alpha=s.alpha, margin=margin,
                                n_resamples=int(s.n_boot), rng=rng)
-    return {
-        "dataset": p.dataset, "pe": p.pe, "metric": p.metric, "fusion": p.fusion,
-        "baseline": p.baseline, **res, "seeds": [int(v) for v in p.seeds],
-        "regime": regime.label, "median_tokens": regime.median_tokens,
-        "higher_is_better": s.higher_is_better(p.metric), "equivalence_margin": margin,
-        "p_holm": stats.NAN, "verdict": INCONCLUSIVE, "tost_p_holm": stats.NAN,
-        "holm_first_step_alpha": s.alpha, "power_at_holm_alpha": stats.NAN,
-        "seeds_for_80_power_at_holm_alpha": None,
-        "verdict_ci_low": stats.NAN, "verdict_ci_high": stats.NAN, "verdict_ci_level": stats.NAN,
-        "chance_level": chance_level(by_arm, p.dataset, p.arm, p.metric),
-        "learned": arm_state(by_arm, p.dataset, p.arm, p.metric),
-        "baseline_learned": arm_state(by_arm, p.dataset, p.ref, p.metric),
-        "encoder": p.arm.encoder, "variant": p.arm.label, "baseline_variant": p.ref.label,
-        "group": p.group, **_ratio(p, s), "verdict_flags": [], "_unchecked": p.unchecked,
-        "_collapse": _collapse(by_arm, p), **_win_rate(p, s),
-        "_x": p.x, "_y": p.y,
-    }
+    ratio = stats.ratio_test(p.x, p.y, s.alpha) if p.metric in COST_METRICS else None
+    return Measured(
+        dataset=p.dataset, pe=p.pe, metric=p.metric, fusion=p.fusion, baseline=p.baseline,
+        **res, seeds=tuple(int(v) for v in p.seeds), regime=regime.label,
+        median_tokens=regime.median_tokens, higher_is_better=s.higher_is_better(p.metric),
+        equivalence_margin=margin,
+        chance_level=chance_level(by_arm, p.dataset, p.arm, p.metric),
+        learned=arm_state(by_arm, p.dataset, p.arm, p.metric),
+        baseline_learned=arm_state(by_arm, p.dataset, p.ref, p.metric),
+        encoder=p.arm.encoder, variant=p.arm.label, baseline_variant=p.ref.label,
+        group=p.group, ratio=ratio and ratio.ratio, ratio_ci_low=ratio and ratio.low,
+        ratio_ci_high=ratio and ratio.high, ratio_p=ratio and ratio.p,
+        **_win_rate(p, s), pair=p, ratio_test=ratio, collapse=_collapse(by_arm, p))
 
 
 def _win_rate(p: Paired, s: Settings) -> dict:
     """The win-rate estimand: exact sign test of the paired deltas (ties excluded, counted),
-    its Clopper-Pearson interval; the Holm p and win_verdict are set with the others."""
+    its Clopper-Pearson interval; the Holm p and win_verdict are stage 2's."""
     st = sign_test(stats.paired_deltas(p.x, p.y), confidence=1 - s.alpha)
     return {"estimand": MEAN_DELTA, "assumes": ASSUMES[MEAN_DELTA], "win_estimand": WIN_RATE,
             "win_assumes": ASSUMES[WIN_RATE], "wins": st.wins, "losses": st.losses,
             "ties": st.ties, "win_rate": st.win_rate, "win_ci_low": st.ci_low,
-            "win_ci_high": st.ci_high, "sign_p": st.p_two_sided, "sign_p_holm": stats.NAN,
-            "win_verdict": INCONCLUSIVE}
-
-
-def _win_verdicts(comps: list[dict], s: Settings, family_m: int) -> None:
-    """Holm over the win-rate family (the same comparisons, its own family), then each
-    win-rate verdict under the same learned? guards as the mean-Δ verdict."""
-    adjusted = holm_in_family([c["sign_p"] for c in comps], family_m)
-    for c, p in zip(comps, adjusted):
-        c["sign_p_holm"] = float(p)
-        if c["verdict"] == NOT_LEARNED:
-            c["win_verdict"] = NOT_LEARNED
-        elif np.isfinite(p) and p < s.alpha and not _unlearned_arm(c):
-            c["win_verdict"] = BETTER if (c["win_rate"] > 0.5) == c["higher_is_better"] \
-                else WORSE
-
-
-def _ratio(p: Paired, s: Settings) -> dict:
-    """Cost metrics: the paired ratio arm/reference (geometric mean, log-scale t-interval);
-    the verdict on it needs the report's Holm p (set in _holm_and_verdicts)."""
-    keys = ("ratio", "ratio_ci_low", "ratio_ci_high", "ratio_p", "ratio_p_holm")
-    if p.metric not in COST_METRICS:
-        return {**dict.fromkeys(keys, None), "ratio_verdict": None, "_ratio": None}
-    r = stats.ratio_test(p.x, p.y, s.alpha)
-    return {"ratio": r.ratio, "ratio_ci_low": r.low, "ratio_ci_high": r.high, "ratio_p": r.p,
-            "ratio_p_holm": stats.NAN, "ratio_verdict": INCONCLUSIVE, "_ratio": r}
+            "win_ci_high": st.ci_high, "sign_p": st.p_two_sided}
 
 
 # Notes that explain a verdict rather than a degenerate statistic (not turned into warnings).
@@ -457,36 +475,69 @@ def holm_in_family(pvals: list[float], m: int) -> np.ndarray:
     return stats.holm(np.r_[p, np.ones(pad)])[:p.size]
 
 
-def _holm_and_verdicts(comps: list[dict], s: Settings, family_m: int) -> None:
-    """Holm over the report's paired-t and TOST families (of family_m members), post hoc
-    power at Holm's first step, then each verdict and the notes that qualify it."""
-    adjusted = holm_in_family([c["t_p"] for c in comps], family_m)
-    tost_adjusted = stats.holm(np.array([c["tost_p"] for c in comps], dtype=float))
-    ratio_adjusted = stats.holm(np.array([_nan(c["ratio_p"]) for c in comps], dtype=float))
-    m = max(1, int(np.isfinite(adjusted).sum()) + max(0, family_m - len(comps)))
-    for c, p, tp, rp in zip(comps, adjusted, tost_adjusted, ratio_adjusted):
-        c["p_holm"], c["tost_p_holm"] = float(p), float(tp)
-        _power_at_holm_alpha(c, s.alpha / m)
-        c["verdict_ci_low"], c["verdict_ci_high"], c["verdict_ci_level"] = \
-            stats.holm_consistent_interval(np.asarray(c["deltas"], float), c["t_p"], float(p),
-                                           s.alpha)
-        not_learned = c["learned"] == "no" and c["baseline_learned"] == "no"
-        c["verdict"] = stats.verdict(c["mean_delta"], c["t_ci_low"], c["t_ci_high"], c["p_holm"],
-                                     c["tost_p_holm"], s.alpha, c["higher_is_better"],
-                                     not_learned=not_learned)
-        c["notes"] = c["notes"] + _verdict_notes(c, s.alpha)
-        _qualify(c, s, not_learned)
-        ratio = c.pop("_ratio")
-        if ratio is not None:
-            c["ratio_p_holm"] = float(rp)
-            c["ratio_verdict"] = stats.ratio_verdict(ratio, float(rp), s.alpha,
-                                                     c["higher_is_better"])
-            c["notes"] = c["notes"] + ([f"ratio: {ratio.note}"] if ratio.note else [])
+def _adjusted(ms: list[Measured], s: Settings, family_m: int) -> list[Adjusted]:
+    """Stage 2a: Holm over the report's paired-t family (of family_m members), its TOST and
+    cost-ratio families, and the win-rate family (the same comparisons, its own family)."""
+    adjusted = holm_in_family([c.t_p for c in ms], family_m)  # (k,)
+    tost = stats.holm(np.array([c.tost_p for c in ms], dtype=float))
+    ratio = stats.holm(np.array([_nan(c.ratio_p) for c in ms], dtype=float))
+    sign = holm_in_family([c.sign_p for c in ms], family_m)
+    m = max(1, int(np.isfinite(adjusted).sum()) + max(0, family_m - len(ms)))
+    return [Adjusted(float(p), float(tp), float(rp), float(sp), s.alpha / m)
+            for p, tp, rp, sp in zip(adjusted, tost, ratio, sign)]
 
 
-def _qualify(c: dict, s: Settings, not_learned: bool) -> None:
+def _judged_records(ms: list[Measured], s: Settings, family_m: int,
+                    descriptive: bool) -> list[Comparison]:
+    """Stages 2 and 3: the verdicts, then each Comparison record, built once."""
+    out = []
+    for c, a in zip(ms, _adjusted(ms, s, family_m)):
+        j = _judge(c, a, s, descriptive)
+        own = {f.name: getattr(c, f.name) for f in fields(Comparison) if f.name not in JUDGED}
+        out.append(Comparison.build({**own, **asdict(j)}))
+    return out
+
+
+def _judge(c: Measured, a: Adjusted, s: Settings, descriptive: bool) -> Judged:
+    """Stage 2b: post hoc power at Holm's first step, the Holm-consistent interval, each
+    verdict and the notes and flags that qualify it."""
+    low, high, level = stats.holm_consistent_interval(np.asarray(c.deltas, float), c.t_p,
+                                                      a.p_holm, s.alpha)
+    not_learned = c.learned == "no" and c.baseline_learned == "no"
+    verdict = stats.verdict(c.mean_delta, c.t_ci_low, c.t_ci_high, a.p_holm, a.tost_p_holm,
+                            s.alpha, c.higher_is_better, not_learned=not_learned)
+    notes = [*c.notes, *_verdict_notes(c, a, verdict, s.alpha)]
+    verdict, flags, qualified = _qualify(c, a, verdict, s, not_learned)
+    notes += qualified
+    ratio_p_holm, ratio_verdict = None, None
+    if c.ratio_test is not None:
+        ratio_p_holm = a.ratio_p_holm
+        ratio_verdict = stats.ratio_verdict(c.ratio_test, a.ratio_p_holm, s.alpha,
+                                            c.higher_is_better)
+        notes += [f"ratio: {c.ratio_test.note}"] if c.ratio_test.note else []
+    return Judged(
+        p_holm=a.p_holm, tost_p_holm=a.tost_p_holm, holm_first_step_alpha=a.alpha_m,
+        power_at_holm_alpha=stats.achieved_power(c.dz, c.n, a.alpha_m),
+        seeds_for_80_power_at_holm_alpha=stats.seeds_for_power(c.dz, a.alpha_m),
+        verdict_ci_low=low, verdict_ci_high=high, verdict_ci_level=level, verdict=verdict,
+        notes=tuple(notes), verdict_flags=(("descriptive",) if descriptive else ()) + flags,
+        ratio_p_holm=ratio_p_holm, ratio_verdict=ratio_verdict, sign_p_holm=a.sign_p_holm,
+        win_verdict=_win_verdict(c, a, verdict, s))
+
+
+def _win_verdict(c: Measured, a: Adjusted, verdict: str, s: Settings) -> str:
+    """The win-rate verdict under the same learned? guards as the mean-Δ verdict."""
+    if verdict == NOT_LEARNED:
+        return NOT_LEARNED
+    if np.isfinite(a.sign_p_holm) and a.sign_p_holm < s.alpha and not _unlearned_arm(c):
+        return BETTER if (c.win_rate > 0.5) == c.higher_is_better else WORSE
+    return INCONCLUSIVE
+
+
+def _qualify(c: Measured, a: Adjusted, verdict: str, s: Settings,
+             not_learned: bool) -> tuple[str, tuple[str, ...], list[str]]:
     """The rules that qualify a fixed-n verdict (issue 20), each said beside it in
-    `verdict_flags` and explained in `notes`:
+    `verdict_flags` and explained in `notes`: returns (verdict, flags, notes).
 
     - no better/equivalent while an arm's learned? state is unknown (its class count is
       unknown, or it has the same value on every seed, so the chance test is undefined): a
@@ -494,41 +545,40 @@ def _qualify(c: dict, s: Settings, not_learned: bool) -> None:
     - fewer than NORMALITY_BELOW_N pairs: the verdict rests on the t-test's normality;
     - the verdict with the pairs dropped by fingerprint/code checks put back, when it
       differs (the verdict itself never uses them; copied seeds are never put back)."""
-    flags = c["verdict_flags"]
+    flags, notes = [], []
     why = _unlearned_arm(c)
-    if why and c["verdict"] in (BETTER, WORSE, EQUIVALENT):
-        flags.append(f"no '{c['verdict']}': {why}")
-        c["notes"] = c["notes"] + [f"verdict withheld ('{c['verdict']}' -> 'inconclusive'): "
-                                   f"{why}; a model that may sit at chance can show neither a "
-                                   "difference nor the absence of one"]
-        c["verdict"] = INCONCLUSIVE
-    if c["verdict"] in (BETTER, WORSE, EQUIVALENT) and c["n"] < NORMALITY_BELOW_N:
-        flags.append(f"rests on normality (n = {c['n']} < {NORMALITY_BELOW_N})")
-        c["notes"] = c["notes"] + [
-            f"only {c['n']} pairs: the verdict rests on the paired t-test's normality "
-            "assumption; no exact test can reach alpha at this n"]
-    collapse = c.pop("_collapse")
-    if collapse and c["verdict"] in (BETTER, WORSE, EQUIVALENT):
-        flags.append(f"rests on normality ({collapse})")
-        c["notes"] = c["notes"] + [
-            f"{collapse}: the deltas mix collapsed and learned seeds, so the mean-Δ verdict "
-            "rests on the t-test's normality; read the win rate (exact) beside it"]
-    x, y, unchecked = c.pop("_x"), c.pop("_y"), c.pop("_unchecked")
-    if unchecked:
-        _sensitivity(c, s, np.asarray(x, float), np.asarray(y, float), unchecked, not_learned)
+    if why and verdict in (BETTER, WORSE, EQUIVALENT):
+        flags.append(f"no '{verdict}': {why}")
+        notes.append(f"verdict withheld ('{verdict}' -> 'inconclusive'): {why}; a model that "
+                     "may sit at chance can show neither a difference nor the absence of one")
+        verdict = INCONCLUSIVE
+    if verdict in (BETTER, WORSE, EQUIVALENT) and c.n < NORMALITY_BELOW_N:
+        flags.append(f"rests on normality (n = {c.n} < {NORMALITY_BELOW_N})")
+        notes.append(f"only {c.n} pairs: the verdict rests on the paired t-test's normality "
+                     "assumption; no exact test can reach alpha at this n")
+    if c.collapse and verdict in (BETTER, WORSE, EQUIVALENT):
+        flags.append(f"rests on normality ({c.collapse})")
+        notes.append(f"{c.collapse}: the deltas mix collapsed and learned seeds, so the mean-Δ "
+                     "verdict rests on the t-test's normality; read the win rate (exact) "
+                     "beside it")
+    if c.pair.unchecked:
+        other = _sensitivity(c, a, verdict, s, not_learned)
+        if other is not None:
+            flags.append(other[0])
+            notes.append(other[1])
+    return verdict, tuple(flags), notes
 
 
-def _unlearned_arm(c: dict) -> str:
+def _unlearned_arm(c: Measured | Comparison) -> str:
     """Why an arm may sit at chance ('' when both beat it or chance does not apply): an arm
     whose learned? is `no` or `unknown` on either side withholds better, worse and
     equivalent alike (the guards are symmetric)."""
-    for label, state in ((c["variant"], c["learned"]), (c["baseline_variant"],
-                                                          c["baseline_learned"])):
+    for label, state in ((c.variant, c.learned), (c.baseline_variant, c.baseline_learned)):
         if state == "no":
-            return f"{label} does not beat chance ({c['chance_level']:.3g})"
+            return f"{label} does not beat chance ({c.chance_level:.3g})"
         if state != "unknown":
             continue
-        if not np.isfinite(c["chance_level"]):
+        if not np.isfinite(c.chance_level):
             return f"chance level unknown for {label} (class count unknown)"
         return (f"{label} has the same accuracy on every seed (or fewer than 2 seeds): "
                 "whether it beats chance is unknown")
@@ -547,69 +597,60 @@ def _collapse(by_arm: dict, p: Paired) -> str:
     return "; ".join(out)
 
 
-def _sensitivity(c: dict, s: Settings, x: np.ndarray, y: np.ndarray, unchecked: tuple,
-                 not_learned: bool) -> None:
-    """Recompute the verdict with the dropped-but-finished pairs put back (the same Holm
-    step as the comparison's own p); note it when it differs."""
-    seeds = c["seeds"] + [int(u[0]) for u in unchecked]
-    x = np.r_[x, [v for _, v, _ in unchecked]]  # (n + k,)
-    y = np.r_[y, [v for _, _, v in unchecked]]
+def _sensitivity(c: Measured, a: Adjusted, verdict: str, s: Settings,
+                 not_learned: bool) -> tuple[str, str] | None:
+    """The verdict with the dropped-but-finished pairs put back (the same Holm step as the
+    comparison's own p): (flag, note) when it differs, else None."""
+    unchecked = c.pair.unchecked
+    n_all = len(c.seeds) + len(unchecked)
+    x = np.r_[np.asarray(c.pair.x, float), [v for _, v, _ in unchecked]]  # (n + k,)
+    y = np.r_[np.asarray(c.pair.y, float), [v for _, _, v in unchecked]]
     t = stats.paired_t(x, y, s.alpha)
-    step = c["p_holm"] / c["t_p"] if np.isfinite(c["t_p"]) and c["t_p"] > 0 else 1.0
-    tost = stats.tost_p(x, y, c["equivalence_margin"])
-    tstep = (c["tost_p_holm"] / c["tost_p"] if np.isfinite(c["tost_p"]) and c["tost_p"] > 0
-             else 1.0)
+    step = a.p_holm / c.t_p if np.isfinite(c.t_p) and c.t_p > 0 else 1.0
+    tost = stats.tost_p(x, y, c.equivalence_margin)
+    tstep = a.tost_p_holm / c.tost_p if np.isfinite(c.tost_p) and c.tost_p > 0 else 1.0
     other = stats.verdict(t.mean, t.low, t.high, min(1.0, t.p * step), min(1.0, tost * tstep),
-                          s.alpha, c["higher_is_better"], not_learned=not_learned)
-    if other == c["verdict"] or (other in (BETTER, WORSE, EQUIVALENT) and _unlearned_arm(c)):
-        return
-    c["verdict_flags"].append(f"with all {len(seeds)} pairs: {other}")
-    c["notes"] = c["notes"] + [
-        f"sensitivity: with the {len(unchecked)} pair(s) dropped by the fingerprint/code "
-        f"checks put back ({len(seeds)} pairs), the verdict would be '{other}' (paired-t p "
-        f"{t.p:.3g}, Holm step as above); the verdict uses the {c['n']} checked pairs only"]
+                          s.alpha, c.higher_is_better, not_learned=not_learned)
+    if other == verdict or (other in (BETTER, WORSE, EQUIVALENT) and _unlearned_arm(c)):
+        return None
+    return (f"with all {n_all} pairs: {other}",
+            f"sensitivity: with the {len(unchecked)} pair(s) dropped by the fingerprint/code "
+            f"checks put back ({n_all} pairs), the verdict would be '{other}' (paired-t p "
+            f"{t.p:.3g}, Holm step as above); the verdict uses the {c.n} checked pairs only")
 
 
 def _nan(v: object) -> float:
     return stats.NAN if v is None else float(v)
 
 
-def _power_at_holm_alpha(c: dict, alpha_m: float) -> None:
-    """Post hoc power / seeds at alpha/m: the threshold the smallest Holm p must clear."""
-    c["holm_first_step_alpha"] = alpha_m
-    c["power_at_holm_alpha"] = stats.achieved_power(c["dz"], c["n"], alpha_m)
-    c["seeds_for_80_power_at_holm_alpha"] = stats.seeds_for_power(c["dz"], alpha_m)
-
-
-def _verdict_notes(c: dict, alpha: float) -> list[str]:
+def _verdict_notes(c: Measured, a: Adjusted, verdict: str, alpha: float) -> list[str]:
     """What the verdict alone would hide: equivalence beside a real effect, chance level."""
-    tost = c["tost_p_holm"]
+    tost = a.tost_p_holm
     equivalent = np.isfinite(tost) and tost < alpha
-    excludes_zero = (np.isfinite(c["t_ci_low"]) and
-                     (c["t_ci_low"] > 0 or c["t_ci_high"] < 0))
-    margin = c["equivalence_margin"]
-    if c["verdict"] == NOT_LEARNED:
-        return [f"neither arm beats chance ({c['chance_level']:.3g}): verdict 'not learned'; "
+    excludes_zero = np.isfinite(c.t_ci_low) and (c.t_ci_low > 0 or c.t_ci_high < 0)
+    margin = c.equivalence_margin
+    if verdict == NOT_LEARNED:
+        return [f"neither arm beats chance ({c.chance_level:.3g}): verdict 'not learned'; "
                 "these statistics compare two chance-level models"]
-    if c["verdict"] in (BETTER, WORSE) and equivalent:
+    if verdict in (BETTER, WORSE) and equivalent:
         return [f"also equivalent within ±{margin:g} (Holm-adjusted TOST p = {tost:.3g}): the "
                 "difference is real but small"]
-    if c["verdict"] == EQUIVALENT and excludes_zero:
+    if verdict == EQUIVALENT and excludes_zero:
         return [f"equivalent within ±{margin:g} (Holm-adjusted TOST p = {tost:.3g}), but the "
-                f"t-interval [{c['t_ci_low']:+.4g}, {c['t_ci_high']:+.4g}] excludes 0: a "
+                f"t-interval [{c.t_ci_low:+.4g}, {c.t_ci_high:+.4g}] excludes 0: a "
                 f"difference smaller than the margin, not significant after Holm "
-                f"(p_holm = {c['p_holm']:.3g})"]
+                f"(p_holm = {a.p_holm:.3g})"]
     return []
 
 
-def _design_warnings(comps: list[dict], s: Settings, family_m: int) -> list[dict]:
+def _design_warnings(comps: list[Comparison], s: Settings, family_m: int) -> list[dict]:
     """What the design cannot do, before looking at results: floors on p, small n."""
     out = []
-    for n in sorted({c["n"] for c in comps if c["n"] >= 1}):
-        group = [c for c in comps if c["n"] == n]
+    for n in sorted({c.n for c in comps if c.n >= 1}):
+        group = [c for c in comps if c.n == n]
         # The floor at n is the best case (every delta non-zero); zero deltas raise it further.
-        floors = {"exact two-sided Wilcoxon": [c["min_p_wilcoxon"] for c in group],
-                  "sign-flip permutation": [c["min_p_signflip"] for c in group]}
+        floors = {"exact two-sided Wilcoxon": [c.min_p_wilcoxon for c in group],
+                  "sign-flip permutation": [c.min_p_signflip for c in group]}
         finite = {k: [v for v in vs if np.isfinite(v)] for k, vs in floors.items()}
         blocked = {k: (min(v), max(v)) for k, v in finite.items() if v and min(v) >= s.alpha}
         if blocked:
@@ -621,16 +662,16 @@ def _design_warnings(comps: list[dict], s: Settings, family_m: int) -> list[dict
                         "message": f"at n = {n} ({_count(len(group), 'comparison')}) {what}, "
                                    f"which is not below alpha = {s.alpha}: only the t-test can "
                                    "reject; add seeds for a non-parametric confirmation"})
-    small = [c for c in comps if 0 < c["n"] < stats.BOOT_DESCRIPTIVE_BELOW]
+    small = [c for c in comps if 0 < c.n < stats.BOOT_DESCRIPTIVE_BELOW]
     if small:
-        ns = sorted({c["n"] for c in small})
+        ns = sorted({c.n for c in small})
         out.append({"code": "bootstrap_descriptive",
                     "message": f"{_count(len(small), 'comparison')} with fewer than "
                                f"{stats.BOOT_DESCRIPTIVE_BELOW} pairs (n = {ns}): BCa bootstrap "
                                "CIs undercover at this n and are descriptive only; the "
                                "t-interval is the primary interval"})
     m = family_m
-    r = int(np.isfinite([_nan(c["ratio_p"]) for c in comps]).sum())
+    r = int(np.isfinite([_nan(c.ratio_p) for c in comps]).sum())
     if r > 1:
         out.append({"code": "holm_ratio_family",
                     "message": f"Holm adjustment over r = {r} paired cost-ratio tests (log "
@@ -642,7 +683,7 @@ def _design_warnings(comps: list[dict], s: Settings, family_m: int) -> list[dict
                                f"paired-t p must be below alpha/m = {s.alpha / m:.3g} to count; "
                                "'seeds for 80% power' is given at both alpha and alpha/m, post "
                                "hoc (at the observed effect)"})
-    k = int(np.isfinite([c["tost_p"] for c in comps]).sum())
+    k = int(np.isfinite([c.tost_p for c in comps]).sum())
     if k > 1:
         out.append({"code": "holm_tost_family",
                     "message": f"Holm adjustment over k = {k} equivalence (TOST) tests: "
@@ -650,29 +691,37 @@ def _design_warnings(comps: list[dict], s: Settings, family_m: int) -> list[dict
     return out
 
 
-def describe(c: dict, axis: Axis) -> str:
+def describe(c: Comparison | Mapping, axis: Axis) -> str:
     """'concat vs add, pe=sinusoidal' / 'ressformer/none/add vs standard/sinusoidal/add':
     a comparison (or dropped record) in the axis's short labels, with its group."""
-    arm = Variant(c["encoder"], c["pe"], c["fusion"])
+    c = _named(c)
+    arm = Variant(c.encoder, c.pe, c.fusion)
     group = axis.title(axis.group(arm)).replace(" · ", ", ")
-    return f"{axis.short(arm)} vs {c['baseline']}" + (f", {group}" if group else "")
+    return f"{axis.short(arm)} vs {c.baseline}" + (f", {group}" if group else "")
 
 
-def where(c: dict, axis: Axis) -> str:
+def where(c: Comparison | Mapping, axis: Axis) -> str:
     """'dataset/group/metric ARM vs REF' for messages ('synthetic-long/sinusoidal/test_acc
-    concat vs add')."""
-    arm = Variant(c["encoder"], c["pe"], c["fusion"])
-    path = "/".join(p for p in (c["dataset"], axis.path(axis.group(arm)), c["metric"]) if p)
-    return f"{path} {axis.short(arm)} vs {c['baseline']}"
+    concat vs add'); c is a comparison or a dropped record."""
+    c = _named(c)
+    arm = Variant(c.encoder, c.pe, c.fusion)
+    path = "/".join(p for p in (c.dataset, axis.path(axis.group(arm)), c.metric) if p)
+    return f"{path} {axis.short(arm)} vs {c.baseline}"
 
 
-def _not_learned_warnings(comps: list[dict], axis: Axis) -> list[dict]:
+def _named(c: Comparison | Mapping) -> Comparison | SimpleNamespace:
+    """A dropped record (a JSON-ready dict, schema.DROPPED_KEYS) read by attribute, as a
+    comparison is."""
+    return SimpleNamespace(**c) if isinstance(c, Mapping) else c
+
+
+def _not_learned_warnings(comps: list[Comparison], axis: Axis) -> list[dict]:
     """One warning per dataset and metric, naming each comparison whose arms both sit at
     chance (a regime where nothing learns would otherwise repeat one sentence per arm)."""
-    groups: dict[tuple, list[dict]] = {}
+    groups: dict[tuple, list[Comparison]] = {}
     for c in comps:
-        if c["verdict"] == NOT_LEARNED:
-            groups.setdefault((c["dataset"], c["metric"], c["chance_level"]), []).append(c)
+        if c.verdict == NOT_LEARNED:
+            groups.setdefault((c.dataset, c.metric, c.chance_level), []).append(c)
     out = []
     for (dataset, metric, chance), cs in groups.items():
         these = "this comparison says" if len(cs) == 1 else f"these {len(cs)} comparisons say"
@@ -696,10 +745,10 @@ def _code_mismatch_warning(dropped: list[dict], axis: Axis) -> list[dict]:
                         f"dropped (re-run the stale arm under the current code): {listing}{more}"}]
 
 
-def _margin_warnings(comps: list[dict], s: Settings) -> list[dict]:
+def _margin_warnings(comps: list[Comparison], s: Settings) -> list[dict]:
     if not isinstance(s.margin, Mapping):
         return []
-    missing = sorted({c["dataset"] for c in comps if c["equivalence_margin"] is None})
+    missing = sorted({c.dataset for c in comps if c.equivalence_margin is None})
     if not missing:
         return []
     return [{"code": "no_equivalence_margin",
@@ -707,9 +756,9 @@ def _margin_warnings(comps: list[dict], s: Settings) -> list[dict]:
                         f"for {', '.join(missing)}: no equivalence test there"}]
 
 
-def _degenerate_warnings(comps: list[dict], axis: Axis) -> list[dict]:
+def _degenerate_warnings(comps: list[Comparison], axis: Axis) -> list[dict]:
     return [{"code": "degenerate_comparison", "message": f"{where(c, axis)}: {note}"}
-            for c in comps for note in c["notes"] if not note.startswith(INFO_NOTES)]
+            for c in comps for note in c.notes if not note.startswith(INFO_NOTES)]
 
 
 def _dropped_warning(dropped: list[dict]) -> list[dict]:

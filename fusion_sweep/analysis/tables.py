@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Mapping
 
 import numpy as np
 
 from fusion_sweep.analysis.chance import METHOD as CHANCE_METHOD
+from fusion_sweep.analysis.claims import ClaimSetResult, ClaimSummary, ClaimTest
 from fusion_sweep.analysis.estimands import MEAN_DELTA, WIN_RATE, labelled
 from fusion_sweep.analysis.grid import GridRow, grid_rows, not_learned_mark
 from fusion_sweep.analysis.regimes import INTERACTION_VERDICT_RULE, lengths_known
@@ -544,25 +546,37 @@ def reference_first(fusions: object, baseline: str | None) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- claims
-def fest(t: dict) -> str:
+def claim_set(claims: Mapping | ClaimSetResult) -> ClaimSetResult:
+    """The claims section as its records: the report's `claims` dict (CLAIM_SET_KEYS, its
+    claims CLAIM_KEYS and tests CLAIM_TEST_KEYS, the records' fields) or the records."""
+    if isinstance(claims, ClaimSetResult):
+        return claims
+    return ClaimSetResult(**{**claims,
+                             "claims": tuple(ClaimSummary(**c) for c in claims["claims"]),
+                             "tests": tuple(ClaimTest(**t) for t in claims["tests"])})
+
+
+def fest(t: ClaimTest | Mapping) -> str:
     """A claim test's measured effect with its interval, in its own kind."""
-    if t["estimate"] is None or not math.isfinite(float(t["estimate"])):
+    if isinstance(t, Mapping):
+        t = ClaimTest(**t)
+    if t.estimate is None or not math.isfinite(float(t.estimate)):
         return DASH
-    if t["estimate_kind"] == "geometric-mean ratio":
-        ci = (f" [{t['ci_low']:.3g}×, {t['ci_high']:.3g}×]" if t["ci_low"] is not None
-              and math.isfinite(t["ci_low"]) else "")
-        return f"{t['estimate']:.4g}×{ci}"
-    if t["ci_low"] is None or not math.isfinite(float(t["ci_low"])):
-        return fnum(t["estimate"], signed=True)
-    high = (f"{t['ci_high']:+.4f}]" if t["ci_high"] is not None and math.isfinite(t["ci_high"])
+    if t.estimate_kind == "geometric-mean ratio":
+        ci = (f" [{t.ci_low:.3g}×, {t.ci_high:.3g}×]" if t.ci_low is not None
+              and math.isfinite(t.ci_low) else "")
+        return f"{t.estimate:.4g}×{ci}"
+    if t.ci_low is None or not math.isfinite(float(t.ci_low)):
+        return fnum(t.estimate, signed=True)
+    high = (f"{t.ci_high:+.4f}]" if t.ci_high is not None and math.isfinite(t.ci_high)
             else "+∞)")
-    return f"{t['estimate']:+.4f} [{t['ci_low']:+.4f}, {high}"
+    return f"{t.estimate:+.4f} [{t.ci_low:+.4f}, {high}"
 
 
-def learned_summary(t: dict) -> str:
+def learned_summary(t: ClaimTest | Mapping) -> str:
     """'yes' when every arm beats chance, 'n/a' without a chance level, else the arms that
     do not ('no: ressformer/none/add@synthetic-long')."""
-    states = t["learned"] or {}
+    states = (t.get("learned") if isinstance(t, Mapping) else t.learned) or {}
     if not states:
         return DASH
     if all(v == "n/a" for v in states.values()):
@@ -571,47 +585,50 @@ def learned_summary(t: dict) -> str:
     return "yes" if not bad else "; ".join(bad)
 
 
-def claims_table(claims: dict) -> Table:
+def claims_table(claims: Mapping | ClaimSetResult) -> Table:
     """One row per claim: the paper's words beside what the sweep measured."""
+    cs = claim_set(claims)
     headers = ["claim", "paper says", "where", "tested as", "trainings", "supports",
                "contradicts", "undecided", "paper's claim"]
-    rows = [[f"{c['claim']} {c['title']}", f"“{c['quote']}”", c["where"],
-             c["operationalisation"] + (f" — not run: {'; '.join(c['missing'])}"
-                                        if c["missing"] else ""),
-             str(c["n_tests"]), str(c["n_supports"]), str(c["n_contradicts"]),
-             str(c["n_undecided"]), c["support"]] for c in claims["claims"]]
-    return Table(f"{claims['title']}: the paper's claims and what the sweep measured", headers,
-                 rows, [f"Paper: {claims['paper']}.",
+    rows = [[f"{c.claim} {c.title}", f"“{c.quote}”", c.where,
+             c.operationalisation + (f" — not run: {'; '.join(c.missing)}"
+                                     if c.missing else ""),
+             str(c.n_tests), str(c.n_supports), str(c.n_contradicts),
+             str(c.n_undecided), c.support] for c in cs.claims]
+    return Table(f"{cs.title}: the paper's claims and what the sweep measured", headers,
+                 rows, [f"Paper: {cs.paper}.",
                         "paper's claim: SUPPORTS when some tests support it and none contradict "
                         "it, CONTRADICTS the reverse, mixed when both occur, does not decide "
                         "when no test decides, not run when its variants are absent"])
 
 
-def claim_tests_table(claims: dict, contrast: bool = True) -> Table:
+def claim_tests_table(claims: Mapping | ClaimSetResult, contrast: bool = True) -> Table:
     """One row per claim test: contrast, measured effect, Holm p, verdict, support.
 
     contrast=False (the terminal) leaves the contrast to each claim's 'tested as' line and
     keeps a 'note' column: why a test did not run, or which seeds were dropped."""
-    a = claims["alpha"]
+    cs = claim_set(claims)
+    a = cs.alpha
     level = f"{100 * (1 - a):.0f}%"
     headers = ["test", "contrast" if contrast else "note", "n", f"measured [{level} CI]", "p",
                "p_holm", "p_tost_holm", "learned?", "verdict", "paper's claim"]
     rows = []
-    for t in claims["tests"]:
-        p = fp(t["p"]) + (" (1-sided)" if t["alternative"] == "greater" and t["p"] is not None
-                          and math.isfinite(t["p"]) else "")
-        why = "; ".join(t["missing"]) or "; ".join(
-            f"seed {d['seed']} dropped: {d['reason']}" for d in t["dropped"])
-        text = (t["contrast"] + (f" — {why}" if why else "")).strip(" —") if contrast else why
-        rows.append([t["test"], text, str(t["n"]), fest(t), p, fp(t["p_holm"]),
-                     fp(t["tost_p_holm"]), learned_summary(t), t["verdict"], t["support"]])
-    foot = [f"Holm over the family of m = {claims['family_size']} claim tests (every test of "
+    for t in cs.tests:
+        p = fp(t.p) + (" (1-sided)" if t.alternative == "greater" and t.p is not None
+                       and math.isfinite(t.p) else "")
+        # A dropped seed is a JSON-ready dict (schema.DROPPED_KEYS), as in the report.
+        why = "; ".join(t.missing) or "; ".join(
+            f"seed {d['seed']} dropped: {d['reason']}" for d in t.dropped)
+        text = (t.contrast + (f" — {why}" if why else "")).strip(" —") if contrast else why
+        rows.append([t.test, text, str(t.n), fest(t), p, fp(t.p_holm),
+                     fp(t.tost_p_holm), learned_summary(t), t.verdict, t.support])
+    foot = [f"Holm over the family of m = {cs.family_size} claim tests (every test of "
             f"this claim set with a defined p): a verdict needs its Holm-adjusted p below "
-            f"α = {a}; TOST: Holm over {claims['tost_family_size']} equivalence tests",
+            f"α = {a}; TOST: Holm over {cs.tost_family_size} equivalence tests",
             "one-sided (orderings C3, C7): 'better' = the claimed order, Holm p < α; 'worse' = "
             "the opposite one-sided p < α/m",
             "ratio: geometric mean arm/reference over seeds with the exponentiated t-interval "
             "of the mean log ratio; an identical ratio on every seed is exact (no seed noise)",
-            claims["method"]]
+            cs.method]
     return Table("Claim tests (one per regime, or per cost metric and regime)", headers, rows,
                  foot)
