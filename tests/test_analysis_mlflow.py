@@ -420,3 +420,17 @@ def test_sweeps_with_a_quoted_dataset_name_retry_and_one_filter(monkeypatch) -> 
     assert mlflow_io.sweeps_with_dataset(None, "exp", "it's") == ["s1"]
     assert fake.lookups == 2
     assert fake.filters == [f"tags.`{schema.ROLE}` = 'trial' and params.`dataset` = \"it's\""]
+
+
+def test_source_json_keeps_its_keys_in_order_and_only_the_tags_logged() -> None:
+    from fusion_sweep.analysis.mlflow_io import Source, SpaceChoices
+    assert Source("file", path="r.csv").to_json() == {"kind": "file", "path": "r.csv"}
+    src = Source("mlflow", tracking_uri="sqlite:///m.db", experiment="e", sweep="s",
+                 parent_run_id="p", experiment_id="1", n_runs=3, space={"metric": "test_acc"},
+                 adaptive={"alpha": 0.05})
+    assert list(src.to_json()) == ["kind", "tracking_uri", "experiment", "sweep",
+                                   "parent_run_id", "experiment_id", "n_runs", "space",
+                                   "code_fingerprint", "adaptive"]
+    assert src.to_json()["code_fingerprint"] is None  # always said, even when unknown
+    assert SpaceChoices.of(src.space).metric == "test_acc"
+    assert SpaceChoices.of(None) == SpaceChoices()

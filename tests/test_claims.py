@@ -541,3 +541,15 @@ def test_a_probe_retests_its_regimes_training() -> None:
     tests = [_claim_test("x", SUPPORTS), _claim_test("x-shuffled", UNDECIDED)]
     out = _summary(RESSFORMER.claims[0], tests, {"x-shuffled": "x"}).to_json()
     assert (out["support"], out["n_tests"], out["n_claim_tests"]) == (SUPPORTS, 1, 2)
+
+
+def test_claim_records_read_back_from_the_reports_claims_dict() -> None:
+    """The renderers read report.claims through ClaimSetResult.from_json: every field of
+    every record, and its JSON written back, is the dict's."""
+    from fusion_sweep.analysis.claims import ClaimSetResult
+    rep = _claims(ress(seeds=4))
+    rec = ClaimSetResult.from_json(rep.claims)
+    assert rec.to_json() == rep.claims
+    assert [c.support for c in rec.claims] == [c["support"] for c in rep.claims["claims"]]
+    assert [(t.test, t.estimate_kind, t.ci_low) for t in rec.tests] == [
+        (t["test"], t["estimate_kind"], t["ci_low"]) for t in rep.claims["tests"]]

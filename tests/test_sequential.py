@@ -1,6 +1,7 @@
 """Anytime-valid confidence sequences and the adaptive-seed stopping rule (fusion_sweep.analysis.sequential)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -353,3 +354,29 @@ def test_the_table_shows_a_win_rate_as_a_share_and_a_mean_signed() -> None:
     row = dict(zip(sr.SEQUENTIAL_HEADERS, sr.sequential_rows([mean])[0]))
     assert row["estimand"] == "mean Δ" and row["estimate"] == "-0.0046"
     assert row["CS (running)"].startswith("[-")
+
+
+def test_sequential_decisions_read_a_comparison_record_and_its_json_alike() -> None:
+    """from_comparisons reads the deltas through PairedDeltas: a records.Comparison and its
+    JSON entry give the same decisions (deltas taken in seed order)."""
+    from fusion_sweep.analysis.demo import synthetic_results
+    from fusion_sweep.analysis.load import tidy
+    from fusion_sweep.analysis.report import analyze
+    from fusion_sweep.analysis.settings import Settings
+    rep = analyze(tidy(synthetic_results(seeds=5)), Settings(n_boot=200))
+    comps = [c for c in rep.comparisons if c.metric == rep.settings.metrics[0]]
+    assert comps
+    by_record = sq.from_comparisons(comps, 0.05, m=len(comps))
+    by_json = sq.from_comparisons([c.to_json() for c in comps], 0.05, m=len(comps))
+    assert [r.to_dict() for r in by_record] == [r.to_dict() for r in by_json]
+    assert [r.comparison for r in by_record] == [f"{c.variant} vs {c.baseline_variant}"
+                                                 for c in comps]
+    shuffled = [dataclasses.replace(c, seeds=c.seeds[::-1], deltas=c.deltas[::-1])
+                for c in comps]
+    assert ([r.to_dict() for r in sq.from_comparisons(shuffled, 0.05, m=len(comps))]
+            == [r.to_dict() for r in by_record])
+    section = sq.SequentialSection.from_json(
+        {"adaptive": {}, "metric": "test_acc", "alpha": 0.05, "m": 2, "family_source": "x",
+         "method": "betting", "assumption": "a", "fixed_n_label": "descriptive",
+         "results": []})
+    assert (section.m, section.fixed_n_label) == (2, "descriptive")

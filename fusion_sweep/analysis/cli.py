@@ -19,6 +19,9 @@ from fusion_sweep.analysis.settings import (
 )
 
 if TYPE_CHECKING:  # the statistics stack is imported only when the command runs
+    import pandas as pd
+
+    from fusion_sweep.analysis.mlflow_io import Source
     from fusion_sweep.analysis.report import Report
 
 DESCRIPTION = (
@@ -133,24 +136,26 @@ def run(args: argparse.Namespace) -> int:
 
 
 def settings_from(args: argparse.Namespace, space: dict | None = None) -> Settings:
-    """Flags win; then the sweep's own search-space choices (MLflow input); then defaults."""
+    """Flags win; then the sweep's own search-space choices (MLflow input: space_choices's
+    dict); then defaults."""
+    from fusion_sweep.analysis.mlflow_io import SpaceChoices
     from fusion_sweep.analysis.report import validated  # heavy imports after argument parsing
-    space = space or {}
-    if args.equivalence_margin is None and space.get("margin_error"):
-        raise AnalysisError(space["margin_error"])
-    if args.direction == AUTO and space.get("directions_error"):
-        raise AnalysisError(space["directions_error"])
-    metrics = args.metric or ([space["metric"]] if space.get("metric") else [DEFAULT_METRIC])
+    choices = SpaceChoices.of(space)
+    if args.equivalence_margin is None and choices.margin_error:
+        raise AnalysisError(choices.margin_error)
+    if args.direction == AUTO and choices.directions_error:
+        raise AnalysisError(choices.directions_error)
+    metrics = args.metric or [choices.metric or DEFAULT_METRIC]
     from_flag = args.equivalence_margin is not None
-    margin = args.equivalence_margin if from_flag else space.get("margin")
+    margin = args.equivalence_margin if from_flag else choices.margin
     return validated(Settings(
-        metrics=tuple(metrics), baseline=args.baseline or space.get("baseline") or DEFAULT_BASELINE,
+        metrics=tuple(metrics), baseline=args.baseline or choices.baseline or DEFAULT_BASELINE,
         pairs=args.pairs, alpha=args.alpha, margin=margin,
-        margin_metric=None if from_flag else space.get("metric", DEFAULT_METRIC),
+        margin_metric=None if from_flag else choices.metric or DEFAULT_METRIC,
         n_boot=args.bootstrap,
         rng_seed=args.rng_seed, datasets=tuple(args.dataset), pes=tuple(args.pe),
         encoders=tuple(args.encoder), direction=args.direction,
-        directions=space.get("directions"), num_classes=dict(args.num_classes) or None,
+        directions=choices.directions, num_classes=dict(args.num_classes) or None,
         claims=args.claims,
     ))
 
@@ -160,12 +165,13 @@ def _run(args: argparse.Namespace) -> int:
     settings_from(args)  # flags first: a bad --alpha fails before any I/O
     df, source, load_warnings = _load(args)
     _check_datasets(args, df, source)
-    settings = settings_from(args, source.get("space"))
-    report = analyze(df, settings, source, extra_warnings=load_warnings)
+    settings = settings_from(args, dict(source.space))
+    report = analyze(df, settings, source.to_json(), extra_warnings=load_warnings)
     if args.format == "json":
+        from fusion_sweep.analysis.text import DesignWarning
         print(report.to_json())
-        for w in report.warnings:  # stdout stays pure JSON
-            print(f"warning: [{w['code']}] {w['message']}", file=sys.stderr)
+        for w in map(DesignWarning.of, report.warnings):  # stdout stays pure JSON
+            print(f"warning: [{w.code}] {w.message}", file=sys.stderr)
     else:
         from fusion_sweep.analysis.text import format_text
         print(format_text(report, wide=args.wide), end="")
@@ -173,41 +179,42 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_datasets(args: argparse.Namespace, df, source: dict) -> None:
+def _check_datasets(args: argparse.Namespace, df, source: Source) -> None:
     """A --dataset the sweep lacks: say whether the name is known and where it is."""
     missing = [d for d in args.dataset if d not in set(df[DATASET])]
-    if not missing or source.get("kind") != "mlflow":
+    if not missing or not source.is_mlflow:
         return  # a results file: select() names the values present
     d = missing[0]
     present = ", ".join(sorted(set(df[DATASET])))
-    known = source.get("known_datasets")  # None: a sweep launched before the tag existed
+    known = source.known_datasets  # None: a sweep launched before the tag existed
     if known is not None and d not in known:
         raise AnalysisError(f"unknown --dataset {d!r}; choose from {sorted(known)} "
-                            f"(sweep {source['sweep']!r} has {present})")
+                            f"(sweep {source.sweep!r} has {present})")
     from fusion_sweep.analysis.mlflow_io import sweeps_with_dataset
     others = sweeps_with_dataset(args.tracking_uri, args.experiment, d)
-    where = (f"{d} is a known dataset but sweep {source['sweep']!r} has none"
-             if known is not None else f"sweep {source['sweep']!r} has no {d} trials")
+    where = (f"{d} is a known dataset but sweep {source.sweep!r} has none"
+             if known is not None else f"sweep {source.sweep!r} has no {d} trials")
     raise AnalysisError(f"{where} (it has {present}); sweeps with {d}: "
                         f"{', '.join(others) or 'none'}"
                         + (f" (pass --sweep {others[0]})" if others else
                            " (launch a search space that lists it under `datasets`)"))
 
 
-def _load(args: argparse.Namespace) -> tuple:
+def _load(args: argparse.Namespace) -> tuple[pd.DataFrame, Source, list[dict]]:
     if args.results:
         if args.sweep or args.experiment or args.tracking_uri:
             raise AnalysisError("--results cannot be combined with --tracking-uri/--experiment/--sweep")
         from fusion_sweep.analysis.load import read_results_file
-        return read_results_file(args.results), {"kind": "file", "path": str(args.results)}, []
+        from fusion_sweep.analysis.mlflow_io import Source
+        return read_results_file(args.results), Source("file", path=str(args.results)), []
     from fusion_sweep.analysis.mlflow_io import load_sweep
     return load_sweep(args.tracking_uri, args.experiment, args.sweep)
 
 
-def _write_outputs(args: argparse.Namespace, report: Report, source: dict) -> None:
+def _write_outputs(args: argparse.Namespace, report: Report, source: Source) -> None:
     """--report DIR, and for MLflow input the `stats` run (report in a temp dir if no DIR)."""
     from fusion_sweep.analysis.render import write_report
-    log = source.get("kind") == "mlflow" and not args.no_mlflow_log
+    log = source.is_mlflow and not args.no_mlflow_log
     if args.report:
         write_report(report, args.report)
         print(f"report written to {Path(args.report).resolve() / 'report.html'}", file=sys.stderr)
@@ -224,7 +231,7 @@ def _write_outputs(args: argparse.Namespace, report: Report, source: dict) -> No
             write_report(report, tmp)
             rid = log_stats_run(source, tmp, report)
     print(f"report logged to MLflow run {rid}\n  (the stats run, under the sweep's parent run "
-          f"{source['parent_run_id']})", file=sys.stderr)
+          f"{source.parent_run_id})", file=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -26,9 +26,9 @@ from __future__ import annotations
 import ast
 import json
 import re
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import pandas as pd
 from fusion_sweep.schema import (
@@ -42,6 +42,7 @@ from fusion_sweep.mlflow_query import retry, search_runs
 from fusion_sweep.schema import (KNOWN_DATASETS, PLATFORM_LABEL_COLUMN, platform_from_tags,
                                  platform_label)
 
+from fusion_sweep.analysis.claims import ClaimSetResult
 from fusion_sweep.analysis.load import rows_to_frame
 from fusion_sweep.analysis.metrics import check_direction_value
 from fusion_sweep.analysis.schema import DEFAULT_ENCODER, SUPPORT_STATES, VERDICTS, AnalysisError
@@ -152,9 +153,50 @@ def runs_of_keys(runs: list[Any]) -> list[Any]:
     return [run_of_key(rs, lambda r: r.info.status) for rs in by_key.values()]
 
 
+@dataclass(frozen=True)
+class Source:
+    """Where the results come from: the report's `source` (`to_json`). A results file has
+    kind "file" and its path; an MLflow sweep (kind "mlflow") its store, experiment, parent
+    run, trial-run count and search-space choices (space_choices), and the parent's optional
+    tags (known_datasets, adaptive, comparison_family: None when the launch logged none)."""
+
+    kind: str
+    path: str | None = None
+    tracking_uri: str | None = None
+    experiment: str | None = None
+    sweep: str | None = None
+    parent_run_id: str | None = None
+    experiment_id: str | None = None
+    n_runs: int | None = None
+    space: Mapping[str, Any] = field(default_factory=dict)
+    code_fingerprint: str | None = None
+    known_datasets: list[str] | None = None
+    adaptive: Mapping[str, Any] | None = None
+    comparison_family: Mapping[str, Any] | None = None
+
+    @property
+    def is_mlflow(self) -> bool:
+        return self.kind == "mlflow"
+
+    def to_json(self) -> dict[str, Any]:
+        """The `source` entry: a file's kind and path; a sweep's fields, in this order, its
+        optional tags only where the launch logged them."""
+        if not self.is_mlflow:
+            return {"kind": self.kind, "path": self.path}
+        names = [f.name for f in fields(self)]
+        out = {k: getattr(self, k) for k in names[names.index("tracking_uri"):]}
+        out = {"kind": self.kind, **out}
+        return {k: v for k, v in out.items() if v is not None or k not in _OPTIONAL_TAGS}
+
+
+# The parent run's optional tags: source field -> tag.
+_OPTIONAL_TAGS = {"known_datasets": KNOWN_DATASETS, "adaptive": ADAPTIVE,
+                  "comparison_family": COMPARISON_FAMILY}
+
+
 def load_sweep(
     tracking_uri: str | None, experiment: str | None, sweep: str | None,
-) -> tuple[pd.DataFrame, dict, list[dict]]:
+) -> tuple[pd.DataFrame, Source, list[dict]]:
     """Read a sweep's trial runs -> (tidy table, source description, loader warnings)."""
     client, uri = _client(tracking_uri)
     experiment = experiment or DEFAULT_EXPERIMENT
@@ -169,19 +211,36 @@ def load_sweep(
                          "message": f"{len(rows) - len(complete)} trial runs lack a "
                                     f"{'/'.join(REQUIRED_IDENTITY)} param and were skipped"})
     name = parent.data.tags.get(SWEEP, "")
-    source = {"kind": "mlflow", "tracking_uri": uri, "experiment": experiment, "sweep": name,
-              "parent_run_id": parent.info.run_id, "experiment_id": exp.experiment_id,
-              "n_runs": len(trials), "space": space_choices(parent.data.params),
-              "code_fingerprint": parent.data.tags.get(CODE_FINGERPRINT)}
     # Optional parent tags: the registry's datasets; --until-decided (seeds chosen
     # adaptively); the multiplicity family fixed at launch.
-    for key, tag in (("known_datasets", KNOWN_DATASETS), ("adaptive", ADAPTIVE),
-                     ("comparison_family", COMPARISON_FAMILY)):
-        if parent.data.tags.get(tag):
-            source.update({key: decode_param(parent.data.tags.get(tag))})
+    tags = parent.data.tags
+    source = Source(
+        kind="mlflow", tracking_uri=uri, experiment=experiment, sweep=name,
+        parent_run_id=parent.info.run_id, experiment_id=exp.experiment_id, n_runs=len(trials),
+        space=space_choices(parent.data.params), code_fingerprint=tags.get(CODE_FINGERPRINT),
+        **{key: decode_param(tags.get(tag)) for key, tag in _OPTIONAL_TAGS.items()
+           if tags.get(tag)})
     df = rows_to_frame(complete, f"MLflow sweep {name!r} (experiment {experiment!r}, parent run "
                                  f"{parent.info.run_id})")
     return df, source, warnings
+
+
+@dataclass(frozen=True)
+class SpaceChoices:
+    """A sweep's search-space choices (`space_choices`'s dict, `Source.space`) read by
+    attribute: each None where the launch logged none; *_error: a malformed logged value,
+    an error only where no flag overrides it (cli.settings_from)."""
+
+    baseline: str | None = None
+    metric: str | None = None
+    margin: float | dict[str, float] | None = None
+    directions: dict[str, str] | None = None
+    margin_error: str | None = None
+    directions_error: str | None = None
+
+    @classmethod
+    def of(cls, space: Mapping[str, Any] | None) -> "SpaceChoices":
+        return cls(**(space or {}))
 
 
 def space_choices(params: dict) -> dict:
@@ -253,17 +312,17 @@ def verdict_counts(report: Any) -> dict[str, int]:
     name = lambda v: v.replace(" ", "_")  # noqa: E731
     if report.sequential is None:
         return {f"n_{name(v)}": int((fixed == v).sum()) for v in VERDICTS}
-    seq = pd.Series([r["decision"] for r in report.sequential["results"]], dtype=object)
+    seq = pd.Series([r.decision for r in report.sequential_results], dtype=object)
     return {**{f"n_{name(v)}": int((seq == v).sum()) for v in VERDICTS},
             **{f"descriptive_n_{name(v)}": int((fixed == v).sum()) for v in VERDICTS}}
 
 
-def log_stats_run(source: dict, report_dir: str | Path, report: Any) -> str:
+def log_stats_run(source: Source, report_dir: str | Path, report: Any) -> str:
     """Log report_dir as artifacts of a new run `stats` nested under the sweep's parent."""
     from mlflow.entities import RunStatus
-    client, _ = _client(source["tracking_uri"])
-    tags = {PARENT: source["parent_run_id"], ROLE: "stats", SWEEP: source["sweep"]}
-    run = client.create_run(source["experiment_id"], run_name="stats", tags=tags)
+    client, _ = _client(source.tracking_uri)
+    tags = {PARENT: source.parent_run_id, ROLE: "stats", SWEEP: source.sweep}
+    run = client.create_run(source.experiment_id, run_name="stats", tags=tags)
     rid = run.info.run_id
     try:
         settings = asdict(report.settings)
@@ -276,7 +335,8 @@ def log_stats_run(source: dict, report_dir: str | Path, report: Any) -> str:
         for name, value in verdict_counts(report).items():
             client.log_metric(rid, name, value)
         if report.claims is not None:  # per claim test: how many support the paper, ...
-            support = pd.Series([t["support"] for t in report.claims["tests"]], dtype=object)
+            tests = ClaimSetResult.from_json(report.claims).tests
+            support = pd.Series([t.support for t in tests], dtype=object)
             prefix = "descriptive_" if report.sequential is not None else ""  # fixed-n tests
             for v in SUPPORT_STATES:
                 # MLflow metric names allow no parentheses: "not testable here (…)"

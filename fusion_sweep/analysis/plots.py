@@ -32,6 +32,7 @@ from fusion_sweep.analysis.variants import Axis, Variant
 if TYPE_CHECKING:
     import pandas as pd
 
+    from fusion_sweep.analysis.claims import ClaimTest
     from fusion_sweep.analysis.sequential import SequentialResult
 
 _VERDICT_COLOR = VERDICT_COLORS
@@ -191,7 +192,7 @@ def arms_by_regime_plot(values: "pd.DataFrame", regimes: list[tuple[str, str]],
     return _save(fig, path)
 
 
-def claims_plot(tests: list[dict], kind: str, path: Path) -> bool:
+def claims_plot(tests: Sequence[ClaimTest], kind: str, path: Path) -> bool:
     """Claim tests' estimates with their intervals, colour = what they say about the paper.
 
     kind "difference": every test in metric units (mean Δ, Δ of Δ; one-sided intervals run
@@ -199,29 +200,29 @@ def claims_plot(tests: list[dict], kind: str, path: Path) -> bool:
     (nothing drawn) when no test of that kind has an estimate.
     """
     ratio = kind == "ratio"
-    rows = [t for t in tests if (t["estimate_kind"] == "geometric-mean ratio") == ratio
-            and t["estimate"] is not None and np.isfinite(t["estimate"])]
+    rows = [t for t in tests if (t.estimate_kind == "geometric-mean ratio") == ratio
+            and t.estimate is not None and np.isfinite(t.estimate)]
     if not rows:
         return False
     rows = list(reversed(rows))
     fig, ax = _subplots(figsize=(8.5, 0.9 + 0.3 * len(rows)))
     ax.axvline(1.0 if ratio else 0.0, color="#444", lw=0.8, ls="--")
-    finite = [v for t in rows for v in (t["ci_low"], t["ci_high"], t["estimate"])
+    finite = [v for t in rows for v in (t.ci_low, t.ci_high, t.estimate)
               if v is not None and np.isfinite(v)]
     edge = max(finite) + 0.1 * (max(finite) - min(finite) + 1e-9)
     for y, t in enumerate(rows):
-        col = SUPPORT_COLORS.get(t["support"], "black")
-        low, high = t["ci_low"], t["ci_high"]
+        col = SUPPORT_COLORS.get(t.support, "black")
+        low, high = t.ci_low, t.ci_high
         if low is not None and np.isfinite(low):
             hi = high if high is not None and np.isfinite(high) else edge  # one-sided: to edge
             ax.plot([low, hi], [y, y], color=col, lw=2.5)
-        ax.plot(t["estimate"], y, "o", color=col, ms=5)
+        ax.plot(t.estimate, y, "o", color=col, ms=5)
     if ratio:
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
         ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([t["test"] for t in rows], fontsize=7)
+    ax.set_yticklabels([t.test for t in rows], fontsize=7)
     ax.set_xlabel("ratio arm / reference (log scale; < 1 is cheaper)" if ratio else
                   "Δ (metric units; one-sided intervals run to the edge)", fontsize=8)
     ax.set_title("Claim tests · green supports the paper, red contradicts, grey does not "

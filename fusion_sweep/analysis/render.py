@@ -11,6 +11,7 @@ import html
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
+from fusion_sweep.analysis.claims import ClaimSetResult
 from fusion_sweep.analysis.estimands import VERDICT_RULE
 from fusion_sweep.analysis import plots
 from fusion_sweep.analysis.regimes import lengths_known
@@ -52,9 +53,9 @@ def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
     }
     if report.claims is not None:
         claims = build_claims_blocks(report, out)
-        files["claims_markdown"] = _write(out / "claims.md", render_markdown(claims))
-        files["claims_html"] = _write(out / "claims.html",
-                                      render_html(claims, "fusion-sweep claims"))
+        files.update(claims_markdown=_write(out / "claims.md", render_markdown(claims)),
+                     claims_html=_write(out / "claims.html",
+                                        render_html(claims, "fusion-sweep claims")))
     files.update({p.name: p for p in sorted(out.glob("*.png"))})
     return files
 
@@ -80,7 +81,8 @@ def build_blocks(report: Report, out: Path) -> list[Block]:
         b += _arms_figure_blocks(report, out)
     b.append(("p", VERDICT_RULE))
     if report.claims is not None:
-        b.append(("p", f"The paper's claims ({report.claims['name']}) are tested in "
+        b.append(("p", f"The paper's claims ({ClaimSetResult.from_json(report.claims).name}) "
+                       "are tested in "
                        "`claims.html` / `claims.md` beside this report."))
     b.append(("h2", "Design warnings"))
     b.append(("ul", [warning_line(w) for w in report.warnings] or ["none"]))
@@ -188,24 +190,24 @@ def _interaction_blocks(report: Report, out: Path) -> list[Block]:
 
 def build_claims_blocks(report: Report, out: Path) -> list[Block]:
     """The claims document: the claims beside their results, a figure, every claim test."""
-    claims = report.claims
-    b: list[Block] = [("h1", f"fusion-sweep claims: {claims['title']}")]
+    claims = ClaimSetResult.from_json(report.claims)
+    b: list[Block] = [("h1", f"fusion-sweep claims: {claims.title}")]
     if descriptive_label(report):
         b.append(("p", f"Every claim test below is {descriptive_label(report)}: "
                        "fixed-n tests on a sweep whose seed count depended on the data."))
-    b.append(("p", f"Paper: {claims['paper']}. Source: {source_line(report.source)}. "
-                   f"alpha = {claims['alpha']}; Holm over the family of "
-                   f"m = {claims['family_size']} claim tests; TOST (equivalence margin "
-                   f"{report.settings.margin_label()}) over {claims['tost_family_size']}. "
+    b.append(("p", f"Paper: {claims.paper}. Source: {source_line(report.source)}. "
+                   f"alpha = {claims.alpha}; Holm over the family of "
+                   f"m = {claims.family_size} claim tests; TOST (equivalence margin "
+                   f"{report.settings.margin_label()}) over {claims.tost_family_size}. "
                    "The comparison report is `report.html` beside this file."))
     b.append(("p", VERDICT_RULE))
     b.append(("h2", "Claims"))
-    b.append(("table", claims_table(claims)))
+    b.append(("table", claims_table(report.claims)))
     b.append(("h2", "Claim tests"))
     for kind, name in (("difference", "claims_differences.png"), ("ratio", "claims_ratios.png")):
-        if plots.claims_plot(claims["tests"], kind, out / name):
+        if plots.claims_plot(claims.tests, kind, out / name):
             b.append(("img", name, f"claim tests: {kind}s with their intervals"))
-    b.append(("table", claim_tests_table(claims)))
+    b.append(("table", claim_tests_table(report.claims)))
     return b
 
 

@@ -78,7 +78,7 @@ were run (ascending seed id: any order fixed before seeing the results), shape (
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Hashable, Mapping, Protocol, Sequence
 
 import numpy as np
@@ -830,14 +830,57 @@ def from_comparisons(comps: Sequence[Mapping], alpha: float, m: int,
     in seed order, the order in which the sweep added them.
     """
     out = []
-    for c in comps:
-        order = np.argsort(np.asarray(c["seeds"], dtype=int), kind="stable")
-        deltas = np.asarray(c["deltas"], dtype=float)[order]  # (n,)
+    for c in map(PairedDeltas.of, comps):
+        order = np.argsort(np.asarray(c.seeds, dtype=int), kind="stable")
+        deltas = np.asarray(c.deltas, dtype=float)[order]  # (n,)
         out.append(sequential_result(
-            deltas, alpha=alpha, m=m, margin=c["equivalence_margin"],
-            higher_is_better=bool(c["higher_is_better"]), phi=phi, family=c["dataset"],
-            comparison=f"{c['variant']} vs {c['baseline_variant']}", method=method))
+            deltas, alpha=alpha, m=m, margin=c.equivalence_margin,
+            higher_is_better=bool(c.higher_is_better), phi=phi, family=c.dataset,
+            comparison=f"{c.variant} vs {c.baseline_variant}", method=method))
     return out
+
+
+@dataclass(frozen=True)
+class PairedDeltas:
+    """What a sequential decision reads of one comparison (a records.Comparison, or its
+    JSON entry): the per-seed deltas arm − reference, their seeds, margin and direction."""
+
+    dataset: str
+    variant: str
+    baseline_variant: str
+    seeds: Sequence[int]
+    deltas: Sequence[float]
+    equivalence_margin: float | None
+    higher_is_better: bool
+
+    @classmethod
+    def of(cls, c: Mapping | object) -> "PairedDeltas":
+        names = [f.name for f in fields(cls)]
+        if isinstance(c, Mapping):
+            return cls(**{k: c[k] for k in names})
+        return cls(**{k: getattr(c, k) for k in names})
+
+
+@dataclass(frozen=True)
+class SequentialSection:
+    """The report's `sequential` section (an adaptive sweep), read by attribute: the launch's
+    settings, the family size m fixed at launch and where it came from, the method and its
+    assumption, the label of the fixed-n output, and `results` (SequentialResult.to_dict
+    entries; the records themselves are the report's `sequential_results`)."""
+
+    adaptive: Mapping
+    metric: str
+    alpha: float
+    m: int
+    family_source: str
+    method: str
+    assumption: str
+    fixed_n_label: str
+    results: Sequence[Mapping]
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "SequentialSection":
+        return cls(**d)
 
 
 # ---------------------------------------------------------------------------------------

@@ -8,10 +8,14 @@ prints every column of every table on one line each, however long.
 from __future__ import annotations
 
 import textwrap
+from dataclasses import dataclass
+from typing import Mapping
 
+from fusion_sweep.analysis.claims import ClaimSetResult
 from fusion_sweep.analysis.estimands import VERDICT_RULE
 from fusion_sweep.analysis.platforms import platform_line
 from fusion_sweep.analysis.report import Report
+from fusion_sweep.analysis.sequential import SequentialSection
 from fusion_sweep.analysis.sequential_report import sequential_table
 from fusion_sweep.analysis.tables import (
     Table, arms_table, blocks_by_regime, claim_tests_table, comparison_table, compact_grid_table,
@@ -137,10 +141,23 @@ def _wrap(text: str, width: int | None, indent: str) -> list[str]:
                          break_on_hyphens=False) or [indent]
 
 
-def warning_line(w: dict) -> str:
+@dataclass(frozen=True)
+class DesignWarning:
+    """One entry of the report's `warnings` ({"code", "message"}), read by attribute."""
+
+    code: str
+    message: str
+
+    @classmethod
+    def of(cls, w: Mapping[str, str]) -> "DesignWarning":
+        return cls(**w)
+
+
+def warning_line(w: Mapping[str, str]) -> str:
     """A warning as a reader meets it: the sentence first (capitalised), its code after."""
-    msg = w["message"]
-    return f"{msg[:1].upper()}{msg[1:]} [{w['code']}]"
+    warning = DesignWarning.of(w)
+    msg = warning.message
+    return f"{msg[:1].upper()}{msg[1:]} [{warning.code}]"
 
 
 def is_numeric_cell(v: str) -> bool:
@@ -165,12 +182,12 @@ def format_text(report: Report, wide: bool = False) -> str:
     if report.arms:
         parts.append(layout(arms_table(report, short=not wide), width=width))
     if report.sequential is not None:
-        seq = report.sequential
+        seq = SequentialSection.from_json(report.sequential)
         parts.append(layout(sequential_table(
             report.sequential_results,
-            f"Sequential decisions (adaptive seeds, {seq['metric']}) by the {seq['method']} "
-            f"CS: the verdicts of this sweep; m = {seq['m']} comparisons fixed at launch "
-            f"({seq['family_source']})"),
+            f"Sequential decisions (adaptive seeds, {seq.metric}) by the {seq.method} "
+            f"CS: the verdicts of this sweep; m = {seq.m} comparisons fixed at launch "
+            f"({seq.family_source})"),
             width=width))
     table = comparison_table if wide else short_comparison_table
     for metric, regime, group, comps in blocks_by_regime(report):
@@ -202,30 +219,34 @@ def descriptive(report: Report, table: Table) -> Table:
 
 def descriptive_label(report: Report) -> str | None:
     """The adaptive sweep's label of every fixed-n output, or None for a fixed-seed sweep."""
-    return report.sequential["fixed_n_label"] if report.sequential is not None else None
+    if report.sequential is None:
+        return None
+    return SequentialSection.from_json(report.sequential).fixed_n_label
 
 
 def format_claims(claims: dict, width: int | None = None, label: str | None = None) -> str:
-    """The claims report: each claim's words beside its result, then every claim test.
+    """The claims report (claims: the report's CLAIM_SET_KEYS dict): each claim's words
+    beside its result, then every claim test.
     label: said in the header when the claim tests are descriptive (an adaptive sweep)."""
-    head = f"CLAIMS · {claims['title']} · {claims['paper']}" + (f" ({label})" if label else "")
+    rec = ClaimSetResult.from_json(claims)
+    head = f"CLAIMS · {rec.title} · {rec.paper}" + (f" ({label})" if label else "")
     out = ["\n".join(_wrap(head, width, "")
-                     + _wrap(f"Holm over the family of m = {claims['family_size']} claim tests "
-                             f"(alpha = {claims['alpha']}); TOST over "
-                             f"{claims['tost_family_size']}", width, ""))]
-    for c in claims["claims"]:
-        if c["n_tests"]:
-            tally = (f"{c['n_supports']} support, {c['n_contradicts']} contradict, "
-                     f"{c['n_undecided']} undecided of {c['n_tests']} trainings; "
-                     f"{c['n_claim_tests']} claim tests")
-        elif c["missing"]:
-            tally = "not run: " + "; ".join(c["missing"])
+                     + _wrap(f"Holm over the family of m = {rec.family_size} claim tests "
+                             f"(alpha = {rec.alpha}); TOST over "
+                             f"{rec.tost_family_size}", width, ""))]
+    for c in rec.claims:
+        if c.n_tests:
+            tally = (f"{c.n_supports} support, {c.n_contradicts} contradict, "
+                     f"{c.n_undecided} undecided of {c.n_tests} trainings; "
+                     f"{c.n_claim_tests} claim tests")
+        elif c.missing:
+            tally = "not run: " + "; ".join(c.missing)
         else:  # every training is outside what the claim can be tested on (order-only labels)
             tally = "no training counts; its claim tests below are descriptive"
         out.append("\n".join(
-            _wrap(f"{c['claim']} {c['title']}: {c['support']} ({tally})", width, "")
-            + _wrap(f"paper ({c['where']}): “{c['quote']}”", width, "    ")
-            + _wrap(f"tested as: {c['operationalisation']}", width, "    ")))
+            _wrap(f"{c.claim} {c.title}: {c.support} ({tally})", width, "")
+            + _wrap(f"paper ({c.where}): “{c.quote}”", width, "    ")
+            + _wrap(f"tested as: {c.operationalisation}", width, "    ")))
     out.append(layout(claim_tests_table(claims, contrast=False), width=width))
     return "\n\n".join(out)
 
