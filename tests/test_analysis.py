@@ -433,11 +433,13 @@ def _analyze(df: pd.DataFrame, source: dict | None = None, **kw):
 
 
 def test_import_analysis_pulls_in_only_fusion_sweep_schema() -> None:
-    """Of the rest of fusion_sweep, the statistics import only the stdlib-only schema."""
+    """Of the rest of fusion_sweep, the statistics import only the stdlib-only schema, errors
+    (UserError) and mlflow_query (the run search shared with the writer)."""
     code = ("import fusion_sweep.analysis, fusion_sweep.analysis.cli, fusion_sweep.analysis.report, fusion_sweep.analysis.render, fusion_sweep.analysis.chance, "
             "fusion_sweep.analysis.metrics, fusion_sweep.analysis.mlflow_io, fusion_sweep.analysis.claims, fusion_sweep.analysis.variants, sys; "
             "bad = [m for m in sys.modules if m in ('torch', 'ray', 'mlflow') "
-            "or (m.startswith('fusion_sweep.') and m != 'fusion_sweep.schema' "
+            "or (m.startswith('fusion_sweep.') and m not in ('fusion_sweep.schema', "
+            "'fusion_sweep.errors', 'fusion_sweep.mlflow_query') "
             "and not m.startswith('fusion_sweep.analysis'))]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -662,8 +662,9 @@ def _statistics(r: _Result, s: Settings, by_arm: Mapping) -> _Stats:
     p = r.plan
     if p.missing:
         return _Stats(r)
-    learned = {t.arm: arm_state(by_arm, t.dataset, t.variant, p.metric)
-               for t in {t for pair in p.pairs for t in pair} | set(p.terms)}
+    # sorted: a set's order follows hash randomisation, and the JSON keeps this dict's order
+    terms = sorted({t for pair in p.pairs for t in pair} | set(p.terms), key=repr)
+    learned = {t.arm: arm_state(by_arm, t.dataset, t.variant, p.metric) for t in terms}
     kw: dict = dict(
         learned=learned,
         not_learned=any(learned[a.arm] == learned[b.arm] == "no" for a, b in p.pairs),
