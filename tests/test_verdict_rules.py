@@ -275,3 +275,24 @@ def test_consistently_needs_every_testable_regime():
     c1 = _claim(_claims(df, margin=None), "C1")
     assert (c1["n_tests"], c1["n_supports"], c1["n_undecided"]) == (3, 1, 2)
     assert c1["support"] == "does not decide"
+
+
+def test_the_stats_runs_verdict_metrics_name_their_estimand():
+    """Issue 31: a count in MLflow is never read as another estimand's. A fixed-n sweep logs
+    the mean-Δ verdicts (n_*) and the win-rate verdicts (win_rate_n_*), each named by a tag;
+    an adaptive sweep names its sequential method's estimand."""
+    from fusion_sweep.analysis.mlflow_io import estimand_tags, verdict_counts
+
+    fixed = analyze(tidy(synthetic_results()), Settings(n_boot=200))
+    counts = verdict_counts(fixed)
+    wins = [c.win_verdict for c in fixed.comparisons]
+    assert counts["win_rate_n_better"] == wins.count("better")
+    assert sum(v for k, v in counts.items() if k.startswith("win_rate_n_")) == len(wins)
+    tags = estimand_tags(fixed)
+    assert tags["fusion_sweep.estimand.n_"].startswith("mean Δ")
+    assert tags["fusion_sweep.estimand.win_rate_n_"].startswith("win rate")
+    adaptive = _adaptive()
+    assert estimand_tags(adaptive)["fusion_sweep.estimand.n_"].startswith(
+        adaptive.sequential_results[0].estimand)
+    assert {"descriptive_win_rate_n_better", "descriptive_n_better"} <= set(
+        verdict_counts(adaptive))

@@ -306,15 +306,33 @@ def _margin(value: Any) -> float | dict[str, float] | None:
 
 def verdict_counts(report: Any) -> dict[str, int]:
     """The `stats` run's verdict metrics. A fixed-seed sweep: n_<verdict> over the fixed-n
-    verdicts. An adaptive sweep: n_<decision> over the sequential decisions (its verdicts),
-    and the fixed-n counts only as descriptive_n_<verdict>."""
+    verdicts on the mean Δ, and win_rate_n_<verdict> over the exact sign test's verdicts. An
+    adaptive sweep: n_<decision> over the sequential decisions (its verdicts, on the method's
+    estimand), and the fixed-n counts only as descriptive_n_<verdict> /
+    descriptive_win_rate_n_<verdict>. :func:`estimand_tags` says which estimand each is on."""
     fixed = pd.Series([c.verdict for c in report.comparisons], dtype=object)
+    wins = pd.Series([c.win_verdict for c in report.comparisons], dtype=object)
     name = lambda v: v.replace(" ", "_")  # noqa: E731
+    counts = lambda s, prefix: {f"{prefix}n_{name(v)}": int((s == v).sum())  # noqa: E731
+                                for v in VERDICTS}
     if report.sequential is None:
-        return {f"n_{name(v)}": int((fixed == v).sum()) for v in VERDICTS}
+        return {**counts(fixed, ""), **counts(wins, "win_rate_")}
     seq = pd.Series([r.decision for r in report.sequential_results], dtype=object)
-    return {**{f"n_{name(v)}": int((seq == v).sum()) for v in VERDICTS},
-            **{f"descriptive_n_{name(v)}": int((fixed == v).sum()) for v in VERDICTS}}
+    return {**counts(seq, ""), **counts(fixed, "descriptive_"),
+            **counts(wins, "descriptive_win_rate_")}
+
+
+def estimand_tags(report: Any) -> dict[str, str]:
+    """Tags of the `stats` run naming the estimand of each family of verdict metrics, so a
+    count in MLflow is never read as the other estimand's."""
+    mean, win = "mean Δ (paired t / TOST; assumes approximately normal paired Δ)", \
+        "win rate P(Δ>0 | Δ≠0) (exact sign test; distribution-free)"
+    if report.sequential is None:
+        return {"fusion_sweep.estimand.n_": mean, "fusion_sweep.estimand.win_rate_n_": win}
+    method = report.sequential_results[0].estimand if report.sequential_results else ""
+    return {"fusion_sweep.estimand.n_": f"{method} (anytime-valid sequential decision)",
+            "fusion_sweep.estimand.descriptive_n_": mean,
+            "fusion_sweep.estimand.descriptive_win_rate_n_": win}
 
 
 def log_stats_run(source: Source, report_dir: str | Path, report: Any) -> str:
@@ -334,6 +352,8 @@ def log_stats_run(source: Source, report_dir: str | Path, report: Any) -> str:
         client.log_metric(rid, "n_dropped_pairs", len(report.dropped))
         for name, value in verdict_counts(report).items():
             client.log_metric(rid, name, value)
+        for key, value in estimand_tags(report).items():
+            client.set_tag(rid, key, value)
         if report.claims is not None:  # per claim test: how many support the paper, ...
             tests = ClaimSetResult.from_json(report.claims).tests
             support = pd.Series([t.support for t in tests], dtype=object)
