@@ -639,15 +639,18 @@ def test_cluster_yaml_passes_rays_validation():
 def test_ui_serves_the_local_store_on_localhost(tmp_path):
     port = free_port()
     env = cli_env()
+    # stdout holds the one URL line; notes (here: the store does not exist yet) go to stderr
+    err = open(tmp_path / "ui.stderr", "w")
     proc = subprocess.Popen([sys.executable, "-m", "fusion_sweep.cli", "ui", "--port", str(port)],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=err,
                             text=True, start_new_session=True)
     seen: set[int] = set()
     try:
         seen |= children_of(proc.pid)
         line = proc.stdout.readline()  # `ui` prints one line, the URL (issue 33)
         seen |= children_of(proc.pid)
-        assert line.startswith(f"http://127.0.0.1:{port}/"), line
+        assert line.startswith(f"http://127.0.0.1:{port}/"), (
+            line, (tmp_path / "ui.stderr").read_text())
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
             assert r.status == 200
         assert (tmp_path / "mlflow.db").exists()
@@ -659,6 +662,7 @@ def test_ui_serves_the_local_store_on_localhost(tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
         kill_pids(seen | {proc.pid}, wait=5)
+        err.close()
     # the port is in use → a clear error, no second server
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
