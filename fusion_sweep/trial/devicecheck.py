@@ -38,8 +38,8 @@ def _tensors(args: Any, kwargs: Any) -> list[torch.Tensor]:
     return [a for a in flat if isinstance(a, torch.Tensor)]
 
 
-class HostSyncCounter(TorchDispatchMode):
-    """Counts the ops of the enclosed code that would sync the host with a CUDA device."""
+class _OpCounter(TorchDispatchMode):
+    """A dispatch mode that counts op names (`counts`: name -> calls)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -48,6 +48,10 @@ class HostSyncCounter(TorchDispatchMode):
     @property
     def total(self) -> int:
         return sum(self.counts.values())
+
+
+class HostSyncCounter(_OpCounter):
+    """Counts the ops of the enclosed code that would sync the host with a CUDA device."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = _name(func)
@@ -70,17 +74,9 @@ class HostSyncCounter(TorchDispatchMode):
                     and dst.device.type == "cpu")
 
 
-class DeviceMixCounter(TorchDispatchMode):
+class DeviceMixCounter(_OpCounter):
     """Counts the ops of the enclosed code whose tensor arguments are on several device
     types (0-dim CPU tensors excepted: torch lets them mix as scalars)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.counts: Counter[str] = Counter()
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         devices = {t.device.type for t in _tensors(args, kwargs)
