@@ -21,7 +21,6 @@ from fusion_sweep.schema import (FINGERPRINT_TAGS, PLATFORM_FIELD_TAGS, PLATFORM
                                  trial_key)
 from fusion_sweep.space import load_space
 from fusion_sweep.trial import platform as plat
-from fusion_sweep.trial.models.encoder import ENCODERS
 from fusion_sweep.trial.platform import (CUBLAS_WORKSPACE, NondeterministicKernelError,
                                          describe_platform, deterministic)
 
@@ -467,25 +466,3 @@ def test_a_cublas_workspace_set_after_cuda_started_is_warned(monkeypatch) -> Non
         with deterministic(torch.device("cuda")):
             assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
     assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
-
-
-@pytest.mark.parametrize("name", sorted(ENCODERS))
-def test_only_an_encoder_that_calls_the_kernels_records_their_path(name: str) -> None:
-    """A registry fact (ENCODERS[name].USES_KERNELS), never a name: an encoder that never
-    calls the compiled kernels records them as unused (its trials build nothing), one that
-    does records the path and compiler."""
-    uses = ENCODERS[name].USES_KERNELS
-    assert isinstance(uses, bool)
-    p = describe_platform(torch.device("cpu"), uses_kernels=uses)
-    if uses:
-        assert p["kernels"] in ("compiled", "torch", "off")
-    else:
-        assert (p["kernels"], p["compiler"]) == ("unused", "")
-
-
-def test_a_standard_trial_records_the_kernels_unused() -> None:
-    out = subprocess.run([sys.executable, "-m", "fusion_sweep.cli", "train", "--dataset",
-                          "synthetic-short", "--json", *TINY], capture_output=True, text=True,
-                         timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout)["platform"]["kernels"] == "unused"

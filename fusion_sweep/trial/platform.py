@@ -58,7 +58,7 @@ def cpu_model() -> str:
 
 
 def describe_platform(device: torch.device, precision: str = "fp32",
-                      speed: str = "fast", uses_kernels: bool = True) -> dict[str, str]:
+                      speed: str = "fast") -> dict[str, str]:
     """PLATFORM_FIELDS -> str for a trial running now on `device` (call it inside the
     trial's thread, determinism and precision settings: all are recorded as in force).
 
@@ -66,9 +66,7 @@ def describe_platform(device: torch.device, precision: str = "fp32",
     runs the trial: "none" for a CPU trial, whose numbers no GPU library touches (the torch
     build, e.g. +cu128, is in `torch`). `precision` is the trial's, `speed` its trainer's
     speed mode (`SpeedOptions.label()`); `kernels`/`compiler` where ReSSFormer's attention
-    runs (`execution_path`), "unused" for an encoder that never calls them (`uses_kernels`
-    False: `ENCODERS[name].USES_KERNELS`), so its trials build nothing and no compiler
-    enters their platform."""
+    runs (`execution_path`)."""
     cuda = device.type == "cuda"
     fields = {
         "torch": torch.__version__,
@@ -79,7 +77,7 @@ def describe_platform(device: torch.device, precision: str = "fp32",
         "precision": precision,
         "speed": speed,
         **(gpu_fields(device) if cuda else dict.fromkeys(GPU_FIELDS, "none")),
-        **(execution_path(device) if uses_kernels else {"kernels": "unused", "compiler": ""}),
+        **execution_path(device),
     }
     return {k: fields[k] for k in PLATFORM_FIELDS}  # schema.PLATFORM_FIELDS is the list
 

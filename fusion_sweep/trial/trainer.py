@@ -561,8 +561,7 @@ def _run(config: TrialConfig, data: EncodedData, device: torch.device,
         "encoder_init": encoder_init_hash(model),
     }
     # inside the thread, determinism and precision settings
-    platform = describe_platform(device, config.precision, speed.label(),
-                                 ENCODERS[config.encoder].USES_KERNELS)
+    platform = describe_platform(device, config.precision, speed.label())
     fingerprints[PLATFORM_FINGERPRINT] = platform_fingerprint(platform)
     schedule = training_schedule(data.train, config)
     fingerprints["batch_order"] = schedule_hash(schedule)

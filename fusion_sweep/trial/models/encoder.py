@@ -122,9 +122,6 @@ class StandardEncoder(nn.Module):
     """
 
     OPTION_FIELDS: tuple[str, ...] = ()  # the trial-config fields it reads
-    # Whether its numbers can depend on ReSSFormer's compiled kernels (models/kernels.py): the
-    # platform records the kernels' path and compiler only where they can run.
-    USES_KERNELS = False
 
     @classmethod
     def options(cls, config: Any) -> dict[str, Any]:

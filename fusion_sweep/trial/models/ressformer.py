@@ -447,7 +447,6 @@ class ReSSFormerEncoder(nn.Module):
     with soes off, as far as the pe sees it. `order_visibility(config)` says which.
     """
 
-    USES_KERNELS = True  # its attention runs the compiled kernels where they build
     OPTION_FIELDS = ("soes", "asam", "r2mu", "iterations", "topk", "attn_activation", "experts",
                      "experts_topk", "memory_segments", "graph_reg")
 
