@@ -218,7 +218,7 @@ def run_of_key(runs: Sequence[_Run], status: Callable[[_Run], str]) -> _Run | No
 
 # ------------------------------------------------------------------------------ MLflow
 DEFAULT_EXPERIMENT = "fusion-sweep"
-ROLE = "fusion_sweep.role"  # "sweep" | "trial" | "stats"
+ROLE = "fusion_sweep.role"  # "sweep" | "trial" ("stats": child runs of old versions)
 SWEEP = "fusion_sweep.sweep"
 PARENT = "mlflow.parentRunId"
 TRIAL_KEY = "fusion_sweep.trial_key"
@@ -262,6 +262,24 @@ ADAPTIVE_COLUMN = "adaptive"
 # Parent-run tag: every dataset name the launching version knows (JSON list), so `stats`
 # can tell "a dataset this sweep lacks" from "no such dataset" without the dataset registry.
 KNOWN_DATASETS = "fusion_sweep.known_datasets"
+# Parent-run tag: every fusion name in the FUSIONS registry's order (JSON list), so a report
+# colours each fusion as the UI does (FUSION_PALETTE by registry place) without the registry.
+KNOWN_FUSIONS = "fusion_sweep.known_fusions"
+# Matplotlib's tab10: a fusion's colour is FUSION_PALETTE[its place in the FUSIONS registry],
+# the same in every sweep, UI row and report figure (`fusion_color`).
+FUSION_PALETTE: tuple[str, ...] = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                   "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+
+
+def fusion_color(place: int) -> str:
+    """The colour of the fusion at this place in the registry order."""
+    return FUSION_PALETTE[place % len(FUSION_PALETTE)]
+
+
+# `stats --log`: where the report lives among the parent run's artifacts, and the parent-run
+# tag naming it (shown in the UI's Description column of the sweep's run).
+REPORT_ARTIFACT_DIR = "report"
+REPORT_TAG = "fusion_sweep.report"
 # Parent-run tag of an adaptive sweep (`launch --until-decided`): JSON {max_seeds, seed_batch,
 # alpha}. `stats` then reports the sequential decisions and labels fixed-n tests descriptive.
 ADAPTIVE = "fusion_sweep.adaptive"
@@ -294,6 +312,20 @@ METRIC_DIRECTIONS: dict[str, str] = {
     "tokens_per_second": "higher", "flops_per_token": "lower",
 }
 DIRECTIONS: tuple[str, ...] = ("higher", "lower")
+# A metric in words, for figure axes and titles; a name not listed is shown as it is.
+METRIC_LABELS: dict[str, str] = {
+    "test_acc": "test accuracy", "best_val_acc": "best validation accuracy",
+    "test_macro_f1": "test macro-F1", "latency_ms_per_sample": "latency (ms per sample)",
+    "train_seconds": "training time (s)", "params": "parameters",
+    "tokens_per_second": "tokens per second", "flops_per_token": "FLOPs per token",
+}
+
+
+def metric_label(metric: str) -> str:
+    """`test_acc` -> 'test accuracy' (METRIC_LABELS), else the name itself."""
+    return METRIC_LABELS.get(metric, metric)
+
+
 # Parent-run params that `stats` reads back (launch logs the space's choices; every
 # parent-run param value is JSON: `encode_param`).
 BASELINE_PARAM = "baseline"

@@ -31,7 +31,7 @@ from fusion_sweep.mlflow_query import retry
 from fusion_sweep.schema import (ATTEMPTS, CODE_FINGERPRINT, CODE_HISTORY, DEFAULT_EXPERIMENT, DEVICE,
                                  EPOCH_EXTRA_METRICS, EPOCH_METRICS, ERROR, FINAL_METRICS,
                                  FINGERPRINT_TAGS, FINISHED, GIT_COMMIT, GRID_HASH, IDENTITY_FIELDS,
-                                 IDENTITY_TAG, KNOWN_DATASETS, LAUNCH_ID, MLFLOW_GIT_COMMIT,
+                                 IDENTITY_TAG, KNOWN_DATASETS, KNOWN_FUSIONS, LAUNCH_ID, MLFLOW_GIT_COMMIT,
                                  MLFLOW_NOTE, N_TRIALS, PARENT, PARENT_METRICS, PLATFORM_FIELD_TAGS,
                                  RECONCILED, ROLE, SWEEP, TRIAL_KEY, VERSION, code_fingerprint,
                                  encode_param, run_of_key, sqlite_path)
@@ -80,6 +80,12 @@ def _params(config: "TrialConfig") -> dict[str, str]:
 # How long a trial keeps retrying an unreachable tracking server (a restart, a network blip)
 
 # ------------------------------------------------------------------- the driver side
+def _fusion_order() -> list[str]:
+    """The FUSIONS registry's names in order (its place fixes a fusion's colour)."""
+    from fusion_sweep.trial.models.fusion import FUSIONS  # torch: only where a sweep starts
+    return list(FUSIONS)
+
+
 class SweepTracker:
     """The launching process's view: experiment, parent run, orphan reconciliation, summary."""
 
@@ -142,7 +148,8 @@ class SweepTracker:
         tags = {ROLE: "sweep", SWEEP: sweep, GRID_HASH: grid_hash, GIT_COMMIT: commit,
                 CODE_FINGERPRINT: code, CODE_HISTORY: code_history or code,
                 VERSION: fusion_sweep.__version__, MLFLOW_GIT_COMMIT: commit.split("-")[0],
-                N_TRIALS: str(n_trials), KNOWN_DATASETS: json.dumps(sorted(DATASETS))}
+                N_TRIALS: str(n_trials), KNOWN_DATASETS: json.dumps(sorted(DATASETS)),
+                KNOWN_FUSIONS: json.dumps(_fusion_order())}
         if description:
             tags[MLFLOW_NOTE] = description
         if run is None:

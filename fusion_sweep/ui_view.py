@@ -14,7 +14,7 @@ from fusion_sweep import mlflow_query
 from fusion_sweep.mlflow_query import retry
 from fusion_sweep.schema import (DEFAULT_ENCODER, DEFAULT_EXPERIMENT, IDENTITY_FIELDS, ROLE, SWEEP,
                                  UI_ORDER, VARIANT_FIELDS,
-                                 default_tracking_uri, sqlite_path)
+                                 default_tracking_uri, fusion_color, sqlite_path)
 from fusion_sweep.store import client as mlflow_client
 from fusion_sweep.sweep_list import sweep_runs
 from fusion_sweep.errors import UserError, choices, did_you_mean
@@ -44,10 +44,6 @@ UI_COLUMNS_METRICS = ("test_acc", "best_val_acc", "test_macro_f1", "train_second
 # the browser's localStorage `experimentRunColors` (group id -> colour), which ui_proxy writes.
 RUN_COLOR_TAG = "mlflow.runColor"
 GROUP_COLORS_KEY = "experimentRunColors"
-# Matplotlib's tab10, by a fusion's place in the FUSIONS registry: one colour per fusion in
-# every sweep, table row, group row and chart.
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-           "#7f7f7f", "#bcbd22", "#17becf")
 # The runs grid's column ids (canonical sort keys): the run name is an attribute column, the
 # "Created" column is the field runDateAndNestInfo. Widths apply only to columns listed in
 # columnOrder (the grid's applyColumnState), so both are listed there.
@@ -68,10 +64,11 @@ def default_ui_store() -> str:
 
 
 def fusion_colors() -> dict[str, str]:
-    """One colour per registered fusion (PALETTE by registry order), the same in every sweep."""
+    """One colour per registered fusion (schema.fusion_color by registry order), the same in
+    every sweep and in `stats`' figures."""
     from fusion_sweep.trial.models.fusion import FUSIONS  # torch: only where the UI is prepared
 
-    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(FUSIONS)}
+    return {name: fusion_color(i) for i, name in enumerate(FUSIONS)}
 
 
 @dataclass(frozen=True)

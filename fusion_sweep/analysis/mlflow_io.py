@@ -39,7 +39,7 @@ from fusion_sweep.schema import (
     run_of_key, server_unreachable, sqlite_path,
 )
 from fusion_sweep.mlflow_query import retry, search_runs
-from fusion_sweep.schema import (KNOWN_DATASETS, PLATFORM_LABEL_COLUMN, platform_from_tags,
+from fusion_sweep.schema import (KNOWN_DATASETS, KNOWN_FUSIONS, PLATFORM_LABEL_COLUMN, platform_from_tags,
                                  platform_label)
 
 from fusion_sweep.analysis.claims import ClaimSetResult
@@ -158,7 +158,8 @@ class Source:
     """Where the results come from: the report's `source` (`to_json`). A results file has
     kind "file" and its path; an MLflow sweep (kind "mlflow") its store, experiment, parent
     run, trial-run count and search-space choices (space_choices), and the parent's optional
-    tags (known_datasets, adaptive, comparison_family: None when the launch logged none)."""
+    tags (known_datasets, known_fusions, adaptive, comparison_family: None when the launch
+    logged none)."""
 
     kind: str
     path: str | None = None
@@ -171,6 +172,7 @@ class Source:
     space: Mapping[str, Any] = field(default_factory=dict)
     code_fingerprint: str | None = None
     known_datasets: list[str] | None = None
+    known_fusions: list[str] | None = None
     adaptive: Mapping[str, Any] | None = None
     comparison_family: Mapping[str, Any] | None = None
 
@@ -190,7 +192,8 @@ class Source:
 
 
 # The parent run's optional tags: source field -> tag.
-_OPTIONAL_TAGS = {"known_datasets": KNOWN_DATASETS, "adaptive": ADAPTIVE,
+_OPTIONAL_TAGS = {"known_datasets": KNOWN_DATASETS, "known_fusions": KNOWN_FUSIONS,
+                  "adaptive": ADAPTIVE,
                   "comparison_family": COMPARISON_FAMILY}
 
 

@@ -3,18 +3,22 @@
 No pyplot and no `matplotlib.use`: importing this module changes no global backend of the
 caller's process, and no display is needed (e.g. on a cluster head).
 
-Each function takes comparison dicts (see :mod:`fusion_sweep.analysis.report`) and writes one PNG.
+Each function takes comparison records (see :mod:`fusion_sweep.analysis.records`) and writes
+one figure as SVG, PDF and a 300-dpi PNG (`write_formats`). A fusion has one colour in every
+figure (`arm_colors`, the UI's colours by the registry order the sweep logged); a seed is a
+marker shape or a grey line, never a colour; reference lines (0, chance) are grey and dashed.
 """
 from __future__ import annotations
 
 import math
 import re
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
-from matplotlib import colormaps
+from matplotlib import rc_context
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -22,6 +26,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+from fusion_sweep.schema import fusion_color, metric_label
 
 from fusion_sweep.analysis.records import Comparison
 from fusion_sweep.analysis.schema import DATASET, SEED, SUPPORT_COLORS, VALUE, VERDICT_COLORS
@@ -49,91 +55,148 @@ def slug(*parts: str) -> str:
 
 
 def paired_delta_plot(comps: list[Comparison], title: str, margin: float | None, path: Path,
-                      axis: Axis | None = None) -> Path:
+                      axis: Axis | None = None, colors: Mapping[str, str] | None = None) -> Path:
     """Per-seed deltas (arm - reference) for one (dataset, group, metric).
 
-    One column per comparison; each seed keeps its colour across columns and is joined
-    by a faint line, so a seed that helps every fusion is visible as a high track. The
-    black bar is the mean delta with its t-interval.
+    One column per comparison, its dots in the arm's colour (`colors`: arm -> colour, the
+    same in every figure); each seed keeps its marker shape across columns and is joined
+    by a faint grey line, so a seed that helps every fusion is visible as a high track. The
+    black bar is the mean delta with the interval the verdict uses.
     """
     seeds = sorted({s for c in comps for s in c.seeds})
-    cmap = colormaps["tab10"]
-    color = {s: cmap(i % 10) for i, s in enumerate(seeds)}
-    fig, ax = _subplots(figsize=(1.6 + 1.5 * max(1, len(comps)), 3.6))
+    colors = colors or arm_colors([_arm(c, axis) for c in comps])
+    caveats = any(c.verdict_flags for c in comps)  # wrapped under the ticks: wider columns
+    fig, ax = _subplots(figsize=(1.6 + (2.1 if caveats else 1.5) * max(1, len(comps)), 3.6))
     _zero_and_margin(ax, margin, horizontal=True)
     for s in seeds:
         xs = [i for i, c in enumerate(comps) if s in c.seeds]
         ys = [c.deltas[c.seeds.index(s)] for c in comps if s in c.seeds]
-        ax.plot(np.array(xs) - 0.12, ys, "-", color=color[s], alpha=0.25, lw=1)
-        ax.scatter(np.array(xs) - 0.12, ys, color=color[s], s=28, zorder=3, label=f"seed {s}")
+        ax.plot(np.array(xs) - 0.12, ys, "-", color=PAIR_COLOR, alpha=0.5, lw=0.8, zorder=1)
+        ax.scatter(np.array(xs) - 0.12, ys, s=30, zorder=3, marker=seed_marker(s, seeds),
+                   c=[colors.get(_arm(c, axis), NEUTRAL) for c in comps if s in c.seeds],
+                   edgecolor="white", linewidth=0.4)
     for i, c in enumerate(comps):
-        if _finite(c.verdict_ci_low):
-            ax.errorbar(i + 0.12, c.mean_delta, yerr=[[c.mean_delta - c.verdict_ci_low],
-                        [c.verdict_ci_high - c.mean_delta]], fmt="s", color="black",
-                        ms=5, capsize=3, zorder=4)
-        elif c.n:
-            ax.plot(i + 0.12, c.mean_delta, "s", color="black", ms=5)
+        _mean_with_interval(ax, i + 0.12, c)
     ax.set_xticks(range(len(comps)))
-    ax.set_xticklabels([f"{_arm(c, axis)}\nvs {c.baseline}\n{c.verdict}" for c in comps],
+    ax.set_xticklabels([f"{_arm(c, axis)}\nvs {c.baseline}\n"
+                        + _wrap_label(verdict_words(c), 22) for c in comps],
                        fontsize=8 if axis is None or axis.is_fusion else 6)
     for tick, c in zip(ax.get_xticklabels(), comps):
         tick.set_color(_VERDICT_COLOR.get(c.verdict, "black"))
     ax.set_xlim(-0.6, len(comps) - 0.4)
-    ax.set_ylabel(f"Δ {comps[0].metric if comps else ''} (per seed)")
+    ax.set_ylabel(f"Δ {metric_label(comps[0].metric) if comps else ''}\n"
+                  "(arm − reference, per seed)", fontsize=8)
     ax.set_title(title, fontsize=9)
-    handles, _ = ax.get_legend_handles_labels()
-    handles += [Line2D([], [], color="black", marker="s", ms=5, lw=1.5,
-                       label="mean Δ, interval\nthe verdict uses"),
-                Line2D([], [], color="#444", ls="--", lw=0.8, label="Δ = 0 (no effect)")]
-    if margin:
-        handles.append(Patch(color=MARGIN_COLOR, alpha=MARGIN_ALPHA,
-                             label=f"±{margin:g} equivalence\nmargin"))
-    ax.legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5),
-              frameon=False, title="dot = one seed's Δ", title_fontsize=7)
+    ax.legend(handles=_delta_legend(seeds, margin), fontsize=7, loc="center left",
+              bbox_to_anchor=(1.0, 0.5), frameon=False, title="one mark per seed",
+              title_fontsize=7)
     return _save(fig, path)
 
 
+def _mean_with_interval(ax: Axes, x: float, c: Comparison) -> None:
+    """The mean Δ (black square) with the interval the verdict uses, when it has one."""
+    if _finite(c.verdict_ci_low):
+        ax.errorbar(x, c.mean_delta, yerr=[[c.mean_delta - c.verdict_ci_low],
+                    [c.verdict_ci_high - c.mean_delta]], fmt="s", color="black",
+                    ms=5, capsize=3, zorder=4)
+    elif c.n:
+        ax.plot(x, c.mean_delta, "s", color="black", ms=5)
+
+
+def _delta_legend(seeds: list[int], margin: float | None) -> list:
+    """Seed marks (grey: a seed is a shape, never a colour), the mean, 0 and the margin."""
+    handles = [Line2D([], [], color=NEUTRAL, marker=seed_marker(s, seeds), ls="", ms=5,
+                      label=f"seed {s}") for s in seeds]
+    handles += [Line2D([], [], color="black", marker="s", ms=5, lw=1.5,
+                       label="mean Δ, interval\nthe verdict uses"),
+                Line2D([], [], color=NEUTRAL, ls="--", lw=0.8, label="Δ = 0 (no effect)")]
+    if margin:
+        handles.append(Patch(color=MARGIN_COLOR, alpha=MARGIN_ALPHA,
+                             label=f"±{margin:g} equivalence\nmargin"))
+    return handles
+
+
+# A seed's mark: its marker shape (by its place among the figure's seeds); past the last
+# shape every seed is a plain dot (the grey pair lines still join a seed's marks).
+SEED_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+# Neutral ink: reference lines (Δ = 0, chance), seed marks in legends; never a fusion colour.
+NEUTRAL, PAIR_COLOR = "#6e7781", "#afb8c1"
+
+
+def seed_marker(seed: int, seeds: Sequence[int]) -> str:
+    """The marker shape of a seed among the figure's sorted seeds."""
+    return SEED_MARKERS[seeds.index(seed)] if len(seeds) <= len(SEED_MARKERS) else "o"
+
+
+def arm_colors(arms: Sequence[str], order: Sequence[str] = ()) -> dict[str, str]:
+    """One colour per arm: an arm named in `order` (the FUSIONS registry's order, the sweep's
+    `known_fusions` tag) gets the registry's colour (`schema.fusion_color`, as in the UI);
+    the others follow, by name."""
+    known = list(dict.fromkeys(order))
+    extra = sorted(set(arms) - set(known))
+    place = {a: i for i, a in enumerate(known + extra)}
+    return {a: fusion_color(place[a]) for a in dict.fromkeys(arms)}
+
+
 def forest_plot(comps: list[Comparison], title: str, margin: float | None, path: Path,
-                axis: Axis | None = None, alpha: float = 0.05) -> Path:
-    """Mean Δ with the interval the verdict uses (thick, colour = verdict) and the unadjusted
-    (1 - alpha) t-interval (thin, grey) per (comparison, regime), so a thick bar crosses 0
-    exactly when the verdict is not better/worse.
+                axis: Axis | None = None, alpha: float = 0.05,
+                colors: Mapping[str, str] | None = None) -> Path:
+    """Mean Δ with the interval the verdict uses (thick, in the arm's colour) and the
+    unadjusted (1 - alpha) t-interval (thin, grey) per (comparison, regime), so a thick bar
+    crosses 0 exactly when the verdict is not better/worse. Right of each row: its verdict
+    in words with every caveat the verdict carries (`verdict_flags`).
 
     Rows are grouped by fusion, datasets in regime order within a group (short -> long
     when lengths are known, else by name), so an effect that differs across datasets
     reads as a drift down each group.
     """
     rows = list(reversed(comps))  # first comparison at the top
-    fig, ax = _subplots(figsize=(8.5, 1.6 + 0.32 * max(1, len(rows))))
+    colors = colors or arm_colors([_arm(c, axis) for c in comps])
+    words = max((len(verdict_words(c)) for c in rows), default=0)  # the right-hand column
+    fig, ax = _subplots(figsize=(6.0 + 0.055 * words, 1.6 + 0.32 * max(1, len(rows))))
     _zero_and_margin(ax, margin, horizontal=False)
     for y, c in enumerate(rows):
-        col = _VERDICT_COLOR.get(c.verdict, "black")
+        col = colors.get(_arm(c, axis), "black")
         if _finite(c.t_ci_low):
-            ax.plot([c.t_ci_low, c.t_ci_high], [y - 0.22] * 2, color="#8c959f", lw=1)
+            ax.plot([c.t_ci_low, c.t_ci_high], [y - 0.22] * 2, color=PAIR_COLOR, lw=1)
         if _finite(c.verdict_ci_low):
             ax.plot([c.verdict_ci_low, c.verdict_ci_high], [y, y], color=col, lw=2.5)
         if _finite(c.mean_delta):
             ax.plot(c.mean_delta, y, "o", color=col, ms=5)
+        ax.annotate(verdict_words(c), (1.01, y), xycoords=ax.get_yaxis_transform(),
+                    va="center", fontsize=7, color=_VERDICT_COLOR.get(c.verdict, "black"),
+                    gid=f"verdict-{len(rows) - 1 - y}")
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([f"{_arm(c, axis)} vs {c.baseline} · {c.regime}" for c in rows],
                        fontsize=7)
-    ax.set_xlabel(f"Δ {comps[0].metric if comps else ''} (arm − reference)", fontsize=8)
+    ax.set_xlabel(f"Δ {metric_label(comps[0].metric) if comps else ''} (arm − reference)",
+                  fontsize=8)
     ax.set_title(title, fontsize=9)
     ax.set_ylim(-0.7, len(rows) - 0.3)
+    handles = _forest_legend(margin, alpha)
+    fig.legend(handles=handles, fontsize=7, loc="lower center", ncol=2, frameon=False)
+    fit_titles(fig)
+    fig.tight_layout(rect=(0, 0.04 + 0.035 * ((len(handles) + 1) // 2), 1, 1))
+    return _save(fig, path, layout=False)
+
+
+def verdict_words(c: Comparison) -> str:
+    """A forest row's verdict with its caveats: 'inconclusive (no 'better': ...)'."""
+    flags = [f for f in c.verdict_flags if f]
+    return c.verdict + (f" ({'; '.join(flags)})" if flags else "")
+
+
+def _forest_legend(margin: float | None, alpha: float) -> list:
     level = f"{100 * (1 - alpha):.0f}%"
-    handles = [Line2D([], [], color="#444", marker="o", ms=5, lw=2.5,
-                      label="mean Δ and the interval the verdict uses (Holm-consistent)"),
-               Line2D([], [], color="#8c959f", lw=1, label=f"unadjusted {level} t-interval"),
-               Line2D([], [], color="#444", ls="--", lw=0.8, label="Δ = 0 (no effect)")]
+    handles = [Line2D([], [], color=NEUTRAL, marker="o", ms=5, lw=2.5,
+                      label="mean Δ and the interval the verdict uses (Holm-consistent; "
+                            "colour: the arm)"),
+               Line2D([], [], color=PAIR_COLOR, lw=1, label=f"unadjusted {level} t-interval"),
+               Line2D([], [], color=NEUTRAL, ls="--", lw=0.8, label="Δ = 0 (no effect)")]
     if margin:
         handles.append(Patch(color=MARGIN_COLOR, alpha=MARGIN_ALPHA,
                              label=f"±{margin:g} equivalence margin (TOST)"))
-    shown = [v for v in VERDICT_COLORS if any(c.verdict == v for c in comps)]
-    handles += [Patch(color=VERDICT_COLORS[v], label=f"verdict: {v}") for v in shown]
-    fig.legend(handles=handles, fontsize=7, loc="lower center", ncol=3, frameon=False)
-    fit_titles(fig)
-    fig.tight_layout(rect=(0, 0.04 + 0.035 * ((len(handles) + 2) // 3), 1, 1))
-    return _save(fig, path, layout=False)
+    return handles
 
 
 # The arm columns of arms_by_regime_plot's `values` (beside DATASET, SEED, VALUE): the arm's
@@ -141,55 +204,92 @@ def forest_plot(comps: list[Comparison], title: str, margin: float | None, path:
 ARM, GROUP = "arm", "group"
 
 
-def arms_by_regime_plot(values: "pd.DataFrame", regimes: list[tuple[str, str]],
-                        chance: dict[str, float], arms: list[str], metric: str, title: str,
-                        path: Path, reference: str | None = None) -> Path:
-    """The paper-style figure: each arm's metric per regime (x, short -> long), every seed a
-    dot, the seeds of one pair joined by a line across the arms of a regime, the arms' mean
-    a bar, and chance (the majority rate, 1/K when none) a dashed line.
+@dataclass(frozen=True)
+class ArmsFigure:
+    """What arms_by_regime_plot draws besides the values. regimes: (dataset, label) short ->
+    long; chance: dataset -> chance level (absent: none drawn); arms: plotting order (the
+    reference first); pairs: dataset -> the (arm, reference) pairs its comparisons test;
+    colors: arm -> colour."""
 
-    values: one row per usable cell with columns dataset, arm, seed, value; regimes:
-    (dataset, label) short -> long; chance: dataset -> chance level (absent: none drawn);
-    arms: the arms in plotting order (the reference first).
+    regimes: list[tuple[str, str]]
+    chance: Mapping[str, float]
+    arms: list[str]
+    pairs: Mapping[str, list[tuple[str, str]]]
+    colors: Mapping[str, str]
+    reference: str | None = None
+
+
+def arms_by_regime_plot(values: "pd.DataFrame", spec: ArmsFigure, metric: str, title: str,
+                        path: Path) -> Path:
+    """The paper-style figure: each arm's metric per regime (x, short -> long), every seed a
+    dot in the arm's colour, each comparison's pairs joined (a grey line from the reference's
+    seed to the arm's same seed, one per comparison, so every pairing is drawn), the arm's
+    mean a bar, and chance (the majority rate, 1/K when none) a grey dashed line.
+
+    values: one row per usable cell with columns dataset, arm, seed, value.
     """
-    cmap = colormaps["tab10"]
-    color = {a: cmap(i % 10) for i, a in enumerate(arms)}
-    k = max(1, len(arms))
-    width = 0.7
-    offset = {a: (i - (k - 1) / 2) * width / k for i, a in enumerate(arms)}
-    fig, ax = _subplots(figsize=(2.0 + 2.2 * max(1, len(regimes)), 4.4))
-    for xi, (dataset, _) in enumerate(regimes):
+    k = max(1, len(spec.arms))
+    offset = {a: (i - (k - 1) / 2) * 0.7 / k for i, a in enumerate(spec.arms)}
+    fig, ax = _subplots(figsize=(2.0 + 2.2 * max(1, len(spec.regimes)), 4.4))
+    for xi, (dataset, _) in enumerate(spec.regimes):
         sub = values[values[DATASET] == dataset]
-        for seed, g in sub.groupby(SEED, sort=True):  # one seed across the arms: a pair
-            g = g.set_index(ARM).reindex([a for a in arms if a in set(g[ARM])])
-            ax.plot([xi + offset[a] for a in g.index], g[VALUE], "-", color="#8c959f",
-                    lw=0.7, alpha=0.6, zorder=1)
-        for a in arms:
-            v = sub[sub[ARM] == a].sort_values(SEED)
-            if v.empty:
-                continue
-            ax.scatter(np.full(len(v), xi + offset[a]), v[VALUE], color=color[a], s=16, zorder=3, edgecolor="white",
-                       linewidth=0.4)
-            ax.plot([xi + offset[a] - 0.35 * width / k, xi + offset[a] + 0.35 * width / k],
-                    [v[VALUE].mean()] * 2, color=color[a], lw=2.2, zorder=2)
-        if dataset in chance and _finite(chance[dataset]):
-            ax.plot([xi - width / 2 - 0.05, xi + width / 2 + 0.05], [chance[dataset]] * 2,
-                    color="#9a6700", ls=":", lw=1.3, zorder=0)
-    ax.set_xticks(range(len(regimes)))
-    ax.set_xticklabels([_wrap_label(label, 22) for _, label in regimes], fontsize=8)
-    ax.set_xlim(-0.6, len(regimes) - 0.4)
-    ax.set_ylabel(metric, fontsize=9)
+        x = {a: xi + offset[a] for a in spec.arms}
+        _draw_pairs(ax, sub, x, spec.pairs.get(dataset, []), dataset)
+        for a in spec.arms:
+            v = sub[sub[ARM] == a]
+            if not v.empty:
+                col, half = spec.colors.get(a, NEUTRAL), 0.25 * 0.7 / k
+                ax.scatter(np.full(len(v), x[a]), v[VALUE], color=col, s=16, zorder=3,
+                           edgecolor="white", linewidth=0.4)
+                ax.plot([x[a] - half, x[a] + half], [v[VALUE].mean()] * 2, color=col,
+                        lw=2.2, zorder=2)
+        level = spec.chance.get(dataset)
+        if level is not None and _finite(level):
+            ax.plot([xi - 0.4, xi + 0.4], [level] * 2, color=NEUTRAL, ls="--", lw=1.1,
+                    zorder=0)
+            ax.annotate("chance", (xi + 0.4, level), xytext=(2, 0), textcoords="offset points",
+                        va="center", fontsize=6.5, color=NEUTRAL)
+    ax.set_xticks(range(len(spec.regimes)))
+    ax.set_xticklabels([_wrap_label(label, 22) for _, label in spec.regimes], fontsize=8)
+    ax.set_xlim(-0.6, len(spec.regimes) - 0.4)
+    ax.set_ylabel(metric_label(metric), fontsize=9)
+    ax.set_xlabel("length regime", fontsize=8)
     ax.set_title(title, fontsize=9)
-    handles = [Line2D([], [], color=color[a], marker="o", lw=2.2, ms=5,
-                      label=f"{a}{' (reference)' if a == reference else ''}") for a in arms]
-    handles += [Line2D([], [], color="#8c959f", lw=0.7, label="one seed across arms\n(a pair)"),
-                Line2D([], [], color="#444", lw=2.2, label="bar: mean over seeds")]
-    if chance:
-        handles.append(Line2D([], [], color="#9a6700", ls=":", lw=1.3,
-                              label="chance (majority rate)"))
-    ax.legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5),
-              frameon=False, title="dot = one seed", title_fontsize=7)
+    ax.legend(handles=_arms_legend(spec), fontsize=7, loc="center left",
+              bbox_to_anchor=(1.0, 0.5), frameon=False, title="dot = one seed",
+              title_fontsize=7)
     return _save(fig, path)
+
+
+def _draw_pairs(ax: Axes, sub: "pd.DataFrame", x: Mapping[str, float],
+                pairs: list[tuple[str, str]], dataset: str) -> None:
+    """One grey line per (comparison, seed): the reference's value to the arm's. Each line's
+    gid names its pair (`pair-<dataset>-<arm>-<reference>-<seed>`, an id in the SVG)."""
+    by = sub.set_index([ARM, SEED])[VALUE]
+    for arm, ref in pairs:
+        for seed in sorted(set(sub[SEED])):
+            if (arm, seed) in by.index and (ref, seed) in by.index:
+                ax.plot([x[ref], x[arm]], [by[(ref, seed)], by[(arm, seed)]], "-",
+                        color=PAIR_COLOR, lw=0.7, alpha=0.8, zorder=1,
+                        gid=pair_id(dataset, arm, ref, seed))
+
+
+def pair_id(dataset: str, arm: str, reference: str, seed: int) -> str:
+    """The gid (SVG id) of one drawn pairing."""
+    return slug("pair", dataset, arm, reference, str(seed))
+
+
+def _arms_legend(spec: ArmsFigure) -> list:
+    handles = [Line2D([], [], color=spec.colors.get(a, NEUTRAL), marker="o", lw=2.2, ms=5,
+                      label=f"{a}{' (reference)' if a == spec.reference else ''}")
+               for a in spec.arms]
+    handles += [Line2D([], [], color=PAIR_COLOR, lw=0.7,
+                       label="one seed, arm and its\nreference (a pair)"),
+                Line2D([], [], color="#444", lw=2.2, label="bar: mean over seeds")]
+    if spec.chance:
+        handles.append(Line2D([], [], color=NEUTRAL, ls="--", lw=1.1,
+                              label="chance (test-set\nmajority rate)"))
+    return handles
 
 
 def claims_plot(tests: Sequence[ClaimTest], kind: str, path: Path) -> bool:
@@ -249,7 +349,7 @@ def _subplots(figsize: tuple[float, float]) -> tuple[Figure, Axes]:
 def _zero_and_margin(ax: Axes, margin: float | None, horizontal: bool) -> None:
     """The no-effect line, and the ±margin equivalence band when a margin is given."""
     line, band = (ax.axhline, ax.axhspan) if horizontal else (ax.axvline, ax.axvspan)
-    line(0.0, color="#444", lw=0.8, ls="--")
+    line(0.0, color=NEUTRAL, lw=0.8, ls="--")
     if margin:
         band(-margin, margin, color=MARGIN_COLOR, alpha=MARGIN_ALPHA, lw=0)
 
@@ -310,7 +410,8 @@ def _undrawn_tick_labels(ax: Axes) -> list[Text]:
 
 def _save(fig: Figure, path: Path, layout: bool = True) -> Path:
     """Lay out (unless the caller did), wrap titles that stick out, widen the figure for
-    anything still outside (a legend beside the axes), write the PNG: nothing clipped."""
+    anything still outside (a legend beside the axes), then write every FIGURE_FORMATS file
+    beside `path` (its suffix replaced): nothing clipped. Returns `path`."""
     path = Path(path)
     relayout = fig.tight_layout if layout else (lambda: None)
     relayout()
@@ -319,8 +420,29 @@ def _save(fig: Figure, path: Path, layout: bool = True) -> Path:
             break
         relayout()
     _widen_to_fit(fig)
-    fig.savefig(path, format="png")
+    write_formats(fig, path)
     return path
+
+
+# Every figure is written as SVG and PDF (vector: a paper's figure) and a PNG at PNG_DPI.
+FIGURE_FORMATS, PNG_DPI = ("svg", "pdf", "png"), 300
+# Text stays text (svg.fonttype none: selectable, searchable and editable in SVG; pdf
+# fonttype 42: TrueType fonts a journal accepts, not Type 3); svg.hashsalt and no date make
+# the files reproducible.
+_SAVE_RC = {"svg.fonttype": "none", "pdf.fonttype": 42, "svg.hashsalt": "fusion-sweep"}
+_NO_DATE = {"svg": {"Date": None}, "pdf": {"CreationDate": None}, "png": {}}
+
+
+def write_formats(fig: Figure, path: Path) -> list[Path]:
+    """Save `fig` as path.svg, path.pdf and a 300-dpi path.png; return the paths."""
+    out = []
+    with rc_context(_SAVE_RC):  # restored on exit: the caller's rcParams are untouched
+        for fmt in FIGURE_FORMATS:
+            target = Path(path).with_suffix("." + fmt)
+            fig.savefig(target, format=fmt, dpi=PNG_DPI if fmt == "png" else "figure",
+                        metadata=_NO_DATE[fmt])
+            out.append(target)
+    return out
 
 
 def _widen_to_fit(fig: Figure) -> None:
@@ -363,7 +485,7 @@ def cs_plot(results: Sequence[SequentialResult], path: str | Path, title: str = 
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, format="png")
+    write_formats(fig, path)
     return path
 
 

@@ -1,12 +1,14 @@
-"""`--report DIR`: report.md + report.html + PNG figures + stats.json, from one block list;
-with `--claims`, also claims.md + claims.html (and their figures) in the same directory.
+"""`--report DIR`: report.md + report.html + figures (SVG, PDF, 300-dpi PNG) + stats.json,
+from one block list; with `--claims`, also claims.md + claims.html (and their figures).
 
 Each document is built once as a list of blocks and rendered twice, so the Markdown and
-the HTML always say the same thing. Images are referenced by bare relative file names,
-so the directory can be moved, zipped or logged to MLflow as-is.
+the HTML always say the same thing. The HTML carries every figure inside itself (the SVG as
+a data URI), so it renders wherever it is opened: from disk, zipped, or in MLflow's artifact
+viewer (which shows a page without the files beside it); the Markdown links the PNGs.
 """
 from __future__ import annotations
 
+import base64
 import html
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -17,6 +19,7 @@ from fusion_sweep.analysis import plots
 from fusion_sweep.analysis.regimes import lengths_known
 from fusion_sweep.analysis.grid import grid_rows
 from fusion_sweep.analysis.pairing import usable_values, variant_series
+from fusion_sweep.analysis.variants import Axis, Variant
 from fusion_sweep.analysis.report import Report
 from fusion_sweep.analysis.schema import (
     DESCRIPTIVE_LABEL, INCONCLUSIVE, NOT_LEARNED, SUPPORT_COLORS, VERDICT_COLORS,
@@ -31,13 +34,15 @@ from fusion_sweep.analysis.tables import (
     verdict_grid_table,
 )
 from fusion_sweep.analysis.text import (
-    descriptive, descriptive_label, is_numeric_cell, source_line, warning_line,
+    DesignWarning, descriptive, descriptive_label, is_numeric_cell, source_line,
 )
+from fusion_sweep.schema import metric_label, shown
 
 if TYPE_CHECKING:
     from fusion_sweep.analysis.sequential import SequentialResult
 
-# Block kinds: ("h1"|"h2"|"h3"|"p", text), ("ul", [text]), ("table", Table), ("img", file, alt)
+# Block kinds: ("h1"|"h2"|"h3"|"p", text), ("ul", [text]), ("table", Table), ("img", file, alt):
+# file is the PNG the Markdown links; the HTML embeds its SVG sibling.
 Block = tuple
 
 
@@ -48,15 +53,16 @@ def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
     blocks = build_blocks(report, out)
     files = {
         "markdown": _write(out / "report.md", render_markdown(blocks)),
-        "html": _write(out / "report.html", render_html(blocks, "fusion-sweep stats")),
+        "html": _write(out / "report.html", render_html(blocks, "fusion-sweep stats", out)),
         "json": _write(out / "stats.json", report.to_json() + "\n"),
     }
     if report.claims is not None:
         claims = build_claims_blocks(report, out)
         files.update(claims_markdown=_write(out / "claims.md", render_markdown(claims)),
                      claims_html=_write(out / "claims.html",
-                                        render_html(claims, "fusion-sweep claims")))
-    files.update({p.name: p for p in sorted(out.glob("*.png"))})
+                                        render_html(claims, "fusion-sweep claims", out)))
+    files.update({p.name: p for fmt in plots.FIGURE_FORMATS
+                  for p in sorted(out.glob(f"*.{fmt}"))})
     return files
 
 
@@ -85,7 +91,7 @@ def build_blocks(report: Report, out: Path) -> list[Block]:
                        "are tested in "
                        "`claims.html` / `claims.md` beside this report."))
     b.append(("h2", "Design warnings"))
-    b.append(("ul", [warning_line(w) for w in report.warnings] or ["none"]))
+    b.append(("ul", [warning_words(w) for w in report.warnings] or ["none"]))
     if report.arms:
         b.append(("h2", "Each arm over its seeds"))
         b.append(("table", arms_table(report)))
@@ -106,6 +112,44 @@ def build_blocks(report: Report, out: Path) -> list[Block]:
     return b
 
 
+def warning_words(w: dict) -> str:
+    """A warning for a reader: its sentence, capitalised, without the internal code (the
+    code stays in stats.json and on stderr for scripts)."""
+    msg = DesignWarning.of(w).message
+    return msg[:1].upper() + msg[1:]
+
+
+def group_words(axis: Axis, group: tuple[str, ...]) -> str:
+    """What a group holds fixed, in words: 'sinusoidal positional encoding',
+    'ressformer encoder, no positional encoding', '' (nothing)."""
+    words = {"encoder": lambda v: f"{v} encoder",
+             "pe": lambda v: "no positional encoding" if v == "none" else
+             f"{v} positional encoding"}
+    fixed = shown(dict(zip(axis.free, group)))
+    return ", ".join(words.get(k, lambda v, k=k: f"{k} {v}")(v) for k, v in fixed.items())
+
+
+def _titled(head: str, *parts: str) -> str:
+    """'Head, part, part' with empty parts left out; the head capitalised."""
+    text = ", ".join(p for p in (head, *parts) if p)
+    return text[:1].upper() + text[1:]
+
+
+def report_colors(report: Report) -> dict[str, str]:
+    """One colour per arm for every figure of the report: by the fusion registry's order
+    when the sweep logged it (the UI's colours), else by name."""
+    axis = report.settings.axis
+    arms = [axis.short(Variant(a.encoder, a.pe, a.fusion)) for a in report.arms]
+    arms += [_arm_label(axis, c) for c in report.comparisons] + [c.baseline
+                                                                 for c in report.comparisons]
+    order = report.source.get("known_fusions") or () if axis.is_fusion else ()
+    return plots.arm_colors(arms, order)
+
+
+def _arm_label(axis: Axis, c) -> str:
+    return axis.short(Variant(c.encoder, c.pe, c.fusion))
+
+
 def _grid_verdicts(report: Report, metric: str) -> list[list[str | None]]:
     """The verdict of every grid cell (None: no comparison there), for the cell colours."""
     regimes = grid_regimes(report)
@@ -116,7 +160,7 @@ def _grid_verdicts(report: Report, metric: str) -> list[list[str | None]]:
 
 def _arms_figure_blocks(report: Report, out: Path) -> list[Block]:
     """The paper-style figure per group: each arm's metric per regime, every seed a dot,
-    the seeds of a pair joined, chance drawn (the first metric)."""
+    each comparison's seed pairs joined, chance drawn (the first metric)."""
     axis, metric = report.settings.axis, report.settings.metrics[0]
     vals = usable_values(report.table, metric)
     if vals.empty:
@@ -127,59 +171,64 @@ def _arms_figure_blocks(report: Report, out: Path) -> list[Block]:
     regimes = [(r.dataset, r.label) for r in grid_regimes(report)]
     chance = {a.dataset: a.chance_level for a in report.arms
               if a.metric == metric and a.chance_level is not None}
+    colors = report_colors(report)
     b: list[Block] = []
     for group in sorted(set(vals[plots.GROUP])):
         sub = vals[vals[plots.GROUP] == group]
         ref = axis.short(axis.reference(group))
-        order = reference_first(sub[plots.ARM], ref)
+        pairs: dict[str, list[tuple[str, str]]] = {}
+        for c in report.comparisons:
+            if c.group == group and c.metric == metric:
+                pairs.setdefault(c.dataset, []).append((_arm_label(axis, c), c.baseline))
+        spec = plots.ArmsFigure(regimes, chance, reference_first(sub[plots.ARM], ref), pairs,
+                                colors, reference=ref)
         parts = [p for p in axis.path(group).split("/") if p]
         name = plots.slug("arms", *parts, metric) + ".png"
-        where = " · ".join(p for p in (axis.title(group), metric) if p)
-        plots.arms_by_regime_plot(sub, regimes, chance, order, metric,
-                                  f"Each arm per length regime · {where}", out / name,
-                                  reference=ref)
-        b.append(("img", name, f"each arm's {metric} per regime, every seed a dot, "
-                               f"{where.replace(' · ', ', ')}"))
+        title = _titled(f"{metric_label(metric)} of each {axis.noun} per length regime",
+                        group_words(axis, group))
+        plots.arms_by_regime_plot(sub, spec, metric, title, out / name)
+        b.append(("img", name, f"{title}: every seed a dot, each comparison's seed pairs "
+                               "joined, chance dashed"))
     return b
 
 
 def _comparison_blocks(report: Report, out: Path) -> list[Block]:
     """Per regime: the comparison table and the paired per-seed delta plot."""
     b: list[Block] = [("h2", "Comparisons per length regime")]
-    axis = report.settings.axis
+    axis, colors = report.settings.axis, report_colors(report)
     for metric, regime, group, comps in blocks_by_regime(report):
         table = descriptive(report, comparison_table(report, metric, regime, group, comps))
         b.append(("table", table))
         if comps:
             parts = [p for p in axis.path(group).split("/") if p]
             name = plots.slug("deltas", comps[0].dataset, *parts, metric) + ".png"
-            plots.paired_delta_plot(comps, f"Per-seed Δ vs reference · {table.title}",
-                                    comps[0].equivalence_margin, out / name, axis)
-            b.append(("img", name, f"paired per-seed deltas, {table.title}"))
+            title = _titled(f"per-seed difference in {metric_label(metric)} from the "
+                            f"reference, {comps[0].regime}", group_words(axis, group))
+            plots.paired_delta_plot(comps, title, comps[0].equivalence_margin, out / name,
+                                    axis, colors=colors)
+            b.append(("img", name, title))
     return b
 
 
 def _interaction_blocks(report: Report, out: Path) -> list[Block]:
-    """Forest plot per (pe, metric) across regimes, then the interaction test table."""
+    """Forest plot per (group, metric) across regimes, then the interaction test table."""
     heading = "Across length regimes" if lengths_known(report.regimes) else "Across datasets"
     b: list[Block] = [("h2", heading)]
     rank = {r.dataset: r.rank for r in report.regimes}
-    axis = report.settings.axis
-    keys = sorted({(c.group, c.metric) for c in report.comparisons})
-    for group, metric in keys:
+    axis, colors = report.settings.axis, report_colors(report)
+    for group, metric in sorted({(c.group, c.metric) for c in report.comparisons}):
         comps = [c for c in report.comparisons if c.group == group and c.metric == metric]
         comps.sort(key=lambda c: (c.baseline, c.variant, rank[c.dataset]))
         parts = [p for p in axis.path(group).split("/") if p]
         name = plots.slug("forest", *parts, metric) + ".png"
-        where = " · ".join(p for p in (axis.title(group), metric) if p)
         margins = {c.equivalence_margin for c in comps}  # one band only if one margin
-        label = f" ({descriptive_label(report)})" if descriptive_label(report) else ""
-        plots.forest_plot(comps, f"Δ vs reference across datasets · {where}{label}",
-                          margins.pop() if len(margins) == 1 else None, out / name, axis,
-                          alpha=report.settings.alpha)
-        alt = where.replace(" · ", ", ")
-        b.append(("img", name, f"forest plot of mean delta with the intervals the verdicts "
-                               f"use, {alt}"))
+        title = _titled(f"difference in {metric_label(metric)} from the reference across "
+                        f"{heading.split()[-1]}", group_words(axis, group),
+                        descriptive_label(report) or "")
+        plots.forest_plot(comps, title, margins.pop() if len(margins) == 1 else None,
+                          out / name, axis, alpha=report.settings.alpha, colors=colors)
+        b.append(("img", name, f"{title}: mean difference with the interval the verdict "
+                               "uses, and each verdict with its caveats"))
     if report.interaction["tests"]:
         b.append(("table", descriptive(report, interaction_table(report))))
     else:
@@ -213,7 +262,7 @@ def build_claims_blocks(report: Report, out: Path) -> list[Block]:
 
 # --------------------------------------------------------------------------- markdown
 def render_markdown(blocks: list[Block]) -> str:
-    out = []
+    out, heading = [], None
     for blk in blocks:
         kind = blk[0]
         if kind in ("h1", "h2", "h3"):
@@ -223,9 +272,10 @@ def render_markdown(blocks: list[Block]) -> str:
         elif kind == "ul":
             out.append("\n".join(f"- {_md_escape(i)}" for i in blk[1]))
         elif kind in ("table", "grid"):
-            out.append(_md_table(blk[1]))
+            out.append(_md_table(blk[1], caption=blk[1].title != heading))
         elif kind == "img":
             out.append(f"![{blk[2]}]({blk[1]})")
+        heading = blk[1] if kind in ("h1", "h2", "h3") else None
     return "\n\n".join(out) + "\n"
 
 
@@ -233,10 +283,10 @@ def _md_escape(s: str) -> str:
     return s.replace("|", "\\|")
 
 
-def _md_table(t: Table) -> str:
+def _md_table(t: Table, caption: bool = True) -> str:
     if not t.rows:
-        return f"**{t.title}**: none"
-    lines = [f"**{t.title}**", "", "| " + " | ".join(map(_md_escape, t.headers)) + " |",
+        return f"**{t.title}**: none" if caption else "none"
+    lines = ([f"**{t.title}**", ""] if caption else []) + ["| " + " | ".join(map(_md_escape, t.headers)) + " |",
              "|" + "|".join("---" for _ in t.headers) + "|"]
     lines += ["| " + " | ".join(_md_escape(v) for v in r) + " |" for r in t.rows]
     lines += [""] + [f"_{_md_escape(f)}_  " for f in t.footnotes] if t.footnotes else []
@@ -245,27 +295,32 @@ def _md_table(t: Table) -> str:
 
 # --------------------------------------------------------------------------- html
 _CSS = """
-body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;color:#1f2328;max-width:1400px}
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;color:#1f2328;max-width:1560px}
+p,ul{max-width:1100px}figure{margin:10px 0}
 h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #d0d7de;padding-bottom:4px;margin-top:28px}
 h3{font-size:14px;margin:18px 0 6px}p,li{font-size:13px;line-height:1.45}
 .tw{overflow-x:auto;margin:14px 0 4px}table{border-collapse:collapse;font-size:11.5px}
 th,td{border:1px solid #d0d7de;padding:2px 5px;text-align:left;white-space:nowrap}
-th{background:#f6f8fa}td.n{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f6f8fa;white-space:normal;vertical-align:bottom}td.n{text-align:right;font-variant-numeric:tabular-nums}
 td.w{white-space:normal;min-width:220px;max-width:460px}
 caption{caption-side:top;text-align:left;font-weight:600;font-size:13px;padding:4px 0}
-.foot{font-size:11px;color:#57606a;margin:0 0 8px}img{max-width:100%;border:1px solid #eaeef2;margin:8px 0}
+.foot{font-size:11px;color:#57606a;margin:0 0 8px}img{max-width:100%;height:auto;border:1px solid #eaeef2}
 #img-status{display:none}#img-status.bad{display:block;color:#cf222e;font-weight:600;font-size:13px}
 table.grid{font-size:12.5px;margin-bottom:4px}table.grid td,table.grid th{padding:5px 9px;vertical-align:top}
 table.grid td.g{white-space:normal;min-width:150px}td.g b{font-size:13px}td.g small{color:#424a53}
 td.g small{font-weight:normal}
 """
-# Marks the page with how many figures loaded (data-images-loaded="k/n"): a reader sees a
-# red banner only for a broken figure, and headless-browser checks read the attribute.
+# Marks the page with how many figures loaded (data-images-loaded="k/n") and how many tables
+# are wider than the page (data-tables-overflowing="k", columns behind a scrollbar): a reader
+# sees a red banner only for a broken figure, and headless-browser checks read the attributes.
 _JS = """
 window.addEventListener('load', function () {
   var imgs = Array.prototype.slice.call(document.images);
   var ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
   document.body.setAttribute('data-images-loaded', ok + '/' + imgs.length);
+  var wide = Array.prototype.slice.call(document.querySelectorAll('.tw')).filter(
+    function (d) { return d.scrollWidth > d.clientWidth + 1; }).length;
+  document.body.setAttribute('data-tables-overflowing', String(wide));
   var el = document.getElementById('img-status');
   if (ok !== imgs.length) {  // shown only when a figure is missing
     el.textContent = (imgs.length - ok) + ' of ' + imgs.length + ' figures failed to load';
@@ -275,8 +330,9 @@ window.addEventListener('load', function () {
 """
 
 
-def render_html(blocks: list[Block], title: str) -> str:
-    body = []
+def render_html(blocks: list[Block], title: str, out: Path | None = None) -> str:
+    """The page; every figure embedded from `out` (its SVG, else its PNG, as a data URI)."""
+    body, heading = [], None
     for blk in blocks:
         kind = blk[0]
         if kind in ("h1", "h2", "h3", "p"):
@@ -284,15 +340,30 @@ def render_html(blocks: list[Block], title: str) -> str:
         elif kind == "ul":
             body.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in blk[1]) + "</ul>")
         elif kind == "table":
-            body.append(_html_table(blk[1]))
+            body.append(_html_table(blk[1], caption=blk[1].title != heading))
         elif kind == "grid":
             body.append(_html_grid(blk[1], blk[2]))
         elif kind == "img":
-            body.append(f'<img src="{html.escape(blk[1])}" alt="{html.escape(blk[2])}">')
+            body.append(f'<figure><img src="{embedded(Path(out or "."), blk[1])}" '
+                        f'alt="{html.escape(blk[2])}"></figure>')
+        heading = blk[1] if kind in ("h1", "h2", "h3") else None
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{html.escape(title)}</title><style>{_CSS}{_verdict_css()}</style>"
             f"<script>{_JS}</script></head>\n<body>\n<div id=\"img-status\"></div>\n"
             + "\n".join(body) + "\n</body></html>\n")
+
+
+_MIME = {".svg": "image/svg+xml", ".png": "image/png"}
+
+
+def embedded(out: Path, name: str) -> str:
+    """A figure as a data URI: its SVG sibling (vector, small) when drawn, else the file."""
+    path = out / name
+    svg = path.with_suffix(".svg")
+    path = svg if svg.exists() else path
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f"data:{_MIME.get(path.suffix, 'application/octet-stream')};base64,{data}"
 
 
 def _inline(s: str) -> str:
@@ -370,7 +441,8 @@ def _split_cell(text: str, verdict: str) -> tuple[str, str]:
     return delta, rest[len(verdict):].strip()
 
 
-def _html_table(t: Table) -> str:
+def _html_table(t: Table, caption: bool = True) -> str:
+    """A table; caption=False when the heading just above already says its title."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in t.headers)
     rows = []
     for r in t.rows:
@@ -383,7 +455,8 @@ def _html_table(t: Table) -> str:
     if not rows:
         rows = [f'<tr><td colspan="{len(t.headers)}">none</td></tr>']
     foot = "".join(f'<p class="foot">{html.escape(f)}</p>' for f in t.footnotes)
-    return (f'<div class="tw"><table><caption>{html.escape(t.title)}</caption>'
+    cap = f"<caption>{html.escape(t.title)}</caption>" if caption else ""
+    return (f'<div class="tw"><table>{cap}'
             f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{foot}")
 
 
