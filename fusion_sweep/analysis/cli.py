@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from fusion_sweep.analysis.metrics import AUTO
 from fusion_sweep.analysis.schema import DATASET, AnalysisError
+from fusion_sweep.schema import REPORT_ARTIFACT_DIR
 from fusion_sweep.analysis.settings import (
     DEFAULT_ALPHA, DEFAULT_BASELINE, DEFAULT_DIRECTION, DEFAULT_METRIC, DEFAULT_N_BOOT,
     DEFAULT_PAIRS, DEFAULT_RNG_SEED, DIRECTION_FLAGS, PAIR_MODES, Settings,
@@ -121,9 +122,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="text: every column of every table, one line per row however long "
                           "(default: fit 120 columns with the verdict grid and a short table "
                           "per regime; JSON and --report always carry every column)")
-    out.add_argument("--report", metavar="DIR", help="write report.md, report.html, PNGs, stats.json")
-    out.add_argument("--no-mlflow-log", action="store_true",
-                     help="with MLflow input, do not log the report as a `stats` run")
+    out.add_argument("--report", metavar="DIR",
+                     help="write report.html (every figure inside it), report.md, stats.json "
+                          "and each figure as SVG, PDF and 300-dpi PNG")
+    out.add_argument("--log", action="store_true",
+                     help="MLflow input: attach the report to the sweep's parent run under "
+                          f"{REPORT_ARTIFACT_DIR}/ (replacing the previous one) with its "
+                          "verdict counts; without it `stats` only reads the store")
+    # Before --log, `stats` logged a run unless told not to; the old opt-out is accepted
+    # and does nothing, so commands written for it keep working.
+    out.add_argument("--no-mlflow-log", action="store_true", help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -163,6 +171,9 @@ def settings_from(args: argparse.Namespace, space: dict | None = None) -> Settin
 def _run(args: argparse.Namespace) -> int:
     from fusion_sweep.analysis.report import analyze  # heavy imports after argument parsing
     settings_from(args)  # flags first: a bad --alpha fails before any I/O
+    if args.log and args.results:
+        raise AnalysisError("--log attaches the report to a sweep's parent run in MLflow; "
+                            "a --results file has none (use --report DIR)")
     df, source, load_warnings = _load(args)
     _check_datasets(args, df, source)
     settings = settings_from(args, dict(source.space))
@@ -212,26 +223,26 @@ def _load(args: argparse.Namespace) -> tuple[pd.DataFrame, Source, list[dict]]:
 
 
 def _write_outputs(args: argparse.Namespace, report: Report, source: Source) -> None:
-    """--report DIR, and for MLflow input the `stats` run (report in a temp dir if no DIR)."""
+    """--report DIR; with --log, the report on the sweep's parent run (written to a temp dir
+    when no DIR is given). A plain `stats` writes nothing to the store."""
     from fusion_sweep.analysis.render import write_report
-    log = source.is_mlflow and not args.no_mlflow_log
     if args.report:
         write_report(report, args.report)
         print(f"report written to {Path(args.report).resolve() / 'report.html'}", file=sys.stderr)
         if report.claims is not None:
             print(f"claims written to {Path(args.report).resolve() / 'claims.html'}",
                   file=sys.stderr)
-    if not log:
+    if not args.log:
         return
-    from fusion_sweep.analysis.mlflow_io import log_stats_run
+    from fusion_sweep.analysis.mlflow_io import REPORT_PAGE, log_report
     if args.report:
-        rid = log_stats_run(source, args.report, report)
+        rid = log_report(source, args.report, report)
     else:
         with tempfile.TemporaryDirectory(prefix="fusion-stats-") as tmp:
             write_report(report, tmp)
-            rid = log_stats_run(source, tmp, report)
-    print(f"report logged to MLflow run {rid}\n  (the stats run, under the sweep's parent run "
-          f"{source.parent_run_id})", file=sys.stderr)
+            rid = log_report(source, tmp, report)
+    print(f"report logged to the sweep's parent run {rid} ({source.sweep}): Artifacts → "
+          f"{REPORT_PAGE}", file=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:

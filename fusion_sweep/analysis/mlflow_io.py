@@ -1,4 +1,5 @@
-"""MLflow input (a sweep's trial runs -> tidy table) and output (the `stats` run).
+"""MLflow input (a sweep's trial runs -> tidy table) and output (`stats --log`: the report on
+the sweep's parent run).
 
 mlflow is imported inside these functions only, so `import fusion_sweep.analysis` stays light
 and the statistics run where mlflow is not installed. Runs are searched and experiments looked
@@ -26,6 +27,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
@@ -34,12 +36,14 @@ import pandas as pd
 from fusion_sweep.schema import (
     ADAPTIVE, BASELINE_PARAM, CODE_FINGERPRINT, COMPARISON_FAMILY, DIRECTIONS_PARAM, MARGIN_PARAM,
     METRIC_PARAM, DEFAULT_EXPERIMENT, FINGERPRINT_TAGS, IDENTITY_FIELDS, IDENTITY_TAG,
-    LABEL_DEPENDS_TAG, LONG_CONTEXT_TAG, ORDER_ACCESS_TAG, PROBE_OF_TAG, REGIME_COLUMNS, REGIME_TAG,
-    PARENT, ROLE, SWEEP, TRIAL_KEY, decode_param, encode_param, is_server, resolve_tracking_uri,
+    LABEL_DEPENDS_TAG, LONG_CONTEXT_TAG, MLFLOW_NOTE, ORDER_ACCESS_TAG, PROBE_OF_TAG, REGIME_COLUMNS, REGIME_TAG,
+    PARENT, REPORT_ARTIFACT_DIR, REPORT_TAG, ROLE, SWEEP, TRIAL_KEY, decode_param, is_server,
+    resolve_tracking_uri,
     run_of_key, server_unreachable, sqlite_path,
 )
 from fusion_sweep.mlflow_query import retry, search_runs
-from fusion_sweep.schema import (KNOWN_DATASETS, KNOWN_FUSIONS, PLATFORM_LABEL_COLUMN, platform_from_tags,
+from fusion_sweep.schema import (KNOWN_DATASETS, KNOWN_FUSIONS, PLATFORM_LABEL_COLUMN,
+                                 platform_from_tags,
                                  platform_label)
 
 from fusion_sweep.analysis.claims import ClaimSetResult
@@ -308,7 +312,7 @@ def _margin(value: Any) -> float | dict[str, float] | None:
 
 
 def verdict_counts(report: Any) -> dict[str, int]:
-    """The `stats` run's verdict metrics. A fixed-seed sweep: n_<verdict> over the fixed-n
+    """The verdict metrics `stats --log` sets on the parent run. A fixed-seed sweep: n_<verdict> over the fixed-n
     verdicts on the mean Δ, and win_rate_n_<verdict> over the exact sign test's verdicts. An
     adaptive sweep: n_<decision> over the sequential decisions (its verdicts, on the method's
     estimand), and the fixed-n counts only as descriptive_n_<verdict> /
@@ -326,7 +330,7 @@ def verdict_counts(report: Any) -> dict[str, int]:
 
 
 def estimand_tags(report: Any) -> dict[str, str]:
-    """Tags of the `stats` run naming the estimand of each family of verdict metrics, so a
+    """Tags (on the parent run, with the report) naming the estimand of each family of verdict metrics, so a
     count in MLflow is never read as the other estimand's."""
     mean, win = "mean Δ (paired t / TOST; assumes approximately normal paired Δ)", \
         "win rate P(Δ>0 | Δ≠0) (exact sign test; distribution-free)"
@@ -338,37 +342,61 @@ def estimand_tags(report: Any) -> dict[str, str]:
             "fusion_sweep.estimand.descriptive_win_rate_n_": win}
 
 
-def log_stats_run(source: Source, report_dir: str | Path, report: Any) -> str:
-    """Log report_dir as artifacts of a new run `stats` nested under the sweep's parent."""
-    from mlflow.entities import RunStatus
-    client, _ = _client(source.tracking_uri)
-    tags = {PARENT: source.parent_run_id, ROLE: "stats", SWEEP: source.sweep}
-    run = client.create_run(source.experiment_id, run_name="stats", tags=tags)
-    rid = run.info.run_id
-    try:
-        settings = asdict(report.settings)
-        for k, v in settings.items():
-            text = (",".join(map(str, v)) if isinstance(v, tuple)
-                    else encode_param(v) if isinstance(v, dict) else str(v))
-            client.log_param(rid, k, text)
-        client.log_metric(rid, "n_comparisons", len(report.comparisons))
-        client.log_metric(rid, "n_dropped_pairs", len(report.dropped))
-        for name, value in verdict_counts(report).items():
-            client.log_metric(rid, name, value)
-        for key, value in estimand_tags(report).items():
-            client.set_tag(rid, key, value)
-        if report.claims is not None:  # per claim test: how many support the paper, ...
-            tests = ClaimSetResult.from_json(report.claims).tests
-            support = pd.Series([t.support for t in tests], dtype=object)
-            prefix = "descriptive_" if report.sequential is not None else ""  # fixed-n tests
-            for v in SUPPORT_STATES:
-                # MLflow metric names allow no parentheses: "not testable here (…)"
-                client.log_metric(rid, f"{prefix}n_claims_"
-                                  + re.sub(r"[^0-9a-z]+", "_", v.lower()).strip("_"),
-                                  int((support == v).sum()))
-        client.log_artifacts(rid, str(report_dir))
-    except Exception:
-        client.set_terminated(rid, status=RunStatus.to_string(RunStatus.FAILED))
-        raise
-    client.set_terminated(rid)
+def report_metrics(report: Any) -> dict[str, int]:
+    """The numbers `stats --log` sets on the parent run: n_comparisons, n_dropped_pairs, the
+    verdict counts (`verdict_counts`) and, with --claims, per support state how many claim
+    tests say it (n_claims_<state>; descriptive_ after adaptive seeding)."""
+    out = {"n_comparisons": len(report.comparisons), "n_dropped_pairs": len(report.dropped),
+           **verdict_counts(report)}
+    if report.claims is not None:
+        support = pd.Series([t.support for t in ClaimSetResult.from_json(report.claims).tests],
+                            dtype=object)
+        prefix = "descriptive_" if report.sequential is not None else ""  # fixed-n tests
+        for v in SUPPORT_STATES:  # MLflow metric names allow no parentheses
+            out[f"{prefix}n_claims_" + re.sub(r"[^0-9a-z]+", "_", v.lower()).strip("_")] = \
+                int((support == v).sum())
+    return out
+
+
+def report_tags(report: Any) -> dict[str, str]:
+    """The tags `stats --log` sets on the parent run: where the report is (REPORT_TAG), the
+    settings it was computed with (JSON), the estimand of each verdict count, and a line in
+    the run's description naming the report (kept beside a launch description)."""
+    settings = {k: list(v) if isinstance(v, tuple) else v
+                for k, v in asdict(report.settings).items()}
+    return {REPORT_TAG: REPORT_PAGE, REPORT_SETTINGS_TAG: json.dumps(settings, default=str),
+            **estimand_tags(report)}
+
+
+# The report's page among the parent run's artifacts, and the description line naming it.
+REPORT_PAGE = f"{REPORT_ARTIFACT_DIR}/report.html"
+REPORT_SETTINGS_TAG = "fusion_sweep.report_settings"
+REPORT_NOTE = (f"Report: Artifacts → {REPORT_PAGE} (the verdicts with every figure; "
+               "written by `fusion-sweep stats --log`).")
+
+
+def note_with_report(note: str | None) -> str:
+    """The parent run's description with the report line once, at the end."""
+    kept = [line for line in (note or "").splitlines() if not line.startswith("Report: ")]
+    return "\n\n".join(p for p in ("\n".join(kept).strip(), REPORT_NOTE) if p)
+
+
+def log_report(source: Source, report_dir: str | Path, report: Any) -> str:
+    """Attach report_dir to the sweep's parent run under REPORT_ARTIFACT_DIR, replacing the
+    report a previous `--log` put there, and set the report's tags and metrics on the run;
+    returns the parent run's id. No run is created."""
+    from mlflow.entities import Metric, RunTag
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+    client, uri = _client(source.tracking_uri)
+    rid = source.parent_run_id
+    run = retry(client.get_run, rid)
+    if retry(client.list_artifacts, rid, REPORT_ARTIFACT_DIR):  # the previous report
+        get_artifact_repository(run.info.artifact_uri, tracking_uri=uri).delete_artifacts(
+            REPORT_ARTIFACT_DIR)
+    client.log_artifacts(rid, str(report_dir), artifact_path=REPORT_ARTIFACT_DIR)
+    now = int(time.time() * 1000)
+    tags = {**report_tags(report), MLFLOW_NOTE: note_with_report(run.data.tags.get(MLFLOW_NOTE))}
+    retry(client.log_batch, rid,
+          metrics=[Metric(k, float(v), now, 0) for k, v in report_metrics(report).items()],
+          tags=[RunTag(k, v) for k, v in tags.items()])
     return rid

@@ -303,6 +303,8 @@ h3{font-size:14px;margin:18px 0 6px}p,li{font-size:13px;line-height:1.45}
 th,td{border:1px solid #d0d7de;padding:2px 5px;text-align:left;white-space:nowrap}
 th{background:#f6f8fa;white-space:normal;vertical-align:bottom}td.n{text-align:right;font-variant-numeric:tabular-nums}
 td.w{white-space:normal;min-width:220px;max-width:460px}
+.pv,.pl{position:sticky;background:#fff;box-shadow:-1px 0 0 #d0d7de}th.pv,th.pl{background:#f6f8fa}
+.pv{right:0;min-width:6.5em;max-width:16em;white-space:normal}.pl{right:calc(6.5em + 11px)}
 caption{caption-side:top;text-align:left;font-weight:600;font-size:13px;padding:4px 0}
 .foot{font-size:11px;color:#57606a;margin:0 0 8px}img{max-width:100%;height:auto;border:1px solid #eaeef2}
 #img-status{display:none}#img-status.bad{display:block;color:#cf222e;font-weight:600;font-size:13px}
@@ -318,6 +320,10 @@ window.addEventListener('load', function () {
   var imgs = Array.prototype.slice.call(document.images);
   var ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
   document.body.setAttribute('data-images-loaded', ok + '/' + imgs.length);
+  document.querySelectorAll('table').forEach(function (t) {  // learned? just left of verdict
+    var v = t.querySelector('th.pv');
+    if (v) t.querySelectorAll('.pl').forEach(function (c) { c.style.right = v.offsetWidth + 'px'; });
+  });
   var wide = Array.prototype.slice.call(document.querySelectorAll('.tw')).filter(
     function (d) { return d.scrollWidth > d.clientWidth + 1; }).length;
   document.body.setAttribute('data-tables-overflowing', String(wide));
@@ -395,8 +401,10 @@ def support_class(state: str) -> str:
 
 
 def _cell_class(header: str, value: str) -> str:
-    if header in VERDICT_HEADERS and value in VERDICT_COLORS:
-        return verdict_class(value)
+    # a verdict cell may carry its caveat after the verdict ('better [rests on normality]')
+    verdict = next((v for v in VERDICT_COLORS if value == v or value.startswith(v + " ")), None)
+    if header in VERDICT_HEADERS and verdict:
+        return verdict_class(verdict)
     if header in SUPPORT_HEADERS and value in SUPPORT_COLORS:
         return support_class(value)
     if is_numeric_cell(value):
@@ -442,15 +450,15 @@ def _split_cell(text: str, verdict: str) -> tuple[str, str]:
 
 
 def _html_table(t: Table, caption: bool = True) -> str:
-    """A table; caption=False when the heading just above already says its title."""
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in t.headers)
+    """A table; caption=False when the heading just above already says its title. In a
+    table with a verdict column, the verdict and learned? columns stay in view at the right
+    edge while the other columns scroll (a narrow window, MLflow's artifact pane)."""
+    pinned = [PINNED.get(h, "") if PINNED_HEADERS[-1] in t.headers else "" for h in t.headers]
+    head = "".join(f"<th{_cls(p)}>{html.escape(h)}</th>" for h, p in zip(t.headers, pinned))
     rows = []
     for r in t.rows:
-        cells = []
-        for h, v in zip(t.headers, r):
-            cls = _cell_class(h, v)
-            cells.append(f'<td class="{cls}">{html.escape(v)}</td>' if cls
-                         else f"<td>{html.escape(v)}</td>")
+        cells = [f"<td{_cls(_cell_class(h, v), p)}>{html.escape(v)}</td>"
+                 for h, v, p in zip(t.headers, r, pinned)]
         rows.append("<tr>" + "".join(cells) + "</tr>")
     if not rows:
         rows = [f'<tr><td colspan="{len(t.headers)}">none</td></tr>']
@@ -458,6 +466,17 @@ def _html_table(t: Table, caption: bool = True) -> str:
     cap = f"<caption>{html.escape(t.title)}</caption>" if caption else ""
     return (f'<div class="tw"><table>{cap}'
             f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{foot}")
+
+
+# Columns pinned to the table's right edge (CSS classes pl, pv in _CSS): learned?, verdict.
+PINNED_HEADERS = ("learned?", "verdict")
+PINNED = dict(zip(PINNED_HEADERS, ("pl", "pv")))
+
+
+def _cls(*names: str) -> str:
+    """A class attribute of the non-empty names, or nothing."""
+    joined = " ".join(n for n in names if n)
+    return f' class="{joined}"' if joined else ""
 
 
 def sequential_blocks(results: Sequence[SequentialResult], out_dir: str | Path,
