@@ -381,10 +381,23 @@ def note_with_report(note: str | None) -> str:
     return "\n\n".join(p for p in ("\n".join(kept).strip(), REPORT_NOTE) if p)
 
 
+def experiment_note(note: str | None, source: Source) -> str:
+    """The experiment's description (shown above the runs table `fusion-sweep ui` opens)
+    with one line per logged sweep linking its report; this sweep's line replaced, every
+    other line kept."""
+    head = f"Report of sweep `{source.sweep}`"
+    link = (f"#/experiments/{source.experiment_id}/runs/{source.parent_run_id}/artifacts/"
+            f"{REPORT_PAGE}")
+    kept = [line for line in (note or "").splitlines() if not line.startswith(head + ":")]
+    line = f"{head}: [{REPORT_PAGE}]({link}) (the verdicts and every figure)"
+    return "\n\n".join(p for p in ("\n".join(kept).strip(), line) if p)
+
+
 def log_report(source: Source, report_dir: str | Path, report: Any) -> str:
     """Attach report_dir to the sweep's parent run under REPORT_ARTIFACT_DIR, replacing the
-    report a previous `--log` put there, and set the report's tags and metrics on the run;
-    returns the parent run's id. No run is created."""
+    report a previous `--log` put there, set the report's tags and metrics on the run and a
+    link to it in the experiment's description; returns the parent run's id. No run is
+    created."""
     from mlflow.entities import Metric, RunTag
     from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
     client, uri = _client(source.tracking_uri)
@@ -399,4 +412,7 @@ def log_report(source: Source, report_dir: str | Path, report: Any) -> str:
     retry(client.log_batch, rid,
           metrics=[Metric(k, float(v), now, 0) for k, v in report_metrics(report).items()],
           tags=[RunTag(k, v) for k, v in tags.items()])
+    exp = retry(client.get_experiment, source.experiment_id)
+    retry(client.set_experiment_tag, source.experiment_id, MLFLOW_NOTE,
+          experiment_note((exp.tags or {}).get(MLFLOW_NOTE), source))
     return rid

@@ -72,9 +72,11 @@ def paired_delta_plot(comps: list[Comparison], title: str, margin: float | None,
         xs = [i for i, c in enumerate(comps) if s in c.seeds]
         ys = [c.deltas[c.seeds.index(s)] for c in comps if s in c.seeds]
         ax.plot(np.array(xs) - 0.12, ys, "-", color=PAIR_COLOR, alpha=0.5, lw=0.8, zorder=1)
-        ax.scatter(np.array(xs) - 0.12, ys, s=30, zorder=3, marker=seed_marker(s, seeds),
-                   c=[colors.get(_arm(c, axis), NEUTRAL) for c in comps if s in c.seeds],
-                   edgecolor="white", linewidth=0.4)
+        for x, y in zip(xs, ys):
+            arm = _arm(comps[x], axis)
+            ax.scatter([x - 0.12], [y], s=30, zorder=3, marker=seed_marker(s, seeds),
+                       color=colors.get(arm, NEUTRAL), edgecolor="white", linewidth=0.4,
+                       gid=fusion_gid(arm, "seed", str(s), str(x)))
     for i, c in enumerate(comps):
         _mean_with_interval(ax, i + 0.12, c)
     ax.set_xticks(range(len(comps)))
@@ -128,6 +130,12 @@ def seed_marker(seed: int, seeds: Sequence[int]) -> str:
     return SEED_MARKERS[seeds.index(seed)] if len(seeds) <= len(SEED_MARKERS) else "o"
 
 
+def fusion_gid(arm: str, *where: str) -> str:
+    """The gid (an id in the SVG) of an artist drawn in an arm's colour:
+    'fusion__<arm>__<where>', so a check can read each arm's colour from every figure."""
+    return "__".join(["fusion", slug(arm), slug(*where)])
+
+
 def arm_colors(arms: Sequence[str], order: Sequence[str] = ()) -> dict[str, str]:
     """One colour per arm: an arm named in `order` (the FUSIONS registry's order, the sweep's
     `known_fusions` tag) gets the registry's colour (`schema.fusion_color`, as in the UI);
@@ -156,18 +164,20 @@ def forest_plot(comps: list[Comparison], title: str, margin: float | None, path:
     fig, ax = _subplots(figsize=(6.0 + 0.055 * words, 1.6 + 0.32 * max(1, len(rows))))
     _zero_and_margin(ax, margin, horizontal=False)
     for y, c in enumerate(rows):
-        col = colors.get(_arm(c, axis), "black")
+        arm = _arm(c, axis)
+        col = colors.get(arm, "black")
         if _finite(c.t_ci_low):
             ax.plot([c.t_ci_low, c.t_ci_high], [y - 0.22] * 2, color=PAIR_COLOR, lw=1)
         if _finite(c.verdict_ci_low):
-            ax.plot([c.verdict_ci_low, c.verdict_ci_high], [y, y], color=col, lw=2.5)
+            ax.plot([c.verdict_ci_low, c.verdict_ci_high], [y, y], color=col, lw=2.5,
+                    gid=fusion_gid(arm, "interval", str(y)))
         if _finite(c.mean_delta):
-            ax.plot(c.mean_delta, y, "o", color=col, ms=5)
+            ax.plot(c.mean_delta, y, "o", color=col, ms=5, gid=fusion_gid(arm, "mean", str(y)))
         ax.annotate(verdict_words(c), (1.01, y), xycoords=ax.get_yaxis_transform(),
                     va="center", fontsize=7, color=_VERDICT_COLOR.get(c.verdict, "black"),
                     gid=f"verdict-{len(rows) - 1 - y}")
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([f"{_arm(c, axis)} vs {c.baseline} · {c.regime}" for c in rows],
+    ax.set_yticklabels([f"{_arm(c, axis)} vs {c.baseline}, {c.regime}" for c in rows],
                        fontsize=7)
     ax.set_xlabel(f"Δ {metric_label(comps[0].metric) if comps else ''} (arm − reference)",
                   fontsize=8)
@@ -240,9 +250,9 @@ def arms_by_regime_plot(values: "pd.DataFrame", spec: ArmsFigure, metric: str, t
             if not v.empty:
                 col, half = spec.colors.get(a, NEUTRAL), 0.25 * 0.7 / k
                 ax.scatter(np.full(len(v), x[a]), v[VALUE], color=col, s=16, zorder=3,
-                           edgecolor="white", linewidth=0.4)
+                           edgecolor="white", linewidth=0.4, gid=fusion_gid(a, "seeds", dataset))
                 ax.plot([x[a] - half, x[a] + half], [v[VALUE].mean()] * 2, color=col,
-                        lw=2.2, zorder=2)
+                        lw=2.2, zorder=2, gid=fusion_gid(a, "mean", dataset))
         level = spec.chance.get(dataset)
         if level is not None and _finite(level):
             ax.plot([xi - 0.4, xi + 0.4], [level] * 2, color=NEUTRAL, ls="--", lw=1.1,
