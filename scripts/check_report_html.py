@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Render a `fusion-sweep stats --report` HTML in headless Chromium; check its images load.
+"""Render a `fusion-sweep stats --report` HTML in headless Chromium; check its figures load
+and its tables fit the page.
 
     python scripts/check_report_html.py [REPORT_DIR] [--screenshot PNG]
 
@@ -8,12 +9,14 @@ Without REPORT_DIR, builds a report from the built-in synthetic results table
 the demo's ReSSFormer table) beside it. Every page checked (report.html, and claims.html
 when the directory has one) gets two Chromium runs:
 1. `--dump-dom`: the page's own load handler writes data-images-loaded="k/n" on <body>
-   after testing every <img> for `complete && naturalWidth > 0`; k must equal n > 0.
+   after testing every <img> (each figure is embedded in the page as a data URI) for
+   `complete && naturalWidth > 0`; k must equal n > 0. It also writes
+   data-tables-overflowing="k", the tables wider than the page at 1600 px; k must be 0.
    The same DOM must open with the verdict grid: the first <table> is id="verdict-grid".
 2. `--screenshot` at 1600x2400 (the width a reader's laptop shows), saved to --screenshot (default
    /tmp/fusion_report_screenshot.png; the claims page gets a `_claims` suffix), for a
    human look.
-Exit 0 when every image of every page loaded, 1 otherwise, 3 when no chromium is installed
+Exit 0 when every image of every page loaded and every table fits, 1 otherwise, 3 when no chromium is installed
 (Debian: `apt-get install -y chromium`).
 """
 from __future__ import annotations
@@ -58,6 +61,15 @@ def images_loaded(chromium: str, html: Path, timeout: float = 60) -> tuple[int, 
     if not m:
         raise RuntimeError("the page never reported its images (load event did not fire?)")
     return int(m.group(1)), int(m.group(2))
+
+
+def tables_overflowing(chromium: str, html: Path, timeout: float = 60) -> int:
+    """How many tables are wider than the page at the screenshot's width (a scrollbar would
+    hide some of their columns), as reported by the page after the load event."""
+    m = re.search(r'data-tables-overflowing="(\d+)"', dump_dom(chromium, html, timeout))
+    if not m:
+        raise RuntimeError("the page never reported its tables (load event did not fire?)")
+    return int(m.group(1))
 
 
 def screenshot(chromium: str, html: Path, png: Path, timeout: float = 60) -> Path:
@@ -108,10 +120,11 @@ def pages(report_dir: Path) -> list[Path]:
 def check_page(chromium: str, html: Path, png: Path) -> bool:
     loaded, total = images_loaded(chromium, html)
     first = html.name != "report.html" or grid_first(dump_dom(chromium, html))
+    wide = tables_overflowing(chromium, html)
     shot = screenshot(chromium, html, png)
     print(f"{html}: {loaded}/{total} images loaded; verdict grid first: {first}; "
-          f"screenshot {shot}")
-    return total > 0 and loaded == total and first
+          f"tables wider than the page: {wide}; screenshot {shot}")
+    return total > 0 and loaded == total and first and wide == 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,5 @@
-"""The HTML report renders in headless Chromium with every image loaded."""
+"""The HTML report renders in headless Chromium with every figure loaded (embedded in the
+page) and every table within the page at 1600 px."""
 from __future__ import annotations
 
 import importlib.util
@@ -33,11 +34,17 @@ def test_report_renders_with_images_loaded(tmp_path: Path) -> None:
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     from PIL import Image  # noqa: PLC0415 - matplotlib's dependency
     assert Image.open(png).size == (1600, 2400)
-    # The check is not vacuous: a missing figure is reported as not loaded.
-    next(rdir.glob("forest_*.png")).unlink()
-    loaded, total = check.images_loaded(CHROMIUM, html)
-    assert loaded == total - 1
-    assert status(check.dump_dom(CHROMIUM, html)) == "1 of 10 figures failed to load"
+    assert check.tables_overflowing(CHROMIUM, html) == 0  # learned? and verdict in view
+    # The figures live in the page: without the files beside it every one still loads.
+    for f in rdir.glob("*.png"):
+        f.unlink()
+    assert check.images_loaded(CHROMIUM, html) == (10, 10)
+    # The check is not vacuous: a figure linked to a missing file is reported as not loaded.
+    broken = rdir / "broken.html"
+    broken.write_text(re.sub(r'<img src="data:[^"]*"', '<img src="missing.png"',
+                             html.read_text(), count=1))
+    assert check.images_loaded(CHROMIUM, broken) == (9, 10)
+    assert status(check.dump_dom(CHROMIUM, broken)) == "1 of 10 figures failed to load"
 
 
 def test_adaptive_sweep_report_shows_confidence_sequences(tmp_path: Path) -> None:
@@ -53,6 +60,7 @@ def test_adaptive_sweep_report_shows_confidence_sequences(tmp_path: Path) -> Non
               "adaptive": {"max_seeds": 20, "seed_batch": 5, "alpha": 0.05}}
     report = analyze(tidy(synthetic_results()), Settings(baseline="add", n_boot=200), source)
     html = write_report(report, tmp_path / "rep")["html"]
-    assert 'src="sequential_cs.png"' in html.read_text()
+    from fusion_sweep.analysis.render import embedded
+    assert embedded(html.parent, "sequential_cs.png") in html.read_text()
     loaded, total = check.images_loaded(CHROMIUM, html)
     assert total == 11 and loaded == total  # the 10 figures of a fixed sweep + the CS figure
