@@ -115,10 +115,25 @@ def _run(argv: list[str], capsys) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_stats_reads_sweep_and_logs_stats_run(store: dict, tmp_path: Path, capsys) -> None:
-    report = tmp_path / "rep"
+def _snapshot(client: MlflowClient, store: dict) -> tuple:
+    """What `stats` could have written: every run of the experiment (deleted ones too), the
+    sweep parent's tags, metrics and artifacts, the experiment's tags."""
+    from mlflow.entities import ViewType
+    runs = sorted(r.info.run_id for r in client.search_runs(
+        [store["exp_id"]], run_view_type=ViewType.ALL, max_results=1000))
+    parent = client.get_run(store["a"])
+    return (runs, parent.data.tags, parent.data.metrics,
+            [a.path for a in client.list_artifacts(store["a"])],
+            client.get_experiment(store["exp_id"]).tags)
+
+
+def test_plain_stats_reads_and_writes_nothing(store: dict, tmp_path: Path, capsys) -> None:
+    """`stats` reads by default: no run, tag, metric or artifact is added (issue 33)."""
+    client: MlflowClient = store["client"]
+    before = _snapshot(client, store)
     code, out, err = _run(["--tracking-uri", store["uri"], "--sweep", "smoke-a", "--format",
-                           "json", "--bootstrap", "500", "--report", str(report)], capsys)
+                           "json", "--bootstrap", "500", "--report", str(tmp_path / "rep")],
+                          capsys)
     assert code == 0, err
     rep = json.loads(out)
     assert rep["source"]["kind"] == "mlflow" and rep["source"]["sweep"] == "smoke-a"
@@ -128,28 +143,66 @@ def test_stats_reads_sweep_and_logs_stats_run(store: dict, tmp_path: Path, capsy
                        ("synthetic-long", 4, "fingerprint_mismatch")}
     assert [c["n"] for c in rep["comparisons"]] == [4, 4]
     assert [r["median_tokens"] for r in rep["regimes"]] == [48.0, 1890.0]
+    assert _snapshot(client, store) == before
+    assert "logged" not in err
 
+
+def test_log_attaches_the_report_to_the_parent_run_replacing_the_last(
+        store: dict, tmp_path: Path, capsys) -> None:
+    """`--log`: the report (HTML with its figures inside, each figure's files, stats.json) on
+    the sweep's parent run under report/, its verdict counts and tags on that run, a link in
+    the experiment's description; a second --log replaces the first; no run is created."""
+    from fusion_sweep.analysis.mlflow_io import REPORT_PAGE
     client: MlflowClient = store["client"]
-    stats_runs = client.search_runs([store["exp_id"]], "tags.`fusion_sweep.role` = 'stats'")
-    mine = [r for r in stats_runs if r.data.tags["mlflow.parentRunId"] == store["a"]]
-    assert len(mine) == 1
-    run = mine[0]
-    assert run.info.run_name == "stats" and run.info.status == "FINISHED"
-    assert run.data.tags["fusion_sweep.sweep"] == "smoke-a"
-    names = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"report.html", "report.md", "stats.json"} <= names
-    assert any(n.endswith(".png") for n in names)
-    assert run.data.metrics["n_comparisons"] == 2.0
+    runs = _snapshot(client, store)[0]
+    argv = ["--tracking-uri", store["uri"], "--sweep", "smoke-a", "--bootstrap", "200", "--log"]
+    code, _, err = _run([*argv, "--report", str(tmp_path / "rep")], capsys)
+    assert code == 0, err
+    assert f"report logged to the sweep's parent run {store['a']}" in err
+    names = {a.path for a in client.list_artifacts(store["a"], "report")}
+    assert {"report/report.html", "report/report.md", "report/stats.json"} <= names
+    for kind in ("svg", "pdf", "png"):
+        assert any(n.endswith(f".{kind}") for n in names), kind
+    page = Path(client.download_artifacts(store["a"], REPORT_PAGE, str(tmp_path)))
+    assert "<img src=\"data:image/svg+xml;base64," in page.read_text()
+    parent = client.get_run(store["a"])
+    assert parent.data.tags[schema.REPORT_TAG] == REPORT_PAGE == "report/report.html"
+    assert parent.data.metrics["n_comparisons"] == 2.0
+    assert parent.data.tags[schema.ROLE] == "sweep" and parent.info.status == "FINISHED"
+    # A stale file from an older report goes; the report is written again (a temp dir).
+    stale = tmp_path / "old-figure.png"
+    stale.write_bytes(b"old")
+    client.log_artifact(store["a"], str(stale), "report")
+    code, _, err = _run(argv, capsys)
+    assert code == 0, err
+    names_again = {a.path for a in client.list_artifacts(store["a"], "report")}
+    assert names_again == names  # the same report, the stale file gone
+    note = client.get_experiment(store["exp_id"]).tags[schema.MLFLOW_NOTE]
+    link = f"#/experiments/{store['exp_id']}/runs/{store['a']}/artifacts/{REPORT_PAGE}"
+    assert note.count("Report of sweep `smoke-a`") == 1 and f"]({link})" in note
+    assert _snapshot(client, store)[0] == runs  # no stats run, no run at all
 
 
-def test_default_is_latest_sweep_and_no_log_flag(store: dict, capsys) -> None:
+def test_log_needs_a_sweep(tmp_path: Path, capsys) -> None:
+    csv = tmp_path / "r.csv"
+    synthetic_results(pes=("sinusoidal",)).to_csv(csv, index=False)
+    code, _, err = _run(["--results", str(csv), "--log"], capsys)
+    assert code == 2
+    assert re.fullmatch(r"fusion-sweep stats: error: --log attaches the report to a sweep's "
+                        r"parent run in MLflow; a --results file has none \(use --report "
+                        r"DIR\)\n", err), err
+
+
+def test_default_is_latest_sweep_and_the_old_no_log_flag_is_accepted(store: dict,
+                                                                      capsys) -> None:
+    """--no-mlflow-log (the opt-out before --log) still parses and changes nothing."""
+    client: MlflowClient = store["client"]
+    before = _snapshot(client, store)[0]
     code, out, _ = _run(["--tracking-uri", store["uri"], "--format", "json", "--bootstrap", "500",
                          "--no-mlflow-log"], capsys)
     assert code == 0
     assert json.loads(out)["source"]["parent_run_id"] == store["b"]
-    client: MlflowClient = store["client"]
-    logged = client.search_runs([store["exp_id"]], "tags.`fusion_sweep.role` = 'stats'")
-    assert all(r.data.tags["mlflow.parentRunId"] != store["b"] for r in logged)
+    assert _snapshot(client, store)[0] == before
 
 
 @pytest.mark.parametrize("argv,match", [
@@ -182,8 +235,7 @@ def test_missing_default_store_is_a_clear_error(tmp_path: Path, capsys, monkeypa
 
 
 def _space_argv(uri: str, sweep: str) -> list[str]:
-    return ["--tracking-uri", uri, "--sweep", sweep, "--format", "json", "--bootstrap", "200",
-            "--no-mlflow-log"]
+    return ["--tracking-uri", uri, "--sweep", sweep, "--format", "json", "--bootstrap", "200"]
 
 
 def test_sweep_space_choices_are_the_defaults(spaces: str, capsys) -> None:
@@ -353,11 +405,11 @@ def ress_store(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def test_stats_claims_on_a_ressformer_sweep(ress_store: str, tmp_path: Path, capsys) -> None:
     """The sweep's `baseline` param (a full variant label) is the default; encoder labels
-    come from the identity tags; --claims writes claims.* and logs claim counts."""
+    come from the identity tags; --claims writes claims.* and --log its claim counts."""
     report = tmp_path / "rep"
     code, out, err = _run(["--tracking-uri", ress_store, "--sweep", "ress", "--format", "json",
                            "--bootstrap", "200", "--claims", "ressformer", "--report",
-                           str(report)], capsys)
+                           str(report), "--log"], capsys)
     assert code == 0, err
     rep = json.loads(out)
     assert rep["settings"]["baseline"] == "standard/sinusoidal/add"
@@ -371,10 +423,10 @@ def test_stats_claims_on_a_ressformer_sweep(ress_store: str, tmp_path: Path, cap
     assert support["C2"] == "not run"
     assert (report / "claims.html").exists() and (report / "claims.md").exists()
     client = MlflowClient(tracking_uri=ress_store)
-    (stats_run,) = client.search_runs(
-        [client.get_experiment_by_name(EXP).experiment_id], "tags.`fusion_sweep.role` = 'stats'")
-    assert stats_run.data.metrics["n_claims_not_testable_here_the_label_is_order_only"] >= 1
-    assert "claims.html" in {a.path for a in client.list_artifacts(stats_run.info.run_id)}
+    parent = client.get_run(rep["source"]["parent_run_id"])
+    assert parent.data.metrics["n_claims_not_testable_here_the_label_is_order_only"] >= 1
+    assert "report/claims.html" in {a.path for a in client.list_artifacts(parent.info.run_id,
+                                                                          "report")}
 
 
 def test_claims_text_says_why_a_claim_counts_no_training(ress_store: str, capsys) -> None:
