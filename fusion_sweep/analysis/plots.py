@@ -15,7 +15,7 @@ import re
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 from matplotlib import rc_context
@@ -161,7 +161,7 @@ def forest_plot(comps: list[Comparison], title: str, margin: float | None, path:
     rows = list(reversed(comps))  # first comparison at the top
     colors = colors or arm_colors([_arm(c, axis) for c in comps])
     words = max((len(verdict_words(c)) for c in rows), default=0)  # the right-hand column
-    fig, ax = _subplots(figsize=(6.0 + 0.055 * words, 1.6 + 0.32 * max(1, len(rows))))
+    fig, ax = _subplots(figsize=(max(8.0, 6.0 + 0.055 * words), 1.6 + 0.32 * max(1, len(rows))))
     _zero_and_margin(ax, margin, horizontal=False)
     for y, c in enumerate(rows):
         arm = _arm(c, axis)
@@ -185,9 +185,8 @@ def forest_plot(comps: list[Comparison], title: str, margin: float | None, path:
     ax.set_ylim(-0.7, len(rows) - 0.3)
     handles = _forest_legend(margin, alpha)
     fig.legend(handles=handles, fontsize=7, loc="lower center", ncol=2, frameon=False)
-    fit_titles(fig)
-    fig.tight_layout(rect=(0, 0.04 + 0.035 * ((len(handles) + 1) // 2), 1, 1))
-    return _save(fig, path, layout=False)
+    bottom = 0.04 + 0.035 * ((len(handles) + 1) // 2)  # room for the legend below
+    return _save(fig, path, layout=lambda: fig.tight_layout(rect=(0, bottom, 1, 1)))
 
 
 def verdict_words(c: Comparison) -> str:
@@ -351,7 +350,7 @@ def _wrap_label(text: str, width: int) -> str:
 
 
 def _subplots(figsize: tuple[float, float]) -> tuple[Figure, Axes]:
-    fig = Figure(figsize=figsize, dpi=110)
+    fig = Figure(figsize=figsize, dpi=PNG_DPI)  # laid out at the PNG's resolution
     FigureCanvasAgg(fig)
     return fig, fig.add_subplot()
 
@@ -418,12 +417,13 @@ def _undrawn_tick_labels(ax: Axes) -> list[Text]:
     return out
 
 
-def _save(fig: Figure, path: Path, layout: bool = True) -> Path:
-    """Lay out (unless the caller did), wrap titles that stick out, widen the figure for
-    anything still outside (a legend beside the axes), then write every FIGURE_FORMATS file
-    beside `path` (its suffix replaced): nothing clipped. Returns `path`."""
+def _save(fig: Figure, path: Path, layout: bool | Callable[[], None] = True) -> Path:
+    """Lay out (tight_layout, the caller's layout function, or none: False), wrap titles that
+    stick out and lay out again, widen the figure for anything still outside (a legend
+    beside the axes), then write every FIGURE_FORMATS file beside `path` (its suffix
+    replaced): nothing clipped. Returns `path`."""
     path = Path(path)
-    relayout = fig.tight_layout if layout else (lambda: None)
+    relayout = layout if callable(layout) else fig.tight_layout if layout else (lambda: None)
     relayout()
     for _ in range(3):
         if not fit_titles(fig):
@@ -444,13 +444,14 @@ _NO_DATE = {"svg": {"Date": None}, "pdf": {"CreationDate": None}, "png": {}}
 
 
 def write_formats(fig: Figure, path: Path) -> list[Path]:
-    """Save `fig` as path.svg, path.pdf and a 300-dpi path.png; return the paths."""
+    """Save `fig` as path.svg, path.pdf and a 300-dpi path.png; return the paths. The PNG is
+    drawn last, at the figure's own dpi (PNG_DPI), so the figure's artists keep the
+    positions of that resolution (what text_outside and the layout helpers measure)."""
     out = []
     with rc_context(_SAVE_RC):  # restored on exit: the caller's rcParams are untouched
-        for fmt in FIGURE_FORMATS:
+        for fmt in FIGURE_FORMATS:  # png last
             target = Path(path).with_suffix("." + fmt)
-            fig.savefig(target, format=fmt, dpi=PNG_DPI if fmt == "png" else "figure",
-                        metadata=_NO_DATE[fmt])
+            fig.savefig(target, format=fmt, dpi="figure", metadata=_NO_DATE[fmt])
             out.append(target)
     return out
 
@@ -482,7 +483,7 @@ def cs_plot(results: Sequence[SequentialResult], path: str | Path, title: str = 
     """
     cols = min(3, max(1, len(results)))
     rows = max(1, math.ceil(len(results) / cols))
-    fig = Figure(figsize=(3.6 * cols, 3.0 * rows + (0.35 if title else 0)), dpi=110)
+    fig = Figure(figsize=(3.6 * cols, 3.0 * rows + (0.35 if title else 0)), dpi=PNG_DPI)
     FigureCanvasAgg(fig)
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     for ax, r in zip(axes, results):

@@ -350,7 +350,8 @@ def render_html(blocks: list[Block], title: str, out: Path | None = None) -> str
         elif kind == "grid":
             body.append(_html_grid(blk[1], blk[2]))
         elif kind == "img":
-            body.append(f'<figure><img src="{embedded(Path(out or "."), blk[1])}" '
+            body.append(f'<figure id="{html.escape(Path(blk[1]).stem)}"><img '
+                        f'src="{embedded(Path(out or "."), blk[1])}" '
                         f'alt="{html.escape(blk[2])}"></figure>')
         heading = blk[1] if kind in ("h1", "h2", "h3") else None
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
