@@ -115,6 +115,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="class count of DATASET, for the chance level 1/K of accuracy-like "
                          "metrics (repeatable; default: the num_classes column/metric; "
                          "unknown -> 'learned?' is unknown)")
+    _add_output_arguments(p)
+
+
+def _add_output_arguments(p: argparse.ArgumentParser) -> None:
     out = p.add_argument_group("output")
     out.add_argument("--format", choices=("text", "json"), default="text",
                      help="stdout format (default text)")
