@@ -204,7 +204,7 @@ def test_stats_of_an_adaptive_sweep_reports_sequential_decisions(tmp_path):
     assert text.count(DESCRIPTIVE_LABEL) >= len({(c.dataset, c.pe) for c in comps})
     paths = write_report(report, tmp_path)
     html = paths["html"].read_text()
-    assert "Adaptive seeds: sequential decisions" in html and "sequential_cs.png" in html
+    assert "Adaptive seeds: sequential decisions" in html and 'id="sequential_cs"' in html
     assert (tmp_path / "sequential_cs.png").stat().st_size > 1000
     fixed = analyze(df, Settings(baseline="add", n_boot=200), {"kind": "table"})
     assert fixed.to_dict()["sequential"] is None and DESCRIPTIVE_LABEL not in format_text(fixed)

@@ -407,7 +407,8 @@ def test_python_m_analysis_subprocess(csv: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- report
-def test_report_dir_files_and_relative_images(csv: Path, tmp_path: Path, capsys) -> None:
+def test_report_dir_files_and_embedded_images(csv: Path, tmp_path: Path, capsys) -> None:
+    """The HTML carries its figures (data URIs); the Markdown links the PNGs beside it."""
     out_dir = tmp_path / "rep"
     code, _, _ = run_cli(["--results", str(csv), "--report", str(out_dir),
                           "--equivalence-margin", "0.01", *FAST], capsys)
@@ -416,9 +417,11 @@ def test_report_dir_files_and_relative_images(csv: Path, tmp_path: Path, capsys)
     md = (out_dir / "report.md").read_text()
     srcs = re.findall(r'<img src="([^"]+)"', html)
     assert len(srcs) == 4  # the arms figure + 2 delta plots (one per dataset) + 1 forest plot
-    for s in srcs:
+    assert all(s.startswith("data:image/svg+xml;base64,") for s in srcs)
+    links = re.findall(r"!\[[^]]*\]\(([^)]+)\)", md)
+    assert len(links) == 4
+    for s in links:
         assert "/" not in s and (out_dir / s).stat().st_size > 1000
-        assert f"]({s})" in md
         assert (out_dir / s).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for heading in ("Seeds needed", "Paper tables", "Across length regimes", "Dropped pairs",
                     "Design warnings"):

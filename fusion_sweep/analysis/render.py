@@ -303,8 +303,10 @@ h3{font-size:14px;margin:18px 0 6px}p,li{font-size:13px;line-height:1.45}
 th,td{border:1px solid #d0d7de;padding:2px 5px;text-align:left;white-space:nowrap}
 th{background:#f6f8fa;white-space:normal;vertical-align:bottom}td.n{text-align:right;font-variant-numeric:tabular-nums}
 td.w{white-space:normal;min-width:220px;max-width:460px}
-.pv,.pl{position:sticky;background:#fff;box-shadow:-1px 0 0 #d0d7de}th.pv,th.pl{background:#f6f8fa}
-.pv{right:0;min-width:6.5em;max-width:16em;white-space:normal}.pl{right:calc(6.5em + 11px)}
+table.pin :is(td,th):nth-last-child(-n+2){position:sticky;background:#fff;box-shadow:-1px 0 0 #d0d7de}
+table.pin th:nth-last-child(-n+2){background:#f6f8fa}
+table.pin :is(td,th):last-child{right:0;min-width:6.5em;max-width:16em;white-space:normal}
+table.pin :is(td,th):nth-last-child(2){right:calc(6.5em + 11px)}
 caption{caption-side:top;text-align:left;font-weight:600;font-size:13px;padding:4px 0}
 .foot{font-size:11px;color:#57606a;margin:0 0 8px}img{max-width:100%;height:auto;border:1px solid #eaeef2}
 #img-status{display:none}#img-status.bad{display:block;color:#cf222e;font-weight:600;font-size:13px}
@@ -320,9 +322,11 @@ window.addEventListener('load', function () {
   var imgs = Array.prototype.slice.call(document.images);
   var ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
   document.body.setAttribute('data-images-loaded', ok + '/' + imgs.length);
-  document.querySelectorAll('table').forEach(function (t) {  // learned? just left of verdict
-    var v = t.querySelector('th.pv');
-    if (v) t.querySelectorAll('.pl').forEach(function (c) { c.style.right = v.offsetWidth + 'px'; });
+  document.querySelectorAll('table.pin').forEach(function (t) {  // learned? left of verdict
+    var v = t.querySelector('th:last-child');
+    t.querySelectorAll('tr > :nth-last-child(2)').forEach(function (c) {
+      c.style.right = v.offsetWidth + 'px';
+    });
   });
   var wide = Array.prototype.slice.call(document.querySelectorAll('.tw')).filter(
     function (d) { return d.scrollWidth > d.clientWidth + 1; }).length;
@@ -451,33 +455,29 @@ def _split_cell(text: str, verdict: str) -> tuple[str, str]:
 
 
 def _html_table(t: Table, caption: bool = True) -> str:
-    """A table; caption=False when the heading just above already says its title. In a
-    table with a verdict column, the verdict and learned? columns stay in view at the right
-    edge while the other columns scroll (a narrow window, MLflow's artifact pane)."""
-    pinned = [PINNED.get(h, "") if PINNED_HEADERS[-1] in t.headers else "" for h in t.headers]
-    head = "".join(f"<th{_cls(p)}>{html.escape(h)}</th>" for h, p in zip(t.headers, pinned))
+    """A table; caption=False when the heading just above already says its title. A table
+    ending in the learned? and verdict columns keeps them in view at its right edge while
+    the other columns scroll (class "pin": a narrow window, MLflow's artifact pane)."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in t.headers)
     rows = []
     for r in t.rows:
-        cells = [f"<td{_cls(_cell_class(h, v), p)}>{html.escape(v)}</td>"
-                 for h, v, p in zip(t.headers, r, pinned)]
+        cells = []
+        for h, v in zip(t.headers, r):
+            cls = _cell_class(h, v)
+            cells.append(f'<td class="{cls}">{html.escape(v)}</td>' if cls
+                         else f"<td>{html.escape(v)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     if not rows:
         rows = [f'<tr><td colspan="{len(t.headers)}">none</td></tr>']
     foot = "".join(f'<p class="foot">{html.escape(f)}</p>' for f in t.footnotes)
     cap = f"<caption>{html.escape(t.title)}</caption>" if caption else ""
-    return (f'<div class="tw"><table>{cap}'
+    pin = ' class="pin"' if tuple(t.headers[-2:]) == PINNED_HEADERS and t.rows else ""
+    return (f'<div class="tw"><table{pin}>{cap}'
             f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{foot}")
 
 
-# Columns pinned to the table's right edge (CSS classes pl, pv in _CSS): learned?, verdict.
+# The last two columns a table keeps in view at its right edge (class "pin" in _CSS).
 PINNED_HEADERS = ("learned?", "verdict")
-PINNED = dict(zip(PINNED_HEADERS, ("pl", "pv")))
-
-
-def _cls(*names: str) -> str:
-    """A class attribute of the non-empty names, or nothing."""
-    joined = " ".join(n for n in names if n)
-    return f' class="{joined}"' if joined else ""
 
 
 def sequential_blocks(results: Sequence[SequentialResult], out_dir: str | Path,
