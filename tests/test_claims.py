@@ -462,8 +462,10 @@ def test_claims_report_renders(tmp_path: Path, capsys) -> None:
     assert '<td class="s-supports">SUPPORTS</td>' in html
     assert '<td class="s-not-run">not run</td>' in html and ".s-contradicts{" in html
     assert '<td class="v-better">better</td>' in html
-    for src in re.findall(r'<img src="([^"]+)"', html):
-        assert (out_dir / src).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    srcs = re.findall(r'<img src="([^"]+)"', html)  # the figures live in the page
+    assert srcs and all(src.startswith("data:image/svg+xml;base64,") for src in srcs)
+    for png in re.findall(r"!\[[^]]*\]\(([^)]+)\)", md):  # the Markdown links the PNGs
+        assert (out_dir / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((out_dir / "stats.json").read_text())["claims"]["name"] == "ressformer"
     assert "claims.html" in (out_dir / "report.html").read_text()
 
