@@ -486,3 +486,20 @@ def test_source_json_keeps_its_keys_in_order_and_only_the_tags_logged() -> None:
     assert src.to_json()["code_fingerprint"] is None  # always said, even when unknown
     assert SpaceChoices.of(src.space).metric == "test_acc"
     assert SpaceChoices.of(None) == SpaceChoices()
+
+
+def test_the_report_lines_keep_every_other_line_and_appear_once() -> None:
+    """The experiment's description keeps a user's text and one line per logged sweep; the
+    parent run's description keeps the launch's text and one report line."""
+    from fusion_sweep.analysis.mlflow_io import (REPORT_NOTE, Source, experiment_note,
+                                                 note_with_report)
+    src = Source("mlflow", sweep="s1", parent_run_id="p1", experiment_id="7")
+    other = Source("mlflow", sweep="s2", parent_run_id="p2", experiment_id="7")
+    note = experiment_note("My study.", src)
+    note = experiment_note(experiment_note(note, other), src)  # s1 logged again
+    lines = [line for line in note.splitlines() if line]
+    assert lines[0] == "My study." and len(lines) == 3
+    assert lines[2] == ("Report of sweep `s1`: [report/report.html](#/experiments/7/runs/p1/"
+                        "artifacts/report/report.html) (the verdicts and every figure)")
+    assert lines[1].startswith("Report of sweep `s2`: ")
+    assert note_with_report(note_with_report("Launch text.")) == f"Launch text.\n\n{REPORT_NOTE}"
