@@ -110,7 +110,7 @@ def test_forest_plot_draws_the_verdict_interval_with_a_legend(report, tmp_path, 
     fig = figs[0]
     thick = [ln for ln in fig.axes[0].lines if ln.get_linewidth() == 2.5]
     drawn = sorted(tuple(ln.get_xdata()) for ln in thick)
-    want = sorted((c.verdict_ci_low, c.verdict_ci_high) for c in comps)
+    want = sorted((c.holm_ci_low, c.holm_ci_high) for c in comps)
     assert np.allclose(drawn, want)
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert any("interval the verdict uses" in t for t in labels)

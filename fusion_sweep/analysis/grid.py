@@ -2,8 +2,8 @@
 
 Rows are the comparisons (arm vs reference within a group, per metric), columns the
 regimes short -> long (by median length; by name when lengths are unknown), each cell one
-comparison: Δ, the interval the verdict uses (stats.holm_consistent_interval), n and the
-verdict. `verdict_grid` is the JSON form (schema.VERDICT_GRID_KEYS); `grid_rows` the
+comparison: Δ, its paired-t interval at the one fixed level 1 - alpha, the Holm p that
+decides the verdict (better/worse iff p_holm < alpha), n and the verdict. `verdict_grid` is the JSON form (schema.VERDICT_GRID_KEYS); `grid_rows` the
 layout the terminal, Markdown and HTML renderers share.
 
 Pure functions over the report's comparison dicts; imports neither the report nor any
