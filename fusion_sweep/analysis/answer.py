@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
+from fusion_sweep.analysis.grid import unlearned
 from fusion_sweep.analysis.records import Comparison
 from fusion_sweep.analysis.schema import (
     ANSWER_KEYS, ANSWER_KINDS, BETTER, EQUIVALENT, INCONCLUSIVE, NOT_LEARNED, WORSE,
@@ -111,9 +112,9 @@ def _unlearned_key(c: Comparison) -> tuple | None:
         return (c.metric, c.dataset, c.group, NOT_LEARNED, c.baseline_variant)
     if not any(f.startswith("no '") for f in c.verdict_flags):
         return None
-    if c.baseline_learned != "yes" and c.baseline_learned != "n/a":
-        return (c.metric, c.dataset, c.group, c.baseline_learned, c.baseline_variant)
-    return (c.metric, c.dataset, c.group, c.learned, c.variant)
+    side, state = unlearned(c) or ("arm", "unknown")
+    return (c.metric, c.dataset, c.group, state,
+            c.baseline_variant if side == "reference" else c.variant)
 
 
 def _grouped(key: tuple, comps: list[Comparison], ctx: _Context) -> Finding:
@@ -251,8 +252,8 @@ def summary(comps: Sequence[Comparison], ctx: _Context) -> Finding:
     ns = sorted({c.n for c in undecided})
     at = (f"{ns[0]}" if len(ns) == 1 else f"{ns[0]}–{ns[-1]}") if ns else ""
     chance = sum(_unlearned_key(c) is not None for c in undecided)
-    why = (f" ({'it' if len(undecided) == 1 else f'{chance} of them'} because an arm did not "
-           "beat chance)" if chance else "")
+    why = (" (an arm did not beat chance)" if len(undecided) == 1 and chance else
+           f" ({chance} of them because an arm did not beat chance)" if chance else "")
     if undecided and parts:
         parts.append("the other comparison is undecided" if len(undecided) == 1 else
                      f"the other {len(undecided)} comparisons are undecided")

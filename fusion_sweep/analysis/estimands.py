@@ -30,7 +30,7 @@ def labelled(verdict: str, estimand: str) -> str:
 
 
 VERDICT_RULE = (
-    "How verdicts are decided (each names its estimand). mean Δ (assumes approximately normal "
+    "Verdicts name their estimand. mean Δ (assumes approximately normal "
     "paired Δ): better/worse = the Holm-adjusted paired-t p (p_holm) < α; equivalent = the "
     "Holm-adjusted TOST p < α within ±margin; else inconclusive, which is never 'no effect'. "
     "Every interval shown is the paired-t interval at one level, 1 − α (95% at α = 0.05), "

@@ -20,7 +20,7 @@ import numpy as np
 from fusion_sweep.analysis.chance import METHOD as CHANCE_METHOD
 from fusion_sweep.analysis.claims import ClaimSetResult, ClaimSummary, ClaimTest
 from fusion_sweep.analysis.estimands import MEAN_DELTA, WIN_RATE, labelled
-from fusion_sweep.analysis.grid import GridRow, grid_rows, not_learned_mark
+from fusion_sweep.analysis.grid import GridRow, grid_rows, not_learned_mark, unlearned
 from fusion_sweep.analysis.regimes import INTERACTION_VERDICT_RULE, lengths_known
 from fusion_sweep.analysis.pairing import usable_values
 from fusion_sweep.analysis.records import ChanceTest, Comparison, InteractionTest
@@ -128,7 +128,9 @@ def caveats(c: Comparison) -> list[str]:
     mark = not_learned_mark(c)
     for f in c.verdict_flags:
         if f.startswith("no '"):
-            out.append(f"withheld: {mark}" if mark else "withheld: chance unknown")
+            side, state = unlearned(c) or ("", "unknown")
+            out.append(f"withheld: {side} not learned" if state == "no"
+                       else "withheld: chance unknown")
         elif f.startswith("rests on normality"):
             out.append("rests on normality")
         else:
