@@ -170,6 +170,9 @@ def test_answer_sentences_for_each_verdict_kind() -> None:
     normal = _kinds("overclaim_collapse")[BETTER][0]
     assert ("the mean-Δ verdict rests on normality (standard/sinusoidal/add at chance on 2 of "
             "5 seeds)") in normal
+    adaptive = findings(report_cases.report_of("overclaim_adaptive_file"))
+    assert "descriptive" not in adaptive[0].sentence  # said once, in the summary
+    assert "every verdict here is descriptive" in adaptive[-1].sentence
     for case in CASES:  # never "no effect" or "no difference": undecided is undecided
         text = " ".join(f.sentence for f in findings(report_cases.report_of(case)))
         assert "no effect" not in text and "no difference" not in text

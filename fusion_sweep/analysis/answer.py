@@ -7,7 +7,8 @@ schema.ANSWER_KEYS). A sentence names its estimand and says no more than the ver
 - better/worse/equivalent are the mean-Δ verdict (paired t, Holm over the report's m; TOST for
   equivalent), with its 95% interval (the one fixed level, 1 - alpha) and Holm p, then the
   win rate (exact sign test) beside it; when the two disagree, or only one decides, it says so;
-- a verdict that rests on normality, or would differ with dropped pairs put back, says so;
+- a verdict that rests on normality, or would differ with dropped pairs put back, says so; on
+  an adaptive sweep the summary says once that every fixed-n verdict is descriptive;
 - an undecided comparison is "undecided", never "no effect": equivalence is claimed only by
   TOST, and a 95% interval that excludes 0 without the Holm p deciding is said in words;
 - comparisons withheld because an arm did not beat chance are grouped in one sentence per
@@ -213,8 +214,6 @@ def _caveats(c: Comparison, ctx: _Context) -> str:
             n, other = f.removeprefix("with all ").split(" pairs: ", 1)
             out.append(f"with the pairs the fingerprint checks dropped put back ({n} pairs) "
                        f"it would be {other}")
-        elif f == "descriptive":
-            out.append("descriptive only: the seed count was chosen adaptively")
     equivalent = _finite(c.tost_p_holm) and c.tost_p_holm < ctx.alpha
     excludes = _finite(c.t_ci_low) and (c.t_ci_low > 0 or c.t_ci_high < 0)
     if c.verdict in (BETTER, WORSE) and equivalent:
@@ -262,6 +261,9 @@ def summary(comps: Sequence[Comparison], ctx: _Context) -> Finding:
         parts.append((f"none of the {len(comps)} comparisons is decided at {at} seeds"
                       if len(comps) > 1 else f"the comparison is undecided at {at} seeds") + why)
     text = "; ".join(parts)
+    if any("descriptive" in c.verdict_flags for c in comps):  # said once, not per sentence
+        text += ("; every verdict here is descriptive: the seed count was chosen adaptively "
+                 "(the sweep's verdicts are the sequential decisions)")
     return Finding(SUMMARY, "", "", "", (), "", f"In short: {text}.")
 
 
