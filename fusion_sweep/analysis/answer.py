@@ -146,8 +146,7 @@ def _grouped(key: tuple, comps: list[Comparison], ctx: _Context) -> Finding:
                          if len(comps) == 2 else
                          f"none of the {len(comps)} comparisons with {who} is decided "
                          f"({_and(arms)})")
-        text = (f"{why}, so {undecided}: a model that may sit at chance can show neither a "
-                "difference nor the absence of one")
+        text = f"{why}, so {undecided}"
         kind = WITHHELD
     return Finding(kind, c0.dataset, c0.metric, _group(c0, ctx),
                    tuple(c.variant for c in comps), c0.baseline_variant,
@@ -171,7 +170,7 @@ def _one(c: Comparison, ctx: _Context) -> Finding:
             f" within ±{c.equivalence_margin:g} (TOST Holm p {_p(c.tost_p_holm)}; {mean})"
             if v == EQUIVALENT else f" ({mean})")
         text += (f"; by win rate {w} ({win})" if w in (BETTER, WORSE)
-                 else f"; not decided by win rate ({win})")
+                 else f"; win rate undecided ({win.removeprefix('win rate ')})")
     elif w in (BETTER, WORSE):
         kind = DISAGREE
         text = (f"by win rate {arm} {VERB[w][0]} {ref} ({win}), but the mean Δ does not "
@@ -209,7 +208,9 @@ def _caveats(c: Comparison, ctx: _Context) -> str:
     out = []
     for f in c.verdict_flags:
         if f.startswith("rests on normality"):
-            out.append(f"the mean-Δ verdict rests on normality{_paren(f)}")
+            why = _paren(f).replace(c.baseline_variant, c.baseline).replace(c.variant,
+                                                                             ctx.arm(c))
+            out.append(f"the mean-Δ verdict rests on normality{why}")
         elif f.startswith("with all"):
             n, other = f.removeprefix("with all ").split(" pairs: ", 1)
             out.append(f"with the pairs the fingerprint checks dropped put back ({n} pairs) "
