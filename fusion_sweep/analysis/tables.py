@@ -690,6 +690,9 @@ def claim_tests_table(claims: Mapping | ClaimSetResult, contrast: bool = True) -
             "the opposite one-sided p < α/m",
             "ratio: geometric mean arm/reference over seeds with the exponentiated t-interval "
             "of the mean log ratio; an identical ratio on every seed is exact (no seed noise)",
+            "learned?: yes when every arm of the test beats chance (the test split's majority "
+            "rate); else each arm that does not ('no') or may not ('unknown'), which withholds "
+            "the test's verdict; n/a: no chance level",
             cs.method]
     return Table("Claim tests (one per regime, or per cost metric and regime)", headers, rows,
                  foot)
