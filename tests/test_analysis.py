@@ -206,8 +206,10 @@ def test_json_schema_exact(csv: Path, capsys) -> None:
     rep = json.loads(out)
     assert list(rep) == ["source", "settings", "regimes", "warnings", "arms", "comparisons",
                          "dropped", "interaction", "chance", "claims", "sequential",
-                         "verdict_grid", "family"]
+                         "verdict_grid", "family", "answer"]
     assert rep["claims"] is None  # no --claims
+    assert rep["answer"] and all(list(a) == ["kind", "dataset", "metric", "group", "arms",
+                                             "reference", "sentence"] for a in rep["answer"])
     assert rep["arms"] and all(list(a) == list(ARM_KEYS) for a in rep["arms"])
     assert rep["comparisons"]
     for c in rep["comparisons"]:

@@ -269,7 +269,7 @@ def format_text(report: Report, wide: bool = False, width: int | None = None,
         parts.append("\n".join(_wrap("Across datasets: the test needs one comparison in >= 2 "
                                       "datasets with >= 2 pairs each", width, "")))
     parts.append(layout(dropped_table(report), width=tw, notes_width=width)
-                 if report.dropped else "Dropped pairs: none")
+                 if report.dropped or wide else "Dropped pairs: none")
     parts.append("\n".join(_wrap(_settings_line(report), width, "")))
     parts.append("\n".join(_wrap(VERDICT_RULE, width, "")))
     if not wide:
