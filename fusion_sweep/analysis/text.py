@@ -258,10 +258,12 @@ def format_text(report: Report, wide: bool = False, width: int | None = None,
             f"({seq.family_source})"),
             width=tw, notes_width=width))
     table = comparison_table if wide else short_comparison_table
-    for metric, regime, group, comps in blocks_by_regime(report):
-        parts.append(paint(layout(descriptive(report, table(report, metric, regime, group,
-                                                            comps)),
-                                  width=tw, notes_width=width), color))
+    blocks = blocks_by_regime(report)
+    for k, (metric, regime, group, comps) in enumerate(blocks):
+        t = descriptive(report, table(report, metric, regime, group, comps))
+        if not wide and k < len(blocks) - 1:  # the short tables' one note: under the last
+            t = Table(t.title, t.headers, t.rows, [])
+        parts.append(paint(layout(t, width=tw, notes_width=width), color))
     if report.interaction["tests"]:
         parts.append(paint(layout(descriptive(report, interaction_table(report, short=not wide)),
                                   width=tw, notes_width=width), color))
