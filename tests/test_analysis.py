@@ -36,7 +36,7 @@ EXTRA_KEYS = [
     "power_at_holm_alpha", "seeds_for_80_power_at_holm_alpha", "chance_level", "learned",
     "baseline_learned", "encoder", "variant", "baseline_variant", "ratio", "ratio_ci_low",
     "ratio_ci_high", "ratio_p", "ratio_p_holm", "ratio_verdict", "verdict_flags",
-    "verdict_ci_low", "verdict_ci_high", "verdict_ci_level", "estimand", "assumes",
+    "holm_ci_low", "holm_ci_high", "holm_ci_level", "estimand", "assumes",
     "win_estimand", "win_assumes", "wins", "losses", "ties", "win_rate", "win_ci_low",
     "win_ci_high", "sign_p", "sign_p_holm", "win_verdict",
 ]
@@ -206,8 +206,10 @@ def test_json_schema_exact(csv: Path, capsys) -> None:
     rep = json.loads(out)
     assert list(rep) == ["source", "settings", "regimes", "warnings", "arms", "comparisons",
                          "dropped", "interaction", "chance", "claims", "sequential",
-                         "verdict_grid", "family"]
+                         "verdict_grid", "family", "answer"]
     assert rep["claims"] is None  # no --claims
+    assert rep["answer"] and all(list(a) == ["kind", "dataset", "metric", "group", "arms",
+                                             "reference", "sentence"] for a in rep["answer"])
     assert rep["arms"] and all(list(a) == list(ARM_KEYS) for a in rep["arms"])
     assert rep["comparisons"]
     for c in rep["comparisons"]:

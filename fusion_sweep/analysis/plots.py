@@ -67,9 +67,9 @@ def paired_delta_plot(comps: list[Comparison], title: str, margin: float | None,
         ax.plot(np.array(xs) - 0.12, ys, "-", color=color[s], alpha=0.25, lw=1)
         ax.scatter(np.array(xs) - 0.12, ys, color=color[s], s=28, zorder=3, label=f"seed {s}")
     for i, c in enumerate(comps):
-        if _finite(c.verdict_ci_low):
-            ax.errorbar(i + 0.12, c.mean_delta, yerr=[[c.mean_delta - c.verdict_ci_low],
-                        [c.verdict_ci_high - c.mean_delta]], fmt="s", color="black",
+        if _finite(c.holm_ci_low):
+            ax.errorbar(i + 0.12, c.mean_delta, yerr=[[c.mean_delta - c.holm_ci_low],
+                        [c.holm_ci_high - c.mean_delta]], fmt="s", color="black",
                         ms=5, capsize=3, zorder=4)
         elif c.n:
             ax.plot(i + 0.12, c.mean_delta, "s", color="black", ms=5)
@@ -110,8 +110,8 @@ def forest_plot(comps: list[Comparison], title: str, margin: float | None, path:
         col = _VERDICT_COLOR.get(c.verdict, "black")
         if _finite(c.t_ci_low):
             ax.plot([c.t_ci_low, c.t_ci_high], [y - 0.22] * 2, color="#8c959f", lw=1)
-        if _finite(c.verdict_ci_low):
-            ax.plot([c.verdict_ci_low, c.verdict_ci_high], [y, y], color=col, lw=2.5)
+        if _finite(c.holm_ci_low):
+            ax.plot([c.holm_ci_low, c.holm_ci_high], [y, y], color=col, lw=2.5)
         if _finite(c.mean_delta):
             ax.plot(c.mean_delta, y, "o", color=col, ms=5)
     ax.set_yticks(range(len(rows)))
