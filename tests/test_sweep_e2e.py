@@ -588,7 +588,7 @@ def test_bad_space_fails_before_anything(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert rc == 2
     assert f"{p}: fusions[1]: unknown fusion 'gated'" in err and f"{p}: colour: unknown key" in err
-    assert "choose from ['add', 'concat'" in err
+    assert "choose from add, concat, " in err
     assert not _ray_started() and not (tmp_path / "mlflow.db").exists()
 
 
