@@ -489,7 +489,7 @@ def _validate_variants(v: Any, errors: list[str]) -> list[dict[str, Any]]:
         _unknown_keys(item, valid, f"{where}.", errors)
         missing = [k for k in ("pe", "fusion") if k not in item]
         if missing:
-            errors.append(f"{where}: missing required key(s) {missing}")
+            errors.append(f"{where}: missing required key(s) {choices(missing)}")
             continue
         entry = {k: item[k] for k in valid if k in item}
         if entry in out:

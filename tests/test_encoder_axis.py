@@ -98,7 +98,7 @@ def test_variants_space_errors_are_all_reported():
     errs = "\n".join(e.value.errors)
     assert "pes: give either `variants` or `pes` + `fusions`, not both" in errs
     assert "variants[3].colour: unknown key" in errs
-    assert "variants[4]: missing required key(s) ['fusion']" in errs
+    assert "variants[4]: missing required key(s) fusion" in errs
     assert "variants (dataset=synthetic-short, encoder=ressformer, pe=sinusoidal, fusion=add)" in errs
     d = _variants_space(baseline="standard/rotary/add")
     with pytest.raises(SpaceError, match=r"baseline: variant 'standard/rotary/add' is not one of "

@@ -63,6 +63,12 @@ FILES: dict[str, str | bytes] = {
     "binary.csv": b"\x00\x01\x02\xff\xfe\x00",
     "score.csv": ("dataset,pe,fusion,seed,myscore\nd,p,add,0,0.5\nd,p,concat,0,0.6\n"
                   "d,p,add,1,0.5\nd,p,concat,1,0.6\n"),
+    # a launch's results.csv without test_acc: run ids, key, attempts, fingerprints, a text
+    # column; the one metric is myscore
+    "no-acc.csv": ("dataset,pe,fusion,seed,trial_key,status,mlflow_run_id,attempts,fp_split,"
+                   "code_fingerprint,notes,myscore\n"
+                   "synthetic-long,sinusoidal,add,0,k0,FINISHED,r0,1,f,c,ok,0.5\n"
+                   "synthetic-long,sinusoidal,concat,0,k1,FINISHED,r1,1,f,c,ok,0.6\n"),
 }
 
 
@@ -87,6 +93,9 @@ class Env:
         return str(self.dir / name)
 
 
+MYSCORE = ["--metric", "myscore", "--direction", "higher"]
+
+
 def _c(id, cmd, what, argv, message, code=2) -> Case:
     return Case(id, cmd, what, argv, message, code)
 
@@ -94,13 +103,19 @@ def _c(id, cmd, what, argv, message, code=2) -> Case:
 CASES: list[Case] = [
     # ------------------------------------------------------------------------- train
     _c("train-unknown-dataset", "train", "unknown dataset",
-       lambda e: ["train", "--dataset", "nope"], r"unknown dataset 'nope'; choose from \["),
+       lambda e: ["train", "--dataset", "nope"], r"unknown dataset 'nope'; choose from agnews, "),
+    _c("train-misspelt-dataset", "train", "a dataset's name misspelt",
+       lambda e: ["train", "--dataset", "synthetic-lng"],
+       r"unknown dataset 'synthetic-lng' \(did you mean 'synthetic-long'\?\); choose from agnews, "),
     _c("train-unknown-fusion", "train", "unknown fusion",
        lambda e: ["train", "--dataset", "synthetic-short", "--fusion", "nope", "--show-config"],
-       r"invalid trial config:\n  unknown fusion 'nope'; choose from \['add'"),
+       r"invalid trial config:\n  unknown fusion 'nope'; choose from add, concat, "),
+    _c("train-misspelt-fusion", "train", "a fusion's name misspelt",
+       lambda e: ["train", "--dataset", "synthetic-short", "--fusion", "concta", "--show-config"],
+       r"unknown fusion 'concta' \(did you mean 'concat'\?\); choose from add, concat, "),
     _c("train-unknown-pe", "train", "unknown positional encoding",
-       lambda e: ["train", "--dataset", "synthetic-short", "--pe", "nope", "--show-config"],
-       r"unknown pe 'nope'; choose from \['alibi'"),
+       lambda e: ["train", "--dataset", "synthetic-short", "--pe", "xyz", "--show-config"],
+       r"unknown pe 'xyz'; choose from alibi, "),
     _c("train-incompatible", "train", "pe × fusion that cannot be combined",
        lambda e: ["train", "--dataset", "synthetic-short", "--pe", "alibi", "--fusion", "concat",
                   "--show-config"],
@@ -111,7 +126,11 @@ CASES: list[Case] = [
        r"--override expects KEY=VALUE, got 'epochs'"),
     _c("train-override-field", "train", "`--override` of an unknown field",
        lambda e: ["train", "--dataset", "synthetic-short", "-o", "epochz=3", "--show-config"],
-       r"unknown trial config field\(s\) \['epochz'\] \(command line\); choose from"),
+       r"unknown trial config field\(s\) 'epochz' \(did you mean 'epochs'\?\) \(command line\); "
+       r"choose from activation, "),
+    _c("train-override-choice", "train", "`--override` of a field with choices, misspelt",
+       lambda e: ["train", "--dataset", "synthetic-short", "-o", "activation=gelx", "--show-config"],
+       r"unknown activation 'gelx' \(did you mean 'gelu'\?\); choose from gelu, relu"),
     _c("train-override-value", "train", "`--override` with a bad value",
        lambda e: ["train", "--dataset", "synthetic-short", "-o", "epochs=abc", "--show-config"],
        r"epochs must be a positive integer, got 'abc'"),
@@ -123,7 +142,7 @@ CASES: list[Case] = [
        r"data_dir '.*nodir' does not exist; PATH is either \(a\) a directory with train and test"),
     _c("train-data-dir-columns", "train", "`data_dir` with the wrong columns",
        lambda e: ["train", "--dataset", "agnews", "-o", f"data_dir={e.f('cols')}", "-o", "epochs=1"],
-       r"cols/t\w+\.csv: missing column\(s\) \['text', 'label'\]; found columns \['txt', 'lab'\]"),
+       r"cols/t\w+\.csv: missing column\(s\) text, label; found columns txt, lab"),
     _c("train-data-dir-labels", "train", "`data_dir` with labels outside the class range",
        lambda e: ["train", "--dataset", "agnews", "-o", f"data_dir={e.f('range')}", "-o", "epochs=1"],
        r"dataset 'agnews': the 'test' split has label 7 outside the valid range \[0, 4\)"),
@@ -291,6 +310,38 @@ CASES: list[Case] = [
     _c("stats-bad-direction", "stats", "`--direction` not higher/lower/auto (argparse)",
        lambda e: ["stats", "--results", e.f("score.csv"), "--direction", "up"],
        r"argument --direction: invalid choice: 'up'"),
+    _c("stats-misspelt-dataset", "stats", "a `--dataset` misspelt (results file; MLflow alike)",
+       lambda e: ["stats", "--results", e.f("no-acc.csv"), *MYSCORE, "--dataset", "synthetic-lng"],
+       r"unknown --dataset 'synthetic-lng' \(did you mean 'synthetic-long'\?\); choose from "
+       r"synthetic-long$"),
+    _c("stats-misspelt-pe", "stats", "a `--pe` misspelt",
+       lambda e: ["stats", "--results", e.f("no-acc.csv"), *MYSCORE, "--pe", "sinusodial"],
+       r"unknown --pe 'sinusodial' \(did you mean 'sinusoidal'\?\); choose from sinusoidal$"),
+    _c("stats-misspelt-encoder", "stats", "an `--encoder` misspelt",
+       lambda e: ["stats", "--results", e.f("no-acc.csv"), *MYSCORE, "--encoder", "standrd"],
+       r"unknown --encoder 'standrd' \(did you mean 'standard'\?\); choose from standard$"),
+    _c("stats-misspelt-metric", "stats", "a `--metric` misspelt",
+       lambda e: ["stats", "--results", e.f("score.csv"), "--metric", "myscor"],
+       r"unknown metric 'myscor' \(did you mean 'myscore'\?\); available metrics: myscore$"),
+    _c("stats-results-no-metric", "stats",
+       "results file without `test_acc` (only metrics listed, never run ids or tags)",
+       lambda e: ["stats", "--results", e.f("no-acc.csv")],
+       r"unknown metric 'test_acc'; available metrics: myscore$"),
+    _c("stats-misspelt-baseline", "stats", "a `--baseline` fusion misspelt",
+       lambda e: ["stats", "--results", e.f("no-acc.csv"), *MYSCORE, "--baseline", "ad"],
+       r"baseline fusion 'ad' is absent from the data \(did you mean 'add'\?\); fusions "
+       r"present: add, concat$"),
+    _c("stats-misspelt-claims", "stats", "a `--claims` set misspelt",
+       lambda e: ["stats", "--results", e.f("no-acc.csv"), "--claims", "ressformr"],
+       r"unknown --claims 'ressformr' \(did you mean 'ressformer'\?\); claim sets: ressformer$"),
+    _c("stats-misspelt-direction", "stats", "a `--direction` misspelt (argparse)",
+       lambda e: ["stats", "--results", e.f("score.csv"), "--direction", "lowr"],
+       r"argument --direction: invalid choice: 'lowr' \(did you mean 'lower'\?\); choose from "
+       r"auto, higher, lower$"),
+    _c("stats-misspelt-experiment", "stats", "an `--experiment` misspelt",
+       lambda e: ["stats", "--tracking-uri", e.store, "--experiment", "fusion-swep"],
+       r"unknown MLflow experiment 'fusion-swep' \(did you mean 'fusion-sweep'\?\); experiments "
+       r"present: Default, fusion-sweep$"),
     _c("stats-alpha", "stats", "`--alpha` outside (0, 1)",
        lambda e: ["stats", "--results", e.f("score.csv"), "--alpha", "2"],
        r"--alpha must be in the open interval \(0, 1\), got 2.0"),
@@ -357,6 +408,11 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
     return rc, out, err
 
 
+# A bracketed sequence of quoted names (['a', 'b'], {'a'}, ('a',)), or argparse's own
+# `choose from 'a', 'b'`; quoted names in prose (`without '/', '\'`) are fine.
+PYTHON_REPR = re.compile(r"[\[{(]'[^']*'(, '[^']*')*,?[\]})]|choose from '")
+
+
 def check_error(case: Case, rc: int, out: str, err: str) -> str:
     """The catalogue's contract; returns the error line and what follows it."""
     assert "Traceback" not in out + err, err
@@ -367,8 +423,11 @@ def check_error(case: Case, rc: int, out: str, err: str) -> str:
     assert len(hits) == 1, err
     after = lines[hits[0] + 1:]
     assert all(line.startswith("  ") for line in after if line.strip()), err
-    assert re.search(case.message, err), f"{case.message!r} not in:\n{err}"
-    return "\n".join(lines[hits[0]:])
+    assert re.search(case.message, err, re.M), f"{case.message!r} not in:\n{err}"
+    shown = "\n".join(lines[hits[0]:])
+    # Choices as a compact list, never a Python list/set/tuple of strings (issue 33).
+    assert not PYTHON_REPR.search(shown), shown
+    return shown
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
