@@ -258,3 +258,23 @@ def test_summary_names_the_next_commands(tmp_path, monkeypatch):
     assert "fusion-sweep ui --backend-store-uri sqlite:////elsewhere/mlflow.db --experiment e2" in text
     assert "fusion-sweep launch space.yaml --name s2 --tracking-uri sqlite:////elsewhere/mlflow.db " \
            "--experiment e2 --storage /elsewhere/rr" in text
+
+
+def test_launch_turns_tunes_banner_off(monkeypatch):
+    """Ray 2.60's new output engine prints its "Configuration for experiment" box at every
+    verbosity, 0 included; a launch without --verbose selects Tune's legacy engine, silent at
+    verbose=0 (Tune decides by `get_air_verbosity`: None is the legacy engine). `tune` and
+    `launch --verbose` keep Tune's own output."""
+    from ray.tune.experimental.output import get_air_verbosity
+
+    from fusion_sweep import ray_setup
+
+    for var in ("RAY_AIR_NEW_OUTPUT", "RAY_USAGE_STATS_ENABLED", "TUNE_DISABLE_SIGINT_HANDLER",
+                "TUNE_PRINT_ALL_TRIAL_ERRORS"):
+        monkeypatch.setenv(var, "x")  # recorded, so teardown restores the original
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    ray_setup.configure_ray_env(None, verbose=True, tune_output=True)
+    assert get_air_verbosity(2) is not None  # --verbose: the new engine, Tune's own output
+    ray_setup.configure_ray_env(None, verbose=False, tune_output=False)
+    assert get_air_verbosity(0) is None

@@ -377,6 +377,9 @@ def test_sigkill_driver_then_resume(mlflow_server, tmp_path):
                         timeout=300)
     out2 = log2.read_text()
     assert r2.returncode == 0, out2[-3000:]
+    # Tune's own banners stay off (issue 33): its box, results path and TensorBoard hint
+    for banner in ("Configuration for experiment", "╭", "View detailed results here", "tensorboard"):
+        assert banner not in out2, out2[:3000]
     assert f"resuming sweep 'killme': {len(finished_before)} of {total} trials already finished" in out2
     after = trial_runs(mlflow_server, "killme")
     keys = [r.data.tags["fusion_sweep.trial_key"] for r in after]
