@@ -64,8 +64,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_argument_group("input (a results file, or MLflow: default the latest sweep)")
     src.add_argument("--results", metavar="FILE",
-                     help="CSV/Parquet (UTF-8) with dataset, pe, fusion, seed + metric columns "
-                          "(optional encoder [default standard], status, fp_split, "
+                     help="CSV/Parquet (UTF-8) with dataset, fusion, seed + metric columns "
+                          "(optional: encoder [default standard], pe [default unspecified: "
+                          "the file does not say which], status, fp_split, "
                           "fp_batch_order, fp_shared_init, fp_dropout, fp_encoder_init, "
                           "code_fingerprint, median_tokens, num_classes)")
     src.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI "
