@@ -331,6 +331,11 @@ CASES: list[Case] = [
        lambda e: ["stats", "--results", e.f("no-acc.csv"), *MYSCORE, "--baseline", "ad"],
        r"baseline fusion 'ad' is absent from the data \(did you mean 'add'\?\); fusions "
        r"present: add, concat$"),
+    _c("stats-misspelt-num-classes", "stats", "a `--num-classes` dataset misspelt",
+       lambda e: ["stats", "--results", e.f("no-acc.csv"), *MYSCORE, "--num-classes",
+                  "synthetic-lng=4"],
+       r"unknown --num-classes dataset 'synthetic-lng' \(did you mean 'synthetic-long'\?\); "
+       r"choose from synthetic-long$"),
     _c("stats-misspelt-claims", "stats", "a `--claims` set misspelt",
        lambda e: ["stats", "--results", e.f("no-acc.csv"), "--claims", "ressformr"],
        r"unknown --claims 'ressformr' \(did you mean 'ressformer'\?\); claim sets: ressformer$"),

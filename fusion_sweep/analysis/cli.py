@@ -17,7 +17,7 @@ from fusion_sweep.analysis.settings import (
     DEFAULT_ALPHA, DEFAULT_BASELINE, DEFAULT_DIRECTION, DEFAULT_METRIC, DEFAULT_N_BOOT,
     DEFAULT_PAIRS, DEFAULT_RNG_SEED, DIRECTION_FLAGS, PAIR_MODES, Settings,
 )
-from fusion_sweep.errors import ArgumentParser, choices, did_you_mean
+from fusion_sweep.errors import ArgumentParser, choices, did_you_mean, unknown_name
 
 if TYPE_CHECKING:  # the statistics stack is imported only when the command runs
     import pandas as pd
@@ -182,7 +182,12 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _check_datasets(args: argparse.Namespace, df, source: Source) -> None:
-    """A --dataset the sweep lacks: say whether the name is known and where it is."""
+    """A --dataset the sweep lacks: say whether the name is known and where it is. A
+    --num-classes DATASET the input lacks: the closest dataset it has (a typo would otherwise
+    leave the class count unused, silently)."""
+    for d, _ in args.num_classes:
+        if d not in set(df[DATASET]):
+            raise AnalysisError(unknown_name("--num-classes dataset", d, sorted(set(df[DATASET]))))
     missing = [d for d in args.dataset if d not in set(df[DATASET])]
     if not missing or not source.is_mlflow:
         return  # a results file: select() names the values present
