@@ -612,8 +612,8 @@ def _validate_comparison(raw: Mapping, datasets: list[str], fusions: list[str],
     if isinstance(margin, Mapping):
         for d, m in margin.items():
             if d not in datasets:
-                errors.append(f"equivalence_margin.{d}: not a dataset of this space; "
-                              f"choose from {datasets}")
+                errors.append(f"equivalence_margin.{d}: not a dataset of this space"
+                              f"{did_you_mean(d, datasets)}; choose from {choices(datasets)}")
             if not _is_num(m) or m <= 0:
                 errors.append(f"equivalence_margin.{d}: must be a positive number, got {m!r}")
     elif margin is not None and (not _is_num(margin) or margin <= 0):

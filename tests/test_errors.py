@@ -45,6 +45,7 @@ FILES: dict[str, str | bytes] = {
     "arxiv-quarter.yaml": ("name: aq\ndatasets: [arxiv]\npes: [sinusoidal]\nfusions: [add]\n"
                            "seeds: [0]\nresources: {cpu: 1, gpu: 0.25}\n"),
     "task-direction.yaml": SMOKE_OK + "directions: {test_majority_rate: higher}\n",
+    "margin-dataset.yaml": SMOKE_OK + "equivalence_margin: {synthetic-shrt: 0.01}\n",
     "bad-pin.yaml": SMOKE_OK + "resources: {accelerator_type: 'A 10G', node_label: g5}\n",
     "gpu-pin.yaml": SMOKE_OK + "resources: {accelerator_type: A10G}\n",
     "dotdot-name.yaml": SMOKE_OK.replace("name: x", "name: '..'"),
@@ -219,6 +220,10 @@ CASES: list[Case] = [
        r"directions\.test_majority_rate: 'test_majority_rate' is a fact about the dataset \(one "
        r"of median_tokens, num_classes, test_majority_rate, test_n\), not a result that is compared; "
        r"remove it"),
+    _c("launch-margin-dataset", "launch", "`equivalence_margin` for a dataset the space lacks",
+       lambda e: ["launch", e.f("margin-dataset.yaml"), "--dry-run"],
+       r"equivalence_margin\.synthetic-shrt: not a dataset of this space \(did you mean "
+       r"'synthetic-short'\?\); choose from synthetic-short$"),
     _c("launch-bad-pin", "launch", "`resources` pin that is not a Ray accelerator type / node label",
        lambda e: ["launch", e.f("bad-pin.yaml")],
        r"2 errors in search space .*bad-pin\.yaml:\n  - .*resources\.accelerator_type: must "
