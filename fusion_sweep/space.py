@@ -649,7 +649,8 @@ def _validate_hyperparameters(raw: Mapping, datasets: list[str],
                           f"use 'all' or one of {choices(sorted(DATASETS))}")
             continue
         if group != "all" and datasets and group not in datasets:
-            errors.append(f"{where}: dataset {group!r} is not in datasets {datasets}")
+            errors.append(f"{where}: dataset {group!r} is not in datasets "
+                          f"({choices(datasets)})")
             continue
         values = {} if values is None else values
         if not isinstance(values, Mapping):
@@ -715,7 +716,8 @@ def _validate_tune(t: Any, seeds: list[int], datasets: list[str], pes: list[str]
         errors.append(f"tune.budget: must be a positive integer (trials per dataset), got {budget!r}")
     pe = t.get("pe")
     if pe is not None and pe not in pes:
-        errors.append(f"tune.pe: {pe!r} is not in pes {pes}")
+        errors.append(f"tune.pe: {pe!r} is not in pes{did_you_mean(pe, pes)}; choose from "
+                      f"{choices(pes)}")
 
     search = t.get("search") or {}
     if not isinstance(search, Mapping) or ("search" in t and not search):
