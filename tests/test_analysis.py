@@ -356,12 +356,25 @@ def _write(tmp_path: Path, df: pd.DataFrame) -> str:
     (["--alpha", "1.5"], r"--alpha must be in the open interval \(0, 1\)"),
     (["--equivalence-margin", "-0.01"], r"--equivalence-margin must be a positive number.*-0.01"),
     (["--metric", "nope"], r"unknown metric 'nope'; available metrics: test_acc, best_val_acc"),
+    (["--metric", "test_ac"], r"unknown metric 'test_ac' \(did you mean 'test_acc'\?\); available "
+                              r"metrics: test_acc, best_val_acc"),
     (["--metric", "pe"], r"unknown metric 'pe'"),
     (["--baseline", "gate-cnn"],
-     r"baseline fusion 'gate-cnn' is absent from the data; fusions present: add, concat, gate-vector"),
-    (["--dataset", "imdb"], r"unknown --dataset 'imdb'; dataset values present: synthetic-long, "
+     r"baseline fusion 'gate-cnn' is absent from the data \(did you mean 'gate-vector'\?\); "
+     r"fusions present: add, concat, gate-vector"),
+    (["--baseline", "concta"], r"baseline fusion 'concta' is absent from the data \(did you mean "
+                               r"'concat'\?\); fusions present: add, concat, gate-vector"),
+    (["--dataset", "imdb"], r"unknown --dataset 'imdb'; choose from synthetic-long, "
                             r"synthetic-short"),
-    (["--pe", "rope"], r"unknown --pe 'rope'; pe values present: sinusoidal"),
+    (["--dataset", "synthetic-lng"], r"unknown --dataset 'synthetic-lng' \(did you mean "
+                                     r"'synthetic-long'\?\); choose from synthetic-long, synthetic-short"),
+    (["--pe", "rope"], r"unknown --pe 'rope'; choose from sinusoidal"),
+    (["--pe", "sinusodial"], r"unknown --pe 'sinusodial' \(did you mean 'sinusoidal'\?\); choose "
+                             r"from sinusoidal"),
+    (["--encoder", "standrd"], r"unknown --encoder 'standrd' \(did you mean 'standard'\?\); choose "
+                               r"from standard"),
+    (["--claims", "ressformr"], r"unknown --claims 'ressformr' \(did you mean 'ressformer'\?\); "
+                                r"claim sets: ressformer"),
 ])
 def test_flag_errors(csv: Path, capsys, argv: list[str], match: str) -> None:
     code, out, err = run_cli(["--results", str(csv), *FAST, *argv], capsys)

@@ -7,7 +7,7 @@ column             dtype     meaning
 =================  ========  ==============================================================
 dataset            str       dataset name (one length regime per dataset)
 encoder            str       encoder variant label ("standard" when the input lacks it)
-pe                 str       positional-encoding name
+pe                 str       positional-encoding name ("unspecified" when the input lacks it)
 fusion             str       fusion-operator name
 seed               int64     trial seed (the pairing key)
 status             str       FINISHED / FAILED / KILLED / RUNNING ... (FINISHED if absent)
@@ -53,12 +53,17 @@ FP_COLUMNS: tuple[str, ...] = FINGERPRINT_COLUMNS
 # Checked only in a pair whose two arms have the same encoder label (the bodies of two
 # different encoders differ by construction).
 ENCODER_FP_COLUMNS: tuple[str, ...] = ENCODER_FINGERPRINT_COLUMNS
+# Which run a row is, in MLflow (run_id: MLflow input; mlflow_run_id: a launch's
+# results.csv) and how often it was tried (results.csv's attempts): never a metric.
+RUN_COLUMNS: tuple[str, ...] = ("run_id", "mlflow_run_id", "trial_key", "attempts")
 META_COLUMNS: tuple[str, ...] = ("status", *FP_COLUMNS, *ENCODER_FP_COLUMNS,
                                  CODE_FINGERPRINT_COLUMN,
-                                 "median_tokens", "num_classes", "run_id", "trial_key",
+                                 "median_tokens", "num_classes", *RUN_COLUMNS,
                                  PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN, *LABEL_COLUMNS,
                                  *REGIME_COLUMNS, TEST_MAJORITY_RATE, TEST_SIZE,
                                  COMPARISON_FAMILY_COLUMN, ADAPTIVE_COLUMN)
+# The column roles: identity (KEY_COLUMNS), metadata (META_COLUMNS), and every other
+# column a metric; `load.metric_columns` lists the metrics by these roles.
 NON_METRIC_COLUMNS: frozenset[str] = frozenset((*KEY_COLUMNS, *META_COLUMNS))
 
 FINISHED = "FINISHED"
@@ -297,6 +302,14 @@ class AnalysisError(UserError):
 
 # Tidy-table columns by name: code reads df[DATASET], never df["dataset"].
 DATASET, ENCODER, PE, FUSION, SEED = KEY_COLUMNS
+# A results file without a `pe` column: every row's pe. Not the trial config's default pe
+# (sinusoidal): unlike the encoder (every trial before the encoder axis ran the standard one),
+# a file without the column says nothing about which positional encoding its trials used, and
+# a real PE's name would match baselines and claims that name that PE (claims.py's
+# standard/sinusoidal/add arm). Not "none" either: that is a PE (no positional encoding).
+UNSPECIFIED_PE = "unspecified"
+# Identity columns a results file may leave out, and the value every row then has.
+COLUMN_DEFAULTS: dict[str, str] = {ENCODER: DEFAULT_ENCODER, PE: UNSPECIFIED_PE}
 STATUS = META_COLUMNS[0]
 # pairing.usable_values: one metric's value per usable trial.
 VALUE = "value"
