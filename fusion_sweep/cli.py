@@ -8,10 +8,10 @@ import sys
 
 from fusion_sweep import __version__, cli_datasets, cli_sweep, cli_train
 from fusion_sweep.analysis import cli as stats_cli
-from fusion_sweep.errors import UserError
+from fusion_sweep.errors import ArgumentParser, UserError
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="fusion-sweep",
         description="Does the way positional encodings are fused with token embeddings change "
                     "accuracy, and on which length regime does it exceed seed noise?")

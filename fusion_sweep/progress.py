@@ -31,6 +31,7 @@ from typing import Any, Callable, TextIO
 from fusion_sweep import schema
 
 REDRAW_S = 1.0  # the terminal line's refresh period
+MIN_NAME = 12  # a trial name shortened below this says nothing: left out instead
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -101,7 +102,8 @@ class SweepProgress:
         self._kept = 0  # finished in an earlier launch
         self._done = 0
         self._failed = 0
-        self._last: tuple[str, str] | None = None  # (label, result) of the last finished trial
+        # (label, result parts: accuracy, duration) of the last finished trial
+        self._last: tuple[str, list[str]] | None = None
         self._last_draw = -1e18
         self._drawn = False
 
@@ -155,7 +157,7 @@ class SweepProgress:
                 self._durations.append(float(secs))
             self._done += 1
             kind = "done"
-        self._last = (trial_label(getattr(trial, "config", {})), self._result_text(trial, " "))
+        self._last = (trial_label(getattr(trial, "config", {})), self._result_parts(trial))
         self._draw([] if self.tty else [self.event_line(kind, trial)])
 
     def on_trial_recover(self, trial: Any) -> None:
@@ -205,6 +207,11 @@ class SweepProgress:
 
     # ---- output
     def _result_text(self, trial: Any, sep: str = "  ") -> str:
+        return sep.join(self._result_parts(trial))
+
+    @staticmethod
+    def _result_parts(trial: Any) -> list[str]:
+        """[`test_acc 0.912`, `(7.4 s)`], each present only when the result has it."""
         r = getattr(trial, "last_result", None) or {}
         parts = []
         acc = r.get("test_acc")
@@ -213,7 +220,7 @@ class SweepProgress:
         secs = r.get("time_total_s")
         if isinstance(secs, (int, float)):
             parts.append(f"({secs:.1f} s)" if secs < 9.95 else f"({secs:.0f} s)")
-        return sep.join(parts)
+        return parts
 
     def event_line(self, kind: str, trial: Any) -> str:
         """The permanent line for one event (done, kept, retry, failed)."""
@@ -235,21 +242,33 @@ class SweepProgress:
         return f"{k} {label}  " + (f"{res}  " if res else "") + clock
 
     def status_line(self, width: int | None = None) -> str:
-        """The terminal's line; within `width` the last trial's name is shortened (`…`),
-        never the counts, times or its result."""
+        """The terminal's line, within `width` when it can be: numbers are never cut. What
+        gives way, in order: the last trial's name (shortened with `…`, the counts' long
+        words `2 running` -> `2 run` to keep more of it, then left out), then the last
+        trial's duration; the counts, clock, ETA and accuracy always show whole (below about
+        48 columns the line is longer than the terminal rather than cut)."""
         running, pending, failed = self.counts()
-        line = (f"[{self.finished}/{self.total}] {running} running, {pending} pending, "
-                f"{failed} failed | {fmt_duration(self.elapsed())}, ETA {fmt_duration(self.eta())}")
+        clock = f"{fmt_duration(self.elapsed())}, ETA {fmt_duration(self.eta())}"
+        heads = [f"[{self.finished}/{self.total}] {c} | {clock}" for c in (
+            f"{running} running, {pending} pending, {failed} failed",
+            f"{running} run, {pending} pend, {failed} fail")]
         if self._last is None:
-            return line
-        label, result = self._last
-        tail = f"  {result}" if result else ""
-        room = None if width is None else width - len(line) - len(" | last: ") - len(tail)
-        if room is not None and room < len(label):
-            if room < 4:  # no room for a name worth reading: the numbers alone
-                return line + (f" | last:{tail}" if width - len(line) > len(tail) + 7 else "")
-            label = label[:room - 1] + "…"
-        return f"{line} | last: {label}{tail}"
+            return _first_within(heads, width)
+        label, parts = self._last
+        results = [" ".join(parts[:n]) for n in range(len(parts), 0, -1)] or [""]
+        if width is None:
+            return f"{heads[0]} | last: {label}" + (f"  {results[0]}" if results[0] else "")
+        for res in results:
+            tail = f"  {res}" if res else ""
+            for head in heads:  # with the name, shortened
+                room = width - len(head) - len(" | last: ") - len(tail)
+                if room >= min(len(label), MIN_NAME):
+                    name = label if room >= len(label) else label[:room - 1] + "…"
+                    return f"{head} | last: {name}{tail}"
+            without_name = [f"{h} | {res}" for h in heads if res]
+            if any(len(line) <= width for line in without_name):
+                return _first_within(without_name, width)
+        return _first_within(heads, width)
 
     def _term_width(self) -> int:
         return self._width or shutil.get_terminal_size((100, 24)).columns
@@ -280,6 +299,11 @@ class SweepProgress:
             out.write("".join(ln + "\n" for ln in lines))
         out.flush()
         self._last_draw = self._clock()
+
+
+def _first_within(lines: list[str], width: int | None) -> str:
+    """The first line that fits `width`, else the last (the shortest: numbers are not cut)."""
+    return next((ln for ln in lines if width is None or len(ln) <= width), lines[-1])
 
 
 def _tid(trial: Any) -> str:

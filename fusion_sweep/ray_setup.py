@@ -60,7 +60,8 @@ def check_ray_address(address: str | None, timeout: float = 3.0) -> str | None:
     return address
 
 
-def configure_ray_env(address: str | None, verbose: bool = False) -> str:
+def configure_ray_env(address: str | None, verbose: bool = False,
+                      tune_output: bool = True) -> str:
     """Environment every Ray process of the sweep must agree on; returns the auth mode.
 
     Ray 2.60 turns token auth on for a new local cluster, and for `ray start` when a token
@@ -75,6 +76,13 @@ def configure_ray_env(address: str | None, verbose: bool = False) -> str:
     gracefully and advise `Tuner.restore`, which this tool never uses); and, unless
     `verbose`, `TUNE_PRINT_ALL_TRIAL_ERRORS=0`: the progress display prints each failed
     attempt as one line with the path of its traceback, instead of Tune logging the trace.
+    Without `tune_output` (a launch without --verbose, whose progress is our own callback),
+    `RAY_AIR_NEW_OUTPUT=0`: Tune's legacy output engine, which at `verbose=0` prints nothing.
+    The new engine (Ray 2.60's default) prints its "Configuration for experiment" box, the
+    results path and a TensorBoard hint at every verbosity, 0 included (its reporter's
+    `experiment_started`, ray/tune/experimental/output.py), and ignores
+    `RunConfig(progress_reporter=...)`; no verbose level, logger level or callback turns the
+    box off, and text is never filtered here.
 
     Why process-wide environment variables: Ray reads them in the driver and copies the
     driver's environment to every worker it starts, so setting them here is how the choice
@@ -83,6 +91,8 @@ def configure_ray_env(address: str | None, verbose: bool = False) -> str:
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
     os.environ["TUNE_PRINT_ALL_TRIAL_ERRORS"] = "1" if verbose else "0"
+    if not tune_output:
+        os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
     mode = os.environ.get("RAY_AUTH_MODE")
     if mode is None:
         if address is None:

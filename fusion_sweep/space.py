@@ -348,7 +348,7 @@ def _unknown_keys(d: Mapping, valid: Iterable[str], where: str, errors: list[str
     valid = list(valid)
     for k in d:
         if k not in valid:
-            errors.append(f"{where}{k}: unknown key{did_you_mean(k, valid)}; valid keys: {valid}")
+            errors.append(f"{where}{k}: unknown key{did_you_mean(k, valid)}; valid keys: {choices(valid)}")
 
 
 def _name_list(raw: Mapping, key: str, registry: Iterable[str], errors: list[str]) -> list[str]:
@@ -359,13 +359,14 @@ def _name_list(raw: Mapping, key: str, registry: Iterable[str], errors: list[str
     if isinstance(v, str):
         v = [v]
     if not isinstance(v, list) or not v:
-        errors.append(f"{key}: must be a non-empty list of names from {registry}, got {v!r}")
+        errors.append(f"{key}: must be a non-empty list of names from {choices(registry)}, "
+                      f"got {v!r}")
         return []
     out = []
     for i, name in enumerate(v):
         if name not in registry:
             errors.append(f"{key}[{i}]: unknown {key[:-1]} {name!r}{did_you_mean(name, registry)}; "
-                          f"choose from {registry}")
+                          f"choose from {choices(registry)}")
         elif name in out:
             errors.append(f"{key}[{i}]: {name!r} is listed twice")
         else:
@@ -476,19 +477,19 @@ def _validate_variants(v: Any, errors: list[str]) -> list[dict[str, Any]]:
     encoder_fields = dict.fromkeys(f for e in ENCODERS.values() for f in e.OPTION_FIELDS)
     valid = [*VARIANT_KEYS, *encoder_fields]
     if not isinstance(v, list) or not v:
-        errors.append(f"variants: must be a non-empty list of mappings with keys from {valid}, "
+        errors.append(f"variants: must be a non-empty list of mappings with keys from {choices(valid)}, "
                       f"got {v!r}")
         return []
     out: list[dict[str, Any]] = []
     for i, item in enumerate(v):
         where = f"variants[{i}]"
         if not isinstance(item, Mapping):
-            errors.append(f"{where}: must be a mapping with keys from {valid}, got {item!r}")
+            errors.append(f"{where}: must be a mapping with keys from {choices(valid)}, got {item!r}")
             continue
         _unknown_keys(item, valid, f"{where}.", errors)
         missing = [k for k in ("pe", "fusion") if k not in item]
         if missing:
-            errors.append(f"{where}: missing required key(s) {missing}")
+            errors.append(f"{where}: missing required key(s) {choices(missing)}")
             continue
         entry = {k: item[k] for k in valid if k in item}
         if entry in out:
@@ -594,23 +595,25 @@ def _validate_comparison(raw: Mapping, datasets: list[str], fusions: list[str],
     baseline = raw.get("baseline", _default("baseline"))
     if isinstance(baseline, str) and "/" in baseline:
         if labels is not None and baseline not in labels:
-            errors.append(f"baseline: variant {baseline!r} is not one of this space's variants; "
-                          f"choose a fusion from {fusions} or a variant from {labels}")
+            errors.append(f"baseline: variant {baseline!r} is not one of this space's variants"
+                          f"{did_you_mean(baseline, labels)}; choose a fusion from "
+                          f"{choices(fusions)} or a variant from {choices(labels)}")
     elif baseline not in FUSIONS:
         errors.append(f"baseline: unknown fusion {baseline!r}{did_you_mean(baseline, FUSIONS)}; "
                       f"choose from {choices(sorted(FUSIONS))}")
     elif fusions and baseline not in fusions:
-        errors.append(f"baseline: {baseline!r} is not in fusions {fusions}; the comparison "
+        errors.append(f"baseline: {baseline!r} is not in fusions ({choices(fusions)}); the comparison "
                       f"needs the baseline's trials")
     metric = raw.get("metric", _default("metric"))
     if metric not in METRICS:
-        errors.append(f"metric: unknown metric {metric!r}; choose from {choices(METRICS)}")
+        errors.append(f"metric: unknown metric {metric!r}{did_you_mean(metric, METRICS)}; "
+                      f"choose from {choices(METRICS)}")
     margin = raw.get("equivalence_margin")
     if isinstance(margin, Mapping):
         for d, m in margin.items():
             if d not in datasets:
-                errors.append(f"equivalence_margin.{d}: not a dataset of this space; "
-                              f"choose from {datasets}")
+                errors.append(f"equivalence_margin.{d}: not a dataset of this space"
+                              f"{did_you_mean(d, datasets)}; choose from {choices(datasets)}")
             if not _is_num(m) or m <= 0:
                 errors.append(f"equivalence_margin.{d}: must be a positive number, got {m!r}")
     elif margin is not None and (not _is_num(margin) or margin <= 0):
@@ -646,7 +649,8 @@ def _validate_hyperparameters(raw: Mapping, datasets: list[str],
                           f"use 'all' or one of {choices(sorted(DATASETS))}")
             continue
         if group != "all" and datasets and group not in datasets:
-            errors.append(f"{where}: dataset {group!r} is not in datasets {datasets}")
+            errors.append(f"{where}: dataset {group!r} is not in datasets "
+                          f"({choices(datasets)})")
             continue
         values = {} if values is None else values
         if not isinstance(values, Mapping):
@@ -712,7 +716,8 @@ def _validate_tune(t: Any, seeds: list[int], datasets: list[str], pes: list[str]
         errors.append(f"tune.budget: must be a positive integer (trials per dataset), got {budget!r}")
     pe = t.get("pe")
     if pe is not None and pe not in pes:
-        errors.append(f"tune.pe: {pe!r} is not in pes {pes}")
+        errors.append(f"tune.pe: {pe!r} is not in pes{did_you_mean(pe, pes)}; choose from "
+                      f"{choices(pes)}")
 
     search = t.get("search") or {}
     if not isinstance(search, Mapping) or ("search" in t and not search):

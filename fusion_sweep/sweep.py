@@ -88,7 +88,7 @@ def launch(space_ref: str, *, name: str | None = None, address: str | None = Non
     pf = preflight(space, name, points, tracking_uri, address, storage, experiment,
                     allow_code_change, out)
     pf.adaptive = state
-    auth = configure_ray_env(pf.address, verbose)
+    auth = configure_ray_env(pf.address, verbose, tune_output=verbose)
     with SweepLock(pf.exp_path), signals.interrupting():
         summary = _run_sweep(pf, auth, max_concurrent, verbose, out)
     summary.seconds = time.time() - t0
@@ -280,8 +280,9 @@ def _run_tuner(space: SearchSpace, points: list[GridPoint], exp_path: str, ctx,
 def _callbacks(verbose: bool, out: TextIO) -> list:
     """What a launch prints while trials run. Default: `progress.SweepProgress` through a Tune
     callback (one updating status line on a terminal, else one line per finished or failed
-    trial) with Tune's own output off (`verbose=0`). `--verbose`: Tune's own output engine at
-    its verbose level instead, every trial's start, results and end."""
+    trial) with Tune's own output off (`verbose=0`, and its legacy engine: `ray_setup.
+    configure_ray_env`). `--verbose`: Tune's own output engine at its verbose level instead,
+    every trial's start, results and end."""
     if verbose:
         return []
     from fusion_sweep.tune_callback import ProgressCallback

@@ -36,7 +36,7 @@ EXTRA_KEYS = [
     "power_at_holm_alpha", "seeds_for_80_power_at_holm_alpha", "chance_level", "learned",
     "baseline_learned", "encoder", "variant", "baseline_variant", "ratio", "ratio_ci_low",
     "ratio_ci_high", "ratio_p", "ratio_p_holm", "ratio_verdict", "verdict_flags",
-    "verdict_ci_low", "verdict_ci_high", "verdict_ci_level", "estimand", "assumes",
+    "holm_ci_low", "holm_ci_high", "holm_ci_level", "estimand", "assumes",
     "win_estimand", "win_assumes", "wins", "losses", "ties", "win_rate", "win_ci_low",
     "win_ci_high", "sign_p", "sign_p_holm", "win_verdict",
 ]
@@ -206,8 +206,10 @@ def test_json_schema_exact(csv: Path, capsys) -> None:
     rep = json.loads(out)
     assert list(rep) == ["source", "settings", "regimes", "warnings", "arms", "comparisons",
                          "dropped", "interaction", "chance", "claims", "sequential",
-                         "verdict_grid", "family"]
+                         "verdict_grid", "family", "answer"]
     assert rep["claims"] is None  # no --claims
+    assert rep["answer"] and all(list(a) == ["kind", "dataset", "metric", "group", "arms",
+                                             "reference", "sentence"] for a in rep["answer"])
     assert rep["arms"] and all(list(a) == list(ARM_KEYS) for a in rep["arms"])
     assert rep["comparisons"]
     for c in rep["comparisons"]:
@@ -354,12 +356,25 @@ def _write(tmp_path: Path, df: pd.DataFrame) -> str:
     (["--alpha", "1.5"], r"--alpha must be in the open interval \(0, 1\)"),
     (["--equivalence-margin", "-0.01"], r"--equivalence-margin must be a positive number.*-0.01"),
     (["--metric", "nope"], r"unknown metric 'nope'; available metrics: test_acc, best_val_acc"),
+    (["--metric", "test_ac"], r"unknown metric 'test_ac' \(did you mean 'test_acc'\?\); available "
+                              r"metrics: test_acc, best_val_acc"),
     (["--metric", "pe"], r"unknown metric 'pe'"),
     (["--baseline", "gate-cnn"],
-     r"baseline fusion 'gate-cnn' is absent from the data; fusions present: add, concat, gate-vector"),
-    (["--dataset", "imdb"], r"unknown --dataset 'imdb'; dataset values present: synthetic-long, "
+     r"baseline fusion 'gate-cnn' is absent from the data \(did you mean 'gate-vector'\?\); "
+     r"fusions present: add, concat, gate-vector"),
+    (["--baseline", "concta"], r"baseline fusion 'concta' is absent from the data \(did you mean "
+                               r"'concat'\?\); fusions present: add, concat, gate-vector"),
+    (["--dataset", "imdb"], r"unknown --dataset 'imdb'; choose from synthetic-long, "
                             r"synthetic-short"),
-    (["--pe", "rope"], r"unknown --pe 'rope'; pe values present: sinusoidal"),
+    (["--dataset", "synthetic-lng"], r"unknown --dataset 'synthetic-lng' \(did you mean "
+                                     r"'synthetic-long'\?\); choose from synthetic-long, synthetic-short"),
+    (["--pe", "rope"], r"unknown --pe 'rope'; choose from sinusoidal"),
+    (["--pe", "sinusodial"], r"unknown --pe 'sinusodial' \(did you mean 'sinusoidal'\?\); choose "
+                             r"from sinusoidal"),
+    (["--encoder", "standrd"], r"unknown --encoder 'standrd' \(did you mean 'standard'\?\); choose "
+                               r"from standard"),
+    (["--claims", "ressformr"], r"unknown --claims 'ressformr' \(did you mean 'ressformer'\?\); "
+                                r"claim sets: ressformer"),
 ])
 def test_flag_errors(csv: Path, capsys, argv: list[str], match: str) -> None:
     code, out, err = run_cli(["--results", str(csv), *FAST, *argv], capsys)

@@ -208,6 +208,8 @@ def test_default_is_latest_sweep_and_the_old_no_log_flag_is_accepted(store: dict
 @pytest.mark.parametrize("argv,match", [
     (["--sweep", "nope"], r"unknown --sweep 'nope' in experiment 'fusion-sweep'; sweeps present: "
                           r"smoke-a, smoke-b"),
+    (["--sweep", "smoke-c"], r"unknown --sweep 'smoke-c' in experiment 'fusion-sweep' \(did you "
+                             r"mean 'smoke-[ab]'\?\); sweeps present: smoke-a, smoke-b"),
     (["--experiment", "other"], r"unknown MLflow experiment 'other'; experiments present: "),
     # a known dataset the chosen sweep lacks: where it is, not "unknown" (issue 21)
     (["--sweep", "smoke-b", "--dataset", "synthetic-long"],
@@ -217,8 +219,10 @@ def test_default_is_latest_sweep_and_the_old_no_log_flag_is_accepted(store: dict
      r"arxiv is a known dataset but sweep 'smoke-b' has none \(it has synthetic-short\); "
      r"sweeps with arxiv: none \(launch a search space that lists it under `datasets`\)"),
     (["--sweep", "smoke-b", "--dataset", "nope"],
-     r"unknown --dataset 'nope'; choose from \[.*'arxiv'.*\] \(sweep 'smoke-b' has "
-     r"synthetic-short\)"),
+     r"unknown --dataset 'nope'; choose from synthetic-short \(the datasets of sweep 'smoke-b'\)"),
+    (["--sweep", "smoke-b", "--dataset", "synthetic-shrt"],
+     r"unknown --dataset 'synthetic-shrt' \(did you mean 'synthetic-short'\?\); choose from "
+     r"synthetic-short \(the datasets of sweep 'smoke-b'\)"),
 ])
 def test_mlflow_input_errors(store: dict, capsys, argv: list[str], match: str) -> None:
     import re

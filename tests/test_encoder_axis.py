@@ -47,8 +47,8 @@ def test_soes_requires_pe_none_and_standard_rejects_ressformer_fields():
         TrialConfig.build("synthetic-short", encoder="ressformer", pe="sinusoidal")
     with pytest.raises(ConfigError, match=r"soes applies only to encoder 'ressformer'"):
         TrialConfig.build("synthetic-short", soes=False)
-    with pytest.raises(ConfigError, match=r"unknown encoder 'resformer'; choose from "
-                                          r"\['ressformer', 'standard'\]"):
+    with pytest.raises(ConfigError, match=r"unknown encoder 'resformer' \(did you mean "
+                                          r"'ressformer'\?\); choose from ressformer, standard"):
         TrialConfig.build("synthetic-short", encoder="resformer")
 
 
@@ -98,13 +98,14 @@ def test_variants_space_errors_are_all_reported():
     errs = "\n".join(e.value.errors)
     assert "pes: give either `variants` or `pes` + `fusions`, not both" in errs
     assert "variants[3].colour: unknown key" in errs
-    assert "variants[4]: missing required key(s) ['fusion']" in errs
+    assert "variants[4]: missing required key(s) fusion" in errs
     assert "variants (dataset=synthetic-short, encoder=ressformer, pe=sinusoidal, fusion=add)" in errs
     d = _variants_space(baseline="standard/rotary/add")
     with pytest.raises(SpaceError, match=r"baseline: variant 'standard/rotary/add' is not one of "
-                                         r"this space's variants; choose a fusion from \['add'\] "
-                                         r"or a variant from \['standard/sinusoidal/add', "
-                                         r"'ressformer/none/add'\]"):
+                                         r"this space's variants \(did you mean 'standard/sinusoidal/add'\?\); choose a "
+                                         r"fusion from add "
+                                         r"or a variant from standard/sinusoidal/add, "
+                                         r"ressformer/none/add"):
         parse_space(d, source="x.yaml")
 
 

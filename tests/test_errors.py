@@ -45,6 +45,7 @@ FILES: dict[str, str | bytes] = {
     "arxiv-quarter.yaml": ("name: aq\ndatasets: [arxiv]\npes: [sinusoidal]\nfusions: [add]\n"
                            "seeds: [0]\nresources: {cpu: 1, gpu: 0.25}\n"),
     "task-direction.yaml": SMOKE_OK + "directions: {test_majority_rate: higher}\n",
+    "margin-dataset.yaml": SMOKE_OK + "equivalence_margin: {synthetic-shrt: 0.01}\n",
     "bad-pin.yaml": SMOKE_OK + "resources: {accelerator_type: 'A 10G', node_label: g5}\n",
     "gpu-pin.yaml": SMOKE_OK + "resources: {accelerator_type: A10G}\n",
     "dotdot-name.yaml": SMOKE_OK.replace("name: x", "name: '..'"),
@@ -63,6 +64,12 @@ FILES: dict[str, str | bytes] = {
     "binary.csv": b"\x00\x01\x02\xff\xfe\x00",
     "score.csv": ("dataset,pe,fusion,seed,myscore\nd,p,add,0,0.5\nd,p,concat,0,0.6\n"
                   "d,p,add,1,0.5\nd,p,concat,1,0.6\n"),
+    # a launch's results.csv without test_acc: run ids, key, attempts, fingerprints, a text
+    # column; the one metric is myscore
+    "no-acc.csv": ("dataset,pe,fusion,seed,trial_key,status,mlflow_run_id,attempts,fp_split,"
+                   "code_fingerprint,notes,myscore\n"
+                   "synthetic-long,sinusoidal,add,0,k0,FINISHED,r0,1,f,c,ok,0.5\n"
+                   "synthetic-long,sinusoidal,concat,0,k1,FINISHED,r1,1,f,c,ok,0.6\n"),
 }
 
 
@@ -87,6 +94,9 @@ class Env:
         return str(self.dir / name)
 
 
+MYSCORE = ["--metric", "myscore", "--direction", "higher"]
+
+
 def _c(id, cmd, what, argv, message, code=2) -> Case:
     return Case(id, cmd, what, argv, message, code)
 
@@ -94,13 +104,19 @@ def _c(id, cmd, what, argv, message, code=2) -> Case:
 CASES: list[Case] = [
     # ------------------------------------------------------------------------- train
     _c("train-unknown-dataset", "train", "unknown dataset",
-       lambda e: ["train", "--dataset", "nope"], r"unknown dataset 'nope'; choose from \["),
+       lambda e: ["train", "--dataset", "nope"], r"unknown dataset 'nope'; choose from agnews, "),
+    _c("train-misspelt-dataset", "train", "a dataset's name misspelt",
+       lambda e: ["train", "--dataset", "synthetic-lng"],
+       r"unknown dataset 'synthetic-lng' \(did you mean 'synthetic-long'\?\); choose from agnews, "),
     _c("train-unknown-fusion", "train", "unknown fusion",
        lambda e: ["train", "--dataset", "synthetic-short", "--fusion", "nope", "--show-config"],
-       r"invalid trial config:\n  unknown fusion 'nope'; choose from \['add'"),
+       r"invalid trial config:\n  unknown fusion 'nope'; choose from add, concat, "),
+    _c("train-misspelt-fusion", "train", "a fusion's name misspelt",
+       lambda e: ["train", "--dataset", "synthetic-short", "--fusion", "concta", "--show-config"],
+       r"unknown fusion 'concta' \(did you mean 'concat'\?\); choose from add, concat, "),
     _c("train-unknown-pe", "train", "unknown positional encoding",
-       lambda e: ["train", "--dataset", "synthetic-short", "--pe", "nope", "--show-config"],
-       r"unknown pe 'nope'; choose from \['alibi'"),
+       lambda e: ["train", "--dataset", "synthetic-short", "--pe", "xyz", "--show-config"],
+       r"unknown pe 'xyz'; choose from alibi, "),
     _c("train-incompatible", "train", "pe × fusion that cannot be combined",
        lambda e: ["train", "--dataset", "synthetic-short", "--pe", "alibi", "--fusion", "concat",
                   "--show-config"],
@@ -111,7 +127,11 @@ CASES: list[Case] = [
        r"--override expects KEY=VALUE, got 'epochs'"),
     _c("train-override-field", "train", "`--override` of an unknown field",
        lambda e: ["train", "--dataset", "synthetic-short", "-o", "epochz=3", "--show-config"],
-       r"unknown trial config field\(s\) \['epochz'\] \(command line\); choose from"),
+       r"unknown trial config field\(s\) 'epochz' \(did you mean 'epochs'\?\) \(command line\); "
+       r"choose from activation, "),
+    _c("train-override-choice", "train", "`--override` of a field with choices, misspelt",
+       lambda e: ["train", "--dataset", "synthetic-short", "-o", "activation=gelx", "--show-config"],
+       r"unknown activation 'gelx' \(did you mean 'gelu'\?\); choose from gelu, relu"),
     _c("train-override-value", "train", "`--override` with a bad value",
        lambda e: ["train", "--dataset", "synthetic-short", "-o", "epochs=abc", "--show-config"],
        r"epochs must be a positive integer, got 'abc'"),
@@ -123,7 +143,7 @@ CASES: list[Case] = [
        r"data_dir '.*nodir' does not exist; PATH is either \(a\) a directory with train and test"),
     _c("train-data-dir-columns", "train", "`data_dir` with the wrong columns",
        lambda e: ["train", "--dataset", "agnews", "-o", f"data_dir={e.f('cols')}", "-o", "epochs=1"],
-       r"cols/t\w+\.csv: missing column\(s\) \['text', 'label'\]; found columns \['txt', 'lab'\]"),
+       r"cols/t\w+\.csv: missing column\(s\) text, label; found columns txt, lab"),
     _c("train-data-dir-labels", "train", "`data_dir` with labels outside the class range",
        lambda e: ["train", "--dataset", "agnews", "-o", f"data_dir={e.f('range')}", "-o", "epochs=1"],
        r"dataset 'agnews': the 'test' split has label 7 outside the valid range \[0, 4\)"),
@@ -176,7 +196,7 @@ CASES: list[Case] = [
        r"--sequential-method: only with --until-decided"),
     _c("launch-sequential-unknown", "launch", "unknown `--sequential-method` (argparse)",
        lambda e: ["launch", "default", "--until-decided", "--sequential-method", "foo"],
-       r"invalid choice: 'foo' \(choose from 'win-rate', 'betting', 'normal-mixture'\)"),
+       r"invalid choice: 'foo'; choose from win-rate, betting, normal-mixture"),
     _c("launch-unknown-space", "launch", "unknown shipped space name",
        lambda e: ["launch", "nosuch"],
        r"no search space named 'nosuch'; shipped spaces: default, .*, smoke \("),
@@ -200,6 +220,10 @@ CASES: list[Case] = [
        r"directions\.test_majority_rate: 'test_majority_rate' is a fact about the dataset \(one "
        r"of median_tokens, num_classes, test_majority_rate, test_n\), not a result that is compared; "
        r"remove it"),
+    _c("launch-margin-dataset", "launch", "`equivalence_margin` for a dataset the space lacks",
+       lambda e: ["launch", e.f("margin-dataset.yaml"), "--dry-run"],
+       r"equivalence_margin\.synthetic-shrt: not a dataset of this space \(did you mean "
+       r"'synthetic-short'\?\); choose from synthetic-short$"),
     _c("launch-bad-pin", "launch", "`resources` pin that is not a Ray accelerator type / node label",
        lambda e: ["launch", e.f("bad-pin.yaml")],
        r"2 errors in search space .*bad-pin\.yaml:\n  - .*resources\.accelerator_type: must "
@@ -268,7 +292,7 @@ CASES: list[Case] = [
        r"MLflow tracking server http://127.0.0.1:\d+ is not reachable"),
     _c("stats-unknown-sweep", "stats", "unknown `--sweep`",
        lambda e: ["stats", "--tracking-uri", e.store, "--sweep", "nope"],
-       r"unknown --sweep 'nope' in experiment 'fusion-sweep'; sweeps present: \(none\)"),
+       r"unknown --sweep 'nope' in experiment 'fusion-sweep'; sweeps present: none"),
     _c("stats-unknown-experiment", "stats", "unknown `--experiment`",
        lambda e: ["stats", "--tracking-uri", e.store, "--experiment", "nope"],
        r"unknown MLflow experiment 'nope'; experiments present: .*fusion-sweep"),
@@ -291,6 +315,43 @@ CASES: list[Case] = [
     _c("stats-bad-direction", "stats", "`--direction` not higher/lower/auto (argparse)",
        lambda e: ["stats", "--results", e.f("score.csv"), "--direction", "up"],
        r"argument --direction: invalid choice: 'up'"),
+    _c("stats-misspelt-dataset", "stats", "a `--dataset` misspelt (results file; MLflow alike)",
+       lambda e: ["stats", "--results", e.f("no-acc.csv"), *MYSCORE, "--dataset", "synthetic-lng"],
+       r"unknown --dataset 'synthetic-lng' \(did you mean 'synthetic-long'\?\); choose from "
+       r"synthetic-long$"),
+    _c("stats-misspelt-pe", "stats", "a `--pe` misspelt",
+       lambda e: ["stats", "--results", e.f("no-acc.csv"), *MYSCORE, "--pe", "sinusodial"],
+       r"unknown --pe 'sinusodial' \(did you mean 'sinusoidal'\?\); choose from sinusoidal$"),
+    _c("stats-misspelt-encoder", "stats", "an `--encoder` misspelt",
+       lambda e: ["stats", "--results", e.f("no-acc.csv"), *MYSCORE, "--encoder", "standrd"],
+       r"unknown --encoder 'standrd' \(did you mean 'standard'\?\); choose from standard$"),
+    _c("stats-misspelt-metric", "stats", "a `--metric` misspelt",
+       lambda e: ["stats", "--results", e.f("score.csv"), "--metric", "myscor"],
+       r"unknown metric 'myscor' \(did you mean 'myscore'\?\); available metrics: myscore$"),
+    _c("stats-results-no-metric", "stats",
+       "results file without `test_acc` (only metrics listed, never run ids or tags)",
+       lambda e: ["stats", "--results", e.f("no-acc.csv")],
+       r"unknown metric 'test_acc'; available metrics: myscore$"),
+    _c("stats-misspelt-baseline", "stats", "a `--baseline` fusion misspelt",
+       lambda e: ["stats", "--results", e.f("no-acc.csv"), *MYSCORE, "--baseline", "ad"],
+       r"baseline fusion 'ad' is absent from the data \(did you mean 'add'\?\); fusions "
+       r"present: add, concat$"),
+    _c("stats-misspelt-num-classes", "stats", "a `--num-classes` dataset misspelt",
+       lambda e: ["stats", "--results", e.f("no-acc.csv"), *MYSCORE, "--num-classes",
+                  "synthetic-lng=4"],
+       r"unknown --num-classes dataset 'synthetic-lng' \(did you mean 'synthetic-long'\?\); "
+       r"choose from synthetic-long$"),
+    _c("stats-misspelt-claims", "stats", "a `--claims` set misspelt",
+       lambda e: ["stats", "--results", e.f("no-acc.csv"), "--claims", "ressformr"],
+       r"unknown --claims 'ressformr' \(did you mean 'ressformer'\?\); claim sets: ressformer$"),
+    _c("stats-misspelt-direction", "stats", "a `--direction` misspelt (argparse)",
+       lambda e: ["stats", "--results", e.f("score.csv"), "--direction", "lowr"],
+       r"argument --direction: invalid choice: 'lowr' \(did you mean 'lower'\?\); choose from "
+       r"auto, higher, lower$"),
+    _c("stats-misspelt-experiment", "stats", "an `--experiment` misspelt",
+       lambda e: ["stats", "--tracking-uri", e.store, "--experiment", "fusion-swep"],
+       r"unknown MLflow experiment 'fusion-swep' \(did you mean 'fusion-sweep'\?\); experiments "
+       r"present: Default, fusion-sweep$"),
     _c("stats-alpha", "stats", "`--alpha` outside (0, 1)",
        lambda e: ["stats", "--results", e.f("score.csv"), "--alpha", "2"],
        r"--alpha must be in the open interval \(0, 1\), got 2.0"),
@@ -357,6 +418,11 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
     return rc, out, err
 
 
+# A bracketed sequence of quoted names (['a', 'b'], {'a'}, ('a',)), or argparse's own
+# `choose from 'a', 'b'`; quoted names in prose (`without '/', '\'`) are fine.
+PYTHON_REPR = re.compile(r"[\[{(]'[^']*'(, '[^']*')*,?[\]})]|choose from '")
+
+
 def check_error(case: Case, rc: int, out: str, err: str) -> str:
     """The catalogue's contract; returns the error line and what follows it."""
     assert "Traceback" not in out + err, err
@@ -367,8 +433,11 @@ def check_error(case: Case, rc: int, out: str, err: str) -> str:
     assert len(hits) == 1, err
     after = lines[hits[0] + 1:]
     assert all(line.startswith("  ") for line in after if line.strip()), err
-    assert re.search(case.message, err), f"{case.message!r} not in:\n{err}"
-    return "\n".join(lines[hits[0]:])
+    assert re.search(case.message, err, re.M), f"{case.message!r} not in:\n{err}"
+    shown = "\n".join(lines[hits[0]:])
+    # Choices as a compact list, never a Python list/set/tuple of strings (issue 33).
+    assert not PYTHON_REPR.search(shown), shown
+    return shown
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

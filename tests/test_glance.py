@@ -16,7 +16,10 @@ from fusion_sweep.analysis.render import write_report
 from fusion_sweep.analysis.report import Settings, analyze
 from fusion_sweep.analysis.schema import BETTER, VERDICT_GRID_KEYS, WORSE
 from fusion_sweep.analysis.stats import holm, holm_consistent_interval, paired_t
-from fusion_sweep.analysis.tables import chance_table, interaction_table, seeds_needed_table
+from fusion_sweep.analysis.tables import (
+    blocks_by_regime, chance_table, comparison_table, interaction_table, seeds_needed_table,
+    short_comparison_table,
+)
 from fusion_sweep.analysis.text import WIDTH, format_text
 
 # The issue's cell keys, written out independently of the schema.
@@ -47,16 +50,25 @@ def test_verdict_grid_one_cell_per_comparison(report) -> None:
     assert [rank[g["dataset"]] for g in grid] == sorted(rank[g["dataset"]] for g in grid)
 
 
-def test_grid_interval_agrees_with_the_verdict(report) -> None:
-    """The interval drawn excludes 0 exactly when the verdict is better/worse; the
-    unadjusted 95% interval does not (it excludes 0 for some inconclusive cells)."""
+def test_grid_interval_is_the_one_fixed_level_beside_p_holm(report) -> None:
+    """Issue 33: the grid's interval is the 95% paired-t interval in every cell (the level
+    used to differ per cell), with the p_holm that decides the verdict beside it: better/worse
+    iff p_holm < alpha. The Holm-consistent interval stays in the JSON as holm_ci_*, and it
+    excludes 0 exactly when the verdict is better/worse (what the figures draw)."""
     grid = report.to_dict()["verdict_grid"]
+    by_key = {(c.dataset, c.variant, c.baseline_variant, c.metric): c for c in report.comparisons}
     for g in grid:
-        excludes = g["ci_low"] > 0 or g["ci_high"] < 0
-        assert excludes == (g["verdict"] in (BETTER, WORSE)), g
-        assert 1 - 0.05 <= g["ci_level"] < 1
+        c = by_key[(g["dataset"], g["arm"], g["reference"], g["metric"])]
+        assert (g["ci_low"], g["ci_high"], g["ci_level"]) == (c.t_ci_low, c.t_ci_high, 0.95)
+        assert g["p_holm"] == c.p_holm
+        if g["verdict"] in (BETTER, WORSE):
+            assert g["p_holm"] < 0.05 and (g["ci_low"] > 0 or g["ci_high"] < 0), g
+    for c in report.comparisons:
+        excludes = c.holm_ci_low > 0 or c.holm_ci_high < 0
+        assert excludes == (c.verdict in (BETTER, WORSE)), c
+        assert 1 - 0.05 <= c.holm_ci_level < 1
     assert any((c.t_ci_low > 0 or c.t_ci_high < 0) and c.verdict not in (BETTER, WORSE)
-               for c in report.comparisons)  # the case the old forest plot got wrong
+               for c in report.comparisons)  # the case the text must say in words
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -110,7 +122,7 @@ def test_forest_plot_draws_the_verdict_interval_with_a_legend(report, tmp_path, 
     fig = figs[0]
     thick = [ln for ln in fig.axes[0].lines if ln.get_linewidth() == 2.5]
     drawn = sorted(tuple(ln.get_xdata()) for ln in thick)
-    want = sorted((c.verdict_ci_low, c.verdict_ci_high) for c in comps)
+    want = sorted((c.holm_ci_low, c.holm_ci_high) for c in comps)
     assert np.allclose(drawn, want)
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert any("interval the verdict uses" in t for t in labels)
@@ -137,18 +149,27 @@ def test_terminal_fits_120_columns_unless_wide(table, tmp_path: Path, capsys) ->
     assert max(map(len, wide.splitlines())) > WIDTH and "p_wilcoxon" in wide
 
 
-def test_warnings_read_as_sentences_then_code(report) -> None:
+def test_warnings_read_as_sentences_without_codes(report) -> None:
+    """Issue 33: the terminal's warnings are sentences; their codes stay in the JSON."""
     text = format_text(report)
     line = next(ln for ln in text.splitlines() if "! " in ln)
-    assert line.strip().startswith("! At n = ") and "[cannot_reach_alpha]" in text
-    assert "! [" not in text
+    assert line.strip().startswith("! At n = ")
+    codes = {w["code"] for w in report.warnings}
+    assert "cannot_reach_alpha" in codes
+    assert not [c for c in codes if f"[{c}]" in text] and "! [" not in text
 
 
 def test_one_meaning_of_power(report) -> None:
-    t = seeds_needed_table(report)
-    assert t.headers.count("power") == 1 and "power at α = 0.05 (unadjusted)" in t.headers
+    """Issue 33: power_at_holm_alpha is 'power at α/m' and power (at alpha) 'power at α' in
+    every table; no header says a bare 'power'."""
     c = report.comparisons[0]
-    assert t.rows[0][t.headers.index("power")] == f"{c.power_at_holm_alpha:.2f}"
+    for t in (seeds_needed_table(report), comparison_table(report, *blocks_by_regime(report)[0])):
+        assert "power" not in t.headers
+        assert t.rows[0][t.headers.index("power at α/m")] == f"{c.power_at_holm_alpha:.2f}"
+        assert t.rows[0][t.headers.index("power at α")] == f"{c.power:.2f}"
+    short = short_comparison_table(report, *blocks_by_regime(report)[0])
+    assert "power" not in short.headers
+    assert short.rows[0][short.headers.index("power at\nα/m")] == f"{c.power_at_holm_alpha:.2f}"
 
 
 def test_chance_table_short_to_long_and_interaction_verdicts(report) -> None:
@@ -175,10 +196,12 @@ def test_html_and_markdown_open_with_the_grid(report, tmp_path: Path) -> None:
     assert len(stats["verdict_grid"]) == len(report.comparisons)
 
 
-def test_a_long_verdict_flag_is_a_numbered_note_under_the_grid(tmp_path: Path, capsys) -> None:
-    """A flag is a sentence: inside a grid cell it made the column 160 characters wide and
-    wrapped the comparison names letter by letter (seen on the real-text sweep). The terminal
-    grid and short table carry '[k]' beside the verdict and spell the flag out below."""
+def test_a_verdict_caveat_is_words_in_the_cell_and_a_sentence_in_the_answer(
+        tmp_path: Path, capsys) -> None:
+    """Issue 33: a caveat was a '[1]' in the cell, spelled out below the table (and before
+    that a sentence that made the column 160 wide). Now: a few words in the grid cell and the
+    short table ('withheld: chance unknown'), the full reason in the answer's sentence, no
+    numbered marks anywhere."""
     rows = []
     for fusion, vals in (("add", [0.504, 0.497, 0.502, 0.499, 0.503]), ("concat", [0.5] * 5)):
         rows += [{"dataset": "d", "pe": "sin", "fusion": fusion, "seed": s, "test_acc": v,
@@ -188,8 +211,10 @@ def test_a_long_verdict_flag_is_a_numbered_note_under_the_grid(tmp_path: Path, c
     out = _cli(["--results", str(path), "--equivalence-margin", "0.05", "--bootstrap", "200"],
                capsys)
     grid = out.split("Verdict grid", 1)[1].split("\n\n", 1)[0]
-    flag = "[1] no 'equivalent': standard/sin/concat has the same accuracy on every seed"
-    assert "n=5 [1]" in grid and flag in " ".join(grid.split())
-    table = out.split("d (median", 1)[1] if "d (median" in out else out.split("\nd ", 1)[1]
-    assert "inconclusive [1]" in table and flag in " ".join(table.split())
+    assert "withheld: chance unknown" in grid and "[1]" not in out
+    table = out.split("\nd (median", 1)[1] if "\nd (median" in out else out.split("\nd ", 1)[1]
+    assert "inconclusive (withheld: chance unknown" in " ".join(table.split())
+    answer = " ".join(out.split("\n\n")[1].split())
+    assert ("whether concat beats chance is unknown (the same accuracy on every seed, or fewer "
+            "than 2 seeds), so concat vs add is not decided") in answer
     assert max(map(len, out.splitlines())) <= WIDTH

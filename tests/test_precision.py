@@ -26,8 +26,8 @@ def cfg(**kw) -> TrialConfig:
 
 
 def test_bad_precision_names_the_field_and_the_choices():
-    with pytest.raises(ConfigError, match=r"unknown precision 'fp16'; choose from \['bf16', "
-                                          r"'fp32', 'tf32'\]"):
+    with pytest.raises(ConfigError, match=r"unknown precision 'fp16' \(did you mean 'bf16'\?\); choose from bf16, "
+                                          r"fp32, tf32"):
         cfg(precision="fp16")
 
 

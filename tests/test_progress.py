@@ -8,6 +8,7 @@ hook (`setup`, `on_trial_start`, `on_trial_complete`, `on_trial_recover`, `on_tr
 from __future__ import annotations
 
 import io
+import re
 import pickle
 from dataclasses import dataclass, field
 
@@ -163,10 +164,38 @@ def test_terminal_line_shortens_the_name_never_the_numbers(width, room_for_resul
     segments = out.getvalue().split("\r\x1b[2K")[1:]
     assert all(len(seg.rstrip("\n")) <= width - 1 for seg in segments)
     last = segments[-1]
-    assert last.startswith("[1/2] 0 running, 1 pending, 0 failed | 0:00, ETA 0:03")
+    assert re.match(r"\[1/2\] 0 run(ning)?, 1 pend(ing)?, 0 fail(ed)? \| 0:00, ETA 0:03", last)
     if room_for_result:
         assert last.rstrip("\n").endswith("test_acc 0.912 (3.0 s)")
         assert "…" in last or "synthetic-short/sinusoidal/add/seed 0" in last
+
+
+LONG = {"trial": {"dataset": "synthetic-medium-shuffled", "encoder": "ressformer-no-asam",
+                  "pe": "rope-features", "fusion": "gate-scalar", "seed": 12}}
+
+
+@pytest.mark.parametrize("width", [50, 60, 70, 80, 90, 100, 120, 160, 240])
+def test_narrow_terminal_keeps_every_number_whole(width):
+    """Issue 33: at 40 trials, a long trial name and a terminal from 50 to 240 columns, the
+    line fits; the counts, clock, ETA and accuracy are never cut: the name goes first (…,
+    then left out), then the counts' long words, then the trial's duration."""
+    out, clock = io.StringIO(), Clock()
+    rep = SweepProgress(out, tty=True, clock=clock, width=width)
+    rep.setup(total_num_samples=40)
+    trials = [FakeTrial(f"t{i}", LONG) for i in range(3)]
+    for t in trials:
+        rep.on_trial_start(t)
+    clock.t += 100
+    _finish(rep, trials[0], 0.91234, 123.4)
+    line = out.getvalue().split("\r\x1b[2K")[-1]
+    assert len(line) <= width - 1, line
+    assert re.match(r"\[1/40\] 2 run(ning)?, 37 pend(ing)?, 0 fail(ed)? \| 1:40, ETA 25:38", line)
+    if width >= 80:  # an 80-column terminal shows the accuracy and the trial's duration
+        assert re.search(r"\| (last: .+  )?test_acc 0\.912 \(123 s\)$", line), line
+    assert "test_acc" not in line or "test_acc 0.912" in line
+    if "last: " in line:
+        name = line.split("last: ")[1].split("  test_acc")[0]
+        assert len(name) >= 12 and (name.endswith("…") or name == trial_label(LONG))
 
 
 def test_resumed_trials_count_as_done_but_not_for_eta():
@@ -258,3 +287,23 @@ def test_summary_names_the_next_commands(tmp_path, monkeypatch):
     assert "fusion-sweep ui --backend-store-uri sqlite:////elsewhere/mlflow.db --experiment e2" in text
     assert "fusion-sweep launch space.yaml --name s2 --tracking-uri sqlite:////elsewhere/mlflow.db " \
            "--experiment e2 --storage /elsewhere/rr" in text
+
+
+def test_launch_turns_tunes_banner_off(monkeypatch):
+    """Ray 2.60's new output engine prints its "Configuration for experiment" box at every
+    verbosity, 0 included; a launch without --verbose selects Tune's legacy engine, silent at
+    verbose=0 (Tune decides by `get_air_verbosity`: None is the legacy engine). `tune` and
+    `launch --verbose` keep Tune's own output."""
+    from ray.tune.experimental.output import get_air_verbosity
+
+    from fusion_sweep import ray_setup
+
+    for var in ("RAY_AIR_NEW_OUTPUT", "RAY_USAGE_STATS_ENABLED", "TUNE_DISABLE_SIGINT_HANDLER",
+                "TUNE_PRINT_ALL_TRIAL_ERRORS"):
+        monkeypatch.setenv(var, "x")  # recorded, so teardown restores the original
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    ray_setup.configure_ray_env(None, verbose=True, tune_output=True)
+    assert get_air_verbosity(2) is not None  # --verbose: the new engine, Tune's own output
+    ray_setup.configure_ray_env(None, verbose=False, tune_output=False)
+    assert get_air_verbosity(0) is None

@@ -155,7 +155,7 @@ INVALID = [
     (dict(graph_reg=-0.1), r"graph_reg must be a finite number >= 0, got -0.1"),
     (dict(graph_reg=math.inf), r"graph_reg must be a finite number >= 0, got inf"),
     (dict(attn_activation="relu"),
-     r"unknown attn_activation 'relu'; choose from \['entmax15', 'softmax', 'sparsemax'\]"),
+     r"unknown attn_activation 'relu'; choose from entmax15, softmax, sparsemax"),
     (dict(soes="yes"), r"soes must be true or false, got 'yes'"),
     # a switched-off module's fields would be silently ignored
     (dict(asam=False, topk=4), r"topk configures ASAM and has no effect with asam=false; got topk=4: "

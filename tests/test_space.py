@@ -116,7 +116,7 @@ def test_a_user_file_by_path(tmp_path):
 def test_unknown_key_names_file_key_and_valid_keys(tmp_path):
     p = write(tmp_path, {**smoke_dict(), "fusion": ["add"]})
     with pytest.raises(SpaceError, match=r"space\.yaml: fusion: unknown key \(did you mean 'fusions'\?\)"
-                                         r"; valid keys: \[.*'fusions'"):
+                                         r"; valid keys: name, .*, fusions, "):
         load_space(p)
 
 
@@ -125,7 +125,7 @@ def test_unknown_fusion_names_valid_choices(tmp_path):
     d["fusions"] = ["add", "gated"]
     p = write(tmp_path, d)
     with pytest.raises(SpaceError, match=r"space\.yaml: fusions\[1\]: unknown fusion 'gated'.*"
-                                         r"choose from \['add', 'concat', 'gate-cnn'"):
+                                         r"choose from add, concat, gate-cnn, "):
         load_space(p)
 
 

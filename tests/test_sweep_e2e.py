@@ -377,6 +377,9 @@ def test_sigkill_driver_then_resume(mlflow_server, tmp_path):
                         timeout=300)
     out2 = log2.read_text()
     assert r2.returncode == 0, out2[-3000:]
+    # Tune's own banners stay off (issue 33): its box, results path and TensorBoard hint
+    for banner in ("Configuration for experiment", "╭", "View detailed results here", "tensorboard"):
+        assert banner not in out2, out2[:3000]
     assert f"resuming sweep 'killme': {len(finished_before)} of {total} trials already finished" in out2
     after = trial_runs(mlflow_server, "killme")
     keys = [r.data.tags["fusion_sweep.trial_key"] for r in after]
@@ -588,7 +591,7 @@ def test_bad_space_fails_before_anything(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert rc == 2
     assert f"{p}: fusions[1]: unknown fusion 'gated'" in err and f"{p}: colour: unknown key" in err
-    assert "choose from ['add', 'concat'" in err
+    assert "choose from add, concat, " in err
     assert not _ray_started() and not (tmp_path / "mlflow.db").exists()
 
 

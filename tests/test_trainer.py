@@ -178,13 +178,13 @@ def test_macro_f1_matches_hand_computation() -> None:
 
 
 @pytest.mark.parametrize("field,value,pattern", [
-    ("fusion", "sum", r"unknown fusion 'sum'; choose from \['add', 'concat'"),
-    ("pe", "abs", r"unknown pe 'abs'; choose from \['alibi'"),
+    ("fusion", "sum", r"unknown fusion 'sum'; choose from add, concat, "),
+    ("pe", "abs", r"unknown pe 'abs'; choose from alibi, "),
     ("d_model", 0, r"d_model must be a positive integer, got 0"),
     ("max_len", -4, r"max_len must be a positive integer, got -4"),
     ("batch_size", 0, r"batch_size must be a positive integer"),
     ("dropout", 1.5, r"dropout must be in \[0, 1\)"),
-    ("optimizer", "sgd", r"unknown optimizer 'sgd'; choose from \['adam', 'adamw'\]"),
+    ("optimizer", "sgd", r"unknown optimizer 'sgd'; choose from adam, adamw"),
     ("heads", 3, r"d_model \(\d+\) must be divisible by heads \(3\)"),
 ])
 def test_config_errors_name_field_and_choices(field: str, value: object, pattern: str) -> None:
@@ -200,9 +200,9 @@ def test_config_reports_all_errors_at_once() -> None:
 
 
 def test_unknown_dataset_and_field() -> None:
-    with pytest.raises(ValueError, match=r"unknown dataset 'mnist'; choose from \['agnews', 'arxiv'"):
+    with pytest.raises(ValueError, match=r"unknown dataset 'mnist'; choose from agnews, arxiv, "):
         TrialConfig.build("mnist")
-    with pytest.raises(ValueError, match=r"unknown trial config field\(s\) \['epoch'\]"):
+    with pytest.raises(ValueError, match=r"unknown trial config field\(s\) 'epoch' \(did you mean 'epochs'\?\)"):
         TrialConfig.build("synthetic-short", epoch=3)
 
 

@@ -67,6 +67,7 @@ from fusion_sweep.analysis.schema import (
 from fusion_sweep.analysis.regimes import Regime
 from fusion_sweep.analysis.settings import DEFAULT_METRIC, Settings
 from fusion_sweep.analysis.variants import Variant
+from fusion_sweep.errors import unknown_name
 
 # Tidy-table columns claims read (analysis/schema.py): the dataset; the registry's facts the
 # trials log as tags (what a dataset's label depends on, what an encoder sees of order; the
@@ -417,7 +418,7 @@ class ClaimSet:
 def get_claim_set(name: str) -> ClaimSet:
     """The registry entry, or an AnalysisError naming the valid choices."""
     if name not in CLAIMS:
-        raise AnalysisError(f"unknown --claims {name!r}; claim sets: {', '.join(sorted(CLAIMS))}")
+        raise AnalysisError(unknown_name("--claims", name, sorted(CLAIMS), "claim sets:"))
     return CLAIMS[name]
 
 

@@ -18,6 +18,7 @@ from fusion_sweep.analysis.settings import (
     DEFAULT_ALPHA, DEFAULT_BASELINE, DEFAULT_DIRECTION, DEFAULT_METRIC, DEFAULT_N_BOOT,
     DEFAULT_PAIRS, DEFAULT_RNG_SEED, DIRECTION_FLAGS, PAIR_MODES, Settings,
 )
+from fusion_sweep.errors import ArgumentParser, choices, did_you_mean, unknown_name
 
 if TYPE_CHECKING:  # the statistics stack is imported only when the command runs
     import pandas as pd
@@ -64,8 +65,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_argument_group("input (a results file, or MLflow: default the latest sweep)")
     src.add_argument("--results", metavar="FILE",
-                     help="CSV/Parquet (UTF-8) with dataset, pe, fusion, seed + metric columns "
-                          "(optional encoder [default standard], status, fp_split, "
+                     help="CSV/Parquet (UTF-8) with dataset, fusion, seed + metric columns "
+                          "(optional: encoder [default standard], pe [default unspecified: "
+                          "the file does not say which], status, fp_split, "
                           "fp_batch_order, fp_shared_init, fp_dropout, fp_encoder_init, "
                           "code_fingerprint, median_tokens, num_classes)")
     src.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI "
@@ -195,16 +197,25 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _check_datasets(args: argparse.Namespace, df, source: Source) -> None:
-    """A --dataset the sweep lacks: say whether the name is known and where it is."""
+    """A --dataset the sweep lacks: say whether the name is known and where it is. A
+    --num-classes DATASET the input lacks: the closest dataset it has (a typo would otherwise
+    leave the class count unused, silently)."""
+    for d, _ in args.num_classes:
+        if d not in set(df[DATASET]):
+            raise AnalysisError(unknown_name("--num-classes dataset", d, sorted(set(df[DATASET]))))
     missing = [d for d in args.dataset if d not in set(df[DATASET])]
     if not missing or not source.is_mlflow:
         return  # a results file: select() names the values present
     d = missing[0]
-    present = ", ".join(sorted(set(df[DATASET])))
+    datasets = sorted(set(df[DATASET]))
+    present = choices(datasets)
     known = source.known_datasets  # None: a sweep launched before the tag existed
     if known is not None and d not in known:
-        raise AnalysisError(f"unknown --dataset {d!r}; choose from {sorted(known)} "
-                            f"(sweep {source.sweep!r} has {present})")
+        # A typo: the sweep's datasets are the names to choose from; the hint may also name
+        # a known dataset the sweep lacks (the message below then says where it is).
+        hint = did_you_mean(d, datasets) or did_you_mean(d, known)
+        raise AnalysisError(f"unknown --dataset {d!r}{hint}; choose from {present} "
+                            f"(the datasets of sweep {source.sweep!r})")
     from fusion_sweep.analysis.mlflow_io import sweeps_with_dataset
     others = sweeps_with_dataset(args.tracking_uri, args.experiment, d)
     where = (f"{d} is a known dataset but sweep {source.sweep!r} has none"
@@ -251,7 +262,7 @@ def _write_outputs(args: argparse.Namespace, report: Report, source: Source) -> 
 
 def build_parser() -> argparse.ArgumentParser:
     """A standalone parser: `python -m fusion_sweep.analysis stats ...`."""
-    parser = argparse.ArgumentParser(prog="python -m fusion_sweep.analysis")
+    parser = ArgumentParser(prog="python -m fusion_sweep.analysis")
     sub = parser.add_subparsers(dest="command", required=True)
     add_parser(sub)
     return parser

@@ -30,11 +30,13 @@ def labelled(verdict: str, estimand: str) -> str:
 
 
 VERDICT_RULE = (
-    "Verdicts name their estimand. mean Δ (assumes approximately normal paired Δ): "
-    "better/worse = Holm-adjusted paired-t p < alpha and the t-interval excludes 0; "
-    "equivalent = Holm-adjusted TOST p < alpha within ±margin (noted when the t-interval "
-    "excludes 0); else inconclusive; no effect is never claimed without TOST. win rate "
-    "(distribution-free): better/worse = Holm-adjusted exact sign-test p < alpha (ties "
-    "excluded); no equivalence. Both: not learned = neither arm's accuracy beats chance (the "
-    "test split's majority rate; 1/K when none is recorded), on every metric; an arm that "
-    "does not (or may not) beat chance withholds better, worse and equivalent.")
+    "Verdicts name their estimand. mean Δ (assumes approximately normal "
+    "paired Δ): better/worse = the Holm-adjusted paired-t p (p_holm) < α; equivalent = the "
+    "Holm-adjusted TOST p < α within ±margin; else inconclusive, which is never 'no effect'. "
+    "Every interval shown is the paired-t interval at one level, 1 − α (95% at α = 0.05), "
+    "beside p_holm: one that excludes 0 while p_holm ≥ α decides nothing after Holm (the JSON's "
+    "holm_ci_* is the Holm-consistent interval, whose level differs per comparison). win rate "
+    "(distribution-free): better/worse = the Holm-adjusted exact sign-test p < α (ties "
+    "excluded); no equivalence. An arm that does not (or may not) beat chance (the test "
+    "split's majority rate; 1/K when none is recorded) withholds better, worse and "
+    "equivalent on every metric; when neither arm does, the verdict is 'not learned'.")

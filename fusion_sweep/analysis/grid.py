@@ -2,8 +2,8 @@
 
 Rows are the comparisons (arm vs reference within a group, per metric), columns the
 regimes short -> long (by median length; by name when lengths are unknown), each cell one
-comparison: Δ, the interval the verdict uses (stats.holm_consistent_interval), n and the
-verdict. `verdict_grid` is the JSON form (schema.VERDICT_GRID_KEYS); `grid_rows` the
+comparison: Δ, its paired-t interval at the one fixed level 1 - alpha, the Holm p that
+decides the verdict (better/worse iff p_holm < alpha), n and the verdict. `verdict_grid` is the JSON form (schema.VERDICT_GRID_KEYS); `grid_rows` the
 layout the terminal, Markdown and HTML renderers share.
 
 Pure functions over the report's comparison dicts; imports neither the report nor any
@@ -18,15 +18,15 @@ from fusion_sweep.analysis.schema import VERDICT_GRID_KEYS
 from fusion_sweep.analysis.variants import Axis, Variant
 
 
-def verdict_grid(comps: list[Comparison]) -> list[dict]:
+def verdict_grid(comps: list[Comparison], alpha: float) -> list[dict]:
     """One VERDICT_GRID_KEYS cell per comparison, in report order (metric, regime short ->
-    long, group)."""
+    long, group); the interval is the comparison's t_ci_* (level 1 - alpha, every cell)."""
     out = [{"dataset": c.dataset, "arm": c.variant, "reference": c.baseline_variant,
-            "delta": c.mean_delta, "ci_low": c.verdict_ci_low,
-            "ci_high": c.verdict_ci_high, "ci_level": c.verdict_ci_level, "n": c.n,
+            "delta": c.mean_delta, "ci_low": c.t_ci_low,
+            "ci_high": c.t_ci_high, "ci_level": 1 - alpha, "n": c.n,
             "verdict": c.verdict, "metric": c.metric, "regime": c.regime,
             "arm_learned": c.learned, "reference_learned": c.baseline_learned,
-            "estimand": c.estimand, "win_verdict": c.win_verdict}
+            "estimand": c.estimand, "win_verdict": c.win_verdict, "p_holm": c.p_holm}
            for c in comps]
     assert all(tuple(cell) == VERDICT_GRID_KEYS for cell in out)
     return out
@@ -61,3 +61,13 @@ def not_learned_mark(c: Comparison) -> str:
     if arm and ref:
         return "neither arm learned"
     return "arm not learned" if arm else "reference not learned" if ref else ""
+
+
+def unlearned(c: Comparison) -> tuple[str, str] | None:
+    """(which side, its learned? state) of the arm that withholds a comparison's verdict, in
+    the order the verdict rule checks them (the arm first, then the reference: 'arm' or
+    'reference', 'no' or 'unknown'); None when both beat chance or chance does not apply."""
+    for side, state in (("arm", c.learned), ("reference", c.baseline_learned)):
+        if state in ("no", "unknown"):
+            return side, state
+    return None

@@ -12,13 +12,14 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from fusion_sweep.errors import unknown_name
 from fusion_sweep.schema import CODE_FINGERPRINT, FINGERPRINT_TAGS
 from fusion_sweep.schema import PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN
 
 from fusion_sweep.analysis.metrics import is_proportion
 from fusion_sweep.analysis.schema import (
-    ADAPTIVE_COLUMN, BLANK_STATUS, CODE_FINGERPRINT_COLUMN, COMPARISON_FAMILY_COLUMN, DATASET,
-    DEFAULT_ENCODER, ENCODER, ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS, FUSION, KEY_COLUMNS,
+    ADAPTIVE_COLUMN, BLANK_STATUS, CODE_FINGERPRINT_COLUMN, COLUMN_DEFAULTS,
+    COMPARISON_FAMILY_COLUMN, DATASET, ENCODER, ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS, FUSION, KEY_COLUMNS,
     LABEL_COLUMNS, NON_METRIC_COLUMNS, PE, REGIME_COLUMNS, SEED, STATUS, TEST_MAJORITY_RATE,
     TEST_SIZE, AnalysisError,
 )
@@ -91,13 +92,16 @@ def tidy(raw: pd.DataFrame, source: str = "results") -> pd.DataFrame:
     """Normalise a raw table (one row per trial) to the tidy schema.
 
     A table without an `encoder` column (written before the encoder axis), or a row with
-    an empty one, holds the standard encoder's trials. Raises AnalysisError when there are
-    no rows or another key column is missing.
+    an empty one, holds the standard encoder's trials; a table without a `pe` column gets
+    the neutral pe label (COLUMN_DEFAULTS). Raises AnalysisError when there are no rows or
+    another key column is missing.
     """
     df = raw.rename(columns=_ALIASES).copy()
     if len(df) == 0:
         raise AnalysisError(f"no rows in {source}")
     df[ENCODER] = _encoder(df)
+    if PE not in df.columns:
+        df[PE] = COLUMN_DEFAULTS[PE]
     missing = [c for c in KEY_COLUMNS if c not in df.columns]
     if missing:
         raise AnalysisError(
@@ -124,12 +128,12 @@ def tidy(raw: pd.DataFrame, source: str = "results") -> pd.DataFrame:
 
 
 def _encoder(df: pd.DataFrame) -> pd.Series:
-    """The encoder label per row; DEFAULT_ENCODER where the input has none."""
+    """The encoder label per row; the default (the standard encoder) where the input has none."""
     if ENCODER not in df.columns:
-        return pd.Series([DEFAULT_ENCODER] * len(df), index=df.index, dtype=object)
+        return pd.Series([COLUMN_DEFAULTS[ENCODER]] * len(df), index=df.index, dtype=object)
     col = df[ENCODER].astype(object)
     empty = col.isna() | (col.astype(str).str.strip() == "")
-    return col.where(~empty, DEFAULT_ENCODER)
+    return col.where(~empty, COLUMN_DEFAULTS[ENCODER])
 
 
 def _integer_seeds(col: pd.Series, source: str) -> pd.Series:
@@ -166,8 +170,14 @@ def _optional_str(col: pd.Series) -> pd.Series:
 
 
 def metric_columns(df: pd.DataFrame) -> list[str]:
-    """Every column that is not a key or metadata column, in table order."""
-    return [c for c in df.columns if c not in NON_METRIC_COLUMNS]
+    """The metrics, in table order: every column that is neither identity nor metadata by
+    the schema's roles (NON_METRIC_COLUMNS) and holds a number (a text column, such as a
+    tag a file carries, is no metric)."""
+    return [c for c in df.columns if c not in NON_METRIC_COLUMNS and _has_number(df[c])]
+
+
+def _has_number(col: pd.Series) -> bool:
+    return bool(pd.to_numeric(col, errors="coerce").notna().any())
 
 
 def select(
@@ -192,9 +202,7 @@ def select(
     available = metric_columns(df)
     for m in metrics:
         if m not in df.columns or m in NON_METRIC_COLUMNS:
-            raise AnalysisError(
-                f"unknown metric {m!r}; available metrics: {', '.join(available) or '(none)'}"
-            )
+            raise AnalysisError(unknown_name("metric", m, available, "available metrics:"))
         df[m] = to_metric(df, m)
     check_present(axis, variants_of(df))
     return df
@@ -220,11 +228,8 @@ def _filter(df: pd.DataFrame, column: str, wanted: Iterable[str] | None) -> pd.D
         return df.copy()
     present = sorted(df[column].unique())
     unknown = [w for w in wanted if w not in present]
-    if unknown:
-        raise AnalysisError(
-            f"unknown --{column} {', '.join(map(repr, unknown))}; "
-            f"{column} values present: {', '.join(present)}"
-        )
+    if unknown:  # the first unknown name, with the closest present value as a hint
+        raise AnalysisError(unknown_name(f"--{column}", unknown[0], present))
     return df[df[column].isin(wanted)].copy()
 
 

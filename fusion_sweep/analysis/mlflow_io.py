@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import pandas as pd
+from fusion_sweep.errors import choices, did_you_mean
 from fusion_sweep.schema import (
     ADAPTIVE, BASELINE_PARAM, CODE_FINGERPRINT, COMPARISON_FAMILY, DIRECTIONS_PARAM, MARGIN_PARAM,
     METRIC_PARAM, DEFAULT_EXPERIMENT, FINGERPRINT_TAGS, IDENTITY_FIELDS, IDENTITY_TAG,
@@ -88,16 +89,17 @@ def find_sweep(client: Any, experiment: str, sweep: str | None) -> tuple[Any, An
     exp = retry(client.get_experiment_by_name, experiment)
     if exp is None:
         names = sorted(e.name for e in client.search_experiments())
-        raise AnalysisError(f"unknown MLflow experiment {experiment!r}; experiments present: "
-                            f"{', '.join(names) or '(none)'}")
+        raise AnalysisError(f"unknown MLflow experiment {experiment!r}"
+                            f"{did_you_mean(experiment, names)}; experiments present: "
+                            f"{choices(names)}")
     # Filter by role in MLflow, by sweep name in Python (names may contain quotes).
     parents = _search_all(client, exp.experiment_id, tags={ROLE: "sweep"})
     if sweep is not None:
         matching = [r for r in parents if r.data.tags.get(SWEEP) == sweep]
         if not matching:
             names = sorted({r.data.tags.get(SWEEP, "?") for r in parents})
-            raise AnalysisError(f"unknown --sweep {sweep!r} in experiment {experiment!r}; "
-                                f"sweeps present: {', '.join(names) or '(none)'}")
+            raise AnalysisError(f"unknown --sweep {sweep!r} in experiment {experiment!r}"
+                                f"{did_you_mean(sweep, names)}; sweeps present: {choices(names)}")
         parents = matching
     if not parents:
         raise AnalysisError(f"no sweep parent run (tag {ROLE}=sweep) in MLflow experiment "

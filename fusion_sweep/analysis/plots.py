@@ -97,9 +97,9 @@ def paired_delta_plot(comps: list[Comparison], title: str, margin: float | None,
 
 def _mean_with_interval(ax: Axes, x: float, c: Comparison) -> None:
     """The mean Δ (black square) with the interval the verdict uses, when it has one."""
-    if _finite(c.verdict_ci_low):
-        ax.errorbar(x, c.mean_delta, yerr=[[c.mean_delta - c.verdict_ci_low],
-                    [c.verdict_ci_high - c.mean_delta]], fmt="s", color="black",
+    if _finite(c.holm_ci_low):
+        ax.errorbar(x, c.mean_delta, yerr=[[c.mean_delta - c.holm_ci_low],
+                    [c.holm_ci_high - c.mean_delta]], fmt="s", color="black",
                     ms=5, capsize=3, zorder=4)
     elif c.n:
         ax.plot(x, c.mean_delta, "s", color="black", ms=5)
@@ -168,8 +168,8 @@ def forest_plot(comps: list[Comparison], title: str, margin: float | None, path:
         col = colors.get(arm, "black")
         if _finite(c.t_ci_low):
             ax.plot([c.t_ci_low, c.t_ci_high], [y - 0.22] * 2, color=PAIR_COLOR, lw=1)
-        if _finite(c.verdict_ci_low):
-            ax.plot([c.verdict_ci_low, c.verdict_ci_high], [y, y], color=col, lw=2.5,
+        if _finite(c.holm_ci_low):
+            ax.plot([c.holm_ci_low, c.holm_ci_high], [y, y], color=col, lw=2.5,
                     gid=fusion_gid(arm, "interval", str(y)))
         if _finite(c.mean_delta):
             ax.plot(c.mean_delta, y, "o", color=col, ms=5, gid=fusion_gid(arm, "mean", str(y)))

@@ -84,9 +84,9 @@ class Comparison:
     ratio_p_holm: float | None
     ratio_verdict: str | None
     verdict_flags: tuple[str, ...]
-    verdict_ci_low: float
-    verdict_ci_high: float
-    verdict_ci_level: float
+    holm_ci_low: float
+    holm_ci_high: float
+    holm_ci_level: float
     estimand: str
     assumes: str
     win_estimand: str

@@ -45,6 +45,7 @@ from fusion_sweep.analysis.chance import (
     arm_state, chance_level, chance_test, chance_tests, class_counts,
 )
 from fusion_sweep.analysis.estimands import ASSUMES, MEAN_DELTA, WIN_RATE
+from fusion_sweep.analysis.answer import findings
 from fusion_sweep.analysis.grid import verdict_grid
 from fusion_sweep.analysis.load import select
 from fusion_sweep.analysis.claims import evaluate, get_claim_set
@@ -104,8 +105,9 @@ class Report:
             "chance": {**self.chance, "tests": [t.to_json() for t in self.chance["tests"]]},
             "claims": self.claims,
             "sequential": self.sequential,
-            "verdict_grid": verdict_grid(self.comparisons),
+            "verdict_grid": verdict_grid(self.comparisons, self.settings.alpha),
             "family": self.family,
+            "answer": [f.to_json() for f in findings(self)],
         }
         assert tuple(out) == TOP_LEVEL_KEYS
         return _json_clean(out)
@@ -386,8 +388,8 @@ def arm_summaries(df: pd.DataFrame, s: Settings, regimes: list[Regime],
 # Stage 2's fields: what the report's Holm families and the verdict rules decide. Every other
 # field of a Comparison is the comparison's own statistics (stage 1, _measure).
 JUDGED = ("p_holm", "tost_p_holm", "holm_first_step_alpha", "power_at_holm_alpha",
-          "seeds_for_80_power_at_holm_alpha", "verdict_ci_low", "verdict_ci_high",
-          "verdict_ci_level", "verdict", "notes", "verdict_flags", "ratio_p_holm",
+          "seeds_for_80_power_at_holm_alpha", "holm_ci_low", "holm_ci_high",
+          "holm_ci_level", "verdict", "notes", "verdict_flags", "ratio_p_holm",
           "ratio_verdict", "sign_p_holm", "win_verdict")
 
 # Stage 1: one comparison's own statistics (no family yet), the Comparison fields outside
@@ -419,9 +421,9 @@ class Judged:
     holm_first_step_alpha: float
     power_at_holm_alpha: float
     seeds_for_80_power_at_holm_alpha: int | None
-    verdict_ci_low: float
-    verdict_ci_high: float
-    verdict_ci_level: float
+    holm_ci_low: float
+    holm_ci_high: float
+    holm_ci_level: float
     verdict: str
     notes: tuple[str, ...]
     verdict_flags: tuple[str, ...]
@@ -519,7 +521,7 @@ def _judge(c: Measured, a: Adjusted, s: Settings, descriptive: bool) -> Judged:
         p_holm=a.p_holm, tost_p_holm=a.tost_p_holm, holm_first_step_alpha=a.alpha_m,
         power_at_holm_alpha=stats.achieved_power(c.dz, c.n, a.alpha_m),
         seeds_for_80_power_at_holm_alpha=stats.seeds_for_power(c.dz, a.alpha_m),
-        verdict_ci_low=low, verdict_ci_high=high, verdict_ci_level=level, verdict=verdict,
+        holm_ci_low=low, holm_ci_high=high, holm_ci_level=level, verdict=verdict,
         notes=tuple(notes), verdict_flags=(("descriptive",) if descriptive else ()) + flags,
         ratio_p_holm=ratio_p_holm, ratio_verdict=ratio_verdict, sign_p_holm=a.sign_p_holm,
         win_verdict=_win_verdict(c, a, verdict, s))
@@ -757,8 +759,17 @@ def _margin_warnings(comps: list[Comparison], s: Settings) -> list[dict]:
 
 
 def _degenerate_warnings(comps: list[Comparison], axis: Axis) -> list[dict]:
-    return [{"code": "degenerate_comparison", "message": f"{where(c, axis)}: {note}"}
-            for c in comps for note in c.notes if not note.startswith(INFO_NOTES)]
+    """One warning per note and dataset/group/metric, naming every comparison it is about
+    (the same note for each arm against one reference would otherwise repeat)."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for c in comps:
+        path, pair = where(c, axis).split(" ", 1)
+        for note in c.notes:
+            if not note.startswith(INFO_NOTES):
+                grouped.setdefault((path, note), []).append(pair)
+    return [{"code": "degenerate_comparison",
+             "message": f"{path} {' and '.join(pairs)}: {note}"}
+            for (path, note), pairs in grouped.items()]
 
 
 def _dropped_warning(dropped: list[dict]) -> list[dict]:

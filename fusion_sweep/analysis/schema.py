@@ -7,7 +7,7 @@ column             dtype     meaning
 =================  ========  ==============================================================
 dataset            str       dataset name (one length regime per dataset)
 encoder            str       encoder variant label ("standard" when the input lacks it)
-pe                 str       positional-encoding name
+pe                 str       positional-encoding name ("unspecified" when the input lacks it)
 fusion             str       fusion-operator name
 seed               int64     trial seed (the pairing key)
 status             str       FINISHED / FAILED / KILLED / RUNNING ... (FINISHED if absent)
@@ -53,12 +53,17 @@ FP_COLUMNS: tuple[str, ...] = FINGERPRINT_COLUMNS
 # Checked only in a pair whose two arms have the same encoder label (the bodies of two
 # different encoders differ by construction).
 ENCODER_FP_COLUMNS: tuple[str, ...] = ENCODER_FINGERPRINT_COLUMNS
+# Which run a row is, in MLflow (run_id: MLflow input; mlflow_run_id: a launch's
+# results.csv) and how often it was tried (results.csv's attempts): never a metric.
+RUN_COLUMNS: tuple[str, ...] = ("run_id", "mlflow_run_id", "trial_key", "attempts")
 META_COLUMNS: tuple[str, ...] = ("status", *FP_COLUMNS, *ENCODER_FP_COLUMNS,
                                  CODE_FINGERPRINT_COLUMN,
-                                 "median_tokens", "num_classes", "run_id", "trial_key",
+                                 "median_tokens", "num_classes", *RUN_COLUMNS,
                                  PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN, *LABEL_COLUMNS,
                                  *REGIME_COLUMNS, TEST_MAJORITY_RATE, TEST_SIZE,
                                  COMPARISON_FAMILY_COLUMN, ADAPTIVE_COLUMN)
+# The column roles: identity (KEY_COLUMNS), metadata (META_COLUMNS), and every other
+# column a metric; `load.metric_columns` lists the metrics by these roles.
 NON_METRIC_COLUMNS: frozenset[str] = frozenset((*KEY_COLUMNS, *META_COLUMNS))
 
 FINISHED = "FINISHED"
@@ -117,10 +122,11 @@ EXTRA_COMPARISON_KEYS: tuple[str, ...] = (
     # was withheld (an arm's chance level unknown, or an arm constant), and the verdict with
     # the pairs dropped for fingerprint/code reasons put back when that verdict differs.
     "verdict_flags",
-    # The interval the verdict uses: the t-interval at level 1 - alpha * t_p / p_holm, which
-    # excludes 0 exactly when p_holm < alpha (stats.holm_consistent_interval); what the
-    # verdict grid and the figures draw. The t_ci_* above are unadjusted (1 - alpha).
-    "verdict_ci_low", "verdict_ci_high", "verdict_ci_level",
+    # The Holm-consistent interval: the t-interval at level 1 - alpha * t_p / p_holm (a level
+    # of its own per comparison), which excludes 0 exactly when p_holm < alpha
+    # (stats.holm_consistent_interval); the figures draw it. The interval every text shows is
+    # t_ci_* above, at the one fixed level 1 - alpha, beside p_holm.
+    "holm_ci_low", "holm_ci_high", "holm_ci_level",
     # What `verdict` is about and what it assumes (fusion_sweep.analysis.estimands): "mean Δ".
     "estimand", "assumes",
     # The win-rate estimand P(Δ > 0) vs P(Δ < 0): exact two-sided sign test, ties excluded
@@ -147,15 +153,30 @@ TOP_LEVEL_KEYS: tuple[str, ...] = (
     # sweep", or "every comparison in FILE")}; a --dataset/--pe/--encoder selection never
     # changes it.
     "family",
+    # The answer in words (fusion_sweep.analysis.answer): one entry per finding
+    # (ANSWER_KEYS), the summary last; the same sentences the terminal prints first.
+    "answer",
 )
 # One cell of `verdict_grid`: arm/reference are variant labels (encoder/pe/fusion); delta
-# the mean paired difference; [ci_low, ci_high] the interval the verdict uses, at level
-# ci_level (per cell: 1 - alpha * p / p_holm); arm_learned/reference_learned LEARNED_STATES.
+# the mean paired difference; [ci_low, ci_high] its paired-t interval at level ci_level, the
+# same for every cell (1 - alpha: the comparisons' t_ci_*); p_holm the Holm-adjusted paired-t
+# p that decides the verdict (better/worse iff p_holm < alpha); arm_learned/reference_learned
+# LEARNED_STATES.
 VERDICT_GRID_KEYS: tuple[str, ...] = (
     "dataset", "arm", "reference", "delta", "ci_low", "ci_high", "ci_level", "n", "verdict",
     "metric", "regime", "arm_learned", "reference_learned",
     # `verdict` is about `estimand` ("mean Δ"); win_verdict about the win rate.
-    "estimand", "win_verdict",
+    "estimand", "win_verdict", "p_holm",
+)
+# One entry of `answer`: kind (ANSWER_KINDS), where (dataset, metric, group: the variant
+# fields the baseline leaves open, "" when one group), the arms it is about and their
+# reference (variant labels), and the sentence; the summary has kind "summary" and no arms.
+ANSWER_KEYS: tuple[str, ...] = (
+    "kind", "dataset", "metric", "group", "arms", "reference", "sentence",
+)
+ANSWER_KINDS: tuple[str, ...] = (
+    "better", "worse", "equivalent", "inconclusive", "disagree", "withheld", "not learned",
+    "summary",
 )
 # One entry per arm (dataset, variant, metric): the per-seed spread that every paired
 # comparison is judged against. sd is the sample SD over seeds (ddof 1; null for n < 2).
@@ -281,6 +302,14 @@ class AnalysisError(UserError):
 
 # Tidy-table columns by name: code reads df[DATASET], never df["dataset"].
 DATASET, ENCODER, PE, FUSION, SEED = KEY_COLUMNS
+# A results file without a `pe` column: every row's pe. Not the trial config's default pe
+# (sinusoidal): unlike the encoder (every trial before the encoder axis ran the standard one),
+# a file without the column says nothing about which positional encoding its trials used, and
+# a real PE's name would match baselines and claims that name that PE (claims.py's
+# standard/sinusoidal/add arm). Not "none" either: that is a PE (no positional encoding).
+UNSPECIFIED_PE = "unspecified"
+# Identity columns a results file may leave out, and the value every row then has.
+COLUMN_DEFAULTS: dict[str, str] = {ENCODER: DEFAULT_ENCODER, PE: UNSPECIFIED_PE}
 STATUS = META_COLUMNS[0]
 # pairing.usable_values: one metric's value per usable trial.
 VALUE = "value"

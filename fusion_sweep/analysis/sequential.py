@@ -87,6 +87,7 @@ from scipy.special import betaln, xlogy
 from fusion_sweep.analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, WORSE, AnalysisError
 from fusion_sweep.analysis.settings import DEFAULT_ALPHA
 from fusion_sweep.analysis.stats import DELTA_DECIMALS
+from fusion_sweep.errors import unknown_name
 
 # Mixture precision φ of the Gaussian prior on the standardized effect d_z: prior SD of d_z
 # = 1/sqrt(φ) = 2. Chosen for 5-50 seeds at α/m with m ~ 6: it keeps the CS finite from
@@ -975,8 +976,7 @@ def get_method(name: str | None) -> SequentialMethod:
     """The registry entry (None: DEFAULT_METHOD), or an AnalysisError naming the choices."""
     name = DEFAULT_METHOD if name is None else name
     if name not in SEQUENTIAL_METHODS:
-        raise AnalysisError(f"unknown sequential method {name!r}; choose from "
-                            f"{', '.join(SEQUENTIAL_METHODS)}")
+        raise AnalysisError(unknown_name("sequential method", name, SEQUENTIAL_METHODS))
     return SEQUENTIAL_METHODS[name]
 
 

@@ -20,7 +20,7 @@ import numpy as np
 from fusion_sweep.analysis.chance import METHOD as CHANCE_METHOD
 from fusion_sweep.analysis.claims import ClaimSetResult, ClaimSummary, ClaimTest
 from fusion_sweep.analysis.estimands import MEAN_DELTA, WIN_RATE, labelled
-from fusion_sweep.analysis.grid import GridRow, grid_rows, not_learned_mark
+from fusion_sweep.analysis.grid import GridRow, grid_rows, not_learned_mark, unlearned
 from fusion_sweep.analysis.regimes import INTERACTION_VERDICT_RULE, lengths_known
 from fusion_sweep.analysis.pairing import usable_values
 from fusion_sweep.analysis.records import ChanceTest, Comparison, InteractionTest
@@ -110,58 +110,88 @@ def grid_regimes(report: Report) -> list:
 
 
 def fpct(level: object) -> str:
-    """A confidence level as a percentage: 0.99722 -> '99.7%'."""
+    """A confidence level as a percentage: 0.95 -> '95%', 0.99722 -> '99.7%'."""
     if level is None or not math.isfinite(float(level)):
         return DASH
-    return f"{100 * level:.1f}%"
+    return f"{100 * level:.3g}%"
 
 
-# The terminal grid's short marks for an arm that does not beat chance (NOT_LEARNED: neither).
-SHORT_MARKS = {"arm not learned": "†", "reference not learned": "‡"}
+def level_of(report: Report) -> str:
+    """The one interval level every table shows: '95%' (1 - alpha)."""
+    return fpct(1 - report.settings.alpha)
 
 
-def grid_cell(c: Comparison | None, digits: int = 4, short: bool = False) -> tuple[str, str]:
-    """(headline, detail) of one grid cell: ('+0.0040 better', '[+0.0010, +0.0070] 99.4% · n=5').
+def caveats(c: Comparison) -> list[str]:
+    """What qualifies a verdict, in a few words each (the answer's sentences say them in
+    full): 'reference not learned', 'rests on normality', 'with all 6 pairs: better', ..."""
+    out = []
+    mark = not_learned_mark(c)
+    for f in c.verdict_flags:
+        if f.startswith("no '"):
+            side, state = unlearned(c) or ("", "unknown")
+            out.append(f"withheld: {side} not learned" if state == "no"
+                       else "withheld: chance unknown")
+        elif f.startswith("rests on normality"):
+            out.append("rests on normality")
+        else:
+            out.append(f)
+    if mark and mark != c.verdict and not any(mark in x for x in out):
+        out.append(mark)
+    return list(dict.fromkeys(out))
 
-    The interval is the one the verdict uses (Holm-consistent, at the cell's own level).
-    short (the terminal): a one-arm-not-learned mark is SHORT_MARKS' sign on the headline."""
+
+def grid_cell(c: Comparison | None, digits: int = 4) -> tuple[str, str]:
+    """(headline, detail) of one grid cell: ('+0.0040 better', '[+0.0010, +0.0070] ·
+    p_holm 0.0021 · n=5 · win rate 5/5: inconclusive (win rate)'), every caveat in words.
+    The interval is the paired-t interval at the report's one level (1 - alpha)."""
     if c is None:
         return DASH, ""
-    mark = not_learned_mark(c)
-    mark = mark if mark and c.verdict != mark else ""
     head = f"{fnum(c.mean_delta, digits, signed=True)} {labelled(c.verdict, MEAN_DELTA)}"
-    ci = fci(c.verdict_ci_low, c.verdict_ci_high, digits)
-    detail = (f"{ci} {fpct(c.verdict_ci_level)} · n={c.n}" if ci != DASH
-              else f"n={c.n}")
-    if short:  # the terminal grid numbers the flags and spells them out below (compact_grid_table)
-        return head + SHORT_MARKS.get(mark, ""), detail
-    flags = c.verdict_flags  # what qualifies the verdict, beside it
-    detail += "".join(f" · {f}" for f in flags) + f" · {win_text(c)}"
-    return head, detail + (f" · {mark}" if mark else "")
+    ci = fci(c.t_ci_low, c.t_ci_high, digits)
+    detail = (f"{ci} · p_holm {fp(c.p_holm)} · n={c.n}" if ci != DASH else f"n={c.n}")
+    detail += "".join(f" · {f}" for f in caveats(c)) + f" · {win_text(c)}"
+    return head, detail
+
+
+def favourable(c: Comparison) -> int:
+    """The seeds on which the arm is better (Δ > 0, or Δ < 0 for a lower-is-better metric)."""
+    return c.wins if c.higher_is_better else c.losses
 
 
 def win_text(c: Comparison) -> str:
-    """'wins 5/5 (0 ties): inconclusive (win rate)': the exact sign test's reading."""
-    return (f"wins {c.wins}/{c.wins + c.losses}"
-            + (f" ({c.ties} ties)" if c.ties else "")
-            + f": {labelled(c.win_verdict, WIN_RATE)}")
+    """'win rate 5/5: inconclusive' (ties said): the seeds on which the arm is better out of
+    those not tied, and the exact sign test's verdict."""
+    return (f"win rate {favourable(c)}/{c.wins + c.losses}"
+            + (f" ({c.ties} ties)" if c.ties else "") + f": {c.win_verdict}")
 
 
-def grid_footnotes(report: Report) -> list[str]:
-    a = report.settings.alpha
-    return [f"each cell: mean paired Δ (arm − reference) and its verdict (mean Δ: assumes "
-            "approximately normal paired Δ), then the win count and the win-rate verdict "
-            "(exact sign test, distribution-free; see docs/statistics.md); below the Δ the "
-            f"t-interval the verdict uses, at level 1 − α·p/p_holm (α = {a}, Holm over the "
-            f"report's m comparisons): it excludes 0 exactly when the verdict is better/worse",
-            "regimes short → long by median length; 'not learned': neither arm beats chance "
-            "(the test split's majority rate; 1/K when none is recorded), 'arm/reference not "
-            "learned': that one does not; either withholds better/worse/equivalent"]
+def grid_footnotes(report: Report, comps: list[Comparison] | None = None) -> list[str]:
+    """The grid's legend: the interval convention stated once, then each caveat present."""
+    a, m = report.settings.alpha, report.family["m"]
+    comps = report.comparisons if comps is None else comps
+    out = [f"each cell: mean paired Δ (arm − reference) and its mean-Δ verdict (paired t, "
+           f"assumes approximately normal Δ); its {level_of(report)} paired-t interval (one "
+           f"level for every cell and table); p_holm: the paired-t p, Holm-adjusted over the "
+           f"report's m = {m} comparisons: better/worse when p_holm < α = {a}; win rate k/n: "
+           "the seeds on which the arm is better, and the exact sign test's verdict (Holm, "
+           "distribution-free); regimes short → long by median length"]
+    words = {w for c in comps for w in caveats(c)}
+    if any("not learned" in w for w in words):
+        out.append("'arm/reference not learned': that arm did not beat chance (the test "
+                   "split's majority rate; 1/K when none is recorded), which withholds better, "
+                   "worse and equivalent; 'not learned': neither arm did")
+    if "withheld: chance unknown" in words:
+        out.append("'chance unknown': whether an arm beats chance is unknown (class count "
+                   "unknown, or one accuracy on every seed), which withholds the verdict")
+    if "rests on normality" in words:
+        out.append("'rests on normality': the mean-Δ verdict needs normal deltas (too few "
+                   "pairs, or an arm at chance on some seeds); read the win rate beside it")
+    return out
 
 
 def verdict_grid_table(report: Report, metric: str | None = None) -> Table:
     """The grid as one table (Markdown, and the layout the HTML colours): a row per
-    comparison, a column per regime, every cell '**verdict** Δ [CI] level · n'."""
+    comparison, a column per regime, every cell '**verdict** Δ [CI] · p_holm · n'."""
     regimes = grid_regimes(report)
     rows = []
     for row in _grid_rows(report, metric):
@@ -175,30 +205,43 @@ def verdict_grid_table(report: Report, metric: str | None = None) -> Table:
                  ["comparison"] + [r.label for r in regimes], rows, grid_footnotes(report))
 
 
+def terminal_cell(c: Comparison | None, level: str, show_n: bool = True) -> str:
+    """A terminal grid cell, one fact a line: the mean-Δ verdict, its interval, p_holm (and
+    n), the win rate and its verdict, then each caveat in words."""
+    if c is None:
+        return DASH
+    lines = [f"mean Δ {fnum(c.mean_delta, 3, signed=True)}: {c.verdict}"]
+    ci = fci(c.t_ci_low, c.t_ci_high, 3)
+    lines += [f"{level} {ci}"] if ci != DASH else []
+    lines += [f"p_holm {fp(c.p_holm)}" + (f" · n={c.n}" if show_n else ""), win_text(c),
+              *caveats(c)]
+    return "\n".join(lines)
+
+
 def compact_grid_table(report: Report) -> Table:
-    """The terminal's grid: two lines per comparison (Δ + verdict, then interval + n),
-    regime columns headed by the dataset name and its median length."""
+    """The terminal's grid: a comparison per row (its group on a second line), a regime per
+    column headed by the dataset and its median length, every cell a few short lines."""
     regimes = grid_regimes(report)
     headers = ["comparison"] + [_short_regime(r) for r in regimes]
-    rows = []
     grid = _grid_rows(report, None)
     refs = {c.baseline for row in grid for c in row.cells.values()}
     one_ref = len(refs) == 1  # then "vs REF" goes into the title, not into every row
-    flags: dict[str, int] = {}  # flag text -> its number: a sentence is too long for a cell
+    level = level_of(report)
+    ns = {c.n for row in grid for c in row.cells.values()}
+    groups = {_row_label(report, row).partition(", ")[2] for row in grid}
+    rows = []
     for row in grid:
-        cells = [grid_cell(row.cells.get(r.dataset), 3, short=True) for r in regimes]
-        details = [" ".join([d] + flag_marks(row.cells[r.dataset], flags, inline_up_to=0)
-                            + [f"· {win_text(row.cells[r.dataset])}"])
-                   if r.dataset in row.cells else d for (_, d), r in zip(cells, regimes)]
         pair, _, group = _row_label(report, row).partition(", ")  # group on the 2nd line
         if one_ref:
             pair = pair.rsplit(" vs ", 1)[0]
-        rows.append([pair] + [h for h, _ in cells])
-        rows.append([group] + details)
-    vs = f" vs {refs.pop()}" if one_ref else ""
-    marks = "; ".join(f"{sign}: {words}" for words, sign in SHORT_MARKS.items())
-    return Table(f"Verdict grid{vs} (Δ and verdict; below: the interval the verdict uses, n)",
-                 headers, rows, grid_footnotes(report) + [marks] + flag_notes(flags))
+        group = group if len(groups) > 1 else ""
+        rows.append(["\n".join(p for p in (pair, group) if p)]
+                    + [terminal_cell(row.cells.get(r.dataset), level, len(ns) > 1)
+                       for r in regimes])
+    said = [f"vs {refs.pop()}" if one_ref else "", groups.pop() if len(groups) == 1 else "",
+            f"n = {ns.pop()} pairs each" if len(ns) == 1 else ""]
+    title = "Verdict grid" + (f" ({', '.join(p for p in said if p)})" if any(said) else "")
+    return Table(title, headers, rows, grid_footnotes(report))
 
 
 def _grid_rows(report: Report, metric: str | None) -> list[GridRow]:
@@ -224,24 +267,37 @@ def short_comparison_table(report: Report, metric: str, regime: str, group: tupl
     direction = "higher is better" if comps and comps[0].higher_is_better else "lower is better"
     refs = {c.baseline for c in comps}
     one_ref = len(refs) == 1  # then the reference goes into the title, not a column
-    headers = [axis.noun, *([] if one_ref else ["vs"]), "n", "mean Δ", "CI the verdict uses",
-               "level", "p_holm", "p_tost_holm", "power", "learned?", "verdict"]
-    numbered: dict[str, int] = {}  # long flags, spelled out below the table
+    headers = [axis.noun, *([] if one_ref else ["vs"]), "n", "mean Δ",
+               f"{level_of(report)} CI", "p_holm", "p_tost_holm", "power at\nα/m", "verdict"]
     rows = [[axis.short(arm_of(c)), *([] if one_ref else [c.baseline]), str(c.n),
-             fnum(c.mean_delta, signed=True),
-             fci(c.verdict_ci_low, c.verdict_ci_high), fpct(c.verdict_ci_level),
+             fnum(c.mean_delta, 3, signed=True), fci(c.t_ci_low, c.t_ci_high, 3),
              fp(c.p_holm), fp(c.tost_p_holm), fnum(c.power_at_holm_alpha, 2),
-             learned_cell(c), verdict_cell(c, numbered)] for c in comps]
+             short_verdict_cell(c)] for c in comps]
     vs = f"vs {refs.pop()}" if one_ref else ""
     title = " · ".join(p for p in (regime, axis.title(group), vs, f"{metric} ({direction})") if p)
-    return Table(title, headers, rows,
-                 [power_footnote(comps, report.settings.alpha)] + flag_notes(numbered))
+    return Table(title, headers, rows, [power_footnote(comps, report.settings.alpha)])
+
+
+def short_verdict_cell(c: Comparison) -> str:
+    """'better', 'inconclusive (withheld: reference not learned)': the verdict and its
+    caveats in words."""
+    words = caveats(c)
+    return c.verdict + (f" ({'; '.join(words)})" if words else "")
+
+
+def learned_footnote(comps: list[Comparison], noun: str) -> str:
+    """The legend of a `learned?` column, where it appears."""
+    chance = fnum(comps[0].chance_level, 3) if comps else DASH
+    return (f"learned?: does the {noun} / the reference beat chance ({chance} here: the test "
+            "split's majority rate, 1/K when none is recorded; Holm-adjusted t-test over "
+            "seeds); a 'no' withholds better, worse and equivalent; n/a: no chance level")
 
 
 def power_footnote(comps: list[Comparison], alpha: float) -> str:
     am = fnum(comps[0].holm_first_step_alpha, 4) if comps else DASH
-    return (f"power: post hoc, at the observed d_z and at α/m = {am} (Holm's first step, the "
-            f"threshold the verdict needs); power at unadjusted α = {alpha}: `--wide` / JSON")
+    return (f"power at α/m: post hoc, at the observed d_z and at α/m = {am} (Holm's first "
+            f"step, the threshold the verdict needs); power at α = {alpha}: `--wide` / JSON "
+            "(`power`)")
 
 
 def comparison_table(report: Report, metric: str, regime: str, group: tuple,
@@ -250,50 +306,50 @@ def comparison_table(report: Report, metric: str, regime: str, group: tuple,
     axis = report.settings.axis
     level = f"{100 * (1 - report.settings.alpha):.0f}%"
     direction = "higher is better" if comps and comps[0].higher_is_better else "lower is better"
-    headers = [axis.noun, "vs", "n", "mean Δ", "sd Δ", f"{level} t-CI", "p_t", "p_holm",
-               "p_wilcoxon", "p_signflip", f"BCa {level} CI", "d_z", "k+/n", "power",
-               f"power (α = {report.settings.alpha})", "seeds@80% (α/m)", "seeds@80% (α)",
-               "p_tost_holm", "learned?", "verdict"]
+    headers = [axis.noun, "vs", "n", "mean Δ", "sd Δ", f"{level} CI", "p_t", "p_holm",
+               "p_wilcoxon", "p_signflip", f"BCa {level} CI", "d_z", "k+/n", "power at α/m",
+               "power at α", "seeds@80% (α/m)", "seeds@80% (α)", "p_tost_holm", "learned?",
+               "verdict", "win rate"]
     cost = metric in COST_METRICS
     if cost:
         headers += ["ratio", f"{level} ratio CI", "p_ratio_holm", "ratio verdict"]
     rows, notes = [], []
     for c in comps:
-        wmark = "" if c.wilcoxon_method == "exact" else "†"
-        if wmark and c.wilcoxon_method not in notes:
+        if c.wilcoxon_method not in notes:
             notes.append(c.wilcoxon_method)
         boot = fci(c.boot_ci_low, c.boot_ci_high)
         rows.append([axis.short(arm_of(c)), c.baseline, str(c.n),
                      fnum(c.mean_delta, signed=True),
                      fnum(c.sd_delta), fci(c.t_ci_low, c.t_ci_high), fp(c.t_p),
-                     fp(c.p_holm), fp(c.wilcoxon_p) + wmark, fp(c.signflip_p),
-                     boot + ("*" if c.boot_descriptive and boot != DASH else ""),
+                     fp(c.p_holm), fp(c.wilcoxon_p), fp(c.signflip_p),
+                     boot + (" (descriptive)" if c.boot_descriptive and boot != DASH else ""),
                      fnum(c.dz, 2, signed=True), f"{c.n_positive}/{c.n}",
                      fnum(c.power_at_holm_alpha, 2), fnum(c.power, 2),
                      _seeds(c.seeds_for_80_power_at_holm_alpha),
                      _seeds(c.seeds_for_80_power), fp(c.tost_p_holm), learned_cell(c),
-                     verdict_cell(c)] + (ratio_cells(c) if cost else []))
-    foot = [f"† Wilcoxon method: {m}" for m in notes]
+                     verdict_cell(c), win_text(c)] + (ratio_cells(c) if cost else []))
+    foot = [f"{level} CI: the paired-t interval (one level everywhere); better/worse when "
+            f"p_holm < α = {report.settings.alpha}",
+            f"p_wilcoxon: {'; '.join(notes)}" if notes else ""]
     if any(c.boot_descriptive for c in comps):
-        foot.append("* descriptive: fewer than 10 pairs")
-    foot.append("power, seeds@80%: post hoc, at the observed d_z; α/m = "
-                f"{fnum(comps[0].holm_first_step_alpha, 4) if comps else DASH} is Holm's "
-                f"first step (what the verdict needs; `power` is at α/m), "
-                f"α = {report.settings.alpha} unadjusted")
+        foot.append("BCa (descriptive): fewer than 10 pairs, the bootstrap undercovers")
+    foot.append("power and seeds@80%: post hoc, at the observed d_z; at α/m = "
+                f"{fnum(comps[0].holm_first_step_alpha, 4) if comps else DASH} (Holm's "
+                f"first step, what the verdict needs; JSON `power_at_holm_alpha`) and at "
+                f"α = {report.settings.alpha} (unadjusted; JSON `power`)")
     margin = comps[0].equivalence_margin if comps else None
     if margin is not None:
         foot.append(f"equivalence margin ±{margin:g} ({metric} units), TOST, Holm across the "
                     "report's TOST tests")
     if any(c.learned != "n/a" for c in comps):
-        foot.append(f"learned?: does the {axis.noun} / the reference beat chance "
-                    f"({fnum(comps[0].chance_level, 3)} here; see the chance table)")
+        foot.append(learned_footnote(comps, axis.noun))
     if cost:
         foot.append(f"ratio: geometric mean of {axis.noun}/reference over the paired seeds; "
                     f"{level} t-interval of the mean log ratio, exponentiated; p_ratio_holm: "
                     "Holm over the report's ratio tests; a ratio equal on every seed is exact "
                     "(no seed noise) and decides the ratio verdict by itself")
     title = " · ".join(p for p in (regime, axis.title(group), f"{metric} ({direction})") if p)
-    return Table(title, headers, rows, foot)
+    return Table(title, headers, rows, [f for f in foot if f])
 
 
 def fratio(x: object) -> str:
@@ -303,33 +359,11 @@ def fratio(x: object) -> str:
     return f"{x:.4g}×"
 
 
-SHORT_FLAG = 32  # a flag up to this long stays beside the verdict in a terminal table
-
-
-def verdict_cell(c: Comparison, numbered: dict[str, int] | None = None) -> str:
-    """The verdict with what qualifies it beside it: 'better [rests on normality (n = 2 < 5)]'.
-
-    numbered (the terminal): a flag longer than SHORT_FLAG becomes '[k]', and numbered maps
-    its text to k, for the table's footnotes; a sentence does not fit a table cell."""
-    if numbered is None:
-        flags = c.verdict_flags
-        return c.verdict + (f" [{'; '.join(flags)}]" if flags else "")
-    return " ".join([c.verdict] + flag_marks(c, numbered, inline_up_to=SHORT_FLAG))
-
-
-def flag_marks(c: Comparison, numbered: dict[str, int], inline_up_to: int) -> list[str]:
-    """A comparison's verdict flags for a terminal table: those up to `inline_up_to`
-    characters as '[text]', the longer ones as '[k]', numbered adds each (text -> k) for
-    flag_notes."""
+def verdict_cell(c: Comparison) -> str:
+    """The verdict with every flag that qualifies it in full beside it: 'better [rests on
+    normality (n = 2 < 5)]' (the report's tables; the terminal's: short_verdict_cell)."""
     flags = c.verdict_flags
-    inline = [f for f in flags if len(f) <= inline_up_to]
-    refs = [f"[{numbered.setdefault(f, len(numbered) + 1)}]" for f in flags if len(f) > inline_up_to]
-    return ([f"[{'; '.join(inline)}]"] if inline else []) + refs
-
-
-def flag_notes(numbered: dict[str, int]) -> list[str]:
-    """The footnotes spelling out each numbered flag: '[k] text'."""
-    return [f"[{k}] {text}" for text, k in numbered.items()]
+    return c.verdict + (f" [{'; '.join(flags)}]" if flags else "")
 
 
 def ratio_cells(c: Comparison) -> list[str]:
@@ -379,7 +413,7 @@ def interaction_table(report: Report, short: bool = False) -> Table:
 
 
 def _short_interaction_table(report: Report) -> Table:
-    level = f"{100 * (1 - report.settings.alpha):.0f}%"
+    level = level_of(report)
     axis, cols = report.settings.axis, group_columns(report)
     tests = report.interaction["tests"]
     headers = [axis.noun, "vs", *cols, "metric", "n", "p_holm", "Δ difference",
@@ -388,10 +422,13 @@ def _short_interaction_table(report: Report) -> Table:
              "/".join(map(str, t.n_per_dataset)), fp(t.p_holm),
              fnum(t.diff_in_deltas, signed=True), fci(t.diff_ci_low, t.diff_ci_high),
              t.verdict] for t in tests]
+    title, headers, rows = constant_columns(
+        f"Does the {axis.noun} effect differ across these datasets?", headers, rows,
+        ["vs", *cols, "metric"])
     known = lengths_known(report.regimes)
     order = ("datasets short → long: " if known else "datasets (by name; lengths unknown): ")
     contrasts = sorted({f"Δ {t.long_dataset} − Δ {t.short_dataset}" for t in tests})
-    return Table(f"Does the {axis.noun} effect differ across these datasets?", headers, rows,
+    return Table(title, headers, rows,
                  [order + (" < " if known else ", ").join(tests[0].datasets if tests else [])
                   + "; p_holm: Welch one-way ANOVA of the per-seed deltas, Holm across tests; "
                   f"Δ difference: {'; '.join(contrasts)}, with its Welch t-interval (`--wide`: "
@@ -416,7 +453,7 @@ def seeds_needed_table(report: Report) -> Table:
     am = report.comparisons[0].holm_first_step_alpha if report.comparisons else a
     cols = arm_columns(report)
     headers = ["dataset", *cols, "metric", "fusion", "vs", "n", "d_z",
-               "power", f"seeds for 80% (α/m = {am:.3g})", f"power at α = {a} (unadjusted)",
+               "power at α/m", f"seeds for 80% (α/m = {am:.3g})", "power at α",
                f"seeds for 80% (α = {a})"]
     rows = [[c.dataset, *(getattr(c, f) for f in cols), c.metric, c.fusion, c.baseline,
              str(c.n),
@@ -426,9 +463,10 @@ def seeds_needed_table(report: Report) -> Table:
             for c in report.comparisons]
     return Table("Seeds needed (two-sided paired t; post hoc: computed at the observed d_z, "
                  "which overstates power when the effect estimate is noisy)", headers, rows,
-                 [f"power: at α/m = {am:.3g}, Holm's first step over the report's m "
+                 [f"power at α/m: at α/m = {am:.3g}, Holm's first step over the report's m "
                   "comparisons (the threshold the smallest p must clear, what the verdict "
-                  "uses); α: unadjusted",
+                  f"uses; JSON `power_at_holm_alpha`); power at α: at unadjusted α = {a} "
+                  "(JSON `power`)",
                   "— : undefined (SD 0 or n < 2) or unbounded (d_z = 0)"])
 
 
@@ -456,7 +494,8 @@ def learn_rate_text(t: ChanceTest) -> str:
 
 def arms_table(report: Report, short: bool = False) -> Table:
     """Every arm over its seeds: mean, per-seed SD, range (the seed noise), chance, learned.
-    short: the dataset's name instead of its regime label (the terminal's narrow form)."""
+    short (the terminal's narrow form): the dataset's name instead of its regime label, and
+    a column holding one value in every row said once in the title instead."""
     label = {} if short else {r.dataset: r.label for r in report.regimes}
     cols = arm_columns(report)
     headers = ["dataset", *cols, "metric", "fusion", "n", "mean", "per-seed SD", "min–max",
@@ -466,10 +505,32 @@ def arms_table(report: Report, short: bool = False) -> Table:
              str(a.n), fnum(a.mean), fnum(a.sd),
              f"{fnum(a.min, 3)}–{fnum(a.max, 3)}", fnum(a.chance_level, 3),
              a.learned] for a in report.arms]
-    return Table("Each arm over its seeds", headers, rows,
+    title = "Each arm over its seeds"
+    if short:
+        title, headers, rows = constant_columns(title, headers, rows, [*cols, "metric"])
+    return Table(title, headers, rows,
                  ["per-seed SD: sample SD over seeds (ddof 1), the noise each paired Δ is "
                   "judged against; chance: the arm's test majority rate (1/K when none is "
-                  "recorded); learned?: its accuracy beats chance (see the chance table)"])
+                  "recorded); learned?: does the arm's accuracy beat chance (Holm-adjusted "
+                  "t-test over its seeds)? A 'no' withholds better, worse and equivalent in "
+                  "every comparison with that arm"])
+
+
+def constant_columns(title: str, headers: list[str], rows: list[list[str]],
+                     names: list[str]) -> tuple[str, list[str], list[list[str]]]:
+    """Those of `names` whose column holds one value in every row go into the title
+    ('title (pe=sinusoidal, test_acc)') and out of the table."""
+    keep, said = [], []
+    for i, h in enumerate(headers):
+        values = {r[i] for r in rows}
+        if h in names and len(values) == 1:
+            v = values.pop()
+            said.append(v if h == "metric" else f"{h}={v}")
+        else:
+            keep.append(i)
+    pick = lambda row: [row[i] for i in keep]  # noqa: E731
+    return (title + (f" ({', '.join(said)})" if said else ""), pick(headers),
+            [pick(r) for r in rows])
 
 
 def _mean_sd(values: np.ndarray) -> str:
@@ -629,6 +690,9 @@ def claim_tests_table(claims: Mapping | ClaimSetResult, contrast: bool = True) -
             "the opposite one-sided p < α/m",
             "ratio: geometric mean arm/reference over seeds with the exponentiated t-interval "
             "of the mean log ratio; an identical ratio on every seed is exact (no seed noise)",
+            "learned?: yes when every arm of the test beats chance (the test split's majority "
+            "rate); else each arm that does not ('no') or may not ('unknown'), which withholds "
+            "the test's verdict; n/a: no chance level",
             cs.method]
     return Table("Claim tests (one per regime, or per cost metric and regime)", headers, rows,
                  foot)

@@ -1,16 +1,23 @@
-"""Plain-text terminal output: the verdict grid first, then warnings, then one short table
-per regime (and the claims).
+"""Plain-text terminal output: the answer in words first (fusion_sweep.analysis.answer),
+then the verdict grid, warnings, one short table per regime (and the claims).
 
-By default every line fits WIDTH (120) columns: text cells and footnotes wrap, and each
-regime gets the short table of what decides its verdicts. `wide=True` (`stats --wide`)
-prints every column of every table on one line each, however long.
+Every line fits the terminal's width (`terminal_width`: COLUMNS or the terminal, WIDTH when
+stdout is no terminal): text cells, sentences and footnotes wrap, and each regime gets the
+short table of what decides its verdicts. `wide=True` (`stats --wide`) prints every column of
+every table on one line each, however long; its sentences and notes still wrap. Verdict words
+are coloured only on a terminal (`use_color`: never in a pipe or file, never with NO_COLOR).
 """
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import sys
 import textwrap
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, TextIO
 
+from fusion_sweep.analysis.answer import findings
 from fusion_sweep.analysis.claims import ClaimSetResult
 from fusion_sweep.analysis.estimands import VERDICT_RULE
 from fusion_sweep.analysis.platforms import platform_line
@@ -22,17 +29,66 @@ from fusion_sweep.analysis.tables import (
     dropped_table, interaction_table, short_comparison_table,
 )
 
-WIDTH = 120  # the terminal width the default output fits
+WIDTH = 120  # the width when stdout is no terminal and COLUMNS is unset
+MIN_WIDTH = 60  # narrower terminals get this width (and wrap)
 MIN_WRAPPED = 10  # a wrapped text column never gets narrower than this
 
 
-def layout(table: Table, indent: str = "  ", width: int | None = None) -> str:
-    """Fixed-width columns; numbers right-aligned, text left-aligned. With `width`, the
-    widest text columns wrap onto continuation lines until the table fits, and the title
-    and footnotes wrap too."""
+def terminal_width(stream: TextIO | None = None) -> int:
+    """COLUMNS when set, else the terminal's width when `stream` (stdout) is one, else WIDTH;
+    never below MIN_WIDTH."""
+    stream = sys.stdout if stream is None else stream
+    if not os.environ.get("COLUMNS") and not _isatty(stream):
+        return WIDTH
+    return max(MIN_WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns)
+
+
+def use_color(stream: TextIO | None = None) -> bool:
+    """Colour only on a terminal: never with NO_COLOR set (no-color.org), always with
+    FORCE_COLOR set (and not empty or 0), never in a pipe or file or with TERM=dumb."""
+    stream = sys.stdout if stream is None else stream
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR", "") not in ("", "0"):
+        return True
+    return _isatty(stream) and os.environ.get("TERM") != "dumb"
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a closed or replaced stream
+        return False
+
+
+# Verdict words and their SGR colours: better green, worse red, equivalent cyan, the
+# undecided dim, an arm at chance yellow, an across-regime difference magenta.
+COLORS = {"better": "32", "beats": "32", "beat": "32", "worse": "31", "is worse than": "31",
+          "are worse than": "31", "equivalent": "36", "is equivalent to": "36",
+          "are equivalent to": "36", "inconclusive": "2", "undecided": "2",
+          "not decided": "2", "not learned": "33", "did not beat chance": "33",
+          "withheld": "33", "differs": "35"}
+_VERDICT_WORDS = re.compile(r"\b(" + "|".join(sorted(map(re.escape, COLORS), key=len,
+                                                     reverse=True)) + r")\b")
+
+
+def paint(text: str, color: bool) -> str:
+    """Verdict words in their colour (after layout: escapes take no column)."""
+    if not color:
+        return text
+    return _VERDICT_WORDS.sub(lambda m: f"\x1b[{COLORS[m.group(1)]}m{m.group(1)}\x1b[0m", text)
+
+
+def layout(table: Table, indent: str = "  ", width: int | None = None,
+           notes_width: int | None = None) -> str:
+    """Fixed-width columns; numbers right-aligned, text left-aligned; a cell's '\\n' starts a
+    new line within it. With `width`, the widest text columns wrap onto continuation lines
+    until the table fits, and the title and footnotes wrap too; `notes_width` (`--wide`:
+    rows on one line each) wraps only the title and footnotes."""
     cols = list(zip(*([table.headers] + table.rows))) if table.rows else [[h] for h in table.headers]
-    natural = [max(len(str(v)) for v in col) for col in cols]
+    natural = [max(_cell_len(v) for v in col) for col in cols]
     widths = natural
+    notes_width = width if notes_width is None else notes_width
     if width is not None:
         widths = _fit(cols, natural, width - len(indent))
         if _total(widths) > width - len(indent) and len(widths) > 2:
@@ -40,7 +96,9 @@ def layout(table: Table, indent: str = "  ", width: int | None = None) -> str:
             return _in_parts(table, [min(w, cap) for w in natural], indent, width)
 
     def lines(vals: list[str]) -> list[str]:
-        parts = [_wrap_cell(v, w) if len(v) > w else [v] for v, w in zip(vals, widths)]
+        parts = [[ln for seg in str(v).split("\n")
+                  for ln in (_wrap_cell(seg, w) if len(seg) > w else [seg])]
+                 for v, w in zip(vals, widths)]
         right = [is_numeric_cell(v) for v in vals]  # a wrapped cell keeps its alignment
         out = []
         for k in range(max(len(p) for p in parts)):
@@ -49,11 +107,16 @@ def layout(table: Table, indent: str = "  ", width: int | None = None) -> str:
             out.append(indent + "  ".join(cells).rstrip())
         return out
 
-    out = _wrap_title(table.title, width) + lines(table.headers)
+    out = _wrap_title(table.title, notes_width) + lines(table.headers)
     out.append(indent + "  ".join("-" * w for w in widths))
     out += [ln for r in table.rows for ln in lines(r)] or [indent + "(none)"]
-    out += [ln for f in table.footnotes for ln in _wrap(f, width, indent)]
+    out += [ln for f in table.footnotes for ln in _wrap(f, notes_width, indent)]
     return "\n".join(out)
+
+
+def _cell_len(v: object) -> int:
+    """A cell's width: its longest line."""
+    return max(len(seg) for seg in str(v).split("\n"))
 
 
 def _wrap_cell(text: str, width: int) -> list[str]:
@@ -105,7 +168,8 @@ def _fit(cols: list, widths: list[int], width: int) -> list[int]:
     """Shrink the widest text (non-numeric) columns until the row fits `width`."""
     widths = list(widths)
     text = [i for i, col in enumerate(cols)
-            if not all(is_numeric_cell(str(v)) or not v for v in col[1:])]
+            if not all(is_numeric_cell(str(v)) or not v for v in col[1:])
+            or any("\n" in str(v) for v in col)]
     while _total(widths) > width:
         wide = [i for i in text if widths[i] > MIN_WRAPPED]
         if not wide:
@@ -154,10 +218,12 @@ class DesignWarning:
 
 
 def warning_line(w: Mapping[str, str]) -> str:
-    """A warning as a reader meets it: the sentence first (capitalised), its code after."""
-    warning = DesignWarning.of(w)
-    msg = warning.message
-    return f"{msg[:1].upper()}{msg[1:]} [{warning.code}]"
+    """A warning as a reader meets it: a sentence, capitalised and ended (its code stays in
+    the JSON and on stderr with --format json)."""
+    msg = DesignWarning.of(w).message.rstrip()
+    path = "/" in msg.split(" ", 1)[0]  # it opens with a comparison's path: keep its case
+    return (msg if path else f"{msg[:1].upper()}{msg[1:]}") + (
+        "" if msg.endswith((".", "!", "?")) else ".")
 
 
 def is_numeric_cell(v: str) -> bool:
@@ -165,22 +231,24 @@ def is_numeric_cell(v: str) -> bool:
     return bool(v) and (v[0].isdigit() or v[0] in "+-[<—")
 
 
-def format_text(report: Report, wide: bool = False) -> str:
-    """The terminal report: fits WIDTH columns, or every column on one line when `wide`."""
-    s = report.settings
-    width = None if wide else WIDTH
-    parts = ["\n".join(_wrap(
-        f"fusion-sweep stats · source: {source_line(report.source)} · baseline={s.baseline} · "
-        f"alpha={s.alpha} · {family_line(report)} · margin={s.margin_label()} · "
-        f"bootstrap={s.n_boot} · rng-seed={s.rng_seed}", width, ""))]
+def format_text(report: Report, wide: bool = False, width: int | None = None,
+                color: bool | None = None) -> str:
+    """The terminal report: the answer in words, then the tables; every line fits `width`
+    (default: terminal_width()), or with `wide` every table row on one line. color (default:
+    use_color()): verdict words coloured."""
+    width = terminal_width() if width is None else width
+    color = use_color() if color is None else color
+    tw = None if wide else width  # tables' width
+    parts = [_header(report, width)]
     if report.comparisons:
-        parts.append(layout(compact_grid_table(report), width=width))
-    parts.append("\n".join(_wrap(VERDICT_RULE, width, "")))
+        parts.append(paint(answer_text(report, width), color))
+        parts.append(paint(layout(compact_grid_table(report), width=tw, notes_width=width),
+                           color))
     if report.warnings:
         parts.append("Warnings:\n" + "\n".join(
             ln for w in report.warnings for ln in _wrap(f"! {warning_line(w)}", width, "  ")))
     if report.arms:
-        parts.append(layout(arms_table(report, short=not wide), width=width))
+        parts.append(layout(arms_table(report, short=not wide), width=tw, notes_width=width))
     if report.sequential is not None:
         seq = SequentialSection.from_json(report.sequential)
         parts.append(layout(sequential_table(
@@ -188,24 +256,61 @@ def format_text(report: Report, wide: bool = False) -> str:
             f"Sequential decisions (adaptive seeds, {seq.metric}) by the {seq.method} "
             f"CS: the verdicts of this sweep; m = {seq.m} comparisons fixed at launch "
             f"({seq.family_source})"),
-            width=width))
+            width=tw, notes_width=width))
     table = comparison_table if wide else short_comparison_table
-    for metric, regime, group, comps in blocks_by_regime(report):
-        parts.append(layout(descriptive(report, table(report, metric, regime, group, comps)),
-                            width=width))
+    blocks = blocks_by_regime(report)
+    for k, (metric, regime, group, comps) in enumerate(blocks):
+        t = descriptive(report, table(report, metric, regime, group, comps))
+        if not wide and k < len(blocks) - 1:  # the short tables' one note: under the last
+            t = Table(t.title, t.headers, t.rows, [])
+        parts.append(paint(layout(t, width=tw, notes_width=width), color))
     if report.interaction["tests"]:
-        parts.append(layout(descriptive(report, interaction_table(report, short=not wide)),
-                            width=width))
+        parts.append(paint(layout(descriptive(report, interaction_table(report, short=not wide)),
+                                  width=tw, notes_width=width), color))
     else:
-        parts.append("Across datasets: the test needs one comparison in >= 2 datasets "
-                     "with >= 2 pairs each")
-    parts.append(layout(dropped_table(report), width=width))
+        parts.append("\n".join(_wrap("Across datasets: the test needs one comparison in >= 2 "
+                                      "datasets with >= 2 pairs each", width, "")))
+    parts.append(layout(dropped_table(report), width=tw, notes_width=width)
+                 if report.dropped or wide else "Dropped pairs: none")
+    parts.append("\n".join(_wrap(_settings_line(report), width, "")))
+    parts.append("\n".join(_wrap(VERDICT_RULE, width, "")))
     if not wide:
-        parts.append("Every column (Wilcoxon, sign-flip, BCa, d_z, seeds needed, power at α): "
-                     "`--wide`, `--format json` or `--report DIR`.")
+        parts.append("\n".join(_wrap(
+            "Every column (Wilcoxon, sign-flip, BCa, d_z, seeds needed, power at α): "
+            "`--wide`, `--format json` or `--report DIR`.", width, "")))
     if report.claims is not None:
         parts.append(format_claims(report.claims, width, descriptive_label(report)))
     return "\n\n".join(parts) + "\n"
+
+
+def answer_text(report: Report, width: int) -> str:
+    """The answer: a heading naming what the sentences measure, then one wrapped sentence per
+    finding, the summary last."""
+    s = report.settings
+    label = descriptive_label(report)
+    head = (f"The answer ({', '.join(s.metrics)}; {100 * (1 - s.alpha):g}% intervals; Holm p "
+            f"over m = {report.family['m']} comparisons)" + (f" ({label})" if label else "")
+            + ":")
+    out = _wrap(head, width, "")
+    for f in findings(report):
+        out += textwrap.wrap(f.sentence, width, initial_indent="  ", subsequent_indent="    ",
+                             break_on_hyphens=False)
+    return "\n".join(out)
+
+
+def _header(report: Report, width: int) -> str:
+    """The first line: which results, against which reference, at which α and m."""
+    s, src = report.settings, report.source
+    what = (f"sweep {src.get('sweep')} ({src.get('n_runs')} trial runs)"
+            if src.get("kind") == "mlflow" else str(src.get("path", src.get("kind", "table"))))
+    return "\n".join(_wrap(f"fusion-sweep stats · {what} · baseline={s.baseline} · "
+                           f"alpha={s.alpha} · {family_line(report)}", width, ""))
+
+
+def _settings_line(report: Report) -> str:
+    s = report.settings
+    return (f"Source: {source_line(report.source)} · margin={s.margin_label()} · "
+            f"bootstrap={s.n_boot} · rng-seed={s.rng_seed}")
 
 
 def descriptive(report: Report, table: Table) -> Table:

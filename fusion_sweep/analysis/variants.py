@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from fusion_sweep.analysis.schema import VARIANT_COLUMNS, AnalysisError
+from fusion_sweep.errors import choices, did_you_mean
 from fusion_sweep.schema import shown
 
 BASELINE_FORMS = ("a fusion name (e.g. add)",
@@ -160,10 +161,7 @@ def check_present(axis: Axis, variants: Iterable[Variant]) -> None:
     variants = set(variants)
     if any(axis.matches(v) for v in variants):
         return
-    if axis.is_fusion:
-        fusions = sorted({v.fusion for v in variants})
-        raise AnalysisError(f"baseline fusion {axis.spec!r} is absent from the data; "
-                            f"fusions present: {', '.join(fusions)}")
-    labels = sorted(v.label for v in variants)
-    raise AnalysisError(f"baseline variant {axis.spec!r} is absent from the data; "
-                        f"variants present: {', '.join(labels)}")
+    kind, present = (("fusion", sorted({v.fusion for v in variants})) if axis.is_fusion
+                     else ("variant", sorted(v.label for v in variants)))
+    raise AnalysisError(f"baseline {kind} {axis.spec!r} is absent from the data"
+                        f"{did_you_mean(axis.spec, present)}; {kind}s present: {choices(present)}")

@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
-from fusion_sweep.errors import UserError
+from fusion_sweep.errors import UserError, choices, did_you_mean, unknown_name
 from fusion_sweep.schema import (DEFAULT_ENCODER, IDENTITY_FIELDS, NON_SEMANTIC_FIELDS,
                                  trial_key, trial_label, variant_label)
 from fusion_sweep.trial.data.registry import DATASETS
@@ -128,18 +128,14 @@ class TrialConfig:
     def replace(self, **changes: Any) -> "TrialConfig":
         unknown = sorted(set(changes) - set(self.field_names()))
         if unknown:
-            raise ValueError(
-                f"unknown trial config field(s) {unknown}; choose from {sorted(self.field_names())}"
-            )
+            raise ValueError(_unknown_fields(unknown, self.field_names()))
         return dataclasses.replace(self, **coerce_fields(changes))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TrialConfig":
         unknown = sorted(set(d) - set(cls.field_names()))
         if unknown:
-            raise ValueError(
-                f"unknown trial config field(s) {unknown}; choose from {sorted(cls.field_names())}"
-            )
+            raise ValueError(_unknown_fields(unknown, cls.field_names()))
         return cls(**coerce_fields(dict(d)))
 
     @staticmethod
@@ -219,7 +215,7 @@ class TrialConfig:
 
         def choice(name: str, value: Any, options: Any) -> None:
             if value not in options:
-                errs.append(f"unknown {name} {value!r}; choose from {sorted(options)}")
+                errs.append(unknown_name(name, value, sorted(options)))
 
         choice("dataset", self.dataset, DATASETS)
         choice("encoder", self.encoder, ENCODERS)
@@ -268,6 +264,12 @@ class TrialConfig:
         return errs
 
 
+def _unknown_fields(unknown: list[str], names: Any, where: str = "") -> str:
+    """`unknown trial config field(s) 'lrr' (did you mean 'lr'?) (command line); choose from ...`"""
+    named = ", ".join(f"{k!r}{did_you_mean(k, names)}" for k in unknown)
+    return f"unknown trial config field(s) {named}{where}; choose from {choices(sorted(names))}"
+
+
 def resolve_hyperparameters(dataset: str, *, space_all: Mapping[str, Any] | None = None,
                             space_dataset: Mapping[str, Any] | None = None,
                             overrides: Mapping[str, Any] | None = None,
@@ -280,7 +282,7 @@ def resolve_hyperparameters(dataset: str, *, space_all: Mapping[str, Any] | None
     (device, threads, cache, ...), reported as "built-in".
     """
     if dataset not in DATASETS:
-        raise UserError(f"unknown dataset {dataset!r}; choose from {sorted(DATASETS)}")
+        raise UserError(unknown_name("dataset", dataset, sorted(DATASETS)))
     names = TrialConfig.field_names()
     values: dict[str, Any] = {}
     sources: dict[str, str] = {f: "built-in" for f in names if f != "dataset"}
@@ -291,8 +293,7 @@ def resolve_hyperparameters(dataset: str, *, space_all: Mapping[str, Any] | None
     for layer, given in layers:
         unknown = sorted(set(given) - set(names))
         if unknown:
-            raise UserError(f"unknown trial config field(s) {unknown} ({layer}); choose from "
-                             f"{sorted(names)}")
+            raise UserError(_unknown_fields(unknown, names, f" ({layer})"))
         for k, v in given.items():
             values[k] = v
             sources[k] = layer

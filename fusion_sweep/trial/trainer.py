@@ -103,7 +103,7 @@ class SpeedOptions:
                 names = [f for f in cls.__dataclass_fields__]
                 if not sep or key not in names:
                     raise ValueError(f"FUSION_SWEEP_SPEED: bad item {part!r}; use 'fast', "
-                                     f"'reference' or key=value with key in {names}")
+                                     f"'reference' or key=value with key in {', '.join(names)}")
                 v: Any = int(value) if key == "eval_batch_mult" else value.lower() in ("1", "true", "yes", "on")
                 out = dataclasses.replace(out, **{key: v})
         return out

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fusion_sweep.errors import UserError
+from fusion_sweep.errors import UserError, choices
 from fusion_sweep.trial.data import synthetic
 from fusion_sweep.trial.data.cache import cache_root, content_key, entry_path, get_or_build, read_entry
 from fusion_sweep.trial.data.hub import DatasetUnavailableError, RawSplits, Source, open_source
@@ -79,8 +79,8 @@ def _check_args(spec: DatasetSpec, data_dir: str, data_seed: int, limit_train: i
             raise UserError(f"{field} must be a non-negative integer, got {v!r}")
     if spec.generated and data_dir:
         hub = sorted(n for n, s in DATASETS.items() if not s.generated)
-        raise UserError(f"data_dir applies only to hub and package datasets {hub}; dataset {spec.name!r} is "
-                         f"generated from data_seed")
+        raise UserError(f"data_dir applies only to hub and package datasets ({choices(hub)}); "
+                        f"dataset {spec.name!r} is generated from data_seed")
     if not spec.generated and synthetic_overrides:
         raise UserError(f"synthetic_overrides apply only to synthetic datasets, not {spec.name!r}")
 

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from fusion_sweep.errors import UserError
+from fusion_sweep.errors import UserError, choices
 from fusion_sweep.trial.data.cache import file_digest
 from fusion_sweep.trial.data.registry import DatasetSpec
 
@@ -169,7 +169,7 @@ def discover_files(root: Path) -> dict[str, list[Path]]:
     for split in REQUIRED_SPLITS:
         if split not in found:
             names = sorted(p.name for p in root.iterdir())[:20]
-            raise UserError(f"data_dir {str(root)!r} has no {split!r} split (files found: {names}); "
+            raise UserError(f"data_dir {str(root)!r} has no {split!r} split (files found: {choices(names)}); "
                              f"{ACCEPTED_LAYOUTS}")
     return found
 
@@ -177,8 +177,8 @@ def discover_files(root: Path) -> dict[str, list[Path]]:
 def _check_columns(columns: Sequence[Any], where: str, spec: DatasetSpec) -> None:
     missing = [c for c in (spec.text_field, spec.label_field) if c not in columns]
     if missing:
-        raise UserError(f"{where}: missing column(s) {missing}; found columns "
-                         f"{[str(c) for c in columns]}; a local copy needs columns "
+        raise UserError(f"{where}: missing column(s) {choices(missing)}; found columns "
+                         f"{choices(columns)}; a local copy needs columns "
                          f"{spec.text_field!r} and {spec.label_field!r}")
 
 
@@ -215,7 +215,7 @@ def _pick_splits(names: Sequence[str], where: str) -> dict[str, str]:
             picked[split] = key
     for split in REQUIRED_SPLITS:
         if split not in picked:
-            raise UserError(f"{where} has no {split!r} split (splits found: {sorted(names)}); "
+            raise UserError(f"{where} has no {split!r} split (splits found: {choices(sorted(names))}); "
                              f"{ACCEPTED_LAYOUTS}")
     return picked
 

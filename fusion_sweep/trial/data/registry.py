@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fusion_sweep.errors import UserError
+from fusion_sweep.errors import UserError, unknown_name
 
 # The paper's reference code, per dataset family. Every model and optimisation field of a
 # trial config is here, so no value ever comes from a dataclass default.
@@ -342,5 +342,5 @@ for _length, _unit in _BROWN_UNITS.items():
 def get_spec(name: str) -> DatasetSpec:
     """The registry entry, or a ValueError naming the valid choices."""
     if name not in DATASETS:
-        raise UserError(f"unknown dataset {name!r}; choose from {sorted(DATASETS)}")
+        raise UserError(unknown_name("dataset", name, sorted(DATASETS)))
     return DATASETS[name]

@@ -56,7 +56,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fusion_sweep.errors import UserError
+from fusion_sweep.errors import UserError, choices
 
 # Bump when generated text changes for the same parameters: it is part of the cache key.
 GENERATOR_VERSION = "order-markers-v1"
@@ -98,11 +98,13 @@ class SyntheticParams:
         known = set(cls.__dataclass_fields__)
         unknown = sorted(set(d) - known)
         if unknown:
-            raise UserError(f"unknown synthetic parameter(s) {unknown}; choose from {sorted(known)}")
+            raise UserError(f"unknown synthetic parameter(s) {choices(unknown)}; choose from "
+                            f"{choices(sorted(known))}")
         required = [f.name for f in fields(cls) if f.default is MISSING]
         missing = [k for k in required if k not in d]
         if missing:
-            raise UserError(f"missing synthetic parameter(s) {missing}; required: {required}")
+            raise UserError(f"missing synthetic parameter(s) {choices(missing)}; required: "
+                            f"{choices(required)}")
         return cls(**dict(d))
 
     def sizes(self) -> dict[str, int]:

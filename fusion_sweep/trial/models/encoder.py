@@ -34,6 +34,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from fusion_sweep.errors import unknown_name
 from fusion_sweep.trial.models.common import FeedForwardSublayer, changed_fields, order_from_pe
 from fusion_sweep.trial.models.fusion import Fusion, build_fusion
 from fusion_sweep.trial.models.positional import POSITIONAL, PositionalEncoding, build_positional
@@ -207,7 +208,7 @@ class FusionClassifier(nn.Module):
                  encoder_options: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         if encoder not in ENCODERS:
-            raise ValueError(f"unknown encoder {encoder!r}; choose from {sorted(ENCODERS)}")
+            raise ValueError(unknown_name("encoder", encoder, sorted(ENCODERS)))
         self.d_model, self.pad_id = d_model, pad_id
         # --- shared group: what every encoder has ---
         self.embed = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)

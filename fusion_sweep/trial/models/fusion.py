@@ -20,6 +20,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from fusion_sweep.errors import unknown_name
+
 
 class Fusion(nn.Module):
     """Base class."""
@@ -187,5 +189,5 @@ FUSIONS: dict[str, type[Fusion]] = {
 
 def build_fusion(name: str, d_model: int, gate_cnn_kernel: int = 5) -> Fusion:
     if name not in FUSIONS:
-        raise ValueError(f"unknown fusion {name!r}; choose from {sorted(FUSIONS)}")
+        raise ValueError(unknown_name("fusion", name, sorted(FUSIONS)))
     return FUSIONS[name](d_model=d_model, gate_cnn_kernel=gate_cnn_kernel)

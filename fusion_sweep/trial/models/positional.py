@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from fusion_sweep.errors import choices, unknown_name
 from fusion_sweep.trial.models.fusion import FUSIONS
 
 
@@ -230,11 +231,11 @@ def check_compatible(pe: str, fusion: str) -> str | None:
     return (
         f"fusion {fusion!r} needs an input-level positional encoding, but pe {pe!r} {kind}; "
         f"use fusion {' or '.join(map(repr, absent_ok))} with pe {pe!r} (H = E), or an "
-        f"input-level pe from {input_level}"
+        f"input-level pe ({choices(input_level)})"
     )
 
 
 def build_positional(name: str, d_model: int, max_len: int, heads: int) -> PositionalEncoding:
     if name not in POSITIONAL:
-        raise ValueError(f"unknown pe {name!r}; choose from {sorted(POSITIONAL)}")
+        raise ValueError(unknown_name("pe", name, sorted(POSITIONAL)))
     return POSITIONAL[name](d_model=d_model, max_len=max_len, heads=heads)

@@ -137,6 +137,7 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 from torch.profiler import record_function
 
+from fusion_sweep.errors import unknown_name
 from fusion_sweep.trial.models import kernels
 from fusion_sweep.trial.models.common import FeedForwardSublayer, changed_fields, order_from_pe
 from fusion_sweep.trial.models.positional import POSITIONAL, PositionalEncoding
@@ -476,8 +477,8 @@ class ReSSFormerEncoder(nn.Module):
             bound = f"experts={e}" if _is_int(e) and e >= 1 else "experts"
             errs.append(f"experts_topk must be an integer in [1, {bound}], got {et!r}")
         if config.attn_activation not in ATTN_ACTIVATIONS:
-            errs.append(f"unknown attn_activation {config.attn_activation!r}; choose from "
-                        f"{sorted(ATTN_ACTIVATIONS)}")
+            errs.append(unknown_name("attn_activation", config.attn_activation,
+                                     sorted(ATTN_ACTIVATIONS)))
         g = config.graph_reg
         if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0.0 <= g < math.inf:
             errs.append(f"graph_reg must be a finite number >= 0, got {g!r}")

@@ -1,0 +1,252 @@
+"""Issue 33, the terminal: the answer first in words, caveats in words, one interval
+convention, a width from the terminal, colour on a terminal only, one name per quantity.
+
+Every check runs over the adversarial tables of tests/report_cases.py (the demo tables and
+each overclaim file)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fusion_sweep.analysis import cli
+from fusion_sweep.analysis.answer import findings
+from fusion_sweep.analysis.load import tidy
+from fusion_sweep.analysis.report import Settings, analyze
+from fusion_sweep.analysis.schema import (
+    ANSWER_KEYS, BETTER, COMPARISON_KEYS, EQUIVALENT, INCONCLUSIVE, NOT_LEARNED, WORSE,
+)
+from fusion_sweep.analysis.tables import fci
+from fusion_sweep.analysis.text import WIDTH, format_text, terminal_width, use_color
+
+sys.path.insert(0, str(Path(__file__).parent))
+import report_cases  # noqa: E402
+
+CASES = list(report_cases.CASES)
+GOLDEN = Path(__file__).parent / "data" / "verdicts_before_i33.json"
+MARKS = ("‡", "†", "[1]", "[2]")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_no_verdict_changed(case: str) -> None:
+    """Every verdict, win-rate verdict, ratio verdict, flag and Holm p of every case is
+    byte-identical to the one before issue 33 (tests/data/verdicts_before_i33.json, written
+    by tests/report_cases.verdicts at the commit before the interval change)."""
+    golden = json.loads(GOLDEN.read_text())[case]
+    now = json.loads(json.dumps(report_cases.verdicts(report_cases.report_of(case)),
+                                sort_keys=True, default=str))
+    assert json.dumps(now, sort_keys=True) == json.dumps(golden, sort_keys=True)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_p_holm_alone_decides_better_and_worse(case: str) -> None:
+    """The rule the text states (better/worse iff p_holm < alpha) is the rule the verdict
+    applies: the Holm-consistent interval excludes 0 exactly when p_holm < alpha, and then
+    the 95% interval shown excludes 0 too."""
+    rep = report_cases.report_of(case)
+    a = rep.settings.alpha
+    for c in rep.comparisons:
+        if not np.isfinite(c.p_holm) or not np.isfinite(c.holm_ci_low):
+            assert c.verdict not in (BETTER, WORSE) or c.verdict_flags
+            continue
+        decides = c.p_holm < a
+        assert (c.holm_ci_low > 0 or c.holm_ci_high < 0) == decides, c.key
+        if decides:
+            assert c.t_ci_low > 0 or c.t_ci_high < 0, c.key
+        if c.verdict in (BETTER, WORSE):
+            assert decides, c.key
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+@pytest.mark.parametrize("case", CASES)
+def test_every_line_fits_the_width(case: str, width: int) -> None:
+    text = format_text(report_cases.report_of(case), width=width, color=False)
+    long = [ln for ln in text.splitlines() if len(ln) > width]
+    assert not long, long[:3]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_no_marks_in_any_output(case: str) -> None:
+    """Caveats are words: no ‡/† and no numbered footnote markers, default or --wide."""
+    rep = report_cases.report_of(case)
+    for wide in (False, True):
+        text = format_text(rep, wide=wide, width=100, color=False)
+        assert not [m for m in MARKS if m in text], (wide, [m for m in MARKS if m in text])
+
+
+def test_wide_keeps_rows_whole_and_wraps_its_notes() -> None:
+    rep = report_cases.report_of("demo")
+    text = format_text(rep, wide=True, width=100, color=False)
+    assert max(map(len, text.splitlines())) > 100 and "p_wilcoxon" in text
+    rule = text.split("\n\nVerdicts name their estimand", 1)[1].split("\n\n", 1)[0]
+    assert rule.count("\n") > 2 and max(map(len, rule.splitlines())) <= 100
+    notes = [ln for ln in text.splitlines() if ln.startswith("  power and seeds@80%")]
+    assert notes and all(len(ln) <= 100 for ln in notes)
+
+
+def test_the_cli_takes_its_width_from_columns(tmp_path: Path, capsys, monkeypatch) -> None:
+    path = tmp_path / "r.csv"
+    report_cases.CASES["demo"][0]().to_csv(path, index=False)
+    argv = ["stats", "--results", str(path), "--equivalence-margin", "0.01", "--bootstrap",
+            "200", "--no-mlflow-log"]
+    for columns in ("80", "100"):
+        monkeypatch.setenv("COLUMNS", columns)
+        args = cli.build_parser().parse_args(argv)
+        assert args.func(args) == 0
+        out = capsys.readouterr().out
+        assert max(map(len, out.splitlines())) == int(columns)  # fills it, never more
+        assert "\x1b[" not in out  # captured: not a terminal
+    monkeypatch.delenv("COLUMNS")
+    assert terminal_width() == WIDTH  # not a tty, COLUMNS unset
+
+
+def test_width_and_colour_on_a_terminal(monkeypatch) -> None:
+    """A pty is a terminal: colour on (unless NO_COLOR), width from COLUMNS; a pipe and a
+    file get neither colour nor escapes (FORCE_COLOR forces it)."""
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    master, slave = os.openpty()
+    r, w = os.pipe()
+    with os.fdopen(slave, "w") as tty, os.fdopen(w, "w") as pipe:
+        assert use_color(tty) and not use_color(pipe)
+        monkeypatch.setenv("COLUMNS", "88")
+        assert terminal_width(tty) == 88 and terminal_width(pipe) == 88
+        monkeypatch.setenv("NO_COLOR", "1")
+        assert not use_color(tty)
+        monkeypatch.delenv("NO_COLOR")
+        monkeypatch.setenv("FORCE_COLOR", "1")
+        assert use_color(pipe)
+    os.close(master)
+    os.close(r)
+
+
+def test_colour_paints_verdict_words_only_when_asked() -> None:
+    rep = report_cases.report_of("demo")
+    plain = format_text(rep, width=100, color=False)
+    painted = format_text(rep, width=100, color=True)
+    assert "\x1b[" not in plain
+    assert "\x1b[32mbetter\x1b[0m" in painted and "\x1b[31mworse\x1b[0m" in painted
+    assert "\x1b[2minconclusive\x1b[0m" in painted
+    strip = painted
+    for code in ("32", "31", "36", "2", "33", "35"):
+        strip = strip.replace(f"\x1b[{code}m", "")
+    assert strip.replace("\x1b[0m", "") == plain  # colour adds no column
+    assert "\x1b[" not in rep.to_json()
+
+
+def _kinds(case: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for f in findings(report_cases.report_of(case)):
+        out.setdefault(f.kind, []).append(f.sentence)
+    return out
+
+
+def test_answer_sentences_for_each_verdict_kind() -> None:
+    demo, default = _kinds("demo"), _kinds("demo_default_like")
+    better = default[BETTER][0]
+    assert better.startswith("synthetic-medium: gate-vector beats add (mean Δ +0.016, 95% CI "
+                             "[+0.010, +0.021], Holm p 0.0094)")
+    assert "; win rate undecided (5/5, Holm p 0.38)" in better
+    worse = demo[WORSE][0]
+    assert " mul is worse than add (mean Δ -0.031, 95% CI [-0.039, -0.022]" in worse
+    eq = default[EQUIVALENT][0]
+    assert "concat is equivalent to add within ±0.01 (TOST Holm p 0.031; mean Δ" in eq
+    undecided = [s for s in default[INCONCLUSIVE] if "synthetic-long" in s][0]
+    assert "concat vs add is undecided at 5 seeds" in undecided
+    assert "its 95% interval excludes 0, but the Holm p does not decide" in undecided
+    assert "nor is it shown equivalent within ±0.01" in undecided
+    withheld = _kinds("overclaim_asymmetric_guard")["withheld"][0]
+    assert withheld.startswith("syn: concat did not beat chance (its chance level 0.500), so "
+                               "concat vs add is not decided")
+    (gone,) = _kinds("overclaim_imbalanced_chance")[NOT_LEARNED]
+    assert gone == ("brown: neither concat nor add beat chance (0.578), so this comparison "
+                    "says nothing about fusion.")
+    normal = _kinds("overclaim_collapse")[BETTER][0]
+    assert "the mean-Δ verdict rests on normality (add at chance on 2 of 5 seeds)" in normal
+    adaptive = findings(report_cases.report_of("overclaim_adaptive_file"))
+    assert "descriptive" not in adaptive[0].sentence  # said once, in the summary
+    assert "every verdict here is descriptive" in adaptive[-1].sentence
+    for case in CASES:  # never "no effect" or "no difference": undecided is undecided
+        text = " ".join(f.sentence for f in findings(report_cases.report_of(case)))
+        assert "no effect" not in text and "no difference" not in text
+
+
+def test_a_withheld_reference_is_one_sentence_for_its_comparisons() -> None:
+    """The default sweep's shape: the reference at chance on the long regime withholds both
+    comparisons with it, said once."""
+    df = report_cases.CASES["demo_default_like"][0]()
+    long = df["dataset"] == "synthetic-long"
+    df.loc[long & (df["fusion"] == "add"), "test_acc"] = [0.49, 0.51, 0.5, 0.5, 0.49]
+    rep = analyze(tidy(df), Settings(margin=0.01, n_boot=200), {"kind": "file", "path": "x"})
+    (w,) = [f for f in findings(rep) if f.kind == "withheld"]
+    assert w.sentence.startswith("synthetic-long: add did not beat chance (its chance level "
+                                 "0.500), so neither comparison with add is decided (concat "
+                                 "and gate-vector)")
+    assert w.arms == ("standard/sinusoidal/concat", "standard/sinusoidal/gate-vector")
+    summary = findings(rep)[-1]
+    assert summary.kind == "summary" and summary.sentence.startswith("In short: ")
+    assert "(2 of them because an arm did not beat chance)" in summary.sentence
+
+
+def test_mean_delta_and_win_rate_disagreeing_is_said(tmp_path: Path) -> None:
+    """11 of 12 seeds a little better, one far worse: the sign test decides `better`, the
+    mean Δ does not; the sentence says the two estimands disagree."""
+    arm = [0.81] * 11 + [0.40]
+    rows = [{"dataset": "d", "pe": "sin", "fusion": f, "seed": s, "test_acc": v,
+             "num_classes": 2, "median_tokens": 10.0}
+            for f, vals in (("add", [0.80] * 12), ("concat", arm))
+            for s, v in enumerate(vals)]
+    rows = [{**r, "test_acc": r["test_acc"] + 0.001 * r["seed"]} for r in rows]
+    rep = analyze(tidy(pd.DataFrame(rows)), Settings(margin=None, n_boot=200),
+                  {"kind": "file", "path": "x"})
+    (c,) = rep.comparisons
+    assert (c.verdict, c.win_verdict) == (INCONCLUSIVE, BETTER)
+    f = findings(rep)[0]
+    assert f.kind == "disagree"
+    assert f.sentence.startswith("d: by win rate concat beats add (win rate 11/12, Holm p ")
+    assert "but the mean Δ does not decide (mean Δ -0.024" in f.sentence
+    assert f.sentence.endswith("the two estimands disagree.")
+    assert "win rate only" in findings(rep)[-1].sentence
+
+
+def test_the_answer_comes_first_and_is_in_the_json(tmp_path: Path, capsys) -> None:
+    rep = report_cases.report_of("demo_default_like")
+    text = format_text(rep, width=100, color=False)
+    head = text.split("\n\n")[1]
+    assert head.startswith("The answer (test_acc; 95% intervals; Holm p over m = 6")
+    assert text.index("In short:") < text.index("Verdict grid")
+    answer = rep.to_dict()["answer"]
+    assert all(tuple(a) == ANSWER_KEYS for a in answer)
+    assert [a["sentence"] for a in answer] == [f.sentence for f in findings(rep)]
+    assert answer[-1]["kind"] == "summary"
+    assert " ".join(head.split()).endswith(" ".join(answer[-1]["sentence"].split()))
+
+
+@pytest.mark.parametrize("case", ["demo", "demo_default_like", "overclaim_collapse"])
+def test_one_name_per_quantity(case: str) -> None:
+    """The interval shown is t_ci_* (JSON `comparisons` and `verdict_grid`, level 1 - alpha
+    for every cell); the Holm-consistent interval is holm_ci_* and no text shows it; power
+    at α/m and power at α are named as in the JSON."""
+    rep = report_cases.report_of(case)
+    out = rep.to_dict()
+    assert {"holm_ci_low", "holm_ci_high", "holm_ci_level"} <= set(COMPARISON_KEYS)
+    assert not [k for k in COMPARISON_KEYS if k.startswith("verdict_ci")]
+    assert {g["ci_level"] for g in out["verdict_grid"]} == {1 - rep.settings.alpha}
+    text = format_text(rep, width=120, color=False)
+    wide = format_text(rep, wide=True, width=120, color=False)
+    for c in rep.comparisons:
+        shown = fci(c.t_ci_low, c.t_ci_high, 3)
+        assert shown in text or shown == "—"
+        if np.isfinite(c.holm_ci_low) and c.holm_ci_level > 0.98:  # clearly another interval
+            for digits in (3, 4):
+                holm = fci(c.holm_ci_low, c.holm_ci_high, digits)
+                assert holm != fci(c.t_ci_low, c.t_ci_high, digits)
+                assert holm not in text + wide
+    assert "power at α/m" in wide and "power at α" in wide
+    assert "`power`" in text and " power " not in text.replace("power at", "")
