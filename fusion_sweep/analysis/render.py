@@ -300,13 +300,10 @@ p,ul{max-width:1100px}figure{margin:10px 0}
 h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #d0d7de;padding-bottom:4px;margin-top:28px}
 h3{font-size:14px;margin:18px 0 6px}p,li{font-size:13px;line-height:1.45}
 .tw{overflow-x:auto;margin:14px 0 4px}table{border-collapse:collapse;font-size:11.5px}
-th,td{border:1px solid #d0d7de;padding:2px 5px;text-align:left;white-space:nowrap}
+th,td{border:1px solid #d0d7de;padding:2px 5px;text-align:left}td:first-child{white-space:nowrap}
 th{background:#f6f8fa;white-space:normal;vertical-align:bottom}td.n{text-align:right;font-variant-numeric:tabular-nums}
 td.w{white-space:normal;min-width:220px;max-width:460px}
-table.pin :is(td,th):nth-last-child(-n+2){position:sticky;background:#fff;box-shadow:-1px 0 0 #d0d7de}
-table.pin th:nth-last-child(-n+2){background:#f6f8fa}
-table.pin :is(td,th):last-child{right:0;min-width:6.5em;max-width:16em;white-space:normal}
-table.pin :is(td,th):nth-last-child(2){right:calc(6.5em + 11px)}
+.pin{position:sticky;background:#fff;box-shadow:-1px 0 0 #d0d7de}th.pin{background:#f6f8fa}
 caption{caption-side:top;text-align:left;font-weight:600;font-size:13px;padding:4px 0}
 .foot{font-size:11px;color:#57606a;margin:0 0 8px}img{max-width:100%;height:auto;border:1px solid #eaeef2}
 #img-status{display:none}#img-status.bad{display:block;color:#cf222e;font-weight:600;font-size:13px}
@@ -318,15 +315,24 @@ td.g small{font-weight:normal}
 # are wider than the page (data-tables-overflowing="k", columns behind a scrollbar): a reader
 # sees a red banner only for a broken figure, and headless-browser checks read the attributes.
 _JS = """
+var PINNED = ['learned?', 'verdict'];  // the headers a reader must always see
 window.addEventListener('load', function () {
   var imgs = Array.prototype.slice.call(document.images);
   var ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
   document.body.setAttribute('data-images-loaded', ok + '/' + imgs.length);
-  document.querySelectorAll('table.pin').forEach(function (t) {  // learned? left of verdict
-    var v = t.querySelector('th:last-child');
-    t.querySelectorAll('tr > :nth-last-child(2)').forEach(function (c) {
-      c.style.right = v.offsetWidth + 'px';
-    });
+  // learned?, verdict and any column after them stay at the right edge of a table wider
+  // than its pane (MLflow's artifact pane): sticky cells, each offset by those to its right
+  document.querySelectorAll('table').forEach(function (t) {
+    var head = Array.prototype.slice.call(t.querySelectorAll('thead th'));
+    var first = head.findIndex(function (h) { return PINNED.indexOf(h.textContent) >= 0; });
+    if (first < 0 || head.length - first > 4) return;
+    var right = 0;
+    for (var j = head.length - 1; j >= first; j--) {
+      t.querySelectorAll('tr > :nth-child(' + (j + 1) + ')').forEach(function (c) {
+        c.classList.add('pin'); c.style.right = right + 'px';
+      });
+      right += head[j].offsetWidth;
+    }
   });
   var wide = Array.prototype.slice.call(document.querySelectorAll('.tw')).filter(
     function (d) { return d.scrollWidth > d.clientWidth + 1; }).length;
@@ -456,8 +462,7 @@ def _split_cell(text: str, verdict: str) -> tuple[str, str]:
 
 def _html_table(t: Table, caption: bool = True) -> str:
     """A table; caption=False when the heading just above already says its title. A table
-    ending in the learned? and verdict columns keeps them in view at its right edge while
-    the other columns scroll (class "pin": a narrow window, MLflow's artifact pane)."""
+    wider than its pane keeps learned? and verdict in view at its right edge (_JS)."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in t.headers)
     rows = []
     for r in t.rows:
@@ -471,13 +476,8 @@ def _html_table(t: Table, caption: bool = True) -> str:
         rows = [f'<tr><td colspan="{len(t.headers)}">none</td></tr>']
     foot = "".join(f'<p class="foot">{html.escape(f)}</p>' for f in t.footnotes)
     cap = f"<caption>{html.escape(t.title)}</caption>" if caption else ""
-    pin = ' class="pin"' if tuple(t.headers[-2:]) == PINNED_HEADERS and t.rows else ""
-    return (f'<div class="tw"><table{pin}>{cap}'
+    return (f'<div class="tw"><table>{cap}'
             f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{foot}")
-
-
-# The last two columns a table keeps in view at its right edge (class "pin" in _CSS).
-PINNED_HEADERS = ("learned?", "verdict")
 
 
 def sequential_blocks(results: Sequence[SequentialResult], out_dir: str | Path,
