@@ -115,18 +115,20 @@ def test_a_long_title_is_wrapped_not_clipped(report, tmp_path: Path, monkeypatch
     assert plots.text_outside(figs[0])
 
 
-def test_forest_plot_draws_the_verdict_interval_with_a_legend(report, tmp_path, monkeypatch):
+def test_forest_plot_draws_the_one_interval_with_a_legend(report, tmp_path, monkeypatch):
     figs = _capture_figures(monkeypatch)
     comps = [c for c in report.comparisons if c.pe == "sinusoidal"]
     plots.forest_plot(comps, "forest", 0.01, tmp_path / "f.png", report.settings.axis)
     fig = figs[0]
     thick = [ln for ln in fig.axes[0].lines if ln.get_linewidth() == 2.5]
     drawn = sorted(tuple(ln.get_xdata()) for ln in thick)
-    want = sorted((c.holm_ci_low, c.holm_ci_high) for c in comps)
+    want = sorted((c.t_ci_low, c.t_ci_high) for c in comps)  # the report's one interval
     assert np.allclose(drawn, want)
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert any("interval the verdict uses" in t for t in labels)
-    assert any("unadjusted 95% t-interval" in t for t in labels)
+    assert any("95% paired-t interval" in t for t in labels)
+    assert not any("verdict uses" in t or "Holm-consistent" in t for t in labels)
+    verdicts = [t.get_text() for t in fig.axes[0].texts]
+    assert all(f"Holm p {c.p_holm:.2g}" in " ".join(verdicts) for c in comps)
     assert any("±0.01 equivalence margin" in t for t in labels)
 
 

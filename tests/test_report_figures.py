@@ -139,3 +139,20 @@ def test_html_warnings_in_words_and_each_heading_once(written) -> None:
     assert not [c for c in codes if f"[{c}]" in page]
     assert page.count("Each arm over its seeds") == 1
     assert (out / "report.md").read_text().count("Each arm over its seeds") == 1
+
+
+
+def test_the_html_report_says_the_answer_first_in_words(written):
+    """report.html and report.md open on the same sentences as the terminal (answer.findings),
+    before the verdict grid."""
+    import html
+    from fusion_sweep.analysis.answer import findings
+    report, out = written
+    page = (out / "report.html").read_text(encoding="utf-8")
+    md = (out / "report.md").read_text(encoding="utf-8")
+    sentences = [f.sentence for f in findings(report)]
+    assert len(sentences) > 1
+    for text, esc in ((page, html.escape), (md, lambda x: x)):
+        grid = text.index("The answer at a glance")
+        for sentence in sentences:
+            assert 0 <= text.find(esc(sentence)) < grid, sentence

@@ -61,7 +61,7 @@ def paired_delta_plot(comps: list[Comparison], title: str, margin: float | None,
     One column per comparison, its dots in the arm's colour (`colors`: arm -> colour, the
     same in every figure); each seed keeps its marker shape across columns and is joined
     by a faint grey line, so a seed that helps every fusion is visible as a high track. The
-    black bar is the mean delta with the interval the verdict uses.
+    black bar is the mean delta with its 95% paired-t interval (the report's one interval).
     """
     seeds = sorted({s for c in comps for s in c.seeds})
     colors = colors or arm_colors([_arm(c, axis) for c in comps])
@@ -96,10 +96,11 @@ def paired_delta_plot(comps: list[Comparison], title: str, margin: float | None,
 
 
 def _mean_with_interval(ax: Axes, x: float, c: Comparison) -> None:
-    """The mean Δ (black square) with the interval the verdict uses, when it has one."""
-    if _finite(c.holm_ci_low):
-        ax.errorbar(x, c.mean_delta, yerr=[[c.mean_delta - c.holm_ci_low],
-                    [c.holm_ci_high - c.mean_delta]], fmt="s", color="black",
+    """The mean Δ (black square) with its paired-t interval (the report's one interval
+    convention: 1 − α, beside the Holm p that decides), when it has one."""
+    if _finite(c.t_ci_low):
+        ax.errorbar(x, c.mean_delta, yerr=[[c.mean_delta - c.t_ci_low],
+                    [c.t_ci_high - c.mean_delta]], fmt="s", color="black",
                     ms=5, capsize=3, zorder=4)
     elif c.n:
         ax.plot(x, c.mean_delta, "s", color="black", ms=5)
@@ -110,7 +111,7 @@ def _delta_legend(seeds: list[int], margin: float | None) -> list:
     handles = [Line2D([], [], color=NEUTRAL, marker=seed_marker(s, seeds), ls="", ms=5,
                       label=f"seed {s}") for s in seeds]
     handles += [Line2D([], [], color="black", marker="s", ms=5, lw=1.5,
-                       label="mean Δ, interval\nthe verdict uses"),
+                       label="mean Δ, 95%\nt-interval"),
                 Line2D([], [], color=NEUTRAL, ls="--", lw=0.8, label="Δ = 0 (no effect)")]
     if margin:
         handles.append(Patch(color=MARGIN_COLOR, alpha=MARGIN_ALPHA,
@@ -149,10 +150,10 @@ def arm_colors(arms: Sequence[str], order: Sequence[str] = ()) -> dict[str, str]
 def forest_plot(comps: list[Comparison], title: str, margin: float | None, path: Path,
                 axis: Axis | None = None, alpha: float = 0.05,
                 colors: Mapping[str, str] | None = None) -> Path:
-    """Mean Δ with the interval the verdict uses (thick, in the arm's colour) and the
-    unadjusted (1 - alpha) t-interval (thin, grey) per (comparison, regime), so a thick bar
-    crosses 0 exactly when the verdict is not better/worse. Right of each row: its verdict
-    in words with every caveat the verdict carries (`verdict_flags`).
+    """Mean Δ with its (1 - alpha) paired-t interval (in the arm's colour) per (comparison,
+    regime): the report's one interval convention. The verdict is decided by the Holm p,
+    written beside it: right of each row, the verdict in words with its Holm p and every
+    caveat the verdict carries (`verdict_flags`).
 
     Rows are grouped by fusion, datasets in regime order within a group (short -> long
     when lengths are known, else by name), so an effect that differs across datasets
@@ -167,9 +168,7 @@ def forest_plot(comps: list[Comparison], title: str, margin: float | None, path:
         arm = _arm(c, axis)
         col = colors.get(arm, "black")
         if _finite(c.t_ci_low):
-            ax.plot([c.t_ci_low, c.t_ci_high], [y - 0.22] * 2, color=PAIR_COLOR, lw=1)
-        if _finite(c.holm_ci_low):
-            ax.plot([c.holm_ci_low, c.holm_ci_high], [y, y], color=col, lw=2.5,
+            ax.plot([c.t_ci_low, c.t_ci_high], [y, y], color=col, lw=2.5,
                     gid=fusion_gid(arm, "interval", str(y)))
         if _finite(c.mean_delta):
             ax.plot(c.mean_delta, y, "o", color=col, ms=5, gid=fusion_gid(arm, "mean", str(y)))
@@ -190,17 +189,18 @@ def forest_plot(comps: list[Comparison], title: str, margin: float | None, path:
 
 
 def verdict_words(c: Comparison) -> str:
-    """A forest row's verdict with its caveats: 'inconclusive (no 'better': ...)'."""
-    flags = [f for f in c.verdict_flags if f]
-    return c.verdict + (f" ({'; '.join(flags)})" if flags else "")
+    """A row's verdict with the Holm p that decides it and its caveats:
+    'better (Holm p 0.0013)', 'inconclusive (Holm p 0.0157; no 'better': ...)'."""
+    notes = ([f"Holm p {c.p_holm:.2g}"] if _finite(c.p_holm) else []) + \
+        [f for f in c.verdict_flags if f]
+    return c.verdict + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def _forest_legend(margin: float | None, alpha: float) -> list:
     level = f"{100 * (1 - alpha):.0f}%"
     handles = [Line2D([], [], color=NEUTRAL, marker="o", ms=5, lw=2.5,
-                      label="mean Δ and the interval the verdict uses (Holm-consistent; "
-                            "colour: the arm)"),
-               Line2D([], [], color=PAIR_COLOR, lw=1, label=f"unadjusted {level} t-interval"),
+                      label=f"mean Δ and its {level} paired-t interval (colour: the arm); "
+                            "the verdict: Holm p < α"),
                Line2D([], [], color=NEUTRAL, ls="--", lw=0.8, label="Δ = 0 (no effect)")]
     if margin:
         handles.append(Patch(color=MARGIN_COLOR, alpha=MARGIN_ALPHA,

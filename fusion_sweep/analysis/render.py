@@ -33,6 +33,7 @@ from fusion_sweep.analysis.tables import (
     variant_by_dataset_tables,
     verdict_grid_table,
 )
+from fusion_sweep.analysis.answer import findings
 from fusion_sweep.analysis.text import (
     DesignWarning, descriptive, descriptive_label, is_numeric_cell, source_line,
 )
@@ -80,6 +81,14 @@ def build_blocks(report: Report, out: Path) -> list[Block]:
     b.append(("p", f"Source: {source_line(report.source)}. Baseline `{s.baseline}`, pairs: "
                    f"{s.pairs}, alpha = {s.alpha}, equivalence margin = {s.margin_label()}, "
                    f"BCa bootstrap {s.n_boot} resamples, rng seed {s.rng_seed}."))
+    answer = findings(report)
+    if answer:  # the answer in words first, as on the terminal
+        b.append(("h2", "The answer"))
+        b.append(("p", f"{', '.join(metric_label(m) for m in s.metrics).capitalize()}; "
+                       f"{100 * (1 - s.alpha):g}% paired-t intervals; Holm p over m = "
+                       f"{report.family['m']} comparisons"
+                       + (f" ({label})." if (label := descriptive_label(report)) else ".")))
+        b.append(("ul", [f.sentence for f in answer]))
     if report.comparisons:
         b.append(("h2", "The answer at a glance"))
         b += [("grid", verdict_grid_table(report, metric), _grid_verdicts(report, metric))
@@ -227,8 +236,8 @@ def _interaction_blocks(report: Report, out: Path) -> list[Block]:
                         descriptive_label(report) or "")
         plots.forest_plot(comps, title, margins.pop() if len(margins) == 1 else None,
                           out / name, axis, alpha=report.settings.alpha, colors=colors)
-        b.append(("img", name, f"{title}: mean difference with the interval the verdict "
-                               "uses, and each verdict with its caveats"))
+        b.append(("img", name, f"{title}: mean difference with its 95% paired-t interval, "
+                               "and each verdict with its Holm p and caveats"))
     if report.interaction["tests"]:
         b.append(("table", descriptive(report, interaction_table(report))))
     else:
@@ -434,7 +443,7 @@ SUPPORT_HEADERS = ("paper's claim",)
 
 def _html_grid(t: Table, verdicts: list[list[str | None]]) -> str:
     """The verdict grid: each cell's verdict as a bold coloured word on a tinted
-    background, Δ beside it, the interval the verdict uses and n below."""
+    background, Δ beside it, its 95% interval, p_holm and the win rate below."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in t.headers)
     rows = []
     for r, vs in zip(t.rows, verdicts):
