@@ -298,6 +298,10 @@ CASES: list[Case] = [
        r"unknown MLflow experiment 'nope'; experiments present: .*fusion-sweep"),
     _c("stats-results-missing", "stats", "`--results` file that does not exist",
        lambda e: ["stats", "--results", e.f("nofile.csv")], r"results file not found: .*nofile"),
+    _c("stats-results-log", "stats", "`--log` with a `--results` file (no MLflow run to attach to)",
+       lambda e: ["stats", "--results", e.f("seed-abc.csv"), "--log"],
+       r"--log attaches the report to a sweep's parent run in MLflow; a --results file has none "
+       r"\(use --report DIR\)"),
     _c("stats-results-seed-type", "stats", "results file with `seed` = \"abc\"",
        lambda e: ["stats", "--results", e.f("seed-abc.csv")],
        r"column 'seed' in .*seed-abc\.csv must hold integers; got 'abc'"),
