@@ -35,7 +35,7 @@ from fusion_sweep.analysis.tables import (
 )
 from fusion_sweep.analysis.answer import findings
 from fusion_sweep.analysis.text import (
-    DesignWarning, descriptive, descriptive_label, is_numeric_cell, source_line,
+    DesignWarning, answer_scope, descriptive, descriptive_label, is_numeric_cell, source_line,
 )
 from fusion_sweep.schema import metric_label, shown
 
@@ -84,10 +84,7 @@ def build_blocks(report: Report, out: Path) -> list[Block]:
     answer = findings(report)
     if answer:  # the answer in words first, as on the terminal
         b.append(("h2", "The answer"))
-        b.append(("p", f"{', '.join(metric_label(m) for m in s.metrics).capitalize()}; "
-                       f"{100 * (1 - s.alpha):g}% paired-t intervals; Holm p over m = "
-                       f"{report.family['m']} comparisons"
-                       + (f" ({label})." if (label := descriptive_label(report)) else ".")))
+        b.append(("p", f"Measured: {answer_scope(report)}."))
         b.append(("ul", [f.sentence for f in answer]))
     if report.comparisons:
         b.append(("h2", "The answer at a glance"))

@@ -283,15 +283,19 @@ def format_text(report: Report, wide: bool = False, width: int | None = None,
     return "\n\n".join(parts) + "\n"
 
 
+def answer_scope(report: Report) -> str:
+    """What the answer's sentences measure, said once above them (terminal and report):
+    'test_acc; 95% intervals; Holm p over m = 6 comparisons' [+ ' (descriptive label)']."""
+    s = report.settings
+    label = descriptive_label(report)
+    return (f"{', '.join(s.metrics)}; {100 * (1 - s.alpha):g}% intervals; Holm p over m = "
+            f"{report.family['m']} comparisons" + (f" ({label})" if label else ""))
+
+
 def answer_text(report: Report, width: int) -> str:
     """The answer: a heading naming what the sentences measure, then one wrapped sentence per
     finding, the summary last."""
-    s = report.settings
-    label = descriptive_label(report)
-    head = (f"The answer ({', '.join(s.metrics)}; {100 * (1 - s.alpha):g}% intervals; Holm p "
-            f"over m = {report.family['m']} comparisons)" + (f" ({label})" if label else "")
-            + ":")
-    out = _wrap(head, width, "")
+    out = _wrap(f"The answer ({answer_scope(report)}):", width, "")
     for f in findings(report):
         out += textwrap.wrap(f.sentence, width, initial_indent="  ", subsequent_indent="    ",
                              break_on_hyphens=False)
