@@ -349,6 +349,81 @@ def test_masked_softmax_equals_softmax_of_the_sum(dtype) -> None:
         assert torch.autograd.gradcheck(lambda z: kernels.masked_softmax(z, pad[..., :9]), (zz,))
 
 
+def _dense_reference(qr, q, kr, ks, kc, add, sa):
+    """dense_memory_softmax in plain torch: the scores concatenated, then softmax."""
+    L = kr.shape[2]
+    tok = qr @ kr.unsqueeze(2).transpose(-1, -2)  # (B, H, G, L, L)
+    if add is not None:
+        tok = tok + add.unsqueeze(2)
+    slots = q @ ks.unsqueeze(2).transpose(-1, -2) + sa[:, None, None, None, :]
+    cache = (q * kc.unsqueeze(2)).sum(-1, keepdim=True)
+    assert tok.shape[-1] == L
+    return torch.softmax(torch.cat([tok, slots, cache], -1), -1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("D,G,L", [(16, 1, 70), (16, 2, 9), (5, 1, 9), (32, 3, 5)])
+def test_dense_memory_softmax_equals_softmax_of_the_scores(dtype, D: int, G: int, L: int) -> None:
+    """Every score and the softmax in one pass against matmuls, a concatenation and softmax:
+    token masks none, padding (B, 1, 1, L) with a −inf inside a row, a learned bias (1, H,
+    L, L) (it gets its gradient, summed over the experts and where it broadcasts) and a full
+    (B, H, L, L) one; an empty slot (−inf); rows in blocks of four and a remainder (G·L = 9,
+    5·3), D a whole vector or not (5); gradients by gradcheck in float64, with qr the same
+    tensor as q too (no rotation: its two gradients add up)."""
+    g = torch.Generator().manual_seed(11)
+    B, H, S = 2, 2, 4
+
+    def t(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=g, dtype=dtype) * scale).requires_grad_()
+
+    qr, q = t(B, H, G, L, D, scale=0.5), t(B, H, G, L, D, scale=0.5)
+    kr, ks, kc = t(B, H, L, D), t(B, H, S, D), t(B, H, L, D)
+    sa = torch.zeros(B, S, dtype=dtype)
+    sa[1, 2] = NEG_INF
+    pad = torch.zeros(B, 1, 1, L, dtype=dtype)
+    pad[0, ..., L - 2:] = NEG_INF
+    pad[1, ..., 1] = NEG_INF
+    masks = (None, pad, t(1, H, L, L), t(B, H, L, L))
+    tol = dict(atol=1e-6, rtol=1e-5) if dtype == torch.float32 else dict(atol=1e-14, rtol=0)
+    for add in masks:
+        got = kernels.dense_memory_softmax(qr, q, kr, ks, kc, add, sa)
+        want = _dense_reference(qr, q, kr, ks, kc, add, sa)
+        torch.testing.assert_close(got, want, **tol)
+        assert torch.equal(got == 0, want == 0)
+    if dtype == torch.float64 and L < 20:
+        open_slots = torch.zeros_like(sa)
+        for add in (masks[2], pad):
+            assert torch.autograd.gradcheck(
+                lambda qr, q, kr, ks, kc, add: kernels.dense_memory_softmax(qr, q, kr, ks, kc, add, open_slots),
+                (qr, q, kr, ks, kc, add))
+        assert torch.autograd.gradcheck(
+            lambda q, kr, ks, kc: kernels.dense_memory_softmax(q, q, kr, ks, kc, None, sa), (q, kr, ks, kc))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("D,G,L", [(16, 1, 70), (16, 2, 9), (5, 1, 9), (32, 3, 5)])
+def test_dense_memory_mix_equals_its_torch_form(dtype, D: int, G: int, L: int) -> None:
+    """The dense weighted sum over every token value, the slots and the own cache entry
+    against matmuls and a product; rows in blocks of four and a remainder, D a whole vector
+    or not; gradients by gradcheck in float64."""
+    g = torch.Generator().manual_seed(12)
+    B, H, S = 2, 2, 4
+
+    def t(*shape):
+        return torch.randn(*shape, generator=g, dtype=dtype).requires_grad_()
+
+    w, v, vs, vc = t(B, H, G, L, L + S + 1), t(B, H, L, D), t(B, H, S, D), t(B, H, L, D)
+
+    def mix(w, v, vs, vc):
+        return (w[..., :L] @ v.unsqueeze(2) + w[..., L:L + S] @ vs.unsqueeze(2)
+                + w[..., L + S:] * vc.unsqueeze(2))
+
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=1e-13, rtol=0)
+    torch.testing.assert_close(kernels.dense_memory_mix(w, v, vs, vc), mix(w, v, vs, vc), **tol)
+    if dtype == torch.float64 and L < 20:
+        assert torch.autograd.gradcheck(kernels.dense_memory_mix, (w, v, vs, vc))
+
+
 # ---------------------------------------------------------------------------- input checks
 def _f(*shape, dtype=torch.float64):
     return torch.zeros(*shape, dtype=dtype)
@@ -402,6 +477,24 @@ BAD_INPUTS = {
         (lambda: _mix(w=_f(1, 2, 1, 5, 5)), r"w must be .*\(1, 2, 1, 5, 6\)"),
         (lambda: _mix(vc=_f(1, 2, 4, 5).transpose(-1, -2)), "vc must be a contiguous"),
         (lambda: _mix(gidx=_i(1, 2, 1, 5, 2) - 1), r"gidx must index rows in \[0, 10\)"),
+    ],
+    "dense_memory_softmax": [
+        (lambda: kernels.dense_memory_softmax(_f(1, 2, 1, 5, 4), _f(1, 2, 1, 5, 4), _f(1, 2, 4, 4),
+                                              _f(1, 2, 3, 4), _f(1, 2, 5, 4), None, _f(1, 3)), r"kr must be .*\(1, 2, 5, 4\)"),
+        (lambda: kernels.dense_memory_softmax(_f(1, 2, 1, 5, 4), _f(1, 2, 1, 5, 4), _f(1, 2, 5, 4),
+                                              _f(1, 2, 3, 4), _f(1, 2, 5, 4), None, _f(1, 2)), r"sa must be .*\(1, 3\)"),
+        (lambda: kernels.dense_memory_softmax(_f(1, 2, 1, 5, 4), _f(1, 2, 1, 5, 4), _f(1, 2, 5, 4),
+                                              _f(1, 2, 3, 4), _f(1, 2, 5, 4), _f(1, 2, 5, 6), _f(1, 3)), "add must have shape"),
+        (lambda: kernels.dense_memory_softmax(_f(1, 2, 1, 5, 4, dtype=torch.float32), _f(1, 2, 1, 5, 4), _f(1, 2, 5, 4),
+                                              _f(1, 2, 3, 4), _f(1, 2, 5, 4), None, _f(1, 3)), "qr must be .*float64"),
+    ],
+    "dense_memory_mix": [
+        (lambda: kernels.dense_memory_mix(_f(1, 2, 1, 5, 8), _f(1, 2, 5, 4), _f(1, 2, 3, 4), _f(1, 2, 5, 4)),
+         r"w must be .*\(1, 2, \*, 5, 9\)"),
+        (lambda: kernels.dense_memory_mix(_f(1, 2, 1, 5, 9), _f(1, 2, 5, 4), _f(1, 2, 3, 4), _f(1, 2, 4, 4)),
+         r"vc must be .*\(1, 2, 5, 4\)"),
+        (lambda: kernels.dense_memory_mix(_f(1, 2, 1, 5, 9), _f(1, 2, 5, 4), _f(1, 2, 3, 4, dtype=torch.float32),
+                                          _f(1, 2, 5, 4)), "vs must be .*float64"),
     ],
     "gather_dot": [
         (lambda: kernels.gather_dot(_f(3, 4), _f(5, 3), _i(3, 2)), r"a must be .*\(3, 3\)"),

@@ -19,6 +19,11 @@ size (R, k, dh).
     memory_scores(qr, q, kr, ks, kc, gidx, ak, sa)
                                a row's kept-token, slot and own-cache scores   autograd
     memory_mix(w, v, vs, vc, gidx)  their weighted sum                         autograd
+    dense_memory_softmax(qr, q, kr, ks, kc, add, sa)
+                               dense attention's weights with the memory: every token, slot
+                               and own-cache score and their softmax in one pass per row,
+                               the scores never stored               autograd (but sa)
+    dense_memory_mix(w, v, vs, vc)  its weighted sum                           autograd
     gather_dot(a, table, idx)  s[r, j] = ⟨a[r], table[idx[r, j]]⟩        autograd: a, table
     gather_sum(w, table, idx)  o[r] = Σ_j w[r, j] · table[idx[r, j]]     autograd: w, table
     entmax15(z)                the `entmax` package's 1.5-entmax on short rows, 16 rows at
@@ -83,7 +88,7 @@ SOURCES = (MAIN_SOURCE, "ressformer_kernels_typed.h")  # everything the build re
 # sha256 (16 hex) of the SOURCES' bytes in order. The code fingerprint (schema.code_fingerprint)
 # reads only .py files: this literal carries every edit of the C into it, and
 # tests/test_kernels.py fails until it is updated (kernels.sources_digest() gives the value).
-SOURCES_SHA256 = "802a4c102119a1da"
+SOURCES_SHA256 = "2cdbd0bc2c9ee00e"
 BUILD_TIMEOUT_S = 120
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 _I64 = ctypes.c_int64
@@ -637,6 +642,108 @@ def memory_mix(w: torch.Tensor, v: torch.Tensor, vs: torch.Tensor, vc: torch.Ten
            ("vc", vc, (B, H, L, D), dt), ("gidx", gidx, (B, H, G, L, K), torch.int64))
     _check_index("memory_mix", "gidx", gidx, B * H * L)
     return _MemoryMix.apply(w, v, vs, vc, gidx)
+
+
+def _lanes_padded(n: int, dtype: torch.dtype) -> int:
+    """n rounded up to a whole 64-byte vector of `dtype` (the C loops' LANES)."""
+    lanes = 64 // torch.empty((), dtype=dtype).element_size()
+    return -(-n // lanes) * lanes
+
+
+class _DenseMemorySoftmax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, qr, q, kr, ks, kc, add, sa):
+        # qr, q (B, H, G, L, D); kr, kc (B, H, L, D); ks (B, H, S, D); add None or (B | 1,
+        # H | 1, L | 1, L); sa (B, S) -> y (B, H, G, L, L + S + 1)
+        B, H, G, L, D = q.shape
+        S = ks.shape[2]
+        qr, q, kr, ks, kc, sa = (t.contiguous() for t in (qr, q, kr, ks, kc, sa))
+        m, strides = _row_mask(add, q.dtype, (0, 1, 2))
+        Lp, Sp = _lanes_padded(L, q.dtype), _lanes_padded(S, q.dtype)
+        scratch = torch.zeros(D * (Lp + Sp) + Lp + 2 * Sp + 16, dtype=q.dtype)
+        y = torch.empty(B, H, G, L, L + S + 1, dtype=q.dtype)
+        _call("dense_memory_softmax", q.dtype, qr, q, kr, ks, kc, m, *strides, sa, B, H, G, L,
+              S, D, scratch, y)
+        ctx.save_for_backward(y, qr, q, kr, ks, kc)
+        ctx.add_shape = None if add is None else add.shape
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, gy):
+        y, qr, q, kr, ks, kc = ctx.saved_tensors
+        B, H, G, L, D = q.shape
+        S = ks.shape[2]
+        gqr, gq = torch.empty_like(qr), torch.empty_like(q)
+        gkr, gks, gkc = torch.zeros_like(kr), torch.zeros_like(ks), torch.zeros_like(kc)
+        # a learned bias in the mask (a pe's): its gradient is the token scores', summed over
+        # the experts and where it broadcasts
+        dz = torch.empty_like(y) if ctx.needs_input_grad[5] else None
+        _call("dense_memory_softmax_grad", q.dtype, y, gy.contiguous(), qr, q, kr, ks, kc,
+              B * H, G, L, S, D, torch.empty(4 * (L + S + 1), dtype=q.dtype), gqr, gq, gkr, gks, gkc, dz)
+        dadd = None if dz is None else dz[..., :L].sum(2).sum_to_size(ctx.add_shape)
+        return gqr, gq, gkr, gks, gkc, dadd, None
+
+
+def dense_memory_softmax(qr: torch.Tensor, q: torch.Tensor, kr: torch.Tensor, ks: torch.Tensor,
+                         kc: torch.Tensor, add: torch.Tensor | None, sa: torch.Tensor) -> torch.Tensor:
+    """Dense attention's weights with R2MU's memory: softmax over [qr · kr + add | q · ks + sa
+    | q · kc of the row's own cache entry] in one pass per query row, the scores never
+    stored. qr, q (B, H, G, L, dh) (rotated, and not: the memory keys carry no position);
+    kr, kc (B, H, L, dh); ks (B, H, S, dh); add None or (B | 1, H | 1, L | 1, L) additive (a
+    pe's bias gets its gradient); sa (B, S) 0 / −inf -> (B, H, G, L, L + S + 1). Any layout
+    (copied contiguous where it is not)."""
+    dt = _float_dtype("dense_memory_softmax", "q", q)
+    _check("dense_memory_softmax", ("q", q, (None,) * 5, dt, False),
+           ("ks", ks, (None,) * 4, dt, False))
+    B, H, G, L, D = q.shape
+    S = ks.shape[2]
+    _check("dense_memory_softmax", ("qr", qr, (B, H, G, L, D), dt, False),
+           ("kr", kr, (B, H, L, D), dt, False), ("ks", ks, (B, H, S, D), dt, False),
+           ("kc", kc, (B, H, L, D), dt, False), ("sa", sa, (B, S), dt, False))
+    _check_value("dense_memory_softmax", L >= 1 and D >= 1, "q must have at least one query and one feature")
+    _check_mask("dense_memory_softmax", "add", add, dt, (B, H, L, L), (0, 1, 2))
+    return _DenseMemorySoftmax.apply(qr, q, kr, ks, kc, add, sa)
+
+
+class _DenseMemoryMix(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, w, v, vs, vc):
+        # w (B, H, G, L, L + S + 1); v, vc (B, H, L, D); vs (B, H, S, D) -> (B, H, G, L, D)
+        B, H, G, L, N = w.shape
+        S, D = vs.shape[2], v.shape[-1]
+        w, v, vs, vc = (t.contiguous() for t in (w, v, vs, vc))
+        out = torch.empty(B, H, G, L, D, dtype=w.dtype)
+        _call("dense_memory_mix", w.dtype, w, v, vs, vc, B * H, G, L, S, D, out)
+        ctx.save_for_backward(w, v, vs, vc)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, go):
+        w, v, vs, vc = ctx.saved_tensors
+        B, H, G, L, N = w.shape
+        S, D = vs.shape[2], v.shape[-1]
+        Lp, Sp = _lanes_padded(L, w.dtype), _lanes_padded(S, w.dtype)
+        gw = torch.empty_like(w)
+        gv, gvs, gvc = torch.zeros_like(v), torch.zeros_like(vs), torch.zeros_like(vc)
+        _call("dense_memory_mix_grad", w.dtype, go.contiguous(), w, v, vs, vc, B * H, G, L, S, D,
+              torch.zeros(D * (Lp + Sp) + Lp + Sp, dtype=w.dtype), gw, gv, gvs, gvc)
+        return gw, gv, gvs, gvc
+
+
+def dense_memory_mix(w: torch.Tensor, v: torch.Tensor, vs: torch.Tensor, vc: torch.Tensor) -> torch.Tensor:
+    """The weighted sum that goes with dense_memory_softmax: w (B, H, G, L, L + S + 1) over
+    every token value v (B, H, L, dh), the slot values vs (B, H, S, dh) and the row's own
+    cache value vc (B, H, L, dh) -> (B, H, G, L, dh). Any layout (copied contiguous where
+    it is not)."""
+    dt = _float_dtype("dense_memory_mix", "w", w)
+    _check("dense_memory_mix", ("v", v, (None,) * 4, dt, False), ("vs", vs, (None,) * 4, dt, False))
+    B, H, L, D = v.shape
+    S = vs.shape[2]
+    _check("dense_memory_mix", ("w", w, (B, H, None, L, L + S + 1), dt, False),
+           ("vs", vs, (B, H, S, D), dt, False), ("vc", vc, (B, H, L, D), dt, False))
+    return _DenseMemoryMix.apply(w, v, vs, vc)
 
 
 class _MaskedSoftmax(torch.autograd.Function):

@@ -141,7 +141,7 @@ from fusion_sweep.errors import unknown_name
 from fusion_sweep.trial.models import kernels
 from fusion_sweep.trial.models.common import FeedForwardSublayer, changed_fields, order_from_pe
 from fusion_sweep.trial.models.positional import POSITIONAL, PositionalEncoding
-from fusion_sweep.trial.models.sparse import ATTN_ACTIVATIONS
+from fusion_sweep.trial.models.sparse import ATTN_ACTIVATIONS, FUSED_WITH_SCORES
 
 SWITCHES = ("soes", "asam", "r2mu")
 # The fields each switch configures: inert (and so required at their defaults) when it is off.
@@ -646,14 +646,6 @@ def _flat_rows(k: Keys, idx: torch.Tensor) -> torch.Tensor:
     return idx + (torch.arange(B * H, device=idx.device) * L).view(B, H, 1, 1, 1)
 
 
-def _dense_width(k: Keys) -> int:
-    """Columns of dense weights with memory: L + S + 1, padded to a multiple of DENSE_ALIGN
-    unless the queries are rotated (the fused path's one matmul needs unrotated queries;
-    rotated ones are scored as the reference does, unpadded)."""
-    n = k.q.shape[-2] + k.slots[0].shape[2] + 1
-    return n if k.qr is not k.q else n + (-n) % DENSE_ALIGN
-
-
 def _slot_scores(k: Keys) -> torch.Tensor:
     """The slots' scores (B, H, G, L, S), from the unrotated queries (no mask added)."""
     return k.q @ k.slots[0].unsqueeze(2).transpose(-1, -2)
@@ -681,10 +673,8 @@ def _reference_weights(att: "ReSSAttention", k: Keys, sparse: bool) -> Weights:
     with _span("ressformer.kernel"):
         z = k.qr @ k.kr.unsqueeze(2).transpose(-1, -2)  # (B, H, G, L, L)
         mask = None if k.add is None else k.add.unsqueeze(2)
-        if k.cache is not None:  # tokens | slots | own cache | padding: (…, _dense_width)
-            parts = [z, _slot_scores(k), _cache_scores(k)]
-            pad = _dense_width(k) - L - k.slots[0].shape[2] - 1
-            z = torch.cat(parts + [z.new_full((*z.shape[:-1], pad), NEG_INF)] if pad else parts, dim=-1)
+        if k.cache is not None:  # tokens | slots | own cache: (…, L + S + 1)
+            z = torch.cat([z, _slot_scores(k), _cache_scores(k)], dim=-1)
             mask = _widen(k.add, k.slot_add, L, z.shape[-1]).unsqueeze(2)
     with _span("ressformer.activation"):
         return Weights(att.activation(z, mask), None, L)
@@ -721,8 +711,6 @@ def _reference_mix(k: Keys, weights: Weights, w: torch.Tensor) -> torch.Tensor:
     own cache entry -> (B, H, G, L, dh). Split, not sliced: a slice's backward fills a zero
     tensor of w's size, per slice."""
     sizes = [weights.width] + ([] if k.cache is None else [k.slots[1].shape[2], 1])
-    if w.shape[-1] > sum(sizes):  # the dense padding, weight 0
-        sizes.append(w.shape[-1] - sum(sizes))
     parts = w.split(sizes, dim=-1) if len(sizes) > 1 else (w,)
     if weights.idx is None:
         out = parts[0] @ k.v.unsqueeze(2)  # (B, H, G, L, dh)
@@ -763,13 +751,12 @@ def _fused_weights(att: "ReSSAttention", k: Keys, sparse: bool) -> Weights:
                 z = z if ak is None else z + ak
         with _span("ressformer.activation"):
             return Weights(att.activation(z), idx, att.topk)
-    if k.cache is None or k.qr is not k.q:
+    if k.cache is None or att.activation not in FUSED_WITH_SCORES:
         return _reference_weights(att, k, sparse)
-    with _span("ressformer.kernel"):  # the cache score written into the matmul's output
-        z = _DenseMemoryScores.apply(k.q, torch.cat([k.kr, k.slots[0]], dim=2), _cache_scores(k))  # (…, L+S+1+P)
-        mask = _widen(k.add, k.slot_add, L, z.shape[-1]).unsqueeze(2)
-    with _span("ressformer.activation"):
-        return Weights(att.activation(z, mask), None, L)
+    with _span("ressformer.kernel"):  # every score and the softmax in one pass per row
+        w = kernels.dense_memory_softmax(k.qr, k.q, k.kr, k.slots[0], k.cache[0], k.add,
+                                         k.slot_add.reshape(B, -1))  # (B, H, G, L, L + S + 1)
+    return Weights(w, None, L)
 
 
 def _fused_mix(k: Keys, weights: Weights, w: torch.Tensor) -> torch.Tensor:
@@ -780,78 +767,12 @@ def _fused_mix(k: Keys, weights: Weights, w: torch.Tensor) -> torch.Tensor:
     if weights.idx is None:
         if k.cache is None:
             return w @ k.v.unsqueeze(2)
-        return _DenseMemoryMix.apply(w, k.v.unsqueeze(2), k.slots[1].unsqueeze(2), k.cache[1].unsqueeze(2))
+        return kernels.dense_memory_mix(w, k.v, k.slots[1], k.cache[1])
     gidx = _flat_rows(k, weights.idx)
     if k.cache is not None:
         return kernels.memory_mix(w.contiguous(), k.v, k.slots[1], k.cache[1], gidx)
     return kernels.gather_sum(w.reshape(-1, weights.width), k.v.reshape(-1, dh),
                               gidx.view(-1, weights.width)).view(*weights.idx.shape[:-1], dh)
-
-
-# Dense attention with memory pads its score columns to a multiple of this: a matmul whose
-# output is 1,029 wide runs ~20% slower than one 1,040 wide (d 256, L 1024, this CPU).
-DENSE_ALIGN = 16
-
-
-class _DenseMemoryScores(torch.autograd.Function):
-    """Dense attention's scores with R2MU's memory in one tensor: queries q (B, H, G, L, dh)
-    against keys (B, H, N, dh) (tokens then slots), each query's own-cache score c
-    (B, H, G, L, 1) in column N, and −inf padding after it up to a multiple of DENSE_ALIGN
-    columns -> (B, H, G, L, N + 1 + P). One matmul over the keys and rows of zeros, its extra
-    columns then overwritten: concatenating c would copy the scores."""
-
-    @staticmethod
-    def forward(ctx, q, keys, c):
-        N = keys.shape[-2]
-        extra = 1 + (-(N + 1)) % DENSE_ALIGN
-        table = torch.cat([keys, keys.new_zeros(*keys.shape[:-2], extra, keys.shape[-1])], dim=-2)
-        z = q @ table.unsqueeze(2).transpose(-1, -2)  # (B, H, G, L, N + 1 + P)
-        z[..., N:N + 1] = c
-        z[..., N + 1:] = NEG_INF  # padding: weight 0 under every activation
-        ctx.save_for_backward(q, table)
-        ctx.N = N
-        return z
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, gz):
-        q, table = ctx.saved_tensors
-        N = ctx.N
-        gq = gz @ table.unsqueeze(2)  # the zero rows add nothing; c's column is its own
-        gt = (gz.transpose(-1, -2) @ q).sum(2)  # (B, H, N + 1 + P, dh), summed over the experts
-        return gq, gt[..., :N, :], gz[..., N:N + 1].clone()
-
-
-class _DenseMemoryMix(torch.autograd.Function):
-    """Dense attention's weighted sum with R2MU's memory from the whole weights, never split:
-    w (B, H, G, L, L + S + 1 [+ P]) over [token keys, slots, own cache entry, padding of
-    weight 0], values v (B, H, 1, L, dh), slot values vs (B, H, 1, S, dh), cache values vc
-    (B, H, 1, L, dh) -> w[..., :L] @ v + w[..., L:L+S] @ vs + w[..., L+S] * vc (B, H, G, L,
-    dh). Splitting w costs a copy of its size in the backward (the parts' gradients
-    concatenated); here the gradient of w is one matmul, its cache column then filled in
-    place."""
-
-    @staticmethod
-    def forward(ctx, w, v, vs, vc):
-        N = v.shape[-2] + vs.shape[-2]
-        rows = w.shape[-1] - N  # the cache's and the padding's
-        table = torch.cat([v, vs, v.new_zeros(*v.shape[:-2], rows, v.shape[-1])], dim=-2)
-        ctx.save_for_backward(w, table, vc)
-        ctx.N = N
-        return torch.addcmul(w @ table, w[..., N:N + 1], vc)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, go):
-        w, table, vc = ctx.saved_tensors
-        N, L = ctx.N, vc.shape[-2]
-        gw = go @ table.transpose(-1, -2)  # (B, H, G, L, N + 1 + P); 0 past column N - 1
-        gw[..., N:N + 1] = (go * vc).sum(-1, keepdim=True)
-        gt = w.transpose(-1, -2) @ go  # (B, H, G, N + 1 + P, dh)
-        gvc = w[..., N:N + 1] * go
-        if w.shape[2] > 1:  # values are shared by the experts
-            gt, gvc = gt.sum(2, keepdim=True), gvc.sum(2, keepdim=True)
-        return gw, gt[..., :L, :], gt[..., L:N, :], gvc
 
 
 def _inner(a: Graph, b: Graph) -> torch.Tensor:

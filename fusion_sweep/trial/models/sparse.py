@@ -154,3 +154,6 @@ ATTN_ACTIVATIONS: dict[str, Activation] = {
     "sparsemax": _sparsemax,
     "entmax15": _entmax15,
 }
+# The activations the compiled kernels compute together with dense attention's scores (with
+# R2MU's memory: `kernels.dense_memory_softmax`); the others take the scores as a tensor.
+FUSED_WITH_SCORES: frozenset[Activation] = frozenset({_softmax})

@@ -107,27 +107,10 @@ static inline int kth16_f64(const double *cm, int64_t C, int64_t K, double *thr)
 #define CAT(a, b) CAT_(a, b)
 #define FN(name) CAT(name, SUF)
 
-#define T float
-#define SUF f32
-#define SQRT sqrtf
-#include "ressformer_kernels_typed.h"
-#undef T
-#undef SUF
-#undef SQRT
-
-#define T double
-#define SUF f64
-#define SQRT sqrt
-#include "ressformer_kernels_typed.h"
-#undef T
-#undef SUF
-#undef SQRT
-
-/* Softmax of z + mask over rows of N (dense attention): the mask read at m[b*sb + h*sh +
-   i*si] for row r = ((b*H + h)*G + g)*L + i (NULL: none), added in the same pass. float32:
-   exp by the Cephes polynomial on 16 lanes (GCC/clang vector extension; within 2 ulp of
-   expf), anything below −87.3 after the max is subtracted (−inf: a masked key) an exact 0.
-   float64: libm's exp. A row of only −inf gives NaN, as torch's softmax. */
+/* Softmax over rows of N (dense attention). float32: exp by the Cephes polynomial on 16
+   lanes (GCC/clang vector extension; within 2 ulp of expf), anything below −87.3 after the
+   max is subtracted (−inf: a masked key) an exact 0. float64: libm's exp. A row of only −inf
+   gives NaN, as torch's softmax. */
 typedef float v16f __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
 static inline v16f exp16_nonpos(v16f x) {
@@ -146,64 +129,105 @@ static inline v16f exp16_nonpos(v16f x) {
     p = p * z + x + 1.0f;
     return (v16f)((v16i)(p * (v16f)((n + 127) << 23)) & ~tiny);
 }
-static inline const float *mrow_f32(const float *m, int64_t r, int64_t H, int64_t G,
-                                    int64_t L, int64_t sb, int64_t sh, int64_t si) {
-    const int64_t i = r % L, h = (r / (G * L)) % H, b = r / (H * G * L);
-    return m ? m + b * sb + h * sh + i * si : NULL;
-}
-void masked_softmax_f32(const float *z, const float *m, int64_t sb, int64_t sh, int64_t si,
-                        int64_t H, int64_t G, int64_t L, int64_t R, int64_t N, float *y) {
-    for (int64_t r = 0; r < R; ++r) {
-        const float *zr = z + r * N, *mr = mrow_f32(m, r, H, G, L, sb, sh, si);
-        float *yr = y + r * N, mx = -INFINITY;
-        if (mr) {
-            _Pragma("omp simd reduction(max:mx)")
-            for (int64_t j = 0; j < N; ++j) {
-                const float t = zr[j] + mr[j];
-                yr[j] = t; mx = t > mx ? t : mx;
-            }
-        } else {
-            _Pragma("omp simd reduction(max:mx)")
-            for (int64_t j = 0; j < N; ++j) { yr[j] = zr[j]; mx = zr[j] > mx ? zr[j] : mx; }
-        }
-        v16f acc = {0};
-        int64_t j = 0;
-        for (; j + 16 <= N; j += 16) {
-            v16f x;
-            memcpy(&x, yr + j, 64);
-            const v16f e = exp16_nonpos(x - mx);
-            memcpy(yr + j, &e, 64);
-            acc += e;
-        }
-        if (j < N) { /* the last < 16 entries, padded with −inf (exp 0) */
-            float t[16];
-            for (int l = 0; l < 16; ++l) t[l] = j + l < N ? yr[j + l] : -INFINITY;
-            v16f x;
-            memcpy(&x, t, 64);
-            const v16f e = exp16_nonpos(x - mx);
-            acc += e;
-            memcpy(t, &e, 64);
-            for (int l = 0; j + l < N; ++l) yr[j + l] = t[l];
-        }
-        float sum = 0;
-        for (int l = 0; l < 16; ++l) sum += acc[l];
-        const float inv = 1 / sum;
-        _Pragma("omp simd")
-        for (int64_t k = 0; k < N; ++k) yr[k] *= inv;
-    }
-}
-void masked_softmax_f64(const double *z, const double *m, int64_t sb, int64_t sh, int64_t si,
-                        int64_t H, int64_t G, int64_t L, int64_t R, int64_t N, double *y) {
-    for (int64_t r = 0; r < R; ++r) {
-        const int64_t i = r % L, h = (r / (G * L)) % H, b = r / (H * G * L);
-        const double *zr = z + r * N, *mr = m ? m + b * sb + h * sh + i * si : NULL;
-        double *yr = y + r * N, mx = -INFINITY, sum = 0;
+/* y = softmax(z + m) over one row of N (m NULL: none); y may be z (in place). */
+static inline void softmax_row_f32(const float *z, const float *m, int64_t N, float *y) {
+    float mx = -INFINITY;
+    if (m) {
+        _Pragma("omp simd reduction(max:mx)")
         for (int64_t j = 0; j < N; ++j) {
-            yr[j] = mr ? zr[j] + mr[j] : zr[j];
-            mx = yr[j] > mx ? yr[j] : mx;
+            const float t = z[j] + m[j];
+            y[j] = t; mx = t > mx ? t : mx;
         }
-        for (int64_t j = 0; j < N; ++j) { yr[j] = exp(yr[j] - mx); sum += yr[j]; }
-        for (int64_t j = 0; j < N; ++j) yr[j] /= sum;
+    } else {
+        _Pragma("omp simd reduction(max:mx)")
+        for (int64_t j = 0; j < N; ++j) { y[j] = z[j]; mx = z[j] > mx ? z[j] : mx; }
     }
+    v16f acc = {0};
+    int64_t j = 0;
+    for (; j + 16 <= N; j += 16) {
+        v16f x;
+        memcpy(&x, y + j, 64);
+        const v16f e = exp16_nonpos(x - mx);
+        memcpy(y + j, &e, 64);
+        acc += e;
+    }
+    if (j < N) { /* the last < 16 entries, padded with −inf (exp 0) */
+        float t[16];
+        for (int l = 0; l < 16; ++l) t[l] = j + l < N ? y[j + l] : -INFINITY;
+        v16f x;
+        memcpy(&x, t, 64);
+        const v16f e = exp16_nonpos(x - mx);
+        acc += e;
+        memcpy(t, &e, 64);
+        for (int l = 0; j + l < N; ++l) y[j + l] = t[l];
+    }
+    float sum = 0;
+    for (int l = 0; l < 16; ++l) sum += acc[l];
+    const float inv = 1 / sum;
+    _Pragma("omp simd")
+    for (int64_t k = 0; k < N; ++k) y[k] *= inv;
 }
+/* y[0..N) = softmax over a row z of Np = N rounded up to 16 entries, z[N..Np) = −inf (so
+   whole vectors only); z is overwritten with the unnormalised exponentials. */
+static inline float hsum16(v16f a) {
+    float s[16], t = 0;
+    memcpy(s, &a, 64);
+    for (int l = 0; l < 8; ++l) s[l] += s[l + 8];
+    for (int l = 0; l < 4; ++l) s[l] += s[l + 4];
+    t = (s[0] + s[2]) + (s[1] + s[3]);
+    return t;
+}
+static inline void softmax_padded_f32(float *z, int64_t N, float *y) {
+    const int64_t Np = (N + 15) / 16 * 16;
+    v16f mv;
+    memcpy(&mv, z, 64);
+    for (int64_t j = 16; j < Np; j += 16) {
+        v16f x;
+        memcpy(&x, z + j, 64);
+        const v16i gt = x > mv;
+        mv = (v16f)(((v16i)x & gt) | ((v16i)mv & ~gt));
+    }
+    float m[16], mx = -INFINITY;
+    memcpy(m, &mv, 64);
+    for (int l = 0; l < 16; ++l) mx = m[l] > mx ? m[l] : mx;
+    v16f acc = {0};
+    for (int64_t j = 0; j < Np; j += 16) {
+        v16f x;
+        memcpy(&x, z + j, 64);
+        const v16f e = exp16_nonpos(x - mx);
+        memcpy(z + j, &e, 64);
+        acc += e;
+    }
+    const float inv = 1 / hsum16(acc);
+    _Pragma("omp simd")
+    for (int64_t j = 0; j < N; ++j) y[j] = z[j] * inv;
+}
+static inline void softmax_row_f64(const double *z, const double *m, int64_t N, double *y) {
+    double mx = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < N; ++j) {
+        y[j] = m ? z[j] + m[j] : z[j];
+        mx = y[j] > mx ? y[j] : mx;
+    }
+    for (int64_t j = 0; j < N; ++j) { y[j] = exp(y[j] - mx); sum += y[j]; }
+    for (int64_t j = 0; j < N; ++j) y[j] /= sum;
+}
+static inline void softmax_padded_f64(double *z, int64_t N, double *y) {
+    softmax_row_f64(z, NULL, N, y);
+}
+
+#define T float
+#define SUF f32
+#define SQRT sqrtf
+#include "ressformer_kernels_typed.h"
+#undef T
+#undef SUF
+#undef SQRT
+
+#define T double
+#define SUF f64
+#define SQRT sqrt
+#include "ressformer_kernels_typed.h"
+#undef T
+#undef SUF
+#undef SQRT
 

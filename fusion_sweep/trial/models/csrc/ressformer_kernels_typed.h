@@ -548,6 +548,299 @@ void FN(gather_sum)(const T *w, const T *t, const int64_t *idx, int64_t R, int64
         }
     }
 }
+/* Dense attention with R2MU's memory, scores and softmax in one pass per row (kernels.py:
+   dense_memory_softmax). Row r = ((b*H + h)*G + g)*L + i of y (R, N = L + S + 1) is the
+   softmax of [qr_r . kr[bh, j] + m_r[j] (j < L) | q_r . ks[bh, s] + sa[b, s] (s < S) |
+   q_r . kc[bh, i]], bh = b*H + h, m_r the token mask's row at m + b*sb + h*sh + i*si (NULL:
+   none). qr, q (R, D); kr, kc (BH, L, D); ks (BH, S, D); sa (B, S). The scores are made in a
+   row buffer and never stored as a tensor of their own. scratch (zeroed by the caller):
+   D*(Lp + Sp) + Lp + 2*Sp + 16 elements, Lp and Sp being L and S rounded up to LANES. */
+enum { FN(LANES) = 64 / sizeof(T) };
+static inline int64_t FN(padded)(int64_t n) { return (n + FN(LANES) - 1) / FN(LANES) * FN(LANES); }
+/* kt (D, Np) = k (N, D) transposed; columns N..Np stay as they are (zero). */
+static inline void FN(transpose)(const T *restrict k, int64_t N, int64_t D, int64_t Np,
+                                 T *restrict kt) {
+    for (int64_t j = 0; j < N; ++j)
+        for (int64_t d = 0; d < D; ++d) kt[d * Np + j] = k[j * D + d];
+}
+/* z[j] = sum_d q[d] kt[d*Np + j] for j < Np (a multiple of LANES): keys along the vector
+   lanes, four vectors of keys at a time so the additions do not wait on one another. */
+static inline void FN(dots_t)(const T *restrict q, const T *restrict kt, int64_t Np,
+                              int64_t D, T *restrict z) {
+    enum { V = FN(LANES) };
+    int64_t j = 0;
+    for (; j + 4 * V <= Np; j += 4 * V) {
+        FN(vec) a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (int64_t d = 0; d < D; ++d) {
+            const T *k = kt + d * Np + j, x = q[d];
+            FN(vec) k0, k1, k2, k3;
+            memcpy(&k0, k, 64); memcpy(&k1, k + V, 64);
+            memcpy(&k2, k + 2 * V, 64); memcpy(&k3, k + 3 * V, 64);
+            a0 += x * k0; a1 += x * k1; a2 += x * k2; a3 += x * k3;
+        }
+        memcpy(z + j, &a0, 64); memcpy(z + j + V, &a1, 64);
+        memcpy(z + j + 2 * V, &a2, 64); memcpy(z + j + 3 * V, &a3, 64);
+    }
+    for (; j < Np; j += V) {
+        FN(vec) a = {0};
+        for (int64_t d = 0; d < D; ++d) {
+            FN(vec) k;
+            memcpy(&k, kt + d * Np + j, 64);
+            a += q[d] * k;
+        }
+        memcpy(z + j, &a, 64);
+    }
+}
+static inline void FN(dense_row)(const T *qr, const T *q, const T *krt, const T *kst,
+                                 const T *kc, const T *m, const T *sa, int64_t L, int64_t Lp,
+                                 int64_t S, int64_t Sp, T *row, T *y, int64_t D) {
+    /* row: the token scores (Lp), then the slots' (Sp); then the whole row, padded with −inf
+       to a multiple of 16 entries, is assembled over the token scores */
+    T *slots = row + Lp + Sp;
+    FN(dots_t)(qr, krt, Lp, D, row);
+    FN(dots_t)(q, kst, Sp, D, slots);
+    if (m) {
+        #pragma omp simd
+        for (int64_t j = 0; j < L; ++j) row[j] += m[j];
+    }
+    for (int64_t s = 0; s < S; ++s) row[L + s] = slots[s] + sa[s];
+    row[L + S] = FN(dot)(q, kc, D);
+    for (int64_t j = L + S + 1; j < (L + S + 16) / 16 * 16; ++j) row[j] = -(T)INFINITY;
+    FN(softmax_padded)(row, L + S + 1, y);
+}
+void FN(dense_memory_softmax)(const T *qr, const T *q, const T *kr, const T *ks, const T *kc,
+                              const T *m, int64_t sb, int64_t sh, int64_t si, const T *sa,
+                              int64_t B, int64_t H, int64_t G, int64_t L, int64_t S,
+                              int64_t D, T *scratch, T *y) {
+    const int64_t N = L + S + 1, Lp = FN(padded)(L), Sp = FN(padded)(S);
+    T *krt = scratch, *kst = krt + D * Lp, *row = kst + D * Sp;  /* row: Lp + 2 Sp + 16 */
+    for (int64_t bh = 0; bh < B * H; ++bh) {
+        const int64_t b = bh / H, h = bh % H;
+        FN(transpose)(kr + bh * L * D, L, D, Lp, krt);
+        FN(transpose)(ks + bh * S * D, S, D, Sp, kst);
+        for (int64_t r = bh * G * L; r < (bh + 1) * G * L; ++r) {
+            const int64_t i = r % L;
+            const T *mr = m ? m + b * sb + h * sh + i * si : NULL;
+            DISPATCH_D(D, FN(dense_row)(qr + r * DD, q + r * DD, krt, kst,
+                                        kc + (bh * L + i) * DD, mr, sa + b * S, L, Lp, S, Sp,
+                                        row, y + r * N, DD));
+        }
+    }
+}
+/* out[d] = sum_j<n w[j] t[j*D + d] (written): four rows at a time into four partial sums. */
+static inline void FN(wsum)(const T *restrict w, const T *restrict t, int64_t n, int64_t D,
+                            T *restrict out) {
+    T p[4][D];
+    memset(p, 0, sizeof p);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4)
+        for (int u = 0; u < 4; ++u) FN(axpy)(p[u], w[j + u], t + (j + u) * D, D);
+    for (; j < n; ++j) FN(axpy)(p[0], w[j], t + j * D, D);
+    #pragma omp simd
+    for (int64_t d = 0; d < D; ++d) out[d] = (p[0][d] + p[1][d]) + (p[2][d] + p[3][d]);
+}
+/* dz = y (gy - <y, gy>) over one row of N (softmax's backward). */
+static inline void FN(softmax_grad_row)(const T *y, const T *gy, int64_t N, T *dz) {
+    T dot = 0;
+    #pragma omp simd reduction(+:dot)
+    for (int64_t j = 0; j < N; ++j) dot += y[j] * gy[j];
+    #pragma omp simd
+    for (int64_t j = 0; j < N; ++j) dz[j] = y[j] * (gy[j] - dot);
+}
+/* One row's memory part: gq = sum_s dz_{L+s} ks_s + dz_{L+S} kc (written), gks_s +=
+   dz_{L+s} q, gkc += dz_{L+S} q. */
+static inline void FN(memory_grad_row)(const T *dz, const T *q, const T *ks, const T *kc,
+                                       int64_t L, int64_t S, T *gq, T *gks, T *gkc, int64_t D) {
+    FN(wsum)(dz + L, ks, S, D, gq);
+    FN(axpy)(gq, dz[L + S], kc, D);
+    for (int64_t s = 0; s < S; ++s) FN(axpy)(gks + s * D, dz[L + s], q, D);
+    FN(axpy)(gkc, dz[L + S], q, D);
+}
+/* One row's token part: gqr = sum_j<L dz_j kr_j (written), gkr_j += dz_j qr. */
+static inline void FN(token_grad_row)(const T *dz, const T *qr, const T *kr, int64_t L, T *gqr,
+                                      T *gkr, int64_t D) {
+    FN(wsum)(dz, kr, L, D, gqr);
+    for (int64_t j = 0; j < L; ++j) FN(axpy)(gkr + j * D, dz[j], qr, D);
+}
+/* The token part of four rows of one (b, h) at once (D a whole number of vectors, at most 4):
+   each key row kr_j and gradient row gkr_j is read once for the four, and the four gqr sums
+   are independent chains. dz: 4 rows N apart; qr, gqr: 4 rows D apart. */
+static inline void FN(token_grad_rows4)(const T *restrict dz, int64_t N, const T *restrict qr,
+                                        const T *restrict kr, int64_t L, T *restrict gqr,
+                                        T *restrict gkr, int64_t D) {
+    enum { V = FN(LANES) };
+    const int64_t C = D / V < 4 ? D / V : 4;  /* callers: D a whole number of vectors, at most 4 */
+    FN(vec) q[4][4], a[4][4];
+    for (int u = 0; u < 4; ++u)
+        for (int64_t c = 0; c < C; ++c) {
+            memcpy(&q[u][c], qr + u * D + c * V, 64);
+            a[u][c] = (FN(vec)){0};
+        }
+    for (int64_t j = 0; j < L; ++j) {
+        const T w0 = dz[j], w1 = dz[N + j], w2 = dz[2 * N + j], w3 = dz[3 * N + j];
+        for (int64_t c = 0; c < C; ++c) {
+            FN(vec) k, g;
+            memcpy(&k, kr + j * D + c * V, 64);
+            memcpy(&g, gkr + j * D + c * V, 64);
+            a[0][c] += w0 * k; a[1][c] += w1 * k; a[2][c] += w2 * k; a[3][c] += w3 * k;
+            g += w0 * q[0][c] + w1 * q[1][c] + w2 * q[2][c] + w3 * q[3][c];
+            memcpy(gkr + j * D + c * V, &g, 64);
+        }
+    }
+    for (int u = 0; u < 4; ++u)
+        for (int64_t c = 0; c < C; ++c) memcpy(gqr + u * D + c * V, &a[u][c], 64);
+}
+/* dense_memory_softmax's backward from y and its gradient gy (R, N): per row dz = y (gy -
+   <y, gy>) (into dz (R, N) where dz is not NULL: a learned mask's gradient; else into rows,
+   4 N elements); gqr (R, D) = sum_j<L dz_j kr_j, gq (R, D) = sum_s dz_{L+s} ks_s +
+   dz_{L+S} kc_i, both written; gkr, gks, gkc (zeroed by the caller) accumulate dz_j qr_r,
+   dz_{L+s} q_r, dz_{L+S} q_r. Rows of one (b, h) go four at a time where D allows. */
+void FN(dense_memory_softmax_grad)(const T *y, const T *gy, const T *qr, const T *q,
+                                   const T *kr, const T *ks, const T *kc, int64_t BH,
+                                   int64_t G, int64_t L, int64_t S, int64_t D, T *rows, T *gqr,
+                                   T *gq, T *gkr, T *gks, T *gkc, T *dz) {
+    const int64_t N = L + S + 1, GL = G * L;
+    const int four = D % FN(LANES) == 0 && D <= 4 * FN(LANES);
+    for (int64_t bh = 0; bh < BH; ++bh) {
+        const T *krb = kr + bh * L * D, *ksb = ks + bh * S * D;
+        T *gkrb = gkr + bh * L * D, *gksb = gks + bh * S * D;
+        for (int64_t r0 = bh * GL; r0 < (bh + 1) * GL;) {
+            const int64_t n = four && r0 + 4 <= (bh + 1) * GL ? 4 : 1;
+            T *d0 = dz ? dz + r0 * N : rows;
+            for (int64_t u = 0; u < n; ++u) {
+                const int64_t r = r0 + u, i = r % L;
+                FN(softmax_grad_row)(y + r * N, gy + r * N, N, d0 + u * N);
+                DISPATCH_D(D, FN(memory_grad_row)(d0 + u * N, q + r * DD, ksb,
+                                                  kc + (bh * L + i) * DD, L, S, gq + r * DD,
+                                                  gksb, gkc + (bh * L + i) * DD, DD));
+            }
+            if (n == 4)
+                DISPATCH_D(D, FN(token_grad_rows4)(d0, N, qr + r0 * DD, krb, L, gqr + r0 * DD,
+                                                   gkrb, DD));
+            else
+                DISPATCH_D(D, FN(token_grad_row)(d0, qr + r0 * DD, krb, L, gqr + r0 * DD, gkrb,
+                                                 DD));
+            r0 += n;
+        }
+    }
+}
+/* The weighted sum that goes with dense_memory_softmax (kernels.py: dense_memory_mix): row r
+   of out (R, D) = sum_j<L w_j v[bh, j] + sum_s w_{L+s} vs[bh, s] + w_{L+S} vc[bh, i], w (R, N
+   = L + S + 1); v, vc (BH, L, D); vs (BH, S, D). Rows of one (b, h) four at a time where D
+   allows (each value row read once for the four), else one by one. */
+static inline void FN(wsum_rows4)(const T *restrict w, int64_t N, const T *restrict v,
+                                  int64_t L, T *restrict out, int64_t D) {
+    enum { V = FN(LANES) };
+    const int64_t C = D / V < 4 ? D / V : 4;  /* callers: D a whole number of vectors, at most 4 */
+    FN(vec) a[4][4];
+    for (int u = 0; u < 4; ++u)
+        for (int64_t c = 0; c < C; ++c) a[u][c] = (FN(vec)){0};
+    for (int64_t j = 0; j < L; ++j) {
+        const T w0 = w[j], w1 = w[N + j], w2 = w[2 * N + j], w3 = w[3 * N + j];
+        for (int64_t c = 0; c < C; ++c) {
+            FN(vec) x;
+            memcpy(&x, v + j * D + c * V, 64);
+            a[0][c] += w0 * x; a[1][c] += w1 * x; a[2][c] += w2 * x; a[3][c] += w3 * x;
+        }
+    }
+    for (int u = 0; u < 4; ++u)
+        for (int64_t c = 0; c < C; ++c) memcpy(out + u * D + c * V, &a[u][c], 64);
+}
+/* out = the memory part of one row's sum, added (slots, own cache). */
+static inline void FN(memory_mix_row)(const T *w, const T *vs, const T *vc, int64_t L,
+                                      int64_t S, T *out, int64_t D) {
+    for (int64_t s = 0; s < S; ++s) FN(axpy)(out, w[L + s], vs + s * D, D);
+    FN(axpy)(out, w[L + S], vc, D);
+}
+void FN(dense_memory_mix)(const T *w, const T *v, const T *vs, const T *vc, int64_t BH,
+                          int64_t G, int64_t L, int64_t S, int64_t D, T *out) {
+    const int64_t N = L + S + 1, GL = G * L;
+    const int four = D % FN(LANES) == 0 && D <= 4 * FN(LANES);
+    for (int64_t bh = 0; bh < BH; ++bh) {
+        const T *vb = v + bh * L * D, *vsb = vs + bh * S * D;
+        for (int64_t r0 = bh * GL; r0 < (bh + 1) * GL;) {
+            const int64_t n = four && r0 + 4 <= (bh + 1) * GL ? 4 : 1;
+            if (n == 4)
+                DISPATCH_D(D, FN(wsum_rows4)(w + r0 * N, N, vb, L, out + r0 * DD, DD));
+            else
+                DISPATCH_D(D, FN(wsum)(w + r0 * N, vb, L, DD, out + r0 * DD));
+            for (int64_t r = r0; r < r0 + n; ++r)
+                DISPATCH_D(D, FN(memory_mix_row)(w + r * N, vsb, vc + (bh * L + r % L) * DD, L,
+                                                 S, out + r * DD, DD));
+            r0 += n;
+        }
+    }
+}
+/* g_j += sum_u w_u[j] x_u over j < L for four rows u (w: N apart; x: D apart). */
+static inline void FN(outer_rows4)(const T *restrict w, int64_t N, const T *restrict x,
+                                   int64_t L, T *restrict g, int64_t D) {
+    enum { V = FN(LANES) };
+    const int64_t C = D / V < 4 ? D / V : 4;  /* callers: D a whole number of vectors, at most 4 */
+    FN(vec) xs[4][4];
+    for (int u = 0; u < 4; ++u)
+        for (int64_t c = 0; c < C; ++c) memcpy(&xs[u][c], x + u * D + c * V, 64);
+    for (int64_t j = 0; j < L; ++j) {
+        const T w0 = w[j], w1 = w[N + j], w2 = w[2 * N + j], w3 = w[3 * N + j];
+        for (int64_t c = 0; c < C; ++c) {
+            FN(vec) a;
+            memcpy(&a, g + j * D + c * V, 64);
+            a += w0 * xs[0][c] + w1 * xs[1][c] + w2 * xs[2][c] + w3 * xs[3][c];
+            memcpy(g + j * D + c * V, &a, 64);
+        }
+    }
+}
+/* One row's gradient of its weights (go . every value row, into gw's row) and the memory
+   part of the values' gradients (gvs, gvc accumulated). vt, vst: the token and slot values
+   transposed, (D, Lp) and (D, Sp); row: Lp + Sp. */
+static inline void FN(mix_grad_row)(const T *go, const T *w, const T *vt, const T *vst,
+                                    const T *vc, int64_t L, int64_t Lp, int64_t S, int64_t Sp,
+                                    T *row, T *gw, T *gvs, T *gvc, int64_t D) {
+    FN(dots_t)(go, vt, Lp, D, row);
+    FN(dots_t)(go, vst, Sp, D, row + Lp);
+    memcpy(gw, row, L * sizeof(T));
+    memcpy(gw + L, row + Lp, S * sizeof(T));
+    gw[L + S] = FN(dot)(go, vc, D);
+    for (int64_t s = 0; s < S; ++s) FN(axpy)(gvs + s * D, w[L + s], go, D);
+    FN(axpy)(gvc, w[L + S], go, D);
+}
+/* dense_memory_mix's backward from go (R, D): gw (R, N) written; gv, gvs, gvc (zeroed by
+   the caller) accumulated. scratch (zeroed by the caller): D*(Lp + Sp) + Lp + Sp elements. */
+void FN(dense_memory_mix_grad)(const T *go, const T *w, const T *v, const T *vs, const T *vc,
+                               int64_t BH, int64_t G, int64_t L, int64_t S, int64_t D,
+                               T *scratch, T *gw, T *gv, T *gvs, T *gvc) {
+    const int64_t N = L + S + 1, GL = G * L, Lp = FN(padded)(L), Sp = FN(padded)(S);
+    const int four = D % FN(LANES) == 0 && D <= 4 * FN(LANES);
+    T *vt = scratch, *vst = vt + D * Lp, *row = vst + D * Sp;
+    for (int64_t bh = 0; bh < BH; ++bh) {
+        FN(transpose)(v + bh * L * D, L, D, Lp, vt);
+        FN(transpose)(vs + bh * S * D, S, D, Sp, vst);
+        T *gvb = gv + bh * L * D, *gvsb = gvs + bh * S * D;
+        for (int64_t r0 = bh * GL; r0 < (bh + 1) * GL;) {
+            const int64_t n = four && r0 + 4 <= (bh + 1) * GL ? 4 : 1;
+            for (int64_t r = r0; r < r0 + n; ++r) {
+                const int64_t i = r % L;
+                DISPATCH_D(D, FN(mix_grad_row)(go + r * DD, w + r * N, vt, vst,
+                                               vc + (bh * L + i) * DD, L, Lp, S, Sp, row,
+                                               gw + r * N, gvsb, gvc + (bh * L + i) * DD, DD));
+            }
+            if (n == 4)
+                DISPATCH_D(D, FN(outer_rows4)(w + r0 * N, N, go + r0 * DD, L, gvb, DD));
+            else
+                for (int64_t j = 0; j < L; ++j) FN(axpy)(gvb + j * D, w[r0 * N + j], go + r0 * D, D);
+            r0 += n;
+        }
+    }
+}
+/* Softmax of z + mask over rows of N (softmax_row_SUF, ressformer_kernels.c): the mask read
+   at m[b*sb + h*sh + i*si] for row r = ((b*H + h)*G + g)*L + i (NULL: none), added in the
+   same pass. */
+void FN(masked_softmax)(const T *z, const T *m, int64_t sb, int64_t sh, int64_t si, int64_t H,
+                        int64_t G, int64_t L, int64_t R, int64_t N, T *y) {
+    for (int64_t r = 0; r < R; ++r) {
+        const int64_t i = r % L, h = (r / (G * L)) % H, b = r / (H * G * L);
+        FN(softmax_row)(z + r * N, m ? m + b * sb + h * sh + i * si : NULL, N, y + r * N);
+    }
+}
 /* Softmax's backward over rows of N: gz = y · (g − Σ g·y). */
 void FN(softmax_grad)(const T *y, const T *g, int64_t R, int64_t N, T *gz) {
     for (int64_t r = 0; r < R; ++r) {
