@@ -477,7 +477,7 @@ def test_pe_choices_cover_position_free_level() -> None:
 @pytest.mark.parametrize("soes,asam,r2mu", SWITCH_COMBOS)
 def test_attention_dropout_trains_every_switch_combination(soes, asam, r2mu) -> None:
     """With attention dropout the weights are split into their parts (dense attention with
-    memory included, whose scores carry DENSE_ALIGN padding): a training step gives finite
+    memory included): a training step gives finite
     logits and a gradient for every parameter that has one without dropout."""
     ids = ids_batch([MAX_LEN, 5, 9], MAX_LEN)
     cfg = switched(soes, asam, r2mu)

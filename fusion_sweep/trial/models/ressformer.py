@@ -103,9 +103,11 @@ tests/ressformer_reference.py, and the two against each other.
   - entmax-1.5 on the k + S + 1 kept scores: the `entmax` package's arithmetic, 16 rows at a
     time; dense attention: the mask added inside the softmax pass (`masked_softmax`, through
     the activation registry's `add`);
-  - dense attention with memory: tokens and slots scored in one matmul with the own-cache
-    score written into its padding (`_DenseMemoryScores`), and the weighted sum from the
-    weights whole (`_DenseMemoryMix`: no split, whose backward would copy them);
+  - dense attention with memory and softmax: every token, slot and own-cache score and the
+    softmax in one pass per query row (`dense_memory_softmax`: the scores never stored as a
+    tensor; backward from the weights, four rows at a time so each key row is read once for
+    four queries), and the weighted sum from the weights whole (`dense_memory_mix`: no
+    split, whose backward would copy them);
   - the graph regulariser: sparse rows compared entry by entry (`sparse_sqdist`, half the
     comparisons for one expert's distinct keys); dense graphs in one pass per graph each way
     (`chain_sqdist`: one gradient per graph, not one per pair).
@@ -114,7 +116,7 @@ tests/ressformer_reference.py, and the two against each other.
   elements), only to select, then gather the k kept keys and score them again with autograd
   (backward O(L·k·dh)); short inputs select from the (L, L) scores with autograd. The
   activation runs on the k + S + 1 kept scores, never on L. Dense: one score tensor
-  [tokens | slots | own cache | padding], split for the weighted sum.
+  [tokens | slots | own cache], split for the weighted sum.
 - Both: attention dropout acts on the weights whole (one mask, the same on both paths: the
   weights have one shape, and under dropout the kept keys are in ascending order); every
   expert's queries in one matmul; the keys/values of the tokens, the cache and the slots in
@@ -134,7 +136,6 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.autograd.function import once_differentiable
 from torch.profiler import record_function
 
 from fusion_sweep.errors import unknown_name
@@ -630,8 +631,8 @@ class Keys(NamedTuple):
 
 class Weights(NamedTuple):
     """One call's attention weights, the same on both paths: w (B, H, G, L, N) over [the
-    token keys (`width` columns: the k kept, or all L) | S slots | the own cache entry |
-    padding of weight 0 (dense with memory: `_dense_width`)]; idx (B, H, G, L, k) the kept
+    token keys (`width` columns: the k kept, or all L) | S slots | the own cache entry];
+    idx (B, H, G, L, k) the kept
     keys (top-k) or None (dense). Same shape on both paths, so attention dropout draws the
     same mask on either."""
 
@@ -730,8 +731,9 @@ def _fused_weights(att: "ReSSAttention", k: Keys, sparse: bool) -> Weights:
     """The compiled kernels. Top-k: selection in one loop over each query's scores
     (`kernels.score_topk`), then every kept score of a row (kept tokens, slots, own cache)
     in one loop (`kernels.memory_scores`), or the kept token scores alone (`gather_dot`).
-    Dense: with memory, one matmul over the token and slot keys with the cache score written
-    into its padding (`_DenseMemoryScores`; rotated queries take the reference's scores)."""
+    Dense with memory and softmax: every score and the softmax in one pass per row
+    (`kernels.dense_memory_softmax`, rotated queries included); any other dense case takes
+    the reference's weights."""
     B, H, G, L, dh = k.q.shape
     if sparse:
         qr, kr = k.qr.contiguous(), k.kr.contiguous()  # one copy each, for both loops
@@ -762,7 +764,7 @@ def _fused_weights(att: "ReSSAttention", k: Keys, sparse: bool) -> Weights:
 def _fused_mix(k: Keys, weights: Weights, w: torch.Tensor) -> torch.Tensor:
     """The weighted sum from the weights whole: one loop per row over the kept rows of the
     value table [and the slots and the own cache] (`kernels.memory_mix`, `gather_sum`), or,
-    dense with memory, one matmul (`_DenseMemoryMix`)."""
+    dense with memory, one loop per block of rows (`kernels.dense_memory_mix`)."""
     B, H, G, L, dh = k.q.shape
     if weights.idx is None:
         if k.cache is None:

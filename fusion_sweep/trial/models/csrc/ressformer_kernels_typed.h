@@ -647,14 +647,32 @@ static inline void FN(softmax_grad_row)(const T *y, const T *gy, int64_t N, T *d
     #pragma omp simd
     for (int64_t j = 0; j < N; ++j) dz[j] = y[j] * (gy[j] - dot);
 }
-/* One row's memory part: gq = sum_s dz_{L+s} ks_s + dz_{L+S} kc (written), gks_s +=
-   dz_{L+s} q, gkc += dz_{L+S} q. */
+/* One row's memory part: gq = sum_s dz_{L+s} ks_s + dz_{L+S} kc (written), gkc += dz_{L+S}
+   q. (The slots' gradient, shared by every row of a (b, h), is accumulated per block of
+   rows by the caller: row by row, each update would wait on the previous row's store.) */
 static inline void FN(memory_grad_row)(const T *dz, const T *q, const T *ks, const T *kc,
-                                       int64_t L, int64_t S, T *gq, T *gks, T *gkc, int64_t D) {
+                                       int64_t L, int64_t S, T *gq, T *gkc, int64_t D) {
     FN(wsum)(dz + L, ks, S, D, gq);
     FN(axpy)(gq, dz[L + S], kc, D);
-    for (int64_t s = 0; s < S; ++s) FN(axpy)(gks + s * D, dz[L + s], q, D);
     FN(axpy)(gkc, dz[L + S], q, D);
+}
+/* g_j += sum_u w_u[j] x_u over j < L for four rows u (w: N apart; x: D apart). */
+static inline void FN(outer_rows4)(const T *restrict w, int64_t N, const T *restrict x,
+                                   int64_t L, T *restrict g, int64_t D) {
+    enum { V = FN(LANES) };
+    const int64_t C = D / V < 4 ? D / V : 4;  /* callers: D a whole number of vectors, at most 4 */
+    FN(vec) xs[4][4];
+    for (int u = 0; u < 4; ++u)
+        for (int64_t c = 0; c < C; ++c) memcpy(&xs[u][c], x + u * D + c * V, 64);
+    for (int64_t j = 0; j < L; ++j) {
+        const T w0 = w[j], w1 = w[N + j], w2 = w[2 * N + j], w3 = w[3 * N + j];
+        for (int64_t c = 0; c < C; ++c) {
+            FN(vec) a;
+            memcpy(&a, g + j * D + c * V, 64);
+            a += w0 * xs[0][c] + w1 * xs[1][c] + w2 * xs[2][c] + w3 * xs[3][c];
+            memcpy(g + j * D + c * V, &a, 64);
+        }
+    }
 }
 /* One row's token part: gqr = sum_j<L dz_j kr_j (written), gkr_j += dz_j qr. */
 static inline void FN(token_grad_row)(const T *dz, const T *qr, const T *kr, int64_t L, T *gqr,
@@ -712,14 +730,17 @@ void FN(dense_memory_softmax_grad)(const T *y, const T *gy, const T *qr, const T
                 FN(softmax_grad_row)(y + r * N, gy + r * N, N, d0 + u * N);
                 DISPATCH_D(D, FN(memory_grad_row)(d0 + u * N, q + r * DD, ksb,
                                                   kc + (bh * L + i) * DD, L, S, gq + r * DD,
-                                                  gksb, gkc + (bh * L + i) * DD, DD));
+                                                  gkc + (bh * L + i) * DD, DD));
             }
-            if (n == 4)
+            if (n == 4) {
                 DISPATCH_D(D, FN(token_grad_rows4)(d0, N, qr + r0 * DD, krb, L, gqr + r0 * DD,
                                                    gkrb, DD));
-            else
+                DISPATCH_D(D, FN(outer_rows4)(d0 + L, N, q + r0 * DD, S, gksb, DD));
+            } else {
                 DISPATCH_D(D, FN(token_grad_row)(d0, qr + r0 * DD, krb, L, gqr + r0 * DD, gkrb,
                                                  DD));
+                for (int64_t s2 = 0; s2 < S; ++s2) FN(axpy)(gksb + s2 * D, d0[L + s2], q + r0 * D, D);
+            }
             r0 += n;
         }
     }
@@ -771,36 +792,17 @@ void FN(dense_memory_mix)(const T *w, const T *v, const T *vs, const T *vc, int6
         }
     }
 }
-/* g_j += sum_u w_u[j] x_u over j < L for four rows u (w: N apart; x: D apart). */
-static inline void FN(outer_rows4)(const T *restrict w, int64_t N, const T *restrict x,
-                                   int64_t L, T *restrict g, int64_t D) {
-    enum { V = FN(LANES) };
-    const int64_t C = D / V < 4 ? D / V : 4;  /* callers: D a whole number of vectors, at most 4 */
-    FN(vec) xs[4][4];
-    for (int u = 0; u < 4; ++u)
-        for (int64_t c = 0; c < C; ++c) memcpy(&xs[u][c], x + u * D + c * V, 64);
-    for (int64_t j = 0; j < L; ++j) {
-        const T w0 = w[j], w1 = w[N + j], w2 = w[2 * N + j], w3 = w[3 * N + j];
-        for (int64_t c = 0; c < C; ++c) {
-            FN(vec) a;
-            memcpy(&a, g + j * D + c * V, 64);
-            a += w0 * xs[0][c] + w1 * xs[1][c] + w2 * xs[2][c] + w3 * xs[3][c];
-            memcpy(g + j * D + c * V, &a, 64);
-        }
-    }
-}
-/* One row's gradient of its weights (go . every value row, into gw's row) and the memory
-   part of the values' gradients (gvs, gvc accumulated). vt, vst: the token and slot values
-   transposed, (D, Lp) and (D, Sp); row: Lp + Sp. */
+/* One row's gradient of its weights (go . every value row, into gw's row) and of its own
+   cache value (gvc accumulated). vt, vst: the token and slot values transposed, (D, Lp) and
+   (D, Sp); row: Lp + Sp. */
 static inline void FN(mix_grad_row)(const T *go, const T *w, const T *vt, const T *vst,
                                     const T *vc, int64_t L, int64_t Lp, int64_t S, int64_t Sp,
-                                    T *row, T *gw, T *gvs, T *gvc, int64_t D) {
+                                    T *row, T *gw, T *gvc, int64_t D) {
     FN(dots_t)(go, vt, Lp, D, row);
     FN(dots_t)(go, vst, Sp, D, row + Lp);
     memcpy(gw, row, L * sizeof(T));
     memcpy(gw + L, row + Lp, S * sizeof(T));
     gw[L + S] = FN(dot)(go, vc, D);
-    for (int64_t s = 0; s < S; ++s) FN(axpy)(gvs + s * D, w[L + s], go, D);
     FN(axpy)(gvc, w[L + S], go, D);
 }
 /* dense_memory_mix's backward from go (R, D): gw (R, N) written; gv, gvs, gvc (zeroed by
@@ -821,12 +823,15 @@ void FN(dense_memory_mix_grad)(const T *go, const T *w, const T *v, const T *vs,
                 const int64_t i = r % L;
                 DISPATCH_D(D, FN(mix_grad_row)(go + r * DD, w + r * N, vt, vst,
                                                vc + (bh * L + i) * DD, L, Lp, S, Sp, row,
-                                               gw + r * N, gvsb, gvc + (bh * L + i) * DD, DD));
+                                               gw + r * N, gvc + (bh * L + i) * DD, DD));
             }
-            if (n == 4)
+            if (n == 4) {  /* every value row's gradient, the slots' too, once per 4 rows */
                 DISPATCH_D(D, FN(outer_rows4)(w + r0 * N, N, go + r0 * DD, L, gvb, DD));
-            else
-                for (int64_t j = 0; j < L; ++j) FN(axpy)(gvb + j * D, w[r0 * N + j], go + r0 * D, D);
+                DISPATCH_D(D, FN(outer_rows4)(w + r0 * N + L, N, go + r0 * DD, S, gvsb, DD));
+            } else {
+                for (int64_t j = 0; j < L + S; ++j)
+                    FN(axpy)(j < L ? gvb + j * D : gvsb + (j - L) * D, w[r0 * N + j], go + r0 * D, D);
+            }
             r0 += n;
         }
     }
