@@ -27,7 +27,8 @@ import ressformer_reference as reference  # noqa: E402
 ACTIVATIONS = ("entmax15", "sparsemax", "softmax")
 VOCAB = 1000
 # (soes, asam, r2mu, attn_activation, extra ASAM options, pe): every switch combination with
-# every activation where ASAM is on; SOES off with an input-level, a rotary and a bias pe.
+# every activation where ASAM is on; SOES off with an input-level, a rotary and a bias pe;
+# dense attention with routed experts.
 CASES = []
 for soes, asam, r2mu in itertools.product([True, False], repeat=3):
     pes = ["none"] if soes else ["sinusoidal", "rotary", "t5-bias"]
@@ -37,6 +38,8 @@ for soes, asam, r2mu in itertools.product([True, False], repeat=3):
     if asam:  # expert routing, and dense (topk 0) sparse activations
         CASES.append((soes, asam, r2mu, "entmax15", dict(experts=3, experts_topk=2), pes[0]))
         CASES.append((soes, asam, r2mu, "sparsemax", dict(topk=0), pes[0]))
+        # dense softmax with routed experts (with memory: the fused dense kernels, G = 2)
+        CASES.append((soes, asam, r2mu, "softmax", dict(topk=0, experts=3, experts_topk=2), pes[-1]))
 
 
 @pytest.fixture(params=["compiled", "torch"])
