@@ -88,7 +88,7 @@ SOURCES = (MAIN_SOURCE, "ressformer_kernels_typed.h")  # everything the build re
 # sha256 (16 hex) of the SOURCES' bytes in order. The code fingerprint (schema.code_fingerprint)
 # reads only .py files: this literal carries every edit of the C into it, and
 # tests/test_kernels.py fails until it is updated (kernels.sources_digest() gives the value).
-SOURCES_SHA256 = "0e199cf509a5c0bf"
+SOURCES_SHA256 = "9624393979d8c677"
 BUILD_TIMEOUT_S = 120
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 _I64 = ctypes.c_int64
@@ -660,7 +660,7 @@ class _DenseMemorySoftmax(torch.autograd.Function):
         qr, q, kr, ks, kc, sa = (t.contiguous() for t in (qr, q, kr, ks, kc, sa))
         m, strides = _row_mask(add, q.dtype, (0, 1, 2))
         Lp, Sp = _lanes_padded(L, q.dtype), _lanes_padded(S, q.dtype)
-        scratch = torch.zeros(D * (Lp + Sp) + Lp + 2 * Sp + 16, dtype=q.dtype)
+        scratch = torch.zeros(D * (Lp + Sp) + 4 * (Lp + 2 * Sp + 16), dtype=q.dtype)
         y = torch.empty(B, H, G, L, L + S + 1, dtype=q.dtype)
         _call("dense_memory_softmax", q.dtype, qr, q, kr, ks, kc, m, *strides, sa, B, H, G, L,
               S, D, scratch, y)
@@ -728,7 +728,7 @@ class _DenseMemoryMix(torch.autograd.Function):
         gw = torch.empty_like(w)
         gv, gvs, gvc = torch.zeros_like(v), torch.zeros_like(vs), torch.zeros_like(vc)
         _call("dense_memory_mix_grad", w.dtype, go.contiguous(), w, v, vs, vc, B * H, G, L, S, D,
-              torch.zeros(D * (Lp + Sp) + Lp + Sp, dtype=w.dtype), gw, gv, gvs, gvc)
+              torch.zeros(D * (Lp + Sp) + 4 * (Lp + Sp), dtype=w.dtype), gw, gv, gvs, gvc)
         return gw, gv, gvs, gvc
 
 

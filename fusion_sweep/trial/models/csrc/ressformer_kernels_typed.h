@@ -553,8 +553,9 @@ void FN(gather_sum)(const T *w, const T *t, const int64_t *idx, int64_t R, int64
    softmax of [qr_r . kr[bh, j] + m_r[j] (j < L) | q_r . ks[bh, s] + sa[b, s] (s < S) |
    q_r . kc[bh, i]], bh = b*H + h, m_r the token mask's row at m + b*sb + h*sh + i*si (NULL:
    none). qr, q (R, D); kr, kc (BH, L, D); ks (BH, S, D); sa (B, S). The scores are made in a
-   row buffer and never stored as a tensor of their own. scratch (zeroed by the caller):
-   D*(Lp + Sp) + Lp + 2*Sp + 16 elements, Lp and Sp being L and S rounded up to LANES. */
+   row buffer and never stored as a tensor of their own; the token scores of four rows of one
+   (b, h) at a time. scratch (zeroed by the caller): D*(Lp + Sp) + 4*(Lp + 2*Sp + 16)
+   elements, Lp and Sp being L and S rounded up to LANES. */
 enum { FN(LANES) = 64 / sizeof(T) };
 static inline int64_t FN(padded)(int64_t n) { return (n + FN(LANES) - 1) / FN(LANES) * FN(LANES); }
 /* kt (D, Np) = k (N, D) transposed; columns N..Np stay as they are (zero). */
@@ -591,13 +592,46 @@ static inline void FN(dots_t)(const T *restrict q, const T *restrict kt, int64_t
         memcpy(z + j, &a, 64);
     }
 }
-static inline void FN(dense_row)(const T *qr, const T *q, const T *krt, const T *kst,
-                                 const T *kc, const T *m, const T *sa, int64_t L, int64_t Lp,
-                                 int64_t S, int64_t Sp, T *row, T *y, int64_t D) {
-    /* row: the token scores (Lp), then the slots' (Sp); then the whole row, padded with −inf
-       to a multiple of 16 entries, is assembled over the token scores */
+/* dots_t for four query rows at once (q: 4 rows D apart; z: 4 rows Zs apart): each vector of
+   keys is loaded once for the four rows, two vectors of keys per step. */
+static inline void FN(dots_t4)(const T *restrict q, const T *restrict kt, int64_t Np,
+                               int64_t D, T *restrict z, int64_t Zs) {
+    enum { V = FN(LANES) };
+    int64_t j = 0;
+    for (; j + 2 * V <= Np; j += 2 * V) {
+        FN(vec) a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
+        for (int64_t d = 0; d < D; ++d) {
+            FN(vec) k0, k1;
+            memcpy(&k0, kt + d * Np + j, 64);
+            memcpy(&k1, kt + d * Np + j + V, 64);
+            const T x0 = q[d], x1 = q[D + d], x2 = q[2 * D + d], x3 = q[3 * D + d];
+            a0 += x0 * k0; a1 += x1 * k0; a2 += x2 * k0; a3 += x3 * k0;
+            b0 += x0 * k1; b1 += x1 * k1; b2 += x2 * k1; b3 += x3 * k1;
+        }
+        memcpy(z + j, &a0, 64); memcpy(z + Zs + j, &a1, 64);
+        memcpy(z + 2 * Zs + j, &a2, 64); memcpy(z + 3 * Zs + j, &a3, 64);
+        memcpy(z + j + V, &b0, 64); memcpy(z + Zs + j + V, &b1, 64);
+        memcpy(z + 2 * Zs + j + V, &b2, 64); memcpy(z + 3 * Zs + j + V, &b3, 64);
+    }
+    for (; j < Np; j += V) {
+        FN(vec) a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (int64_t d = 0; d < D; ++d) {
+            FN(vec) k0;
+            memcpy(&k0, kt + d * Np + j, 64);
+            a0 += q[d] * k0; a1 += q[D + d] * k0; a2 += q[2 * D + d] * k0; a3 += q[3 * D + d] * k0;
+        }
+        memcpy(z + j, &a0, 64); memcpy(z + Zs + j, &a1, 64);
+        memcpy(z + 2 * Zs + j, &a2, 64); memcpy(z + 3 * Zs + j, &a3, 64);
+    }
+}
+/* A row from its token scores (row[0..L), by dots_t or dots_t4): the slots' scores (into
+   row + Lp + Sp), the masks, the own cache's score; the whole row, padded with −inf to a
+   multiple of 16 entries, assembled over the token scores, then its softmax into y. row:
+   Lp + 2 Sp + 16 elements. */
+static inline void FN(dense_finish)(const T *q, const T *kst, const T *kc, const T *m,
+                                    const T *sa, int64_t L, int64_t Lp, int64_t S, int64_t Sp,
+                                    T *row, T *y, int64_t D) {
     T *slots = row + Lp + Sp;
-    FN(dots_t)(qr, krt, Lp, D, row);
     FN(dots_t)(q, kst, Sp, D, slots);
     if (m) {
         #pragma omp simd
@@ -612,18 +646,26 @@ void FN(dense_memory_softmax)(const T *qr, const T *q, const T *kr, const T *ks,
                               const T *m, int64_t sb, int64_t sh, int64_t si, const T *sa,
                               int64_t B, int64_t H, int64_t G, int64_t L, int64_t S,
                               int64_t D, T *scratch, T *y) {
-    const int64_t N = L + S + 1, Lp = FN(padded)(L), Sp = FN(padded)(S);
-    T *krt = scratch, *kst = krt + D * Lp, *row = kst + D * Sp;  /* row: Lp + 2 Sp + 16 */
+    const int64_t N = L + S + 1, Lp = FN(padded)(L), Sp = FN(padded)(S), RW = Lp + 2 * Sp + 16;
+    T *krt = scratch, *kst = krt + D * Lp, *rows = kst + D * Sp;  /* rows: 4 of RW */
     for (int64_t bh = 0; bh < B * H; ++bh) {
         const int64_t b = bh / H, h = bh % H;
         FN(transpose)(kr + bh * L * D, L, D, Lp, krt);
         FN(transpose)(ks + bh * S * D, S, D, Sp, kst);
-        for (int64_t r = bh * G * L; r < (bh + 1) * G * L; ++r) {
-            const int64_t i = r % L;
-            const T *mr = m ? m + b * sb + h * sh + i * si : NULL;
-            DISPATCH_D(D, FN(dense_row)(qr + r * DD, q + r * DD, krt, kst,
-                                        kc + (bh * L + i) * DD, mr, sa + b * S, L, Lp, S, Sp,
-                                        row, y + r * N, DD));
+        for (int64_t r0 = bh * G * L; r0 < (bh + 1) * G * L;) {
+            const int64_t n = r0 + 4 <= (bh + 1) * G * L ? 4 : 1;
+            if (n == 4)
+                DISPATCH_D(D, FN(dots_t4)(qr + r0 * DD, krt, Lp, DD, rows, RW));
+            else
+                DISPATCH_D(D, FN(dots_t)(qr + r0 * DD, krt, Lp, DD, rows));
+            for (int64_t u = 0; u < n; ++u) {
+                const int64_t r = r0 + u, i = r % L;
+                const T *mr = m ? m + b * sb + h * sh + i * si : NULL;
+                DISPATCH_D(D, FN(dense_finish)(q + r * DD, kst, kc + (bh * L + i) * DD, mr,
+                                               sa + b * S, L, Lp, S, Sp, rows + u * RW,
+                                               y + r * N, DD));
+            }
+            r0 += n;
         }
     }
 }
@@ -656,21 +698,21 @@ static inline void FN(memory_grad_row)(const T *dz, const T *q, const T *ks, con
     FN(axpy)(gq, dz[L + S], kc, D);
     FN(axpy)(gkc, dz[L + S], q, D);
 }
-/* g_j += sum_u w_u[j] x_u over j < L for four rows u (w: N apart; x: D apart). */
+/* g_j += sum_u w_u[j] x_u over j < L for four rows u (w: N apart; x: D apart; D a whole
+   number of vectors, taken one vector-wide slice at a time: the registers used do not grow
+   with D). */
 static inline void FN(outer_rows4)(const T *restrict w, int64_t N, const T *restrict x,
                                    int64_t L, T *restrict g, int64_t D) {
     enum { V = FN(LANES) };
-    const int64_t C = D / V < 4 ? D / V : 4;  /* callers: D a whole number of vectors, at most 4 */
-    FN(vec) xs[4][4];
-    for (int u = 0; u < 4; ++u)
-        for (int64_t c = 0; c < C; ++c) memcpy(&xs[u][c], x + u * D + c * V, 64);
-    for (int64_t j = 0; j < L; ++j) {
-        const T w0 = w[j], w1 = w[N + j], w2 = w[2 * N + j], w3 = w[3 * N + j];
-        for (int64_t c = 0; c < C; ++c) {
+    for (int64_t c = 0; c < D; c += V) {
+        FN(vec) x0, x1, x2, x3;
+        memcpy(&x0, x + c, 64); memcpy(&x1, x + D + c, 64);
+        memcpy(&x2, x + 2 * D + c, 64); memcpy(&x3, x + 3 * D + c, 64);
+        for (int64_t j = 0; j < L; ++j) {
             FN(vec) a;
-            memcpy(&a, g + j * D + c * V, 64);
-            a += w0 * xs[0][c] + w1 * xs[1][c] + w2 * xs[2][c] + w3 * xs[3][c];
-            memcpy(g + j * D + c * V, &a, 64);
+            memcpy(&a, g + j * D + c, 64);
+            a += w[j] * x0 + w[N + j] * x1 + w[2 * N + j] * x2 + w[3 * N + j] * x3;
+            memcpy(g + j * D + c, &a, 64);
         }
     }
 }
@@ -680,45 +722,42 @@ static inline void FN(token_grad_row)(const T *dz, const T *qr, const T *kr, int
     FN(wsum)(dz, kr, L, D, gqr);
     for (int64_t j = 0; j < L; ++j) FN(axpy)(gkr + j * D, dz[j], qr, D);
 }
-/* The token part of four rows of one (b, h) at once (D a whole number of vectors, at most 4):
-   each key row kr_j and gradient row gkr_j is read once for the four, and the four gqr sums
-   are independent chains. dz: 4 rows N apart; qr, gqr: 4 rows D apart. */
+/* The token part of four rows of one (b, h) at once (D a whole number of vectors, one
+   vector-wide slice at a time): each key row kr_j and gradient row gkr_j is read once for
+   the four, and the four gqr sums are independent chains. dz: 4 rows N apart; qr, gqr: 4
+   rows D apart. */
 static inline void FN(token_grad_rows4)(const T *restrict dz, int64_t N, const T *restrict qr,
                                         const T *restrict kr, int64_t L, T *restrict gqr,
                                         T *restrict gkr, int64_t D) {
     enum { V = FN(LANES) };
-    const int64_t C = D / V < 4 ? D / V : 4;  /* callers: D a whole number of vectors, at most 4 */
-    FN(vec) q[4][4], a[4][4];
-    for (int u = 0; u < 4; ++u)
-        for (int64_t c = 0; c < C; ++c) {
-            memcpy(&q[u][c], qr + u * D + c * V, 64);
-            a[u][c] = (FN(vec)){0};
-        }
-    for (int64_t j = 0; j < L; ++j) {
-        const T w0 = dz[j], w1 = dz[N + j], w2 = dz[2 * N + j], w3 = dz[3 * N + j];
-        for (int64_t c = 0; c < C; ++c) {
+    for (int64_t c = 0; c < D; c += V) {
+        FN(vec) q0, q1, q2, q3, a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        memcpy(&q0, qr + c, 64); memcpy(&q1, qr + D + c, 64);
+        memcpy(&q2, qr + 2 * D + c, 64); memcpy(&q3, qr + 3 * D + c, 64);
+        for (int64_t j = 0; j < L; ++j) {
+            const T w0 = dz[j], w1 = dz[N + j], w2 = dz[2 * N + j], w3 = dz[3 * N + j];
             FN(vec) k, g;
-            memcpy(&k, kr + j * D + c * V, 64);
-            memcpy(&g, gkr + j * D + c * V, 64);
-            a[0][c] += w0 * k; a[1][c] += w1 * k; a[2][c] += w2 * k; a[3][c] += w3 * k;
-            g += w0 * q[0][c] + w1 * q[1][c] + w2 * q[2][c] + w3 * q[3][c];
-            memcpy(gkr + j * D + c * V, &g, 64);
+            memcpy(&k, kr + j * D + c, 64);
+            memcpy(&g, gkr + j * D + c, 64);
+            a0 += w0 * k; a1 += w1 * k; a2 += w2 * k; a3 += w3 * k;
+            g += w0 * q0 + w1 * q1 + w2 * q2 + w3 * q3;
+            memcpy(gkr + j * D + c, &g, 64);
         }
+        memcpy(gqr + c, &a0, 64); memcpy(gqr + D + c, &a1, 64);
+        memcpy(gqr + 2 * D + c, &a2, 64); memcpy(gqr + 3 * D + c, &a3, 64);
     }
-    for (int u = 0; u < 4; ++u)
-        for (int64_t c = 0; c < C; ++c) memcpy(gqr + u * D + c * V, &a[u][c], 64);
 }
 /* dense_memory_softmax's backward from y and its gradient gy (R, N): per row dz = y (gy -
    <y, gy>) (into dz (R, N) where dz is not NULL: a learned mask's gradient; else into rows,
    4 N elements); gqr (R, D) = sum_j<L dz_j kr_j, gq (R, D) = sum_s dz_{L+s} ks_s +
    dz_{L+S} kc_i, both written; gkr, gks, gkc (zeroed by the caller) accumulate dz_j qr_r,
-   dz_{L+s} q_r, dz_{L+S} q_r. Rows of one (b, h) go four at a time where D allows. */
+   dz_{L+s} q_r, dz_{L+S} q_r. Rows of one (b, h) go four at a time where D is a whole number of vectors. */
 void FN(dense_memory_softmax_grad)(const T *y, const T *gy, const T *qr, const T *q,
                                    const T *kr, const T *ks, const T *kc, int64_t BH,
                                    int64_t G, int64_t L, int64_t S, int64_t D, T *rows, T *gqr,
                                    T *gq, T *gkr, T *gks, T *gkc, T *dz) {
     const int64_t N = L + S + 1, GL = G * L;
-    const int four = D % FN(LANES) == 0 && D <= 4 * FN(LANES);
+    const int four = D % FN(LANES) == 0;  /* D a whole number of vectors */
     for (int64_t bh = 0; bh < BH; ++bh) {
         const T *krb = kr + bh * L * D, *ksb = ks + bh * S * D;
         T *gkrb = gkr + bh * L * D, *gksb = gks + bh * S * D;
@@ -748,24 +787,20 @@ void FN(dense_memory_softmax_grad)(const T *y, const T *gy, const T *qr, const T
 /* The weighted sum that goes with dense_memory_softmax (kernels.py: dense_memory_mix): row r
    of out (R, D) = sum_j<L w_j v[bh, j] + sum_s w_{L+s} vs[bh, s] + w_{L+S} vc[bh, i], w (R, N
    = L + S + 1); v, vc (BH, L, D); vs (BH, S, D). Rows of one (b, h) four at a time where D
-   allows (each value row read once for the four), else one by one. */
+   is a whole number of vectors (each value row read once for the four), else one by one. */
 static inline void FN(wsum_rows4)(const T *restrict w, int64_t N, const T *restrict v,
                                   int64_t L, T *restrict out, int64_t D) {
     enum { V = FN(LANES) };
-    const int64_t C = D / V < 4 ? D / V : 4;  /* callers: D a whole number of vectors, at most 4 */
-    FN(vec) a[4][4];
-    for (int u = 0; u < 4; ++u)
-        for (int64_t c = 0; c < C; ++c) a[u][c] = (FN(vec)){0};
-    for (int64_t j = 0; j < L; ++j) {
-        const T w0 = w[j], w1 = w[N + j], w2 = w[2 * N + j], w3 = w[3 * N + j];
-        for (int64_t c = 0; c < C; ++c) {
+    for (int64_t c = 0; c < D; c += V) {  /* one vector-wide slice of D at a time */
+        FN(vec) a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (int64_t j = 0; j < L; ++j) {
             FN(vec) x;
-            memcpy(&x, v + j * D + c * V, 64);
-            a[0][c] += w0 * x; a[1][c] += w1 * x; a[2][c] += w2 * x; a[3][c] += w3 * x;
+            memcpy(&x, v + j * D + c, 64);
+            a0 += w[j] * x; a1 += w[N + j] * x; a2 += w[2 * N + j] * x; a3 += w[3 * N + j] * x;
         }
+        memcpy(out + c, &a0, 64); memcpy(out + D + c, &a1, 64);
+        memcpy(out + 2 * D + c, &a2, 64); memcpy(out + 3 * D + c, &a3, 64);
     }
-    for (int u = 0; u < 4; ++u)
-        for (int64_t c = 0; c < C; ++c) memcpy(out + u * D + c * V, &a[u][c], 64);
 }
 /* out = the memory part of one row's sum, added (slots, own cache). */
 static inline void FN(memory_mix_row)(const T *w, const T *vs, const T *vc, int64_t L,
@@ -776,7 +811,7 @@ static inline void FN(memory_mix_row)(const T *w, const T *vs, const T *vc, int6
 void FN(dense_memory_mix)(const T *w, const T *v, const T *vs, const T *vc, int64_t BH,
                           int64_t G, int64_t L, int64_t S, int64_t D, T *out) {
     const int64_t N = L + S + 1, GL = G * L;
-    const int four = D % FN(LANES) == 0 && D <= 4 * FN(LANES);
+    const int four = D % FN(LANES) == 0;  /* D a whole number of vectors */
     for (int64_t bh = 0; bh < BH; ++bh) {
         const T *vb = v + bh * L * D, *vsb = vs + bh * S * D;
         for (int64_t r0 = bh * GL; r0 < (bh + 1) * GL;) {
@@ -792,13 +827,12 @@ void FN(dense_memory_mix)(const T *w, const T *v, const T *vs, const T *vc, int6
         }
     }
 }
-/* One row's gradient of its weights (go . every value row, into gw's row) and of its own
-   cache value (gvc accumulated). vt, vst: the token and slot values transposed, (D, Lp) and
-   (D, Sp); row: Lp + Sp. */
-static inline void FN(mix_grad_row)(const T *go, const T *w, const T *vt, const T *vst,
-                                    const T *vc, int64_t L, int64_t Lp, int64_t S, int64_t Sp,
-                                    T *row, T *gw, T *gvc, int64_t D) {
-    FN(dots_t)(go, vt, Lp, D, row);
+/* One row's gradient of its weights from its token part (row[0..L), by dots_t or dots_t4):
+   the slots' (into row + Lp), the own cache's, all into gw's row; and of its own cache value
+   (gvc accumulated). vst: the slot values transposed, (D, Sp); row: Lp + Sp. */
+static inline void FN(mix_grad_finish)(const T *go, const T *w, const T *vst, const T *vc,
+                                       int64_t L, int64_t Lp, int64_t S, int64_t Sp, T *row,
+                                       T *gw, T *gvc, int64_t D) {
     FN(dots_t)(go, vst, Sp, D, row + Lp);
     memcpy(gw, row, L * sizeof(T));
     memcpy(gw + L, row + Lp, S * sizeof(T));
@@ -806,31 +840,40 @@ static inline void FN(mix_grad_row)(const T *go, const T *w, const T *vt, const 
     FN(axpy)(gvc, w[L + S], go, D);
 }
 /* dense_memory_mix's backward from go (R, D): gw (R, N) written; gv, gvs, gvc (zeroed by
-   the caller) accumulated. scratch (zeroed by the caller): D*(Lp + Sp) + Lp + Sp elements. */
+   the caller) accumulated. scratch (zeroed by the caller): D*(Lp + Sp) + 4*(Lp + Sp)
+   elements. */
 void FN(dense_memory_mix_grad)(const T *go, const T *w, const T *v, const T *vs, const T *vc,
                                int64_t BH, int64_t G, int64_t L, int64_t S, int64_t D,
                                T *scratch, T *gw, T *gv, T *gvs, T *gvc) {
     const int64_t N = L + S + 1, GL = G * L, Lp = FN(padded)(L), Sp = FN(padded)(S);
-    const int four = D % FN(LANES) == 0 && D <= 4 * FN(LANES);
-    T *vt = scratch, *vst = vt + D * Lp, *row = vst + D * Sp;
+    const int64_t RW = Lp + Sp;
+    const int four = D % FN(LANES) == 0;  /* D a whole number of vectors */
+    T *vt = scratch, *vst = vt + D * Lp, *rows = vst + D * Sp;  /* rows: 4 of RW */
     for (int64_t bh = 0; bh < BH; ++bh) {
         FN(transpose)(v + bh * L * D, L, D, Lp, vt);
         FN(transpose)(vs + bh * S * D, S, D, Sp, vst);
         T *gvb = gv + bh * L * D, *gvsb = gvs + bh * S * D;
         for (int64_t r0 = bh * GL; r0 < (bh + 1) * GL;) {
-            const int64_t n = four && r0 + 4 <= (bh + 1) * GL ? 4 : 1;
+            const int64_t n = r0 + 4 <= (bh + 1) * GL ? 4 : 1;
+            if (n == 4)
+                DISPATCH_D(D, FN(dots_t4)(go + r0 * DD, vt, Lp, DD, rows, RW));
+            else
+                DISPATCH_D(D, FN(dots_t)(go + r0 * DD, vt, Lp, DD, rows));
             for (int64_t r = r0; r < r0 + n; ++r) {
                 const int64_t i = r % L;
-                DISPATCH_D(D, FN(mix_grad_row)(go + r * DD, w + r * N, vt, vst,
-                                               vc + (bh * L + i) * DD, L, Lp, S, Sp, row,
-                                               gw + r * N, gvc + (bh * L + i) * DD, DD));
+                DISPATCH_D(D, FN(mix_grad_finish)(go + r * DD, w + r * N, vst,
+                                                  vc + (bh * L + i) * DD, L, Lp, S, Sp,
+                                                  rows + (r - r0) * RW, gw + r * N,
+                                                  gvc + (bh * L + i) * DD, DD));
             }
-            if (n == 4) {  /* every value row's gradient, the slots' too, once per 4 rows */
+            if (n == 4 && four) {  /* every value row's gradient, the slots' too, once per 4 rows */
                 DISPATCH_D(D, FN(outer_rows4)(w + r0 * N, N, go + r0 * DD, L, gvb, DD));
                 DISPATCH_D(D, FN(outer_rows4)(w + r0 * N + L, N, go + r0 * DD, S, gvsb, DD));
             } else {
-                for (int64_t j = 0; j < L + S; ++j)
-                    FN(axpy)(j < L ? gvb + j * D : gvsb + (j - L) * D, w[r0 * N + j], go + r0 * D, D);
+                for (int64_t r = r0; r < r0 + n; ++r)
+                    for (int64_t j = 0; j < L + S; ++j)
+                        FN(axpy)(j < L ? gvb + j * D : gvsb + (j - L) * D, w[r * N + j],
+                                 go + r * D, D);
             }
             r0 += n;
         }
