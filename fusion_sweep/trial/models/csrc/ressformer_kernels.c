@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <math.h>
 
-/* Keys per panel in score_topk: 4 vectors of 64 bytes (64 floats, 32 doubles); PANEL_BYTES
-   is passed by the build (-DPANEL_BYTES) from the Python constant of that name. */
-#define BW_MAX 64
+/* Keys per panel in score_topk: PANEL_BYTES / sizeof(T), 4 vectors of 64 bytes (64 floats,
+   32 doubles); PANEL_BYTES is passed by the build (-DPANEL_BYTES) from the Python constant of
+   that name. */
 
 /* topk_fast's steps with AVX-512 (float32; elsewhere the portable loops): compact_ gathers
    the entries of row[0..n) that are >= thr, in order: their indices (cj) and values (cv),

@@ -99,48 +99,84 @@ static int FN(topk_fast)(const T *restrict row, int64_t N, int64_t K, int64_t *r
     for (int64_t a = 0; a < nc; ++a) FN(keep)(cv[a], cj[a], v, o, K, &fill, &m);
     return fill == K;
 }
+/* The scores of query rows q (n of them, D apart: 1 or 4) against every panel of kb, whole
+   panels, into rows of buf LP apart, plus each row's mask ar[u] (NULL: none) over its first
+   L entries. A panel (BW keys) at a time, its scores in 4 vector
+   registers per row (GCC/clang vector extension): the panel is read contiguously, and with
+   four rows each vector of keys is loaded once for the four. */
+static inline void FN(panel_scores)(const T *q, int64_t n, const T *kb, int64_t NP, int64_t D,
+                                    const T *const *ar, int64_t L, T *buf, int64_t LP) {
+    enum { BW = PANEL_BYTES / sizeof(T), VW = BW / 4 };
+    for (int64_t p = 0; p < NP; ++p) {
+        const T *panel = kb + p * D * BW;
+        if (n == 4) {
+            FN(vec) a[4][4];
+            for (int u = 0; u < 4; ++u)
+                for (int c = 0; c < 4; ++c) a[u][c] = (FN(vec)){0};
+            for (int64_t d = 0; d < D; ++d) {
+                const T *kd = panel + d * BW;
+                FN(vec) k0, k1, k2, k3;
+                memcpy(&k0, kd, 64); memcpy(&k1, kd + VW, 64);
+                memcpy(&k2, kd + 2 * VW, 64); memcpy(&k3, kd + 3 * VW, 64);
+                for (int u = 0; u < 4; ++u) {
+                    const T x = q[u * D + d];
+                    a[u][0] += x * k0; a[u][1] += x * k1; a[u][2] += x * k2; a[u][3] += x * k3;
+                }
+            }
+            for (int u = 0; u < 4; ++u)
+                for (int c = 0; c < 4; ++c) memcpy(buf + u * LP + p * BW + c * VW, &a[u][c], 64);
+        } else {
+            FN(vec) a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, kv;
+            for (int64_t d = 0; d < D; ++d) {
+                const T *kd = panel + d * BW;
+                const FN(vec) qd = (FN(vec)){0} + q[d];
+                memcpy(&kv, kd, 64); a0 += qd * kv;
+                memcpy(&kv, kd + VW, 64); a1 += qd * kv;
+                memcpy(&kv, kd + 2 * VW, 64); a2 += qd * kv;
+                memcpy(&kv, kd + 3 * VW, 64); a3 += qd * kv;
+            }
+            T *o = buf + p * BW;
+            memcpy(o, &a0, 64); memcpy(o + VW, &a1, 64);
+            memcpy(o + 2 * VW, &a2, 64); memcpy(o + 3 * VW, &a3, 64);
+        }
+        const int64_t j0 = p * BW, j1 = j0 + BW < L ? j0 + BW : L;
+        for (int64_t u = 0; u < n; ++u) {
+            if (!ar[u]) continue;  /* the mask after the dot product, as q·kᵀ + add in torch */
+            T *o = buf + u * LP;
+            const T *m = ar[u];
+            #pragma omp simd
+            for (int64_t j = j0; j < j1; ++j) o[j] += m[j];
+        }
+    }
+}
 /* Score and select in one pass per query, the scores never leaving a row buffer:
    q (BH, GL, D) rows, kt (BH, P, D, BW) the keys in panels of BW, zero-padded to P·BW >= L;
    add: an additive mask read at add[b*sb + h*sh + (i % L)*si + j] (NULL: none), where
-   block = b*H + h and i the row in the block. -> out (BH, GL, K) key indices. */
+   block = b*H + h and i the row in the block. -> out (BH, GL, K) key indices. Rows of one
+   block are scored four at a time (`panel_scores`), then each selected on its own. */
 void FN(score_topk)(const T *q, const T *kt, const T *add, int64_t sb, int64_t sh,
                     int64_t si, int64_t BH, int64_t H, int64_t GL, int64_t L, int64_t D,
                     int64_t K, int64_t *out) {
-    T *buf = malloc(L * sizeof(T)), *v = malloc(K * sizeof(T)),
+    const int64_t BW = PANEL_BYTES / sizeof(T), NP = (L + BW - 1) / BW, LP = NP * BW;
+    T *buf = malloc(4 * LP * sizeof(T)), *v = malloc(K * sizeof(T)),
       *cm = malloc((L + 16) * sizeof(T)), *cv = malloc((L + 16) * sizeof(T));
     int64_t *ci = malloc((L + K) * sizeof(int64_t));
     int32_t *cj = malloc((L + 16) * sizeof(int32_t));
-    const int64_t BW = PANEL_BYTES / sizeof(T), VW = BW / 4, NP = (L + BW - 1) / BW;
     for (int64_t blk = 0; blk < BH; ++blk) {
         const T *kb = kt + blk * NP * D * BW;
-        for (int64_t i = 0; i < GL; ++i) {
-            const T *qi = q + (blk * GL + i) * D;
-            const T *ar = add ? add + (blk / H) * sb + (blk % H) * sh + (i % L) * si : NULL;
-            /* A panel (BW keys) at a time, its scores in 4 vector registers (GCC/clang vector
-               extension): the panel is read contiguously, the row buffer written once */
-            for (int64_t j0 = 0, p = 0; j0 < L; j0 += BW, ++p) {
-                const T *panel = kb + p * D * BW;
-                FN(vec) a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, kv;
-                for (int64_t d = 0; d < D; ++d) {
-                    const T *kd = panel + d * BW;
-                    const FN(vec) qd = (FN(vec)){0} + qi[d];
-                    memcpy(&kv, kd, 64); a0 += qd * kv;
-                    memcpy(&kv, kd + VW, 64); a1 += qd * kv;
-                    memcpy(&kv, kd + 2 * VW, 64); a2 += qd * kv;
-                    memcpy(&kv, kd + 3 * VW, 64); a3 += qd * kv;
-                }
-                T tmp[BW_MAX];
-                memcpy(tmp, &a0, 64); memcpy(tmp + VW, &a1, 64);
-                memcpy(tmp + 2 * VW, &a2, 64); memcpy(tmp + 3 * VW, &a3, 64);
-                const int64_t w = L - j0 < BW ? L - j0 : BW;
-                if (ar) { /* the mask after the dot product, as q·kᵀ + add in torch */
-                    #pragma omp simd
-                    for (int64_t j = 0; j < w; ++j) buf[j0 + j] = tmp[j] + ar[j0 + j];
-                } else memcpy(buf + j0, tmp, w * sizeof(T));
+        for (int64_t i0 = 0; i0 < GL;) {
+            const int64_t n = i0 + 4 <= GL ? 4 : 1;
+            const T *ar[4] = {NULL, NULL, NULL, NULL};
+            for (int64_t u = 0; add && u < n; ++u)
+                ar[u] = add + (blk / H) * sb + (blk % H) * sh + ((i0 + u) % L) * si;
+            DISPATCH_D(D, FN(panel_scores)(q + (blk * GL + i0) * DD, n, kb, NP, DD, ar, L, buf,
+                                           LP));
+            for (int64_t u = 0; u < n; ++u) {
+                int64_t *o = out + (blk * GL + i0 + u) * K;
+                if (!FN(topk_fast)(buf + u * LP, L, K, o, cm, ci, cv, v, cj))
+                    FN(topk_row)(buf + u * LP, L, K, o, v, cm, ci);
             }
-            int64_t *o = out + (blk * GL + i) * K;
-            if (!FN(topk_fast)(buf, L, K, o, cm, ci, cv, v, cj))
-                FN(topk_row)(buf, L, K, o, v, cm, ci);
+            i0 += n;
         }
     }
     free(buf); free(v); free(cm); free(ci); free(cv); free(cj);
