@@ -3,6 +3,7 @@
    guard on purpose. The shapes, strides and pointer contracts of each entry are in its
    comment; kernels.py checks them before every call. */
 typedef T FN(vec) __attribute__((vector_size(64)));
+enum { FN(LANES) = 64 / sizeof(T) };  /* elements of T in one 64-byte vector */
 /* Keep x in the running top-K (v, o) of a row: fill, then replace the smallest (at m).
    The smallest is found again by a branch-free scan (its position is unpredictable). */
 static inline void FN(keep)(T x, int64_t j, T *restrict v, int64_t *restrict o, int64_t K,
@@ -465,6 +466,37 @@ static inline void FN(axpy)(T *restrict y, T a, const T *restrict x, int64_t D) 
     #pragma omp simd
     for (int64_t d = 0; d < D; ++d) y[d] += a * x[d];
 }
+/* out (+)= sum_j<n w[j] t[row_j], row_j = ix[j] (ix NULL: j), rows of D; `add`: added to
+   out, else written. Where D is a whole number of vectors, one vector-wide slice of D at a
+   time in two registers (a chain of axpys on out would wait on each store); else axpys. */
+static inline void FN(gsum)(const T *restrict w, const T *restrict t, const int64_t *ix,
+                            int64_t n, int64_t D, T *restrict out, int add) {
+    enum { V = FN(LANES) };
+    if (D % V) {
+        if (!add) memset(out, 0, D * sizeof(T));
+        for (int64_t j = 0; j < n; ++j) FN(axpy)(out, w[j], t + (ix ? ix[j] : j) * D, D);
+        return;
+    }
+    for (int64_t c = 0; c < D; c += V) {
+        FN(vec) a0 = {0}, a1 = {0}, x, y;
+        int64_t j = 0;
+        for (; j + 2 <= n; j += 2) {
+            memcpy(&x, t + (ix ? ix[j] : j) * D + c, 64);
+            memcpy(&y, t + (ix ? ix[j + 1] : j + 1) * D + c, 64);
+            a0 += w[j] * x; a1 += w[j + 1] * y;
+        }
+        if (j < n) {
+            memcpy(&x, t + (ix ? ix[j] : j) * D + c, 64);
+            a0 += w[j] * x;
+        }
+        a0 += a1;
+        if (add) {
+            memcpy(&x, out + c, 64);
+            a0 += x;
+        }
+        memcpy(out + c, &a0, 64);
+    }
+}
 static inline void FN(mem_scores_row)(const T *qr, const T *q, const T *kr, const int64_t *ix,
                                       const T *ak, const T *ks, const T *sa, const T *kc,
                                       int64_t K, int64_t S, T *z, int64_t D) {
@@ -490,16 +522,11 @@ static inline void FN(mem_scores_grad_row)(const T *dz, const T *qr, const T *q,
                                            const int64_t *ix, const T *ks, const T *kc,
                                            int64_t K, int64_t S, T *dqr, T *dq, T *dkr,
                                            T *dks, T *dkc, int64_t D) {
-    memset(dqr, 0, D * sizeof(T)); memset(dq, 0, D * sizeof(T));
-    for (int64_t j = 0; j < K; ++j) {
-        FN(axpy)(dqr, dz[j], kr + ix[j] * D, D);
-        FN(axpy)(dkr + ix[j] * D, dz[j], qr, D);
-    }
-    for (int64_t m = 0; m < S; ++m) {
-        FN(axpy)(dq, dz[K + m], ks + m * D, D);
-        FN(axpy)(dks + m * D, dz[K + m], q, D);
-    }
+    FN(gsum)(dz, kr, ix, K, D, dqr, 0);
+    FN(gsum)(dz + K, ks, NULL, S, D, dq, 0);
     FN(axpy)(dq, dz[K + S], kc, D);
+    for (int64_t j = 0; j < K; ++j) FN(axpy)(dkr + ix[j] * D, dz[j], qr, D);
+    for (int64_t m = 0; m < S; ++m) FN(axpy)(dks + m * D, dz[K + m], q, D);
     FN(axpy)(dkc, dz[K + S], q, D);
 }
 /* mem_scores' backward: dqr, dq (R, D) written; dkr, dks, dkc accumulated (zeroed first). */
@@ -518,9 +545,8 @@ void FN(mem_scores_grad)(const T *dz, const T *qr, const T *q, const T *kr,
 }
 static inline void FN(mem_mix_row)(const T *w, const T *v, const int64_t *ix, const T *vs,
                                    const T *vc, int64_t K, int64_t S, T *o, int64_t D) {
-    memset(o, 0, D * sizeof(T));
-    for (int64_t j = 0; j < K; ++j) FN(axpy)(o, w[j], v + ix[j] * D, D);
-    for (int64_t m = 0; m < S; ++m) FN(axpy)(o, w[K + m], vs + m * D, D);
+    FN(gsum)(w, v, ix, K, D, o, 0);
+    FN(gsum)(w + K, vs, NULL, S, D, o, 1);
     FN(axpy)(o, w[K + S], vc, D);
 }
 /* out (R, D) = Σ_j w_j v[gidx_j] + Σ_m w_{K+m} vs_m + w_{K+S} vc_i: the weighted sum. */
@@ -592,7 +618,6 @@ void FN(gather_sum)(const T *w, const T *t, const int64_t *idx, int64_t R, int64
    row buffer and never stored as a tensor of their own; the token scores of four rows of one
    (b, h) at a time. scratch (zeroed by the caller): D*(Lp + Sp) + 4*(Lp + 2*Sp + 16)
    elements, Lp and Sp being L and S rounded up to LANES. */
-enum { FN(LANES) = 64 / sizeof(T) };
 static inline int64_t FN(padded)(int64_t n) { return (n + FN(LANES) - 1) / FN(LANES) * FN(LANES); }
 /* kt (D, Np) = k (N, D) transposed; columns N..Np stay as they are (zero). */
 static inline void FN(transpose)(const T *restrict k, int64_t N, int64_t D, int64_t Np,
