@@ -99,7 +99,7 @@ def test_killed_adaptive_sweep_resumes_without_duplicates(mlflow_server, tmp_pat
     path.write_text(yaml.safe_dump(d, sort_keys=False))
     cmd = [sys.executable, "-m", "fusion_sweep.cli", "launch", str(path), "--tracking-uri",
            mlflow_server, "--storage", str(tmp_path / "ray_results"), "--max-concurrent", "2",
-           "--until-decided", "--max-seeds", "7", "--seed-batch", "2"]
+           "--until-decided", "--max-seeds", "5", "--seed-batch", "2"]
     env = cli_env()
     log1 = open(tmp_path / "launch1.log", "w")
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log1, stderr=subprocess.STDOUT)
@@ -137,7 +137,7 @@ def test_killed_adaptive_sweep_resumes_without_duplicates(mlflow_server, tmp_pat
     last = re.findall(r"adaptive round (\d+): (.*)", out2)[-1]
     assert last[1].startswith("every comparison decided or out of seeds"), out2[-3000:]
     # the seeds run are the space's, then rounds of 2, never past the budget
-    assert seeds == list(range(len(seeds))) and 3 <= len(seeds) <= 7 and (len(seeds) - 3) % 2 == 0
+    assert seeds == list(range(len(seeds))) and 3 <= len(seeds) <= 5 and (len(seeds) - 3) % 2 == 0
     code = code_fingerprint()
     want = {c.trial_key(code) for c in load_space(path).grid()} | {
         p.key for s in seeds[3:] for fam in families(load_space(path))
