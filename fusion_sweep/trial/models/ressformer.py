@@ -804,8 +804,8 @@ def _unit(x: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
 
 def _widen(add: torch.Tensor | None, slot_add: torch.Tensor, L: int, width: int) -> torch.Tensor:
     """The additive mask of the token keys (None, (B, 1, 1, L) or (B, H, L, L)) and of the
-    slot keys (B, 1, 1, S), side by side, then 0 up to `width` columns (the own cache entry,
-    padding): broadcastable to (B, H, L, width)."""
+    slot keys (B, 1, 1, S), side by side, then 0 up to `width` columns (the own cache
+    entry): broadcastable to (B, H, L, width)."""
     if add is None:
         add = slot_add.new_zeros(slot_add.shape[0], 1, 1, L)
     lead = torch.broadcast_shapes(add.shape[:-1], slot_add.shape[:-1])

@@ -730,18 +730,6 @@ void FN(dense_memory_softmax)(const T *qr, const T *q, const T *kr, const T *ks,
         }
     }
 }
-/* out[d] = sum_j<n w[j] t[j*D + d] (written): four rows at a time into four partial sums. */
-static inline void FN(wsum)(const T *restrict w, const T *restrict t, int64_t n, int64_t D,
-                            T *restrict out) {
-    T p[4][D];
-    memset(p, 0, sizeof p);
-    int64_t j = 0;
-    for (; j + 4 <= n; j += 4)
-        for (int u = 0; u < 4; ++u) FN(axpy)(p[u], w[j + u], t + (j + u) * D, D);
-    for (; j < n; ++j) FN(axpy)(p[0], w[j], t + j * D, D);
-    #pragma omp simd
-    for (int64_t d = 0; d < D; ++d) out[d] = (p[0][d] + p[1][d]) + (p[2][d] + p[3][d]);
-}
 /* dz = y (gy - <y, gy>) over one row of N (softmax's backward). */
 static inline void FN(softmax_grad_row)(const T *y, const T *gy, int64_t N, T *dz) {
     T dot = 0;
@@ -755,7 +743,7 @@ static inline void FN(softmax_grad_row)(const T *y, const T *gy, int64_t N, T *d
    rows by the caller: row by row, each update would wait on the previous row's store.) */
 static inline void FN(memory_grad_row)(const T *dz, const T *q, const T *ks, const T *kc,
                                        int64_t L, int64_t S, T *gq, T *gkc, int64_t D) {
-    FN(wsum)(dz + L, ks, S, D, gq);
+    FN(gsum)(dz + L, ks, NULL, S, D, gq, 0);
     FN(axpy)(gq, dz[L + S], kc, D);
     FN(axpy)(gkc, dz[L + S], q, D);
 }
@@ -780,7 +768,7 @@ static inline void FN(outer_rows4)(const T *restrict w, int64_t N, const T *rest
 /* One row's token part: gqr = sum_j<L dz_j kr_j (written), gkr_j += dz_j qr. */
 static inline void FN(token_grad_row)(const T *dz, const T *qr, const T *kr, int64_t L, T *gqr,
                                       T *gkr, int64_t D) {
-    FN(wsum)(dz, kr, L, D, gqr);
+    FN(gsum)(dz, kr, NULL, L, D, gqr, 0);
     for (int64_t j = 0; j < L; ++j) FN(axpy)(gkr + j * D, dz[j], qr, D);
 }
 /* The token part of four rows of one (b, h) at once (D a whole number of vectors, one
@@ -880,7 +868,7 @@ void FN(dense_memory_mix)(const T *w, const T *v, const T *vs, const T *vc, int6
             if (n == 4)
                 DISPATCH_D(D, FN(wsum_rows4)(w + r0 * N, N, vb, L, out + r0 * DD, DD));
             else
-                DISPATCH_D(D, FN(wsum)(w + r0 * N, vb, L, DD, out + r0 * DD));
+                DISPATCH_D(D, FN(gsum)(w + r0 * N, vb, NULL, L, DD, out + r0 * DD, 0));
             for (int64_t r = r0; r < r0 + n; ++r)
                 DISPATCH_D(D, FN(memory_mix_row)(w + r * N, vsb, vc + (bh * L + r % L) * DD, L,
                                                  S, out + r * DD, DD));
