@@ -247,6 +247,19 @@ REGIME_TAG = "fusion_sweep.regime"
 PROBE_OF_TAG = "fusion_sweep.probe_of"
 LONG_CONTEXT_TAG = "fusion_sweep.long_context"
 REGIME_COLUMNS: tuple[str, ...] = ("regime_of", "probe_of", "long_context")
+# The sequence-length regime a dataset stands for in the fusion study (registry
+# DatasetSpec.length_regime; "" for a probe), as a trial tag and as the `regime` column of
+# results.csv and of any results file: what the Fusion Matters claims select regimes by.
+LENGTH_REGIMES: tuple[str, ...] = ("short", "medium", "long")
+LENGTH_REGIME_TAG = "fusion_sweep.length_regime"
+LENGTH_REGIME_COLUMN = "regime"
+# Every registry fact a trial run carries as a tag -> its column in the tidy table and in
+# results.csv (the reader, analysis/mlflow_io.py, and the writer, summary.py, share it).
+FACT_COLUMNS: dict[str, str] = {
+    LABEL_DEPENDS_TAG: LABEL_COLUMNS[0], ORDER_ACCESS_TAG: LABEL_COLUMNS[1],
+    REGIME_TAG: REGIME_COLUMNS[0], PROBE_OF_TAG: REGIME_COLUMNS[1],
+    LONG_CONTEXT_TAG: REGIME_COLUMNS[2], LENGTH_REGIME_TAG: LENGTH_REGIME_COLUMN,
+}
 # A regime is long-context when its documents are truncated beyond this many tokens (the
 # reference Transformer's context, agnews-imdb's max_len): synthetic-long (540), arxiv (4096).
 LONG_CONTEXT_ABOVE_TOKENS = 512

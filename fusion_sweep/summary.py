@@ -11,7 +11,8 @@ from typing import TextIO
 from fusion_sweep.grid import GridPoint
 from fusion_sweep.ray_setup import resolve_storage
 from fusion_sweep.schema import (ADAPTIVE_COLUMN, ATTEMPTS, CODE_FINGERPRINT, CODE_FINGERPRINT_COLUMN,
-                                 COMPARISON_FAMILY_COLUMN, DEFAULT_EXPERIMENT, ERROR, FINAL_METRICS, FINGERPRINT_TAGS,
+                                 COMPARISON_FAMILY_COLUMN, DEFAULT_EXPERIMENT, ERROR, FACT_COLUMNS, FINAL_METRICS,
+                                 FINGERPRINT_TAGS,
                                  FINISHED, IDENTITY_FIELDS, LAUNCH_ID, PLATFORM_LABEL_COLUMN,
                                  platform_from_tags, platform_label, resolve_tracking_uri)
 from fusion_sweep.store import is_local_store
@@ -86,6 +87,8 @@ def _row(s: LaunchSummary, p: GridPoint, r, ctx) -> dict:
     row.update({k: r.data.metrics.get(k, "") for k in FINAL_METRICS})
     row.update({"fp_" + k: r.data.tags.get(tag, "") for k, tag in FINGERPRINT_TAGS.items()})
     row[CODE_FINGERPRINT_COLUMN] = r.data.tags.get(CODE_FINGERPRINT, "")
+    # the registry's facts (what the claims read: the length regime, probes, label)
+    row.update({col: r.data.tags.get(tag, "") for tag, col in FACT_COLUMNS.items()})
     row[PLATFORM_LABEL_COLUMN] = platform_label(platform_from_tags(r.data.tags))
     if row[PLATFORM_LABEL_COLUMN]:
         label = row[PLATFORM_LABEL_COLUMN]

@@ -38,7 +38,9 @@ EXTRA_KEYS = [
     "ratio_ci_high", "ratio_p", "ratio_p_holm", "ratio_verdict", "verdict_flags",
     "holm_ci_low", "holm_ci_high", "holm_ci_level", "estimand", "assumes",
     "win_estimand", "win_assumes", "wins", "losses", "ties", "win_rate", "win_ci_low",
-    "win_ci_high", "sign_p", "sign_p_holm", "win_verdict",
+    "win_ci_high", "sign_p", "sign_p_holm", "win_verdict", "arm_learn_count", "arm_learn_n",
+    "arm_learn_basis", "baseline_learn_count", "baseline_learn_n", "baseline_learn_basis",
+    "lost_seeds",
 ]
 FAST = ["--bootstrap", "500"]
 
@@ -573,8 +575,9 @@ def _tost_table() -> pd.DataFrame:
     rows = [dict(dataset="imdb", pe="sin", fusion="add", seed=s, test_acc=base[s]) for s in range(10)]
     rows += [dict(dataset="imdb", pe="sin", fusion=f, seed=s, test_acc=base[s] + d[s])
              for f, d in deltas.items() for s in range(10)]
-    # the class count: without it no arm's chance level is known, and no 'equivalent' is given
-    return pd.DataFrame(rows).assign(num_classes=2)
+    # the class count, the test split's majority rate and size: without them no arm is shown
+    # to beat the majority class by the exact test, and no 'equivalent' is given (issue 39)
+    return pd.DataFrame(rows).assign(num_classes=2, test_majority_rate=0.5, test_n=2000)
 
 
 def test_tost_is_holm_adjusted_and_verdict_uses_it() -> None:
@@ -717,9 +720,20 @@ def test_chance_guards_every_metric_by_the_arms_accuracy() -> None:
 
 
 def test_no_accuracy_column_means_no_guard() -> None:
-    rep = _analyze(_chance_table().drop(columns="test_acc"), metrics=("latency_ms_per_sample",))
+    df = _chance_table().drop(columns=["test_acc", "best_val_acc"])
+    rep = _analyze(df, metrics=("latency_ms_per_sample",))
     assert {(c.learned, c.baseline_learned) for c in rep.comparisons} == {("n/a", "n/a")}
     assert rep.chance["tests"] == []
+
+
+def test_a_validation_maximum_never_stands_in_for_the_test_accuracy() -> None:
+    """Issue 39: with no test accuracy the guard never reads best_val_acc (a maximum over
+    epochs sits above chance by selection): every arm's learned? is unknown, and a warning
+    says why."""
+    rep = _analyze(_chance_table().drop(columns="test_acc"), metrics=("latency_ms_per_sample",))
+    assert {(c.learned, c.baseline_learned) for c in rep.comparisons} == {("unknown", "unknown")}
+    assert any(w["code"] == "chance_no_test_accuracy" and "best_val_acc" in w["message"]
+               for w in rep.warnings)
 
 
 # 8. inputs

@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from fusion_sweep.analysis.grid import unlearned
 from fusion_sweep.analysis.records import Comparison
+from fusion_sweep.analysis.regimes import DIFFERS
 from fusion_sweep.analysis.schema import (
     ANSWER_KEYS, ANSWER_KINDS, BETTER, EQUIVALENT, INCONCLUSIVE, NOT_LEARNED, WORSE,
 )
 from fusion_sweep.analysis.variants import Axis, Variant
 
 DISAGREE, WITHHELD, SUMMARY = "disagree", "withheld", "summary"
+ACROSS, SEQUENTIAL = "across regimes", "sequential"
 DECIDED = (BETTER, WORSE, EQUIVALENT)
 # Verb phrases: (one arm, several arms).
 VERB = {BETTER: ("beats", "beat"), WORSE: ("is worse than", "are worse than"),
@@ -45,6 +47,8 @@ class _Report(Protocol):
 
     comparisons: list[Comparison]
     settings: _Settings
+    interaction: dict  # {"method", "tests": [InteractionTest]}
+    sequential: dict | None  # an adaptive sweep's SEQUENTIAL_KEYS section
 
 
 @dataclass(frozen=True)
@@ -70,8 +74,10 @@ class Finding:
 
 
 def findings(report: _Report) -> tuple[Finding, ...]:
-    """The answer: one Finding per comparison (withheld and not-learned comparisons grouped
-    per dataset and unlearned arm), in report order, then the summary."""
+    """The answer: after an adaptive sweep first its sequential decisions (the sweep's valid
+    verdicts); then one Finding per comparison (withheld and not-learned comparisons grouped
+    per dataset and unlearned arm), in report order; then, per arm and reference, whether the
+    effect differs across regimes and where it is largest; then the summary."""
     comps, s = list(report.comparisons), report.settings
     ctx = _Context(s.axis, len(s.metrics) > 1, len({c.group for c in comps}) > 1, s.alpha)
     order: list[Comparison | tuple] = []  # a comparison, or the key of a group of them
@@ -86,7 +92,9 @@ def findings(report: _Report) -> tuple[Finding, ...]:
             order.append(c)
     out = [_one(x, ctx) if isinstance(x, Comparison) else _grouped(x, grouped[x], ctx)
            for x in order]
-    return tuple(out) + ((summary(comps, ctx),) if comps else ())
+    lead = sequential_findings(getattr(report, "sequential", None), ctx)
+    across = across_regimes(getattr(report, "interaction", None) or {}, comps, ctx)
+    return tuple(lead) + tuple(out) + tuple(across) + ((summary(comps, ctx),) if comps else ())
 
 
 @dataclass(frozen=True)
@@ -113,7 +121,9 @@ def _unlearned_key(c: Comparison) -> tuple | None:
         return (c.metric, c.dataset, c.group, NOT_LEARNED, c.baseline_variant)
     if not any(f.startswith("no '") for f in c.verdict_flags):
         return None
-    side, state = unlearned(c) or ("arm", "unknown")
+    if unlearned(c) is None:  # both learned; an equivalence withheld: its own sentence says why
+        return None
+    side, state = unlearned(c)
     return (c.metric, c.dataset, c.group, state,
             c.baseline_variant if side == "reference" else c.variant)
 
@@ -196,18 +206,39 @@ def _mean_clause(c: Comparison, ctx: _Context) -> str:
 
 def _win_clause(c: Comparison) -> str:
     """'win rate 8/8, Holm p 0.047': the seeds on which the arm is better out of those not
-    tied (ties said), and the exact sign test's Holm p."""
+    tied (ties said, and seeds lost to a non-finite metric, which the test counts against
+    the majority), and the exact sign test's Holm p."""
     good = c.wins if c.higher_is_better else c.losses
-    ties = f" ({c.ties} tie{'s' if c.ties != 1 else ''})" if c.ties else ""
-    return f"win rate {good}/{c.wins + c.losses}{ties}, Holm p {_p(c.sign_p_holm)}"
+    extra = ([f"{c.ties} tie{'s' if c.ties != 1 else ''}"] if c.ties else []) + (
+        [f"{_count(len(c.lost_seeds), 'seed')} lost to a non-finite {c.metric}, counted "
+         "against it"] if c.lost_seeds else [])
+    more = f" ({'; '.join(extra)})" if extra else ""
+    return f"win rate {good}/{c.wins + c.losses}{more}, Holm p {_p(c.sign_p_holm)}"
+
+
+def learn_rates(c: Comparison, ctx: _Context) -> str:
+    """'add learned on 4 of 8 seeds, concat on 8 of 8' when the two arms' learn rates (the
+    exact per-seed test) differ; '' when they agree or are unknown."""
+    ref = (c.baseline_learn_count, c.baseline_learn_n)
+    arm = (c.arm_learn_count, c.arm_learn_n)
+    if None in ref + arm or ref == arm:
+        return ""
+    return (f"{c.baseline} learned on {ref[0]} of {_count(ref[1], 'seed')}, {ctx.arm(c)} on "
+            f"{arm[0]} of {arm[1]}")
 
 
 def _caveats(c: Comparison, ctx: _Context) -> str:
     """What qualifies the verdict, in words: normality, dropped pairs, adaptive seeds,
     equivalence beside a real effect, an unadjusted interval that excludes 0."""
     out = []
+    rates = learn_rates(c, ctx)
+    if rates:
+        out.append(rates)
     for f in c.verdict_flags:
-        if f.startswith("rests on normality"):
+        if f.startswith("no 'equivalent'"):
+            out.append("not shown equivalent: " + f.partition(": ")[2]
+                       .replace(c.baseline_variant, c.baseline).replace(c.variant, ctx.arm(c)))
+        elif f.startswith("rests on normality"):
             why = _paren(f).replace(c.baseline_variant, c.baseline).replace(c.variant,
                                                                              ctx.arm(c))
             out.append(f"the mean-Δ verdict rests on normality{why}")
@@ -228,6 +259,84 @@ def _caveats(c: Comparison, ctx: _Context) -> str:
             and _finite(c.tost_p_holm)):
         out.append(f"nor is it shown equivalent within ±{c.equivalence_margin:g}")
     return "".join(f"; {x}" for x in out)
+
+
+def across_regimes(interaction: Mapping, comps: Sequence[Comparison],
+                   ctx: _Context) -> list[Finding]:
+    """Per arm and reference seen on several regimes: does the effect differ across them
+    (the interaction test: Welch ANOVA of the per-seed Δ, Holm across tests; its estimand
+    the mean Δ per regime), and on which regime is it largest. Regimes where no arm learned
+    are named as left out. Never "the same": an undecided test is undecided."""
+    out = []
+    for t in interaction.get("tests", []):
+        means = {c.dataset: c.mean_delta for c in comps
+                 if (c.metric, c.variant, c.baseline_variant) == (t.metric, t.variant,
+                                                                 t.baseline_variant)
+                 and c.dataset in t.datasets}
+        if len(means) < 2:
+            continue
+        c0 = next(c for c in comps if c.variant == t.variant and c.metric == t.metric)
+        out.append(Finding(ACROSS, "", t.metric, _group(c0, ctx), (t.variant,),
+                           t.baseline_variant, _across_sentence(t, means, c0, ctx)))
+    return out
+
+
+def _across_sentence(t: Any, means: Mapping[str, float], c0: Comparison,
+                     ctx: _Context) -> str:
+    arm, ref = ctx.arm(c0), c0.baseline
+    order = [d for d in t.datasets if d in means]  # regime order, short -> long
+    sign = 1 if c0.higher_is_better else -1  # "largest" is the largest gain for the arm
+    top = max(order, key=lambda d: sign * means[d])
+    low = min(order, key=lambda d: sign * means[d])
+    where = ", ".join(p for p in (ctx.axis.title(c0.group).replace(" · ", ", ")
+                                  if ctx.show_group else "", t.metric if ctx.show_metric
+                                  else "") if p)
+    head = f"Across regimes{f' ({where})' if where else ''}: the effect of {arm} vs {ref}"
+    test = f"Welch ANOVA of the per-seed Δ, estimand mean Δ per regime, Holm p {_p(t.p_holm)}"
+    spread = (f"mean Δ {_d(means[low])} on {low} to {_d(means[top])} on {top}")
+    by_length = t.ordered_by == "median_tokens"
+    if t.verdict == DIFFERS:
+        text = f"{head} differs ({test}): largest on {top}, smallest on {low} ({spread})"
+        if by_length and top == order[-1]:
+            rising = all(sign * means[a] <= sign * means[b] for a, b in zip(order, order[1:]))
+            text += ("; it grows with length" if rising else "; largest on the longest regime")
+            text += (f" ({t.long_dataset} minus {t.short_dataset} "
+                     f"{_d(t.diff_in_deltas)}, {100 * (1 - ctx.alpha):g}% CI "
+                     f"[{_d(t.diff_ci_low)}, {_d(t.diff_ci_high)}])")
+        elif not by_length:
+            text += "; regime lengths are unknown, so nothing is said about length"
+    else:
+        text = (f"{head} is not shown to differ ({test}; {spread}), which does not "
+                "make it the same")
+    if t.excluded_not_learned:
+        text += (f"; left out {_and(list(t.excluded_not_learned))}, where no arm was shown to "
+                 "learn")
+    return text + "."
+
+
+def sequential_findings(section: Mapping | None, ctx: _Context) -> list[Finding]:
+    """After an adaptive sweep, its sequential decisions first: anytime-valid at the level
+    the launch fixed (alpha/m, Bonferroni over the family), the seeds each used, under the
+    one guard rule. The fixed-n sentences after them are descriptive."""
+    if not section:
+        return []
+    out = []
+    for r in section.get("results", []):
+        arm_label, _, ref_label = str(r["comparison"]).partition(" vs ")
+        arm, ref = (ctx.axis.short(Variant(*x.split("/"))) for x in (arm_label, ref_label))
+        d = r["decision"]
+        how = (f"sequential {r['estimand']}, anytime-valid at α/m = {r['alpha_each']:.3g} "
+               f"(m = {r['m']}); {_count(r['n'], 'seed')}, {r['wins']} wins, {r['losses']} "
+               f"losses")
+        if d in VERB:
+            text = f"{arm} {VERB[d][0]} {ref} ({how})"
+        elif d == NOT_LEARNED:
+            text = f"neither {arm} nor {ref} beat chance, so this says nothing ({how})"
+        else:
+            text = f"{arm} vs {ref} is undecided ({how})"
+        out.append(Finding(SEQUENTIAL, str(r["family"]), str(section.get("metric", "")), "",
+                           (arm_label,), ref_label, f"{r['family']}: {text}."))
+    return out
 
 
 def summary(comps: Sequence[Comparison], ctx: _Context) -> Finding:

@@ -20,8 +20,8 @@ from fusion_sweep.analysis.metrics import is_proportion
 from fusion_sweep.analysis.schema import (
     ADAPTIVE_COLUMN, BLANK_STATUS, CODE_FINGERPRINT_COLUMN, COLUMN_DEFAULTS,
     COMPARISON_FAMILY_COLUMN, DATASET, ENCODER, ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS, FUSION, KEY_COLUMNS,
-    LABEL_COLUMNS, NON_METRIC_COLUMNS, PE, REGIME_COLUMNS, SEED, STATUS, TEST_MAJORITY_RATE,
-    TEST_SIZE, AnalysisError,
+    LABEL_COLUMNS, LENGTH_REGIME_COLUMN, LENGTH_REGIMES, NON_METRIC_COLUMNS, PE, REGIME_COLUMNS,
+    SEED, STATUS, TEST_MAJORITY_RATE, TEST_SIZE, AnalysisError,
 )
 from fusion_sweep.analysis.variants import Axis, Variant, check_present, parse_baseline
 
@@ -119,12 +119,31 @@ def tidy(raw: pd.DataFrame, source: str = "results") -> pd.DataFrame:
     df[SEED] = _integer_seeds(df[SEED], source)
     df[STATUS] = _status(df)
     for col in (*FP_COLUMNS, *ENCODER_FP_COLUMNS, CODE_FINGERPRINT_COLUMN, PLATFORM_COLUMN,
-                PLATFORM_LABEL_COLUMN, *LABEL_COLUMNS, *REGIME_COLUMNS, COMPARISON_FAMILY_COLUMN,
-                ADAPTIVE_COLUMN):
+                PLATFORM_LABEL_COLUMN, *LABEL_COLUMNS, *REGIME_COLUMNS, LENGTH_REGIME_COLUMN,
+                COMPARISON_FAMILY_COLUMN, ADAPTIVE_COLUMN):
         df[col] = _optional_str(df[col]) if col in df.columns else None
+    _check_length_regimes(df, source)
     for col in ("median_tokens", "num_classes", TEST_MAJORITY_RATE, TEST_SIZE):
         df[col] = pd.to_numeric(df[col], errors="coerce") if col in df.columns else np.nan
     return df.reset_index(drop=True)
+
+
+def _check_length_regimes(df: pd.DataFrame, source: str) -> None:
+    """The `regime` column (LENGTH_REGIME_COLUMN): one of LENGTH_REGIMES or blank (a probe),
+    and one value per dataset; every problem at once."""
+    col = df[LENGTH_REGIME_COLUMN]
+    errors = sorted({f"{v!r}" for v in col.dropna() if v not in LENGTH_REGIMES})
+    out = []
+    if errors:
+        out.append(f"column {LENGTH_REGIME_COLUMN!r} in {source} holds {', '.join(errors)}; "
+                   f"valid: {', '.join(LENGTH_REGIMES)} (blank for a probe)")
+    per = df.dropna(subset=[LENGTH_REGIME_COLUMN]).groupby(DATASET)[LENGTH_REGIME_COLUMN].nunique()
+    mixed = sorted(per[per > 1].index)
+    if mixed:
+        out.append(f"column {LENGTH_REGIME_COLUMN!r} in {source} must hold one regime per "
+                   f"dataset; {', '.join(mixed)} have several")
+    if out:
+        raise AnalysisError("; ".join(out))
 
 
 def _encoder(df: pd.DataFrame) -> pd.Series:

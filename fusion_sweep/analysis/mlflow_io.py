@@ -37,7 +37,7 @@ from fusion_sweep.errors import choices, did_you_mean
 from fusion_sweep.schema import (
     ADAPTIVE, BASELINE_PARAM, CODE_FINGERPRINT, COMPARISON_FAMILY, DIRECTIONS_PARAM, MARGIN_PARAM,
     METRIC_PARAM, DEFAULT_EXPERIMENT, FINGERPRINT_TAGS, IDENTITY_FIELDS, IDENTITY_TAG,
-    LABEL_DEPENDS_TAG, LONG_CONTEXT_TAG, MLFLOW_NOTE, ORDER_ACCESS_TAG, PROBE_OF_TAG, REGIME_COLUMNS, REGIME_TAG,
+    FACT_COLUMNS, MLFLOW_NOTE,
     PARENT, REPORT_ARTIFACT_DIR, REPORT_TAG, ROLE, SWEEP, TRIAL_KEY, decode_param, is_server,
     resolve_tracking_uri,
     run_of_key, server_unreachable, sqlite_path,
@@ -142,9 +142,7 @@ def trial_row(run: Any) -> dict:
                 "trial_key": tags.get(TRIAL_KEY),
                 "code_fingerprint": tags.get(CODE_FINGERPRINT)})
     row.update({f"fp_{name}": tags.get(tag) for name, tag in FINGERPRINT_TAGS.items()})
-    row.update(label_depends=tags.get(LABEL_DEPENDS_TAG), order_access=tags.get(ORDER_ACCESS_TAG))
-    row.update(zip(REGIME_COLUMNS, (tags.get(REGIME_TAG), tags.get(PROBE_OF_TAG),
-                                    tags.get(LONG_CONTEXT_TAG))))
+    row.update({col: tags.get(tag) for tag, col in FACT_COLUMNS.items()})
     row[PLATFORM_LABEL_COLUMN] = platform_label(platform_from_tags(tags)) or None
     return row
 

@@ -50,6 +50,7 @@ from fusion_sweep.analysis.schema import (
 from fusion_sweep.analysis.variants import Axis, Variant, parse_baseline
 
 CellKey = tuple  # (dataset, encoder, pe, fusion, seed): KEY_COLUMNS order
+NON_FINITE = "non_finite_metric"  # a finished run whose metric is NaN/inf: a seed lost
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,9 @@ class Paired:
     # check failed; copies excluded): (seed, x, y) each. Never used for the verdict; the
     # report says when putting them back would change it.
     unchecked: tuple[tuple[int, float, float], ...] = ()
+    # Seeds lost to a non-finite metric on either arm (a diverged run): dropped from the
+    # paired statistics, but counted by the win rate (winrate.sign_test's `lost`).
+    lost: tuple[int, ...] = ()
 
     @property
     def pe(self) -> str:
@@ -162,7 +166,7 @@ def _cell(cols: _Columns, idx: np.ndarray, metric: str) -> Cell:
     i = finished[0]
     value = cols.value[i]
     if not np.isfinite(float(value)):
-        return Cell(reason="non_finite_metric", detail=f"{metric} = {value}")
+        return Cell(reason=NON_FINITE, detail=f"{metric} = {value}")
     fps = tuple((c, a[i] if a is not None else None) for c, a in cols.fps)
     code = cols.code[i] if cols.code is not None else None
     plat = cols.platform[i] if cols.platform is not None else None
@@ -315,7 +319,7 @@ def pair_one(
     seeds: list[int], axis: Axis, group: tuple[str, ...] = (),
 ) -> tuple[Paired, list[dict]]:
     """Pair arm vs ref over `seeds`; return the Paired data and the dropped records."""
-    kept, dropped, unchecked = [], [], []
+    kept, dropped, unchecked, lost = [], [], [], []
     a_name, b_name = axis.short(arm), axis.short(ref)
     for seed in seeds:
         a = cells.get(cell_key(dataset, arm, seed), MISSING)
@@ -324,13 +328,16 @@ def pair_one(
         if reason is None:
             kept.append((seed, a.value, b.value))
             continue
+        if NON_FINITE in (a.reason, b.reason) and a.reason in (None, NON_FINITE) \
+                and b.reason in (None, NON_FINITE):
+            lost.append(int(seed))
         # a copy is not data: only pairs failing a fingerprint or code check are re-added
         if reason != "duplicate_fingerprint" and np.isfinite(a.value) and np.isfinite(b.value):
             unchecked.append((int(seed), a.value, b.value))
         dropped.append(dropped_record(dataset, metric, arm, ref, b_name, seed, reason, detail))
     arr = np.array(kept, dtype=float).reshape(-1, 3)
     paired = Paired(dataset, metric, arm, ref, b_name, group, arr[:, 0].astype(int),
-                    arr[:, 1], arr[:, 2], tuple(unchecked))
+                    arr[:, 1], arr[:, 2], tuple(unchecked), tuple(lost))
     return paired, dropped
 
 

@@ -100,6 +100,13 @@ class Comparison:
     sign_p: float
     sign_p_holm: float
     win_verdict: str
+    arm_learn_count: int | None
+    arm_learn_n: int | None
+    arm_learn_basis: str
+    baseline_learn_count: int | None
+    baseline_learn_n: int | None
+    baseline_learn_basis: str
+    lost_seeds: tuple[int, ...]
     group: tuple[str, ...] = ()
 
     @classmethod

@@ -30,6 +30,7 @@ import pandas as pd
 from statsmodels.stats.oneway import anova_oneway
 from statsmodels.stats.weightstats import CompareMeans, DescrStatsW
 
+from fusion_sweep.analysis.guard import speaks
 from fusion_sweep.analysis.records import Comparison, InteractionTest
 from fusion_sweep.analysis.schema import INCONCLUSIVE
 from fusion_sweep.analysis.settings import DEFAULT_BASELINE
@@ -127,8 +128,9 @@ def interaction_tests(
     for comps in groups.values():
         comps = sorted(comps, key=lambda c: rank[c.dataset])
         name = _name(comps[0], axis)
-        # A regime where neither arm beats chance has no effect to differ: never claimed over.
-        idle = [c for c in comps if c.learned == "no" and c.baseline_learned == "no"]
+        # A regime where no arm is shown to learn has no effect to differ: never claimed
+        # over (the one guard rule, fusion_sweep.analysis.guard.speaks).
+        idle = [c for c in comps if not speaks(c)]
         comps = [c for c in comps if c not in idle]
         usable = [c for c in comps if len(c.deltas) >= 2]
         if len(comps) >= 2 and len(usable) < len(comps):
@@ -150,8 +152,8 @@ INTERACTION_VERDICT_RULE = (
     "verdict (estimand: the mean paired Δ per dataset; Welch's ANOVA assumes approximately "
     "normal deltas): 'differs' = the Welch ANOVA's Holm-adjusted p < α (the effect is not "
     "the same on every dataset; which dataset it is larger on: the contrast); else "
-    "inconclusive (no claim that the effect is the same). Datasets where neither arm beats "
-    "chance are left out (excluded_not_learned)")
+    "inconclusive (no claim that the effect is the same). Datasets where no arm is shown "
+    "to beat chance are left out (excluded_not_learned)")
 
 
 def interaction_verdict(p_holm: float, alpha: float) -> str:
@@ -162,7 +164,7 @@ def interaction_verdict(p_holm: float, alpha: float) -> str:
 def _not_learned_left_out(name: str, idle: list[Comparison]) -> dict:
     return {"code": "interaction_not_learned_left_out",
             "message": f"interaction {name}: left out {', '.join(c.dataset for c in idle)}, "
-                       "where neither arm beats chance (no effect there to differ)"}
+                       "where no arm is shown to beat chance (no effect there to differ)"}
 
 
 def _name(c: Comparison, axis: Axis) -> str:

@@ -33,7 +33,7 @@ import json
 import math
 import zlib
 from types import SimpleNamespace
-from dataclasses import asdict, dataclass, field, fields, make_dataclass
+from dataclasses import asdict, dataclass, field, fields, make_dataclass, replace
 from typing import Mapping
 
 import numpy as np
@@ -42,8 +42,9 @@ import pandas as pd
 from fusion_sweep.analysis import stats
 from fusion_sweep.analysis.chance import METHOD as CHANCE_METHOD
 from fusion_sweep.analysis.chance import (
-    arm_state, chance_level, chance_test, chance_tests, class_counts,
+    arm_state, chance_level, chance_test, chance_tests, class_counts, learning,
 )
+from fusion_sweep.analysis.guard import Guarded, Learning, guard, neither_learned, sides
 from fusion_sweep.analysis.estimands import ASSUMES, MEAN_DELTA, WIN_RATE
 from fusion_sweep.analysis.answer import findings
 from fusion_sweep.analysis.grid import verdict_grid
@@ -60,7 +61,9 @@ from fusion_sweep.analysis.schema import (
     DEFAULT_ENCODER, DESCRIPTIVE_LABEL, EQUIVALENT, INCONCLUSIVE, NORMALITY_BELOW_N, NOT_LEARNED,
     TOP_LEVEL_KEYS, WORSE, AnalysisError,
 )
-from fusion_sweep.analysis.sequential import LEGACY_METHOD, from_comparisons, get_method
+from fusion_sweep.analysis.sequential import (
+    LEGACY_METHOD, SequentialResult, from_comparisons, get_method,
+)
 from fusion_sweep.analysis.settings import Settings
 from fusion_sweep.analysis.variants import Axis, Variant
 from fusion_sweep.analysis.winrate import sign_test
@@ -316,11 +319,19 @@ def sequential_section(comps: list[Comparison], s: Settings, source: dict,
     members = {(m["dataset"], m["variant"], m["baseline_variant"]) for m in family["members"]}
     mine = [c.to_json() for c in comps if c.metric == metric
             and (c.dataset, c.variant, c.baseline_variant) in members]
-    results = from_comparisons(mine, alpha, max(int(family["m"]), 1), method.name)
+    results = [_guarded_decision(r, c) for r, c in
+               zip(from_comparisons(mine, alpha, max(int(family["m"]), 1), method.name), mine)]
     return {"adaptive": dict(adaptive), "metric": metric, "alpha": alpha, "m": int(family["m"]),
             "family_source": family_source, "method": method.name,
             "assumption": method.assumption, "fixed_n_label": DESCRIPTIVE_LABEL,
             "results": [r.to_dict() for r in results]}, results
+
+
+def _guarded_decision(r: SequentialResult, c: dict) -> SequentialResult:
+    """A sequential decision through the one guard rule (fusion_sweep.analysis.guard): the
+    same arms' learned? states withhold the same claims as in the fixed-n verdicts."""
+    decision = guard(r.decision, *sides(c)).verdict
+    return r if decision == r.decision else replace(r, decision=decision)
 
 
 FAMILY_RECORDED = "recorded by the launch"
@@ -397,7 +408,8 @@ JUDGED = ("p_holm", "tost_p_holm", "holm_first_step_alpha", "power_at_holm_alpha
 # pairs, the cost-ratio test and the collapsed-seeds sentence.
 Measured = make_dataclass("Measured", [
     *((f.name, f.type) for f in fields(Comparison) if f.name == "notes" or f.name not in JUDGED),
-    ("pair", Paired), ("ratio_test", object), ("collapse", str)], frozen=True)
+    ("pair", Paired), ("ratio_test", object), ("collapse", str), ("arm_learning", Learning),
+    ("ref_learning", Learning)], frozen=True)
 
 
 @dataclass(frozen=True)
@@ -436,6 +448,7 @@ class Judged:
 def _measure(p: Paired, s: Settings, regime: Regime, by_arm: dict) -> Measured:
     """Stage 1: statistics of one comparison, with its identifying fields."""
     margin = s.margin_for(p.dataset, p.metric)
+    arm, ref = learning(by_arm, p.dataset, p.arm), learning(by_arm, p.dataset, p.ref)
     rng = comparison_rng(s.rng_seed, rng_key(p))
     res = stats.compare_paired(p.x, p.y, alpha=s.alpha, margin=margin,
                                n_resamples=int(s.n_boot), rng=rng)
@@ -451,13 +464,22 @@ def _measure(p: Paired, s: Settings, regime: Regime, by_arm: dict) -> Measured:
         encoder=p.arm.encoder, variant=p.arm.label, baseline_variant=p.ref.label,
         group=p.group, ratio=ratio and ratio.ratio, ratio_ci_low=ratio and ratio.low,
         ratio_ci_high=ratio and ratio.high, ratio_p=ratio and ratio.p,
-        **_win_rate(p, s), pair=p, ratio_test=ratio, collapse=_collapse(by_arm, p))
+        **_win_rate(p, s), **_learning_fields(arm, ref), lost_seeds=tuple(p.lost), pair=p,
+        ratio_test=ratio, collapse=_collapse(by_arm, p), arm_learning=arm, ref_learning=ref)
+
+
+def _learning_fields(arm: Learning, ref: Learning) -> dict:
+    """Each arm's learn rate (seeds that beat chance of those tested) and why its learned?
+    cannot exclude a majority-class predictor ('' when the exact test decided it)."""
+    return {"arm_learn_count": arm.count, "arm_learn_n": arm.n, "arm_learn_basis": arm.basis,
+            "baseline_learn_count": ref.count, "baseline_learn_n": ref.n,
+            "baseline_learn_basis": ref.basis}
 
 
 def _win_rate(p: Paired, s: Settings) -> dict:
     """The win-rate estimand: exact sign test of the paired deltas (ties excluded, counted),
     its Clopper-Pearson interval; the Holm p and win_verdict are stage 2's."""
-    st = sign_test(stats.paired_deltas(p.x, p.y), confidence=1 - s.alpha)
+    st = sign_test(stats.paired_deltas(p.x, p.y), confidence=1 - s.alpha, lost=len(p.lost))
     return {"estimand": MEAN_DELTA, "assumes": ASSUMES[MEAN_DELTA], "win_estimand": WIN_RATE,
             "win_assumes": ASSUMES[WIN_RATE], "wins": st.wins, "losses": st.losses,
             "ties": st.ties, "win_rate": st.win_rate, "win_ci_low": st.ci_low,
@@ -479,12 +501,16 @@ def holm_in_family(pvals: list[float], m: int) -> np.ndarray:
 
 def _adjusted(ms: list[Measured], s: Settings, family_m: int) -> list[Adjusted]:
     """Stage 2a: Holm over the report's paired-t family (of family_m members), its TOST and
-    cost-ratio families, and the win-rate family (the same comparisons, its own family)."""
+    cost-ratio families, and the win-rate family (the same comparisons, its own family).
+    Members of a recorded family that the input lacks count as p = 1 in the paired-t, the
+    sign-test AND the TOST family (a file holding part of a sweep never loosens any Holm
+    step); the cost-ratio family is the input's own (cost metrics are no recorded family)."""
+    absent = max(0, family_m - len(ms))
     adjusted = holm_in_family([c.t_p for c in ms], family_m)  # (k,)
-    tost = stats.holm(np.array([c.tost_p for c in ms], dtype=float))
+    tost = stats.holm(np.r_[[c.tost_p for c in ms], np.ones(absent)])[:len(ms)]
     ratio = stats.holm(np.array([_nan(c.ratio_p) for c in ms], dtype=float))
     sign = holm_in_family([c.sign_p for c in ms], family_m)
-    m = max(1, int(np.isfinite(adjusted).sum()) + max(0, family_m - len(ms)))
+    m = max(1, int(np.isfinite(adjusted).sum()) + absent)
     return [Adjusted(float(p), float(tp), float(rp), float(sp), s.alpha / m)
             for p, tp, rp, sp in zip(adjusted, tost, ratio, sign)]
 
@@ -502,20 +528,23 @@ def _judged_records(ms: list[Measured], s: Settings, family_m: int,
 
 def _judge(c: Measured, a: Adjusted, s: Settings, descriptive: bool) -> Judged:
     """Stage 2b: post hoc power at Holm's first step, the Holm-consistent interval, each
-    verdict and the notes and flags that qualify it."""
+    verdict (every one through the one guard rule, fusion_sweep.analysis.guard) and the
+    notes and flags that qualify it."""
     low, high, level = stats.holm_consistent_interval(np.asarray(c.deltas, float), c.t_p,
                                                       a.p_holm, s.alpha)
-    not_learned = c.learned == "no" and c.baseline_learned == "no"
-    verdict = stats.verdict(c.mean_delta, c.t_ci_low, c.t_ci_high, a.p_holm, a.tost_p_holm,
-                            s.alpha, c.higher_is_better, not_learned=not_learned)
-    notes = [*c.notes, *_verdict_notes(c, a, verdict, s.alpha)]
-    verdict, flags, qualified = _qualify(c, a, verdict, s, not_learned)
+    not_learned = neither_learned(c.arm_learning, c.ref_learning)
+    raw = stats.verdict(c.mean_delta, c.t_ci_low, c.t_ci_high, a.p_holm, a.tost_p_holm,
+                        s.alpha, c.higher_is_better, not_learned=not_learned)
+    guarded = guard(raw, c.arm_learning, c.ref_learning)
+    notes = [*c.notes, *_verdict_notes(c, a, guarded.verdict, s.alpha)]
+    verdict, flags, qualified = _qualify(c, a, guarded, s, not_learned)
     notes += qualified
     ratio_p_holm, ratio_verdict = None, None
     if c.ratio_test is not None:
         ratio_p_holm = a.ratio_p_holm
-        ratio_verdict = stats.ratio_verdict(c.ratio_test, a.ratio_p_holm, s.alpha,
-                                            c.higher_is_better)
+        ratio_verdict = guard(stats.ratio_verdict(c.ratio_test, a.ratio_p_holm, s.alpha,
+                                                  c.higher_is_better),
+                              c.arm_learning, c.ref_learning).verdict
         notes += [f"ratio: {c.ratio_test.note}"] if c.ratio_test.note else []
     return Judged(
         p_holm=a.p_holm, tost_p_holm=a.tost_p_holm, holm_first_step_alpha=a.alpha_m,
@@ -524,36 +553,37 @@ def _judge(c: Measured, a: Adjusted, s: Settings, descriptive: bool) -> Judged:
         holm_ci_low=low, holm_ci_high=high, holm_ci_level=level, verdict=verdict,
         notes=tuple(notes), verdict_flags=(("descriptive",) if descriptive else ()) + flags,
         ratio_p_holm=ratio_p_holm, ratio_verdict=ratio_verdict, sign_p_holm=a.sign_p_holm,
-        win_verdict=_win_verdict(c, a, verdict, s))
+        win_verdict=_win_verdict(c, a, s))
 
 
-def _win_verdict(c: Measured, a: Adjusted, verdict: str, s: Settings) -> str:
-    """The win-rate verdict under the same learned? guards as the mean-Δ verdict."""
-    if verdict == NOT_LEARNED:
-        return NOT_LEARNED
-    if np.isfinite(a.sign_p_holm) and a.sign_p_holm < s.alpha and not _unlearned_arm(c):
-        return BETTER if (c.win_rate > 0.5) == c.higher_is_better else WORSE
-    return INCONCLUSIVE
+def _win_verdict(c: Measured, a: Adjusted, s: Settings) -> str:
+    """The win-rate verdict: the Holm-adjusted exact sign test, then the one guard rule."""
+    raw = INCONCLUSIVE
+    if np.isfinite(a.sign_p_holm) and a.sign_p_holm < s.alpha:
+        raw = BETTER if (c.win_rate > 0.5) == c.higher_is_better else WORSE
+    return guard(raw, c.arm_learning, c.ref_learning).verdict
 
 
-def _qualify(c: Measured, a: Adjusted, verdict: str, s: Settings,
+def _qualify(c: Measured, a: Adjusted, guarded: Guarded, s: Settings,
              not_learned: bool) -> tuple[str, tuple[str, ...], list[str]]:
     """The rules that qualify a fixed-n verdict (issue 20), each said beside it in
     `verdict_flags` and explained in `notes`: returns (verdict, flags, notes).
 
-    - no better/equivalent while an arm's learned? state is unknown (its class count is
-      unknown, or it has the same value on every seed, so the chance test is undefined): a
-      comparison with a model that may sit at chance cannot show an improvement or no effect;
+    - a verdict the guard withheld (fusion_sweep.analysis.guard: no arm shown to learn, or
+      an equivalence between arms that may be majority-class predictors): the flag says
+      which and why;
     - fewer than NORMALITY_BELOW_N pairs: the verdict rests on the t-test's normality;
     - the verdict with the pairs dropped by fingerprint/code checks put back, when it
       differs (the verdict itself never uses them; copied seeds are never put back)."""
     flags, notes = [], []
-    why = _unlearned_arm(c)
-    if why and verdict in (BETTER, WORSE, EQUIVALENT):
-        flags.append(f"no '{verdict}': {why}")
-        notes.append(f"verdict withheld ('{verdict}' -> 'inconclusive'): {why}; a model that "
-                     "may sit at chance can show neither a difference nor the absence of one")
-        verdict = INCONCLUSIVE
+    verdict = guarded.verdict
+    if guarded.withheld:
+        flags.append(guarded.flag)
+        notes.append(f"verdict withheld ('{guarded.withheld}' -> '{verdict}'): {guarded.why}; "
+                     + ("an equivalence needs both arms shown to beat the majority class by "
+                        "the exact per-seed test" if guarded.withheld == EQUIVALENT else
+                        "with no arm shown to learn, a difference says nothing about the "
+                        "variants"))
     if verdict in (BETTER, WORSE, EQUIVALENT) and c.n < NORMALITY_BELOW_N:
         flags.append(f"rests on normality (n = {c.n} < {NORMALITY_BELOW_N})")
         notes.append(f"only {c.n} pairs: the verdict rests on the paired t-test's normality "
@@ -569,22 +599,6 @@ def _qualify(c: Measured, a: Adjusted, verdict: str, s: Settings,
             flags.append(other[0])
             notes.append(other[1])
     return verdict, tuple(flags), notes
-
-
-def _unlearned_arm(c: Measured | Comparison) -> str:
-    """Why an arm may sit at chance ('' when both beat it or chance does not apply): an arm
-    whose learned? is `no` or `unknown` on either side withholds better, worse and
-    equivalent alike (the guards are symmetric)."""
-    for label, state in ((c.variant, c.learned), (c.baseline_variant, c.baseline_learned)):
-        if state == "no":
-            return f"{label} does not beat chance ({c.chance_level:.3g})"
-        if state != "unknown":
-            continue
-        if not np.isfinite(c.chance_level):
-            return f"chance level unknown for {label} (class count unknown)"
-        return (f"{label} has the same accuracy on every seed (or fewer than 2 seeds): "
-                "whether it beats chance is unknown")
-    return ""
 
 
 def _collapse(by_arm: dict, p: Paired) -> str:
@@ -613,7 +627,8 @@ def _sensitivity(c: Measured, a: Adjusted, verdict: str, s: Settings,
     tstep = a.tost_p_holm / c.tost_p if np.isfinite(c.tost_p) and c.tost_p > 0 else 1.0
     other = stats.verdict(t.mean, t.low, t.high, min(1.0, t.p * step), min(1.0, tost * tstep),
                           s.alpha, c.higher_is_better, not_learned=not_learned)
-    if other == verdict or (other in (BETTER, WORSE, EQUIVALENT) and _unlearned_arm(c)):
+    other = guard(other, c.arm_learning, c.ref_learning).verdict
+    if other == verdict:
         return None
     return (f"with all {n_all} pairs: {other}",
             f"sensitivity: with the {len(unchecked)} pair(s) dropped by the fingerprint/code "

@@ -41,8 +41,8 @@ from fusion_sweep.schema import (  # DEFAULT_ENCODER: re-exported for the analys
 )  # noqa: F401
 from fusion_sweep.schema import PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN  # noqa: F401
 from fusion_sweep.schema import (  # noqa: F401
-    ADAPTIVE_COLUMN, CODE_FINGERPRINT_COLUMN, COMPARISON_FAMILY_COLUMN, REGIME_COLUMNS,
-    TEST_MAJORITY_RATE, TEST_SIZE,
+    ADAPTIVE_COLUMN, CODE_FINGERPRINT_COLUMN, COMPARISON_FAMILY_COLUMN, LENGTH_REGIME_COLUMN,
+    LENGTH_REGIMES, REGIME_COLUMNS, TEST_MAJORITY_RATE, TEST_SIZE,
 )
 
 KEY_COLUMNS: tuple[str, ...] = IDENTITY_FIELDS
@@ -60,8 +60,8 @@ META_COLUMNS: tuple[str, ...] = ("status", *FP_COLUMNS, *ENCODER_FP_COLUMNS,
                                  CODE_FINGERPRINT_COLUMN,
                                  "median_tokens", "num_classes", *RUN_COLUMNS,
                                  PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN, *LABEL_COLUMNS,
-                                 *REGIME_COLUMNS, TEST_MAJORITY_RATE, TEST_SIZE,
-                                 COMPARISON_FAMILY_COLUMN, ADAPTIVE_COLUMN)
+                                 *REGIME_COLUMNS, LENGTH_REGIME_COLUMN, TEST_MAJORITY_RATE,
+                                 TEST_SIZE, COMPARISON_FAMILY_COLUMN, ADAPTIVE_COLUMN)
 # The column roles: identity (KEY_COLUMNS), metadata (META_COLUMNS), and every other
 # column a metric; `load.metric_columns` lists the metrics by these roles.
 NON_METRIC_COLUMNS: frozenset[str] = frozenset((*KEY_COLUMNS, *META_COLUMNS))
@@ -88,6 +88,10 @@ COST_METRICS: frozenset[str] = frozenset(
     {"latency_ms_per_sample", "flops_per_token", "params", "train_seconds"})
 # Accuracy-like metrics (chance level 1/num_classes applies) and proportions (must lie in [0, 1]).
 ACCURACY_PARTS: tuple[str, ...] = ("acc",)
+# Words of a metric's name (split at non-alphanumerics) that make an accuracy no TEST
+# accuracy: the chance guard never reads a validation split or a maximum over epochs.
+VALIDATION_PARTS: tuple[str, ...] = ("val", "valid", "validation", "dev")
+SELECTED_PARTS: tuple[str, ...] = ("best", "max", "maximum", "peak", "top")
 PROPORTION_PARTS: tuple[str, ...] = ("acc", "f1", "auc")
 
 # The keys every entry of `comparisons` carries (issue 4, in this order).
@@ -135,6 +139,15 @@ EXTRA_COMPARISON_KEYS: tuple[str, ...] = (
     # worse / inconclusive / not learned (never equivalent), under the same learned? guards.
     "win_estimand", "win_assumes", "wins", "losses", "ties", "win_rate", "win_ci_low",
     "win_ci_high", "sign_p", "sign_p_holm", "win_verdict",
+    # Each arm's learn rate: seeds that beat chance (exact per-seed test) of seeds tested, null
+    # without the exact test; *_learn_basis: why its learned? state cannot exclude a
+    # majority-class predictor ("" when the exact test against the recorded majority rate
+    # decided it; else 1/K or the seed-level t-test): such an arm never enters `equivalent`.
+    "arm_learn_count", "arm_learn_n", "arm_learn_basis", "baseline_learn_count",
+    "baseline_learn_n", "baseline_learn_basis",
+    # Seeds lost to a non-finite metric on either arm (a diverged run): never silently out of
+    # the win rate: the sign test counts each against the observed majority (its worst case).
+    "lost_seeds",
 )
 COMPARISON_KEYS: tuple[str, ...] = REQUIRED_COMPARISON_KEYS + EXTRA_COMPARISON_KEYS
 
@@ -177,6 +190,9 @@ ANSWER_KEYS: tuple[str, ...] = (
 ANSWER_KINDS: tuple[str, ...] = (
     "better", "worse", "equivalent", "inconclusive", "disagree", "withheld", "not learned",
     "summary",
+    # issue 39: whether the effect differs across regimes (the interaction test), and an
+    # adaptive sweep's sequential decisions (said first)
+    "across regimes", "sequential",
 )
 # One entry per arm (dataset, variant, metric): the per-seed spread that every paired
 # comparison is judged against. sd is the sample SD over seeds (ddof 1; null for n < 2).

@@ -242,6 +242,9 @@ def format_text(report: Report, wide: bool = False, width: int | None = None,
     parts = [_header(report, width)]
     if report.comparisons:
         parts.append(paint(answer_text(report, width), color))
+    if report.claims is not None:  # the paper's claims right after the answer
+        parts.append(claims_glance(report.claims, width))
+    if report.comparisons:
         parts.append(paint(layout(compact_grid_table(report), width=tw, notes_width=width),
                            color))
     if report.warnings:
@@ -299,6 +302,24 @@ def answer_text(report: Report, width: int) -> str:
     for f in findings(report):
         out += textwrap.wrap(f.sentence, width, initial_indent="  ", subsequent_indent="    ",
                              break_on_hyphens=False)
+    return "\n".join(out)
+
+
+def claims_glance(claims: dict, width: int) -> str:
+    """Each claim's verdict in one line, right after the answer: its id, title, what the
+    sweep says of it and by which estimand; a claim the sweep cannot test says what it would
+    need. The claim tests themselves come last (format_claims)."""
+    rec = ClaimSetResult.from_json(claims)
+    out = _wrap(f"The paper's claims ({rec.title}; each quoted with its section below):",
+                width, "")
+    for c in rec.claims:
+        if c.missing and not c.n_claim_tests:
+            said = f"not testable here: {'; '.join(c.missing)}"
+        else:
+            said = (f"{c.support} ({c.n_supports} of {c.n_tests} trainings support, "
+                    f"{c.n_contradicts} contradict)")
+        out += textwrap.wrap(f"{c.claim} {c.title}: {said}.", width, initial_indent="  ",
+                             subsequent_indent="    ", break_on_hyphens=False)
     return "\n".join(out)
 
 

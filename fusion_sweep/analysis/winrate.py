@@ -47,6 +47,7 @@ class SignTest:
     ci_low: float
     ci_high: float
     confidence: float
+    lost: int = 0
 
 
 def _check_confidence(confidence: float) -> None:
@@ -54,12 +55,17 @@ def _check_confidence(confidence: float) -> None:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
 
 
-def sign_test(deltas: np.ndarray, confidence: float = 0.95) -> SignTest:
+def sign_test(deltas: np.ndarray, confidence: float = 0.95, lost: int = 0) -> SignTest:
     """Exact two-sided sign test of paired deltas (n,), ties excluded and counted.
 
     ``deltas`` should come from ``stats.paired_deltas`` (rounded, so float noise such as
     0.81-0.80 vs 0.71-0.70 is a tie and not a win). NaN deltas are an error: a missing seed
     must be dropped by the pairing, not silently counted as a tie.
+
+    ``lost``: seeds whose metric is not finite on an arm (a diverged run). Each is a seed of
+    unknown sign, never silently out of the test: p is the largest two-sided p over every
+    way the lost seeds could have gone (so a decided win rate holds however they went);
+    ``win_rate`` and its interval are those of the seeds with a sign.
     """
     _check_confidence(confidence)
     d = np.asarray(deltas, dtype=float).ravel()  # (n,)
@@ -68,12 +74,15 @@ def sign_test(deltas: np.ndarray, confidence: float = 0.95) -> SignTest:
     wins, losses = int((d > 0).sum()), int((d < 0).sum())
     ties = int(d.size - wins - losses)
     decided = wins + losses
+    if lost < 0:
+        raise ValueError(f"lost must be >= 0, got {lost}")
     if decided == 0:
-        return SignTest(wins, losses, ties, int(d.size), 1.0, NAN, NAN, NAN, confidence)
+        return SignTest(wins, losses, ties, int(d.size), 1.0, NAN, NAN, NAN, confidence, lost)
     res = sps.binomtest(wins, decided, p=0.5, alternative="two-sided")
     ci = res.proportion_ci(confidence_level=confidence, method="exact")
-    return SignTest(wins, losses, ties, int(d.size), float(min(1.0, res.pvalue)),
-                    wins / decided, float(ci.low), float(ci.high), confidence)
+    p = max(sps.binomtest(wins + j, decided + lost, p=0.5).pvalue for j in range(lost + 1))
+    return SignTest(wins, losses, ties, int(d.size), float(min(1.0, p)),
+                    wins / decided, float(ci.low), float(ci.high), confidence, lost)
 
 
 @dataclass(frozen=True)

@@ -165,12 +165,13 @@ class TrialConfig:
         depends on (registry LABEL_DEPENDS), and how much token order the model can see:
         "none" (permutation-invariant), "segments" (ReSSFormer's R2MU: which tokens share a
         memory segment, no direction) or "tokens" (a positional encoding). And the registry's
-        facts about the dataset's regime (schema.REGIME_TAG, PROBE_OF_TAG, LONG_CONTEXT_TAG):
-        the regime it trains (a probe's clean regime, `stream_name`), the regime a probe
-        re-tests ("" for a clean regime) and whether the regime is long-context."""
+        facts about the dataset's regime (schema.REGIME_TAG, PROBE_OF_TAG, LONG_CONTEXT_TAG,
+        LENGTH_REGIME_TAG): the regime it trains (a probe's clean regime, `stream_name`), the
+        regime a probe re-tests ("" for a clean regime), whether the regime is long-context,
+        and the length regime it stands for in the fusion study ("" for a probe)."""
         from fusion_sweep.schema import (
-            LABEL_DEPENDS_TAG, LONG_CONTEXT_ABOVE_TOKENS, LONG_CONTEXT_TAG, ORDER_ACCESS_TAG,
-            PROBE_OF_TAG, REGIME_TAG,
+            LABEL_DEPENDS_TAG, LENGTH_REGIME_TAG, LONG_CONTEXT_ABOVE_TOKENS, LONG_CONTEXT_TAG,
+            ORDER_ACCESS_TAG, PROBE_OF_TAG, REGIME_TAG,
         )
         from fusion_sweep.trial.data.registry import DATASETS
         from fusion_sweep.trial.models.encoder import ENCODERS
@@ -183,7 +184,8 @@ class TrialConfig:
         long = int(DATASETS[regime].defaults()["max_len"]) > LONG_CONTEXT_ABOVE_TOKENS
         return {LABEL_DEPENDS_TAG: spec.label_depends, ORDER_ACCESS_TAG: access,
                 REGIME_TAG: regime, PROBE_OF_TAG: regime if regime != self.dataset else "",
-                LONG_CONTEXT_TAG: "true" if long else "false"}
+                LONG_CONTEXT_TAG: "true" if long else "false",
+                LENGTH_REGIME_TAG: spec.length_regime}
 
     def variant_label(self) -> str:
         """What a comparison compares within a dataset: "encoder/pe/fusion"."""

