@@ -532,10 +532,13 @@ def test_rising_error_is_worse_not_better(tmp_path: Path, capsys) -> None:
     gv = [c for c in json.loads(out)["comparisons"] if c["fusion"] == "gate-vector"]
     assert gv and all(c["verdict"] == "worse" and not c["higher_is_better"] for c in gv)
     assert all(c["p_holm"] < 1e-6 for c in gv)
-    _, out, _ = run_cli(["--results", path, "--format", "json", "--metric", "test_error",
-                         "--direction", "higher", *FAST], capsys)
-    assert {c["verdict"] for c in json.loads(out)["comparisons"] if c["fusion"] == "gate-vector"} \
-        == {"better"}
+    # Issue 39: a direction its name makes known is never overridden (it would turn the
+    # rising error into `better`): one error line.
+    code, out, err = run_cli(["--results", path, "--format", "json", "--metric", "test_error",
+                              "--direction", "higher", *FAST], capsys)
+    assert code == 2 and out == "" and err.count("error:") == 1
+    assert ("--direction higher contradicts the known direction of metric 'test_error' "
+            "(lower is better: its name says so)") in err
 
 
 def test_unknown_direction_is_an_error(tmp_path: Path, capsys) -> None:

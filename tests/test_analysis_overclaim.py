@@ -105,7 +105,7 @@ def test_direction_is_refused_for_a_metric_of_known_direction(tmp_path, capsys) 
     err = capsys.readouterr().err
     assert err.count("error:") == 1
     assert "--direction higher contradicts the known direction of metric " \
-           "'latency_ms_per_sample' (lower is better)" in err
+           "'latency_ms_per_sample' (lower is better: the metric table says so)" in err
 
 
 def test_collapsed_seeds_say_the_mean_verdict_rests_on_normality(tmp_path, capsys) -> None:

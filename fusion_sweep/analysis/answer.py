@@ -221,10 +221,16 @@ def learn_rates(c: Comparison, ctx: _Context) -> str:
     exact per-seed test) differ; '' when they agree or are unknown."""
     ref = (c.baseline_learn_count, c.baseline_learn_n)
     arm = (c.arm_learn_count, c.arm_learn_n)
-    if None in ref + arm or ref == arm:
+    if None not in ref + arm:
+        return "" if ref == arm else (f"{c.baseline} learned on {ref[0]} of "
+                                      f"{_count(ref[1], 'seed')}, {ctx.arm(c)} on {arm[0]} of "
+                                      f"{arm[1]}")
+    states = {c.learned, c.baseline_learned}
+    if states != {"yes", "no"}:
         return ""
-    return (f"{c.baseline} learned on {ref[0]} of {_count(ref[1], 'seed')}, {ctx.arm(c)} on "
-            f"{arm[0]} of {arm[1]}")
+    no, yes = ((ctx.arm(c), c.baseline) if c.learned == "no" else (c.baseline, ctx.arm(c)))
+    chance = f"{c.chance_level:.3f}" if math.isfinite(c.chance_level) else "unknown"
+    return f"{no} did not beat chance ({chance}), {yes} did"
 
 
 def _caveats(c: Comparison, ctx: _Context) -> str:
@@ -255,8 +261,9 @@ def _caveats(c: Comparison, ctx: _Context) -> str:
         out.append("its 95% interval excludes 0: a difference smaller than the margin")
     if c.verdict == INCONCLUSIVE and excludes:
         out.append("its 95% interval excludes 0, but the Holm p does not decide")
+    withheld = any(f.startswith("no 'equivalent'") for f in c.verdict_flags)
     if (c.verdict == INCONCLUSIVE and c.equivalence_margin is not None
-            and _finite(c.tost_p_holm)):
+            and _finite(c.tost_p_holm) and not withheld):
         out.append(f"nor is it shown equivalent within ±{c.equivalence_margin:g}")
     return "".join(f"; {x}" for x in out)
 

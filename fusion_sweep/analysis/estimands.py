@@ -37,6 +37,8 @@ VERDICT_RULE = (
     "beside p_holm: one that excludes 0 while p_holm ≥ α decides nothing after Holm (the JSON's "
     "holm_ci_* is the Holm-consistent interval, whose level differs per comparison). win rate "
     "(distribution-free): better/worse = the Holm-adjusted exact sign-test p < α (ties "
-    "excluded); no equivalence. An arm that does not (or may not) beat chance (the test "
-    "split's majority rate; 1/K when none is recorded) withholds better, worse and "
-    "equivalent on every metric; when neither arm does, the verdict is 'not learned'.")
+    "excluded); no equivalence. One guard rule for every verdict and estimand (chance = the "
+    "test split's majority rate; 1/K when none is recorded): when neither arm beats chance "
+    "the verdict is 'not learned'; when exactly one does, better/worse stand; when no arm is "
+    "shown to, none is given; 'equivalent' needs both arms shown to beat the majority rate "
+    "by the exact per-seed test.")

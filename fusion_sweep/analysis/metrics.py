@@ -45,15 +45,18 @@ def resolve_direction(metric: str, flag: str = AUTO,
     """'higher' or 'lower' for `metric`: flag, then the sweep's mapping, then the name rule.
 
     The flag is for metrics of unknown direction (or to override a sweep's own `directions`):
-    it is refused where it contradicts a metric's known direction (schema.METRIC_DIRECTIONS),
-    since it would silently turn 'better' into 'worse'."""
+    it is refused where it contradicts a metric's known direction, by the table
+    (schema.METRIC_DIRECTIONS) or by its name (a loss, an error rate: name_direction), since
+    it would silently turn 'better' into 'worse'."""
     given = (directions or {}).get(metric)
-    known = METRIC_DIRECTIONS.get(metric)
+    known = METRIC_DIRECTIONS.get(metric) or name_direction(metric)
     if flag in DIRECTION_VALUES:
         if known is not None and known != flag:
+            how = ("its name says so" if metric not in METRIC_DIRECTIONS else "the metric "
+                   "table says so")
             raise AnalysisError(f"--direction {flag} contradicts the known direction of metric "
-                                f"{metric!r} ({known} is better); drop --direction: it is only "
-                                "for metrics whose direction is not known")
+                                f"{metric!r} ({known} is better: {how}); drop --direction: it "
+                                "is only for metrics whose direction is not known")
         return flag
     if given is not None:
         return check_direction_value(metric, given)

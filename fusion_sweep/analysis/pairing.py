@@ -347,6 +347,7 @@ def pair_trials(df: pd.DataFrame, metrics: list[str], baseline: str | Axis,
     axis = baseline if isinstance(baseline, Axis) else parse_baseline(baseline)
     out = PairingResult()
     _fingerprint_warning(df, out)
+    _blank_code_warning(df, out)
     variant = variant_series(df)
     for metric in metrics:
         cells = cells_for(df, metric)
@@ -411,3 +412,24 @@ def _fingerprint_warning(df: pd.DataFrame, out: PairingResult) -> None:
             "message": f"some runs lack fingerprints ({counts}): those are checked only "
                        "where both trials of a pair have them",
         })
+
+
+def _blank_code_warning(df: pd.DataFrame, out: PairingResult) -> None:
+    """A finished run with a blank code fingerprint where others have one: its pairs cannot
+    be checked for code agreement (a stale run could pass as current). Flag each such run;
+    a table with no code fingerprint at all says nothing about code, and gets no warning."""
+    code = df[CODE_FINGERPRINT_COLUMN]
+    done = df[STATUS] == FINISHED
+    if not code[done].notna().any():
+        return
+    blank = df[done & code.isna()]
+    if blank.empty:
+        return
+    names = [f"{r.dataset}/{Variant(r.encoder, r.pe, r.fusion).label}/seed {r.seed}"
+             for r in blank.head(5).itertuples()]
+    more = f" and {len(blank) - 5} more" if len(blank) > 5 else ""
+    out.warnings.append({
+        "code": "blank_code_fingerprint",
+        "message": f"{len(blank)} finished run(s) have a blank code fingerprint "
+                   f"({'; '.join(names)}{more}): their pairs are not checked for code "
+                   "agreement; re-run them, or fill the code_fingerprint column"})

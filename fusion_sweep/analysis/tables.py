@@ -178,8 +178,9 @@ def grid_footnotes(report: Report, comps: list[Comparison] | None = None) -> lis
     words = {w for c in comps for w in caveats(c)}
     if any("not learned" in w for w in words):
         out.append("'arm/reference not learned': that arm did not beat chance (the test "
-                   "split's majority rate; 1/K when none is recorded), which withholds better, "
-                   "worse and equivalent; 'not learned': neither arm did")
+                   "split's majority rate; 1/K when none is recorded), which withholds "
+                   "equivalent (better and worse stand: the other arm learned); 'not "
+                   "learned': neither arm did")
     if "withheld: chance unknown" in words:
         out.append("'chance unknown': whether an arm beats chance is unknown (class count "
                    "unknown, or one accuracy on every seed), which withholds the verdict")
@@ -289,8 +290,9 @@ def learned_footnote(comps: list[Comparison], noun: str) -> str:
     """The legend of a `learned?` column, where it appears."""
     chance = fnum(comps[0].chance_level, 3) if comps else DASH
     return (f"learned?: does the {noun} / the reference beat chance ({chance} here: the test "
-            "split's majority rate, 1/K when none is recorded; Holm-adjusted t-test over "
-            "seeds); a 'no' withholds better, worse and equivalent; n/a: no chance level")
+            "split's majority rate, 1/K when none is recorded; the exact per-seed test, "
+            "learned on most seeds, else a Holm-adjusted t-test over seeds); 'no' on both "
+            "sides: not learned; on one side: no equivalent; n/a: no chance level")
 
 
 def power_footnote(comps: list[Comparison], alpha: float) -> str:
@@ -511,9 +513,10 @@ def arms_table(report: Report, short: bool = False) -> Table:
     return Table(title, headers, rows,
                  ["per-seed SD: sample SD over seeds (ddof 1), the noise each paired Δ is "
                   "judged against; chance: the arm's test majority rate (1/K when none is "
-                  "recorded); learned?: does the arm's accuracy beat chance (Holm-adjusted "
-                  "t-test over its seeds)? A 'no' withholds better, worse and equivalent in "
-                  "every comparison with that arm"])
+                  "recorded); learned?: does the arm's accuracy beat chance (the exact per-seed "
+                  "test, learned on most seeds; else a Holm-adjusted t-test over its seeds)? A "
+                  "'no' withholds equivalent in every comparison with that arm, and makes one "
+                  "with another 'no' arm 'not learned'"])
 
 
 def constant_columns(title: str, headers: list[str], rows: list[list[str]],
