@@ -64,6 +64,12 @@ FILES: dict[str, str | bytes] = {
     "binary.csv": b"\x00\x01\x02\xff\xfe\x00",
     "score.csv": ("dataset,pe,fusion,seed,myscore\nd,p,add,0,0.5\nd,p,concat,0,0.6\n"
                   "d,p,add,1,0.5\nd,p,concat,1,0.6\n"),
+    "loss.csv": ("dataset,pe,fusion,seed,val_loss\nd,p,add,0,0.5\nd,p,concat,0,0.6\n"
+                 "d,p,add,1,0.5\nd,p,concat,1,0.6\n"),
+    "rate.csv": ("dataset,pe,fusion,seed,test_acc,num_classes,test_majority_rate,test_n\n"
+                 "d,p,add,0,0.5,2,0.3,100\nd,p,concat,0,0.6,2,0.3,100\n"),
+    "regime.csv": ("dataset,pe,fusion,seed,test_acc,regime\nd,p,add,0,0.5,huge\n"
+                   "d,p,concat,0,0.6,huge\n"),
     # a launch's results.csv without test_acc: run ids, key, attempts, fingerprints, a text
     # column; the one metric is myscore
     "no-acc.csv": ("dataset,pe,fusion,seed,trial_key,status,mlflow_run_id,attempts,fp_split,"
@@ -347,7 +353,23 @@ CASES: list[Case] = [
        r"choose from synthetic-long$"),
     _c("stats-misspelt-claims", "stats", "a `--claims` set misspelt",
        lambda e: ["stats", "--results", e.f("no-acc.csv"), "--claims", "ressformr"],
-       r"unknown --claims 'ressformr' \(did you mean 'ressformer'\?\); claim sets: ressformer$"),
+       r"unknown --claims 'ressformr' \(did you mean 'ressformer'\?\); claim sets: "
+       r"fusion-matters, ressformer$"),
+    _c("stats-direction-against-name", "stats",
+       "`--direction` against the direction a metric's name says (a loss)",
+       lambda e: ["stats", "--results", e.f("loss.csv"), "--metric", "val_loss", "--direction",
+                  "higher"],
+       r"--direction higher contradicts the known direction of metric 'val_loss' \(lower is "
+       r"better: its name says so\)"),
+    _c("stats-impossible-majority-rate", "stats",
+       "a `test_majority_rate` below 1/num_classes (no split has one)",
+       lambda e: ["stats", "--results", e.f("rate.csv")],
+       r"column 'test_majority_rate' for dataset 'd' holds 0.3, outside \[1/num_classes = 0.5, "
+       r"1\]"),
+    _c("stats-bad-regime", "stats", "a `regime` column value other than short/medium/long",
+       lambda e: ["stats", "--results", e.f("regime.csv")],
+       r"column 'regime' in .*regime\.csv holds 'huge'; valid: short, medium, long \(blank "
+       r"for a probe\)"),
     _c("stats-misspelt-direction", "stats", "a `--direction` misspelt (argparse)",
        lambda e: ["stats", "--results", e.f("score.csv"), "--direction", "lowr"],
        r"argument --direction: invalid choice: 'lowr' \(did you mean 'lower'\?\); choose from "

@@ -93,8 +93,9 @@ def findings(report: _Report) -> tuple[Finding, ...]:
     out = [_one(x, ctx) if isinstance(x, Comparison) else _grouped(x, grouped[x], ctx)
            for x in order]
     lead = sequential_findings(getattr(report, "sequential", None), ctx)
-    across = across_regimes(getattr(report, "interaction", None) or {}, comps, ctx)
-    return tuple(lead) + tuple(out) + tuple(across) + ((summary(comps, ctx),) if comps else ())
+    tests = _across(getattr(report, "interaction", None) or {}, comps)
+    return tuple(lead) + tuple(out) + tuple(across_regimes(tests, ctx)) + (
+        (summary(comps, ctx, [a for a in tests if a.differs]),) if comps else ())
 
 
 @dataclass(frozen=True)
@@ -268,12 +269,24 @@ def _caveats(c: Comparison, ctx: _Context) -> str:
     return "".join(f"; {x}" for x in out)
 
 
-def across_regimes(interaction: Mapping, comps: Sequence[Comparison],
-                   ctx: _Context) -> list[Finding]:
-    """Per arm and reference seen on several regimes: does the effect differ across them
-    (the interaction test: Welch ANOVA of the per-seed Δ, Holm across tests; its estimand
-    the mean Δ per regime), and on which regime is it largest. Regimes where no arm learned
-    are named as left out. Never "the same": an undecided test is undecided."""
+@dataclass(frozen=True)
+class _Across:
+    """One interaction test as the answer reads it: the test, the mean Δ per regime in the
+    test (regime order), the comparison it names, and where the effect is largest/smallest
+    (largest: the largest gain for the arm, by the metric's direction)."""
+
+    test: Any  # records.InteractionTest
+    means: Mapping[str, float]
+    c0: Comparison
+    top: str
+    low: str
+
+    @property
+    def differs(self) -> bool:
+        return self.test.verdict == DIFFERS
+
+
+def _across(interaction: Mapping, comps: Sequence[Comparison]) -> list[_Across]:
     out = []
     for t in interaction.get("tests", []):
         means = {c.dataset: c.mean_delta for c in comps
@@ -283,18 +296,28 @@ def across_regimes(interaction: Mapping, comps: Sequence[Comparison],
         if len(means) < 2:
             continue
         c0 = next(c for c in comps if c.variant == t.variant and c.metric == t.metric)
-        out.append(Finding(ACROSS, "", t.metric, _group(c0, ctx), (t.variant,),
-                           t.baseline_variant, _across_sentence(t, means, c0, ctx)))
+        order = [d for d in t.datasets if d in means]  # regime order, short -> long
+        sign = 1 if c0.higher_is_better else -1
+        out.append(_Across(t, {d: means[d] for d in order}, c0,
+                           max(order, key=lambda d: sign * means[d]),
+                           min(order, key=lambda d: sign * means[d])))
     return out
 
 
-def _across_sentence(t: Any, means: Mapping[str, float], c0: Comparison,
-                     ctx: _Context) -> str:
+def across_regimes(tests: Sequence[_Across], ctx: _Context) -> list[Finding]:
+    """Per arm and reference seen on several regimes: does the effect differ across them
+    (the interaction test: Welch ANOVA of the per-seed Δ, Holm across tests; its estimand
+    the mean Δ per regime), and on which regime is it largest. Regimes where no arm learned
+    are named as left out. Never "the same": an undecided test is undecided."""
+    return [Finding(ACROSS, "", a.test.metric, _group(a.c0, ctx), (a.test.variant,),
+                    a.test.baseline_variant, _across_sentence(a, ctx)) for a in tests]
+
+
+def _across_sentence(a: _Across, ctx: _Context) -> str:
+    t, means, c0 = a.test, a.means, a.c0
     arm, ref = ctx.arm(c0), c0.baseline
-    order = [d for d in t.datasets if d in means]  # regime order, short -> long
-    sign = 1 if c0.higher_is_better else -1  # "largest" is the largest gain for the arm
-    top = max(order, key=lambda d: sign * means[d])
-    low = min(order, key=lambda d: sign * means[d])
+    order, top, low = list(means), a.top, a.low
+    sign = 1 if c0.higher_is_better else -1
     where = ", ".join(p for p in (ctx.axis.title(c0.group).replace(" · ", ", ")
                                   if ctx.show_group else "", t.metric if ctx.show_metric
                                   else "") if p)
@@ -302,10 +325,10 @@ def _across_sentence(t: Any, means: Mapping[str, float], c0: Comparison,
     test = f"Welch ANOVA of the per-seed Δ, estimand mean Δ per regime, Holm p {_p(t.p_holm)}"
     spread = (f"mean Δ {_d(means[low])} on {low} to {_d(means[top])} on {top}")
     by_length = t.ordered_by == "median_tokens"
-    if t.verdict == DIFFERS:
+    if a.differs:
         text = f"{head} differs ({test}): largest on {top}, smallest on {low} ({spread})"
         if by_length and top == order[-1]:
-            rising = all(sign * means[a] <= sign * means[b] for a, b in zip(order, order[1:]))
+            rising = all(sign * means[x] <= sign * means[y] for x, y in zip(order, order[1:]))
             text += ("; it grows with length" if rising else "; largest on the longest regime")
             text += (f" ({t.long_dataset} minus {t.short_dataset} "
                      f"{_d(t.diff_in_deltas)}, {100 * (1 - ctx.alpha):g}% CI "
@@ -346,7 +369,8 @@ def sequential_findings(section: Mapping | None, ctx: _Context) -> list[Finding]
     return out
 
 
-def summary(comps: Sequence[Comparison], ctx: _Context) -> Finding:
+def summary(comps: Sequence[Comparison], ctx: _Context,
+            differs: Sequence[_Across] = ()) -> Finding:
     """One line: what is decided, grouped by verdict, reference and the datasets it holds on,
     then how many comparisons are undecided and at how many seeds."""
     decided: dict[tuple, list[str]] = {}  # (verb kind, how, ref, where) -> datasets per arm
@@ -377,6 +401,9 @@ def summary(comps: Sequence[Comparison], ctx: _Context) -> Finding:
     elif undecided:
         parts.append((f"none of the {len(comps)} comparisons is decided at {at} seeds"
                       if len(comps) > 1 else f"the comparison is undecided at {at} seeds") + why)
+    for a in differs:  # where the effect grows: the question's second half
+        parts.append(f"the effect of {ctx.arm(a.c0)} vs {a.c0.baseline} differs across "
+                     f"regimes, largest on {a.top}")
     text = "; ".join(parts)
     if any("descriptive" in c.verdict_flags for c in comps):  # said once, not per sentence
         text += ("; every verdict here is descriptive: the seed count was chosen adaptively "

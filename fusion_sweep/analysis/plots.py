@@ -29,6 +29,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from fusion_sweep.schema import fusion_color, metric_label
 
+from fusion_sweep.analysis.claims import RATIO, SUPERIORITY, WIN_RATE_KIND
 from fusion_sweep.analysis.records import Comparison
 from fusion_sweep.analysis.schema import DATASET, SEED, SUPPORT_COLORS, VALUE, VERDICT_COLORS
 from fusion_sweep.analysis.sequential import WIN_RATE
@@ -301,21 +302,28 @@ def _arms_legend(spec: ArmsFigure) -> list:
     return handles
 
 
+# A claim test's estimand -> the figure it is drawn in (claims_plot's kind): each figure has
+# one scale and one no-effect line.
+CLAIM_PLOT_KIND = {RATIO: "ratio", WIN_RATE_KIND: "probability", SUPERIORITY: "probability"}
+
+
 def claims_plot(tests: Sequence[ClaimTest], kind: str, path: Path) -> bool:
     """Claim tests' estimates with their intervals, colour = what they say about the paper.
 
-    kind "difference": every test in metric units (mean Δ, Δ of Δ; one-sided intervals run
-    to the edge); "ratio": the cost ratios on a log axis, 1 = no effect. Returns False
-    (nothing drawn) when no test of that kind has an estimate.
+    kind "difference": every test in metric units (mean Δ, Δ of Δ, a win-rate difference;
+    one-sided intervals run to the edge); "ratio": the cost ratios on a log axis, 1 = no
+    effect; "probability": win rates and P(Δ longer > Δ shorter), 1/2 = no effect. Returns
+    False (nothing drawn) when no test of that kind has an estimate.
     """
     ratio = kind == "ratio"
-    rows = [t for t in tests if (t.estimate_kind == "geometric-mean ratio") == ratio
+    rows = [t for t in tests if CLAIM_PLOT_KIND.get(t.estimate_kind, "difference") == kind
             and t.estimate is not None and np.isfinite(t.estimate)]
     if not rows:
         return False
     rows = list(reversed(rows))
     fig, ax = _subplots(figsize=(8.5, 0.9 + 0.3 * len(rows)))
-    ax.axvline(1.0 if ratio else 0.0, color="#444", lw=0.8, ls="--")
+    ax.axvline(1.0 if ratio else 0.5 if kind == "probability" else 0.0, color="#444", lw=0.8,
+               ls="--")
     finite = [v for t in rows for v in (t.ci_low, t.ci_high, t.estimate)
               if v is not None and np.isfinite(v)]
     edge = max(finite) + 0.1 * (max(finite) - min(finite) + 1e-9)
@@ -332,8 +340,9 @@ def claims_plot(tests: Sequence[ClaimTest], kind: str, path: Path) -> bool:
         ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([t.test for t in rows], fontsize=7)
-    ax.set_xlabel("ratio arm / reference (log scale; < 1 is cheaper)" if ratio else
-                  "Δ (metric units; one-sided intervals run to the edge)", fontsize=8)
+    ax.set_xlabel({"ratio": "ratio arm / reference (log scale; < 1 is cheaper)",
+                   "probability": "win rate, or P(Δ longer > Δ shorter) (1/2: no effect)"}.get(
+                       kind, "Δ (metric units; one-sided intervals run to the edge)"), fontsize=8)
     ax.set_title("Claim tests · green supports the paper, red contradicts, grey does not "
                  "decide", fontsize=8)
     ax.set_ylim(-0.7, len(rows) - 0.3)

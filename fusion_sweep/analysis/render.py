@@ -259,7 +259,8 @@ def build_claims_blocks(report: Report, out: Path) -> list[Block]:
     b.append(("h2", "Claims"))
     b.append(("table", claims_table(report.claims)))
     b.append(("h2", "Claim tests"))
-    for kind, name in (("difference", "claims_differences.png"), ("ratio", "claims_ratios.png")):
+    for kind, name in (("difference", "claims_differences.png"), ("ratio", "claims_ratios.png"),
+                       ("probability", "claims_probabilities.png")):
         if plots.claims_plot(claims.tests, kind, out / name):
             b.append(("img", name, f"claim tests: {kind}s with their intervals"))
     b.append(("table", claim_tests_table(report.claims)))
