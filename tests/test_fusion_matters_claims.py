@@ -142,3 +142,28 @@ def test_the_terminal_prints_each_claims_verdict_after_the_answer(tmp_path, caps
     for cid in IDS:
         assert f"  {cid} " in block
     assert "F2 Gate-Scalar beats addition on long documents: SUPPORTS" in block
+
+
+def test_f1_counts_a_real_but_negligible_difference_as_negligible(tmp_path, capsys) -> None:
+    """concat +0.004 on every short seed: the paired t decides (`better` by the report's
+    rule), but TOST puts it within the ±0.01 margin: 'within statistical variation' holds,
+    so F1's test there is `equivalent` and supports."""
+    df = fm.paper_pattern()
+    rows = (df["dataset"] == "syn-short") & (df["fusion"] == "concat")
+    df.loc[rows, "test_acc"] += 0.004
+    claims = _claims(tmp_path, df, capsys)
+    (t,) = [t for t in claims["tests"] if t["test"] == "F1 · syn-short · standard/sinusoidal/concat"]
+    assert t["p_holm"] < 0.05 and t["ci_low"] > 0
+    assert (t["verdict"], t["support"]) == ("equivalent", SUPPORTS)
+
+
+def test_f5_consistency_is_mcnemar_on_the_discordant_seeds(tmp_path, capsys) -> None:
+    """gate-scalar beats add on 8 of 8 long seeds, gate-cnn on 5 of 8: 3 discordant seeds, all
+    for gate-scalar (win-rate difference +3/8; exact one-sided McNemar p = 1/8)."""
+    df = fm.paper_pattern(fusions=("add", "concat", "gate-scalar", "gate-cnn"))
+    rows = ((df["dataset"] == "syn-long") & (df["fusion"] == "gate-cnn")
+            & df["seed"].isin([0, 1, 2]))
+    df.loc[rows, "test_acc"] -= 0.2
+    claims = _claims(tmp_path, df, capsys)
+    (t,) = [t for t in claims["tests"] if t["test"] == "F5 · syn-long · consistency"]
+    assert t["estimate"] == pytest.approx(3 / 8) and t["p"] == pytest.approx(1 / 8)

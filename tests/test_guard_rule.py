@@ -137,9 +137,14 @@ def test_the_interaction_leaves_out_regimes_where_no_arm_learned(tmp_path, capsy
     rep = _stats(tmp_path, fm.main_job_like(), capsys)
     (t,) = [t for t in rep["interaction"]["tests"] if t["fusion"] == "concat"]
     assert "syn-long" in t["datasets"] and t["excluded_not_learned"] == []
-    rep = _stats(tmp_path, files.differs_not_learned(), capsys)
-    assert rep["interaction"]["tests"] == [] or all(
-        t["excluded_not_learned"] == ["long"] for t in rep["interaction"]["tests"])
+    # a regime where no arm is shown to learn (its class count unknown: both `unknown`)
+    df = files.differs_not_learned()
+    df["num_classes"] = df["num_classes"].where(df["dataset"] != "long")
+    mid = df[df["dataset"] == "short"].assign(dataset="mid", median_tokens=200)
+    df = pd.concat([df, mid], ignore_index=True)
+    rep = _stats(tmp_path, df, capsys)
+    (t,) = rep["interaction"]["tests"]
+    assert t["excluded_not_learned"] == ["long"] and t["datasets"] == ["short", "mid"]
 
 
 # --------------------------------------------------------------- the answer's question
@@ -337,3 +342,16 @@ def test_a_regime_column_holds_short_medium_or_long(tmp_path, capsys) -> None:
     df.loc[df["dataset"] == "syn-long", "regime"] = "huge"
     err = _refused(tmp_path, df, capsys)
     assert "column 'regime'" in err and "'huge'" in err and "short, medium, long" in err
+
+
+@pytest.mark.parametrize("wins, losses, lost", [(7, 0, 1), (0, 7, 1), (5, 2, 2), (2, 5, 3),
+                                                (3, 3, 2)])
+def test_a_lost_seed_goes_the_way_that_decides_least(wins: int, losses: int, lost: int) -> None:
+    """sign_test(lost=k): the largest two-sided p over every way the k lost seeds could have
+    gone, whichever side the observed majority is on."""
+    from fusion_sweep.analysis.winrate import sign_test
+    st = sign_test(np.r_[np.ones(wins), -np.ones(losses)], lost=lost)
+    worst = max(sps.binomtest(wins + j, wins + losses + lost).pvalue for j in range(lost + 1))
+    assert st.p_two_sided == pytest.approx(worst)
+    assert st.p_two_sided >= sign_test(np.r_[np.ones(wins), -np.ones(losses)]).p_two_sided
+    assert (st.wins, st.losses, st.lost) == (wins, losses, lost)
