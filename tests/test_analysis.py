@@ -376,7 +376,7 @@ def _write(tmp_path: Path, df: pd.DataFrame) -> str:
     (["--encoder", "standrd"], r"unknown --encoder 'standrd' \(did you mean 'standard'\?\); choose "
                                r"from standard"),
     (["--claims", "ressformr"], r"unknown --claims 'ressformr' \(did you mean 'ressformer'\?\); "
-                                r"claim sets: ressformer"),
+                                r"claim sets: fusion-matters, ressformer"),
 ])
 def test_flag_errors(csv: Path, capsys, argv: list[str], match: str) -> None:
     code, out, err = run_cli(["--results", str(csv), *FAST, *argv], capsys)
