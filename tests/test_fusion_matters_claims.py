@@ -167,3 +167,16 @@ def test_f5_consistency_is_mcnemar_on_the_discordant_seeds(tmp_path, capsys) -> 
     claims = _claims(tmp_path, df, capsys)
     (t,) = [t for t in claims["tests"] if t["test"] == "F5 · syn-long · consistency"]
     assert t["estimate"] == pytest.approx(3 / 8) and t["p"] == pytest.approx(1 / 8)
+
+
+def test_f1_without_a_margin_can_be_contradicted_not_supported(tmp_path, capsys) -> None:
+    """No margin: no equivalence test, so F1 cannot be supported, but a difference the paired
+    t decides still contradicts it."""
+    p = tmp_path / "r.csv"
+    fm.opposite_pattern().to_csv(p, index=False)
+    args = cli.build_parser().parse_args(["stats", "--results", str(p), "--format", "json",
+                                          "--bootstrap", "200", "--claims", "fusion-matters"])
+    assert args.func(args) == 0
+    claims = json.loads(capsys.readouterr()[0])["claims"]
+    assert _support(claims)["F1"] == CONTRADICTS
+    assert _support(_claims(tmp_path, fm.paper_pattern(), capsys))["F1"] == SUPPORTS

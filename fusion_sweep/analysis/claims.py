@@ -498,7 +498,7 @@ class WithinNoise:
                 f"by seed, on each {' and '.join(self.regimes)} regime; estimand mean Δ: "
                 "equivalent within the sweep's margin (TOST, Holm over the set's TOST tests) "
                 "supports, a difference decided by the paired t (Holm over the claim family) "
-                "contradicts; no margin: does not decide")
+                "contradicts; without a margin it can only be contradicted")
 
 
 @dataclass(frozen=True)
@@ -1116,11 +1116,10 @@ def _raw_verdict(st: _Stats, p_holm: float, tost_p_holm: float, alpha: float, m:
     if st.not_learned:
         return NOT_LEARNED
     if st.plan.equivalence_first:
-        if st.equivalence_margin is None:
-            notes.append("'within statistical variation' needs an equivalence margin "
-                         "(--equivalence-margin or the sweep's): not decided")
-            return INCONCLUSIVE
-        if np.isfinite(tost_p_holm) and tost_p_holm < alpha:
+        if st.equivalence_margin is None:  # a decided difference still contradicts
+            notes.append("no equivalence margin (--equivalence-margin or the sweep's): "
+                         "'within statistical variation' cannot be shown, only contradicted")
+        elif np.isfinite(tost_p_holm) and tost_p_holm < alpha:
             return EQUIVALENT
         return stats.verdict(st.estimate, st.ci_low, st.ci_high, p_holm, NAN_P, alpha,
                              st.higher)
