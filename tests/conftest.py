@@ -13,10 +13,13 @@
   way: it holds the tables and no experiment; MLflow creates its Default experiment when the
   copy is first opened, as it does in a new store.
 
-The cluster and the server start at the first test that asks for one, and stop right after
-the last test of the run that asks for it (or at the session's end), so they never idle beside
-the tests that come after. Both are session-wide processes behind function-scoped fixtures:
-`ray_cluster` also sets, for the test, the environment every driver of the cluster must share.
+The tests that use the cluster or the server run last, together, in their collected order:
+first those on the cluster, then those that use only the server (the ones that start a local
+Ray of their own). The cluster and the server start at the first test that asks for one and
+stop right after the last test that asks for it (or at the session's end), so neither idles
+beside the rest of the suite, and no test's own Ray runs beside the idle cluster. Both are
+session-wide processes behind function-scoped fixtures: `ray_cluster` also sets, for the
+test, the environment every driver of the cluster must share.
 """
 from __future__ import annotations
 
@@ -61,10 +64,22 @@ _RUNNING: dict[str, _Shared] = {}  # fixture name -> its shared process, while t
 _LAST_USER: dict[str, str] = {}  # fixture name -> node id of the last test that uses it
 
 
+def _uses(item: pytest.Item, name: str) -> bool:
+    return name in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    on_cluster = [i for i in items if _uses(i, "ray_cluster")]
+    on_server = [i for i in items if _uses(i, "mlflow_server") and not _uses(i, "ray_cluster")]
+    moved = {id(i) for i in on_cluster + on_server}
+    items[:] = [i for i in items if id(i) not in moved] + on_cluster + on_server
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     for item in session.items:
         for name in SHARED:
-            if name in getattr(item, "fixturenames", ()):
+            if _uses(item, name):
                 _LAST_USER[name] = item.nodeid
 
 
