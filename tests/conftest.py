@@ -9,7 +9,7 @@
   Tests keep apart by sweep name, as sweeps in one store do.
 * `migrated_store` and `new_sqlite_store`: an MLflow sqlite store migrated once, then copied
   (a file copy) wherever a test or a module fixture wants a fresh store, so that no test pays
-  the ~10 s of alembic migrations a new store costs. The copy is a fresh store in every other
+  the alembic migrations a new store runs. The copy is a fresh store in every other
   way: it holds the tables and no experiment; MLflow creates its Default experiment when the
   copy is first opened, as it does in a new store.
 
