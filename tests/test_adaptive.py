@@ -1,8 +1,8 @@
 """Adaptive seeds (`fusion-sweep launch --until-decided`, issue 13).
 
 * families, seed rounds and budgets as pure functions of a space (fast);
-* an adaptive sweep on a local Ray instance tracked by a real `mlflow server`, SIGKILLed in
-  its second round and launched again: it resumes where it stopped, the new seed trials are
+* an adaptive sweep on the session's 2-node Ray cluster tracked by the session's real
+  `mlflow server` (tests/conftest.py), SIGKILLed in its second round and launched again: it resumes where it stopped, the new seed trials are
   ordinary trials (their keys are the space's keys at those seeds), and no trial has two runs.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from fusion_sweep import adaptive
 from fusion_sweep.adaptive import AdaptiveSettings, AdaptiveState, families
 from fusion_sweep.schema import ADAPTIVE, code_fingerprint
 from fusion_sweep.space import SPACE_DIR, load_space, parse_space
-from tests.test_sweep_e2e import children_of, cli_env, kill_pids, mlflow_server, trial_runs  # noqa: F401
+from tests.test_sweep_e2e import children_of, cli_env, kill_pids, trial_runs
 
 
 def _space(**kw) -> dict:
@@ -92,15 +92,16 @@ def test_cli_flags_need_until_decided(capsys):
 
 # ------------------------------------------------------------------- end to end, killed
 @pytest.mark.slow
-def test_killed_adaptive_sweep_resumes_without_duplicates(mlflow_server, tmp_path):
+def test_killed_adaptive_sweep_resumes_without_duplicates(ray_cluster, mlflow_server, tmp_path):
     d = _space(name="adapt", seeds=[0, 1, 2], equivalence_margin=None)
     d["hyperparameters"]["all"].update(epochs=3, limit_train=512)
     path = tmp_path / "adapt.yaml"
     path.write_text(yaml.safe_dump(d, sort_keys=False))
     cmd = [sys.executable, "-m", "fusion_sweep.cli", "launch", str(path), "--tracking-uri",
            mlflow_server, "--storage", str(tmp_path / "ray_results"), "--max-concurrent", "2",
+           "--address", ray_cluster.address,
            "--until-decided", "--max-seeds", "5", "--seed-batch", "2"]
-    env = cli_env()
+    env = cli_env()  # with the cluster's RAY_AUTH_MODE, set by the ray_cluster fixture
     log1 = open(tmp_path / "launch1.log", "w")
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log1, stderr=subprocess.STDOUT)
     seen: set[int] = set()

@@ -77,9 +77,9 @@ def _log_sweep(uri: str, sweep: str,
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def store(tmp_path_factory: pytest.TempPathFactory, new_sqlite_store) -> dict:
     root = tmp_path_factory.mktemp("mlflow")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
+    uri = new_sqlite_store(root)  # a migrated copy (tests/conftest.py)
     first = _log_sweep(uri, "smoke-a")
     second = _log_sweep(uri, "smoke-b", datasets=("synthetic-short",))
     client = MlflowClient(tracking_uri=uri)
@@ -88,9 +88,9 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 @pytest.fixture(scope="module")
-def spaces(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """One more store (a store's start-up is slow) with a sweep per space-param case."""
-    uri = f"sqlite:///{tmp_path_factory.mktemp('spaces') / 'mlflow.db'}"
+def spaces(tmp_path_factory: pytest.TempPathFactory, new_sqlite_store) -> str:
+    """One more store with a sweep per space-param case."""
+    uri = new_sqlite_store(tmp_path_factory.mktemp("spaces"))
     _log_sweep(uri, "own-space", datasets=("synthetic-short",), params={
         "baseline": "gate-vector", "metric": "best_val_acc", "equivalence_margin": 0.02})
     _log_sweep(uri, "dict-space", params={
@@ -298,11 +298,11 @@ def test_trial_runs_carry_every_schema_field(store: dict) -> None:
     assert row["code_fingerprint"] == "code0000000000aa"
 
 
-def test_platform_round_trip(tmp_path: Path) -> None:
+def test_platform_round_trip(sqlite_store: str) -> None:
     """fp.platform and the readable platform.* tags written by log_result come back as the
     tidy table's fp_platform / platform columns."""
     from fusion_sweep.analysis.mlflow_io import trial_row
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = sqlite_store
     tracker = SweepTracker(uri, EXP)
     parent = tracker.start_parent("p", grid_hash="g", n_trials=1, commit="t", params={},
                                   code="c0")
@@ -376,11 +376,11 @@ RESS_VARIANTS = {  # identity encoder label -> config overrides
 
 
 @pytest.fixture(scope="module")
-def ress_store(tmp_path_factory: pytest.TempPathFactory) -> str:
+def ress_store(tmp_path_factory: pytest.TempPathFactory, new_sqlite_store) -> str:
     """A ReSSFormer sweep written through the real tracking layer (identity tags, encoder
     fingerprints); the planted numbers of fusion_sweep.analysis.demo."""
     from fusion_sweep.analysis.demo import synthetic_ressformer_results
-    uri = f"sqlite:///{tmp_path_factory.mktemp('ress') / 'mlflow.db'}"
+    uri = new_sqlite_store(tmp_path_factory.mktemp("ress"))
     code = "code0000000000aa"
     tracker = SweepTracker(uri, EXP)
     parent = tracker.start_parent("ress", grid_hash="grid", n_trials=0, commit="test",

@@ -410,8 +410,10 @@ CASES: list[Case] = [
 
 
 # --------------------------------------------------------------------------- fixtures
-def _make_env(root: Path):
-    """Write FILES and the MLflow store under `root`; yields the Env (holding the busy port)."""
+def _make_env(root: Path, new_store: Callable[[Path], str] | None = None):
+    """Write FILES and the MLflow store under `root` (`new_store(directory)` -> the URI of a
+    migrated store there: the suite's copy, tests/conftest.py); yields the Env (holding the
+    busy port)."""
     for name, content in FILES.items():
         p = root / name
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -419,7 +421,7 @@ def _make_env(root: Path):
     from mlflow.tracking import MlflowClient
 
     (root / "store").mkdir()
-    store = f"sqlite:///{root / 'store' / 'mlflow.db'}"
+    store = new_store(root / "store") if new_store else f"sqlite:///{root / 'store' / 'mlflow.db'}"
     MlflowClient(tracking_uri=store).create_experiment("fusion-sweep")
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
@@ -431,8 +433,8 @@ def _make_env(root: Path):
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory):
-    yield from _make_env(tmp_path_factory.mktemp("bad-input"))
+def env(tmp_path_factory: pytest.TempPathFactory, new_sqlite_store):
+    yield from _make_env(tmp_path_factory.mktemp("bad-input"), new_sqlite_store)
 
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:

@@ -77,14 +77,17 @@ def low_threshold_cluster(monkeypatch: pytest.MonkeyPatch):
 
 
 def test_memory_monitor_kill_is_retried_then_reported_failed(low_threshold_cluster, tmp_path,
-                                                             monkeypatch):
+                                                             monkeypatch, sqlite_store):
+    """Starts a Ray cluster of its own (not the session's, tests/conftest.py): its raylet
+    must read a low memory-monitor threshold when it starts, which would make the shared
+    cluster's nodes kill other tests' trials."""
     from fusion_sweep.sweep import launch
 
     cluster, threshold = low_threshold_cluster
     monkeypatch.chdir(tmp_path)
     space = tmp_path / "oom.yaml"
     space.write_text(yaml.safe_dump(SPACE))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = sqlite_store  # tmp_path/mlflow.db, migrated already (tests/conftest.py)
     t0 = time.time()
     s = launch(str(space), address=cluster.address, tracking_uri=uri, max_concurrent=1,
                storage=str(tmp_path / "ray_results"))

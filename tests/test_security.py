@@ -192,7 +192,8 @@ def test_local_ray_starts_no_dashboard(tmp_path):
     """The local Ray instance `launch` starts (ray_setup.init_ray) really runs without the
     dashboard: no dashboard URL, and the only dashboard process in its session is Ray's
     minimal head (usage stats, `--disable-frontend`) listening on no port - no web UI, no
-    job-submission REST API."""
+    job-submission REST API. Starts a Ray of its own, not the session's cluster
+    (tests/conftest.py): the local instance a launch starts is what it tests."""
     import json
     import uuid
 

@@ -9,7 +9,8 @@
 * `fusion-sweep tune` writes a frozen space, and the test split is never read;
 * bad input fails before Ray starts; cluster.yaml passes Ray's own validation; `ui`.
 
-The fixtures here are self-contained (module-scoped cluster and server, cleaned up by PID).
+The cluster and the server are the session's (tests/conftest.py), shared with every module
+that needs one; a test that starts a Ray instance of its own says why.
 """
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.processes import NODE_ARGS, alive, children_of, free_port, kill_pids  # noqa: F401
+
 from fusion_sweep import tracking
 from fusion_sweep import schema  # noqa: E402
 from fusion_sweep.cli import main as cli_main
@@ -39,52 +42,11 @@ from fusion_sweep.grid import plan
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow  # `pytest -m 'not slow'` skips these
-NODE_ARGS = dict(num_cpus=1, memory=1536 << 20, object_store_memory=96 << 20)
 
 
 # ------------------------------------------------------------------------------ helpers
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def children_of(pid: int) -> set[int]:
-    """Every descendant of `pid` (from /proc; no psutil here)."""
-    parent: dict[int, int] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    out, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, pp in parent.items() if pp in frontier} - out
-        out |= frontier
-    return out
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def kill_pids(pids: set[int], wait: float = 10.0) -> None:
-    """SIGKILL the given processes (ones this test started) that are still alive."""
-    deadline = time.time() + wait
-    while time.time() < deadline and any(alive(p) for p in pids):
-        time.sleep(0.5)
-    for p in pids:
-        if alive(p):
-            try:
-                os.kill(p, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
+# free_port, children_of, alive and kill_pids live in tests/processes.py (conftest's cluster
+# and server use them too); imported here, under the names other modules import from here.
 def slow_space(tmp_path: Path, name: str, seeds=(0, 1, 2), epochs=6, limit_train=1024) -> Path:
     """The smoke space with trials long enough (a few seconds) to interrupt."""
     d = yaml.safe_load((SPACE_DIR / "smoke.yaml").read_text())
@@ -108,61 +70,7 @@ def cli_env(**extra: str) -> dict[str, str]:
 
 
 # ----------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """A real 2-node Ray cluster on this machine, 1 CPU and bounded memory per node."""
-    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED")}
-    os.environ["RAY_AUTH_MODE"] = "disabled"  # the same for the cluster and every driver
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(initialize_head=True, head_node_args={**NODE_ARGS, "include_dashboard": False})
-    worker = cluster.add_node(**NODE_ARGS)
-    cluster.wait_for_nodes()
-    cluster.worker = worker
-    try:
-        yield cluster
-    finally:
-        cluster.shutdown()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    """`mlflow server` on 127.0.0.1 with a sqlite backend and proxied artifacts."""
-    d = tmp_path_factory.mktemp("mlflow_server")
-    port = free_port()
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{d / 'mlflow.db'}", "--serve-artifacts",
-         "--artifacts-destination", str(d / "artifacts"), "--workers", "1"],
-        env=env, stdout=open(d / "server.log", "w"), stderr=subprocess.STDOUT,
-        start_new_session=True)
-    uri = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(uri + "/health", timeout=2):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    raise RuntimeError("mlflow server did not start:\n" + (d / "server.log").read_text())
-                time.sleep(0.5)
-        yield uri
-    finally:
-        pids = children_of(proc.pid) | {proc.pid}
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            pass
-        kill_pids(pids, wait=5)
+# ray_cluster and mlflow_server: the session's 2-node cluster and MLflow server (tests/conftest.py).
 
 
 # -------------------------------------------------------------------- the main path
@@ -334,15 +242,18 @@ def test_ressformer_space_end_to_end_with_claims(ray_cluster, mlflow_server, tmp
         assert (out / name).stat().st_size > 0
 
 
-def test_sigkill_driver_then_resume(mlflow_server, tmp_path):
-    """kill -9 a `fusion-sweep launch` (local Ray) mid-sweep; the relaunch trains only the rest."""
+def test_sigkill_driver_then_resume(ray_cluster, mlflow_server, tmp_path):
+    """kill -9 a `fusion-sweep launch` driver mid-sweep; the relaunch trains only the rest.
+    Both drivers attach to the session's cluster (`--address`): what is killed and resumed
+    is the driver and its sweep. A local Ray that the driver starts, with the default token
+    auth, is test_a_stopped_driver_stops_everything_it_started's."""
     space = slow_space(tmp_path, "killme", seeds=(0, 1), epochs=6)  # 4 trials: 2 finish, 2 killed
     total = len(load_space(space))
     cmd = [sys.executable, "-m", "fusion_sweep.cli", "launch", str(space), "--tracking-uri",
            mlflow_server, "--storage", str(tmp_path / "ray_results"),
+           "--address", ray_cluster.address,
            "--max-concurrent", "2"]  # on a many-core machine all 4 would finish together
-    env = cli_env()
-    env.pop("RAY_AUTH_MODE", None)  # exercise the default (token auth, local instance)
+    env = cli_env()  # with the cluster's RAY_AUTH_MODE (disabled), set by the ray_cluster fixture
     log1 = open(tmp_path / "launch1.log", "w")
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log1, stderr=subprocess.STDOUT)
     seen: set[int] = set()
@@ -411,13 +322,19 @@ def test_a_stopped_driver_stops_everything_it_started(mlflow_server, tmp_path, s
     """`kill PID` (SIGTERM) or Ctrl-C (SIGINT) of a launch with a local Ray: exit 130; Ray's
     head and workers stop too; no `Tuner.restore` advice and no per-trial FileNotFoundError;
     the trials that were running are called interrupted (KILLED), never failed; no run is
-    left RUNNING, the parent run included (KILLED); the next launch resumes."""
+    left RUNNING, the parent run included (KILLED); the next launch resumes.
+
+    Starts its own Ray (the local instance a launch without --address starts, with the
+    default token auth): that the driver stops the Ray it started is what it tests, so it
+    cannot attach to the session's cluster."""
     name = f"stop{sig.value}"
     space = slow_space(tmp_path, name, seeds=(0, 1, 2), epochs=6)
     cmd = [sys.executable, "-m", "fusion_sweep.cli", "launch", str(space), "--tracking-uri",
            mlflow_server, "--storage", str(tmp_path / "ray_results"), "--max-concurrent", "2"]
+    env = cli_env()
+    env.pop("RAY_AUTH_MODE", None)  # exercise the default (token auth, local instance)
     log = open(tmp_path / "term.log", "w")
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=cli_env(), stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
     seen: set[int] = set()
     try:
         deadline = time.time() + 240
@@ -436,7 +353,10 @@ def test_a_stopped_driver_stops_everything_it_started(mlflow_server, tmp_path, s
     assert rc == 130 and "interrupted: run the same command again to resume" in out, out[-3000:]
     assert "Tuner.restore" not in out and "Could not fetch metrics" not in out, out[-3000:]
     assert " failed: " not in out and "0 failed;" in out and " interrupted;" in out, out[-3000:]
-    time.sleep(5)  # Ray's own processes exit asynchronously after ray.shutdown()
+    # Ray's own processes exit asynchronously after ray.shutdown(): up to 5 s for them to go
+    deadline = time.time() + 5
+    while any(alive(p) for p in seen) and time.time() < deadline:
+        time.sleep(0.2)
     left = [p for p in seen if alive(p)]
     try:
         assert not left, f"processes left behind: {left}"

@@ -22,9 +22,9 @@ from fusion_sweep.trial.trainer import EpochRecord, TrialResult
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
+def store(tmp_path_factory, new_sqlite_store):
     d = tmp_path_factory.mktemp("mlflow")
-    uri = f"sqlite:///{d / 'mlflow.db'}"
+    uri = new_sqlite_store(d)  # a migrated copy (tests/conftest.py)
     t = tracking.SweepTracker(uri, "fusion-sweep-test")
     t.ensure_experiment()
     return t

@@ -84,11 +84,11 @@ def alive(pid: int) -> bool:
     return st is not None and st[0] != "Z"
 
 
-def make_store(tmp_path: Path) -> tuple[str, str]:
-    """(store URI, experiment id): a sweep parent run and its trial runs, as launch writes."""
+def make_store(uri: str) -> tuple[str, str]:
+    """(store URI, experiment id): a sweep parent run and its trial runs, as launch writes,
+    in the (new) store at `uri`."""
     from mlflow.entities import Metric, Param, RunTag
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracker = tracking.SweepTracker(uri)
     exp_id = tracker.experiment_id
     client = tracker.client
@@ -260,9 +260,9 @@ def test_proxy_script_sets_the_layout_group_colours_and_closes_the_assistant():
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory) -> tuple[str, str]:
-    """One store for the module: a fresh MLflow sqlite DB takes ~10 s of migrations."""
-    return make_store(tmp_path_factory.mktemp("store"))
+def store(tmp_path_factory, new_sqlite_store) -> tuple[str, str]:
+    """One store for the module, a migrated copy (tests/conftest.py)."""
+    return make_store(new_sqlite_store(tmp_path_factory.mktemp("store")))
 
 
 def test_mark_training_experiment_is_idempotent(store):
