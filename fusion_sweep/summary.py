@@ -10,7 +10,8 @@ from typing import TextIO
 
 from fusion_sweep.grid import GridPoint
 from fusion_sweep.ray_setup import resolve_storage
-from fusion_sweep.schema import (ADAPTIVE_COLUMN, ATTEMPTS, CODE_FINGERPRINT, CODE_FINGERPRINT_COLUMN,
+from fusion_sweep.schema import (ADAPTIVE_COLUMN, ATTEMPTS, CODE_COMPONENTS, CODE_COMPONENTS_COLUMN,
+                                 CODE_FINGERPRINT, CODE_FINGERPRINT_COLUMN,
                                  COMPARISON_FAMILY_COLUMN, DEFAULT_EXPERIMENT, ERROR, FINAL_METRICS, FINGERPRINT_TAGS,
                                  FINISHED, IDENTITY_FIELDS, LAUNCH_ID, PLATFORM_LABEL_COLUMN,
                                  platform_from_tags, platform_label, resolve_tracking_uri)
@@ -86,6 +87,7 @@ def _row(s: LaunchSummary, p: GridPoint, r, ctx) -> dict:
     row.update({k: r.data.metrics.get(k, "") for k in FINAL_METRICS})
     row.update({"fp_" + k: r.data.tags.get(tag, "") for k, tag in FINGERPRINT_TAGS.items()})
     row[CODE_FINGERPRINT_COLUMN] = r.data.tags.get(CODE_FINGERPRINT, "")
+    row[CODE_COMPONENTS_COLUMN] = r.data.tags.get(CODE_COMPONENTS, "")
     row[PLATFORM_LABEL_COLUMN] = platform_label(platform_from_tags(r.data.tags))
     if row[PLATFORM_LABEL_COLUMN]:
         label = row[PLATFORM_LABEL_COLUMN]

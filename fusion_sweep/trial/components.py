@@ -118,5 +118,6 @@ def components(config: TrialConfig) -> tuple[Component, ...]:
            entry(f"activation:{config.activation}", common.ACTIVATIONS[config.activation])]
     if config.data_dir:  # keyed by what the copy holds, never by where it is
         out.append(Component(f"data_dir:{config.dataset}", (),
-                             data.local_identity(config.dataset, config.data_dir)))
+                             data.local_identity(config.dataset, config.data_dir,
+                                                 config.cache_dir)))
     return tuple(out)
