@@ -37,7 +37,7 @@ def dry_run_report(space: SearchSpace, points: list[GridPoint], name: str,
     for p, (action, detail) in zip(points, actions):
         c = p.config
         counts[action] = counts.get(action, 0) + 1
-        print(f"  {action:<7} {c.describe()}  {detail}", file=out)
+        print(f"  {action:<6} {c.describe()}  {detail}", file=out)
     if plan.retrain:
         print(f"\ncode changed since these trials finished: {plan.summary()}; a launch retrains "
               f"them only with --allow-code-change (their old runs stay in MLflow, marked "

@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib
 import shutil
@@ -212,6 +213,10 @@ CONSTANTS = [
     ("the standard encoder's layer", "trial/models/encoder.py",
      "return self.norm2(x + self._ff(x))", "return self.norm2(x + 2 * self._ff(x))",
      lambda c: c.encoder == "standard"),
+    ("the feed-forward sublayer both encoders share", "trial/models/common.py",
+     "return self.dropout2(self.linear2(self.dropout(self.act(self.linear1(x)))))",
+     "return self.dropout2(self.linear2(self.dropout(self.act(self.linear1(2 * x)))))",
+     lambda c: True),
     ("the data pipeline", "trial/data/__init__.py", "VAL_FRACTION = 0.1", "VAL_FRACTION = 0.2",
      lambda c: True),
     ("the synthetic-short entry", "trial/data/registry.py", None, None,
@@ -250,3 +255,51 @@ def test_a_changed_constant_changes_the_keys_of_its_trials_only(what, rel, old, 
     changed = [c.describe() for c, a, b in zip(GRID, baseline_keys, after) if a != b]
     expected = [c.describe() for c in GRID if uses(c)]
     assert changed == expected and expected, what
+
+
+# ------------------------------------------------ 3. the normal form across Python versions
+def _as_if_newer(tree: ast.AST) -> ast.AST:
+    """The tree as a newer Python parses it: 3.12 gives every def and class an empty
+    `type_params` field that 3.11 has not (what changed `ast.dump` between versions)."""
+    newer = {}
+    for node in ast.walk(tree):
+        cls = type(node)
+        if cls in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef) \
+                and "type_params" not in cls._fields:
+            if cls not in newer:
+                newer[cls] = type(cls.__name__, (cls,), {"_fields": cls._fields + ("type_params",)})
+            node.__class__ = newer[cls]
+            node.type_params = []
+    return tree
+
+
+def test_the_normal_form_is_the_same_on_every_python_version() -> None:
+    """Fields a version adds empty (or leaves out), positions, `ctx` and string prefixes
+    leave no trace: only node types and non-empty fields, never `ast.dump`."""
+    from fusion_sweep.codeprint import canonical
+
+    src = "@dec\nclass C(B):\n    def f(self, x: int) -> int:\n        return x + u'a'\n"
+    base = [canonical(s) for s in ast.parse(src).body]
+    newer = _as_if_newer(ast.parse(src))
+    assert "type_params" in type(newer.body[0])._fields  # the emulation holds
+    assert ast.dump(newer) != ast.dump(ast.parse(src))  # which ast.dump would see
+    assert [canonical(s) for s in newer.body] == base
+    moved = "\n\n@dec\nclass C(B):\n\n    def f(self, x):\n        return (x +\n 'a')\n"
+    assert [canonical(s) for s in ast.parse(moved).body] == base  # no positions, annotations
+    assert canonical(ast.parse("x + 'b'")) != canonical(ast.parse("x + 'a'"))
+
+
+def test_a_package_fingerprints_the_same_under_another_python_version(tmp_path) -> None:
+    """Every key of the registry grid, with the package parsed as a newer Python would
+    parse it (`_as_if_newer` on every module), equals the key under this one."""
+    from fusion_sweep import codeprint
+
+    before = [c.trial_key(trialcode.trial_code(c).fingerprint) for c in GRID]
+    real_parse, pkg = ast.parse, _copy_package(tmp_path)
+    try:
+        codeprint.ast.parse = lambda *a, **k: _as_if_newer(real_parse(*a, **k))
+        after = [c.trial_key(trialcode.trial_code(c, pkg).fingerprint) for c in GRID]
+    finally:
+        codeprint.ast.parse = real_parse
+        trialcode.forget()
+    assert after == before
