@@ -303,3 +303,49 @@ def test_a_package_fingerprints_the_same_under_another_python_version(tmp_path) 
         codeprint.ast.parse = real_parse
         trialcode.forget()
     assert after == before
+
+
+# ------------------------------------------------------------- 4. a local copy by content
+def test_a_local_copy_is_keyed_by_what_it_holds_not_where_it_is(tmp_path, monkeypatch) -> None:
+    """Moving a local copy keeps every key and the grid hash; editing one line of it moves
+    the keys of its trials; the digest is computed once per file size and mtime."""
+    import os
+
+    from fusion_sweep.grid import grid_hash, points_of
+    from fusion_sweep.trial.data import cache
+
+    monkeypatch.setenv("FUSION_SWEEP_CACHE", str(tmp_path / "cache"))
+    a = tmp_path / "a"
+    a.mkdir()
+    _hub_copy(a)
+
+    def points(where: Path):
+        trialcode.forget()
+        return points_of([TrialConfig.build("agnews", data_dir=str(where), fusion=f)
+                          for f in ("add", "concat")]
+                         + [TrialConfig.build("synthetic-short")])
+
+    before = points(a)
+    assert "data_dir:agnews" in before[0].code.components
+    b = tmp_path / "moved"
+    a.rename(b)
+    moved = points(b)
+    assert [p.key for p in moved] == [p.key for p in before]
+    assert grid_hash(moved) == grid_hash(before)
+    calls = []
+    monkeypatch.setattr(cache, "file_digest", lambda p, *a: calls.append(p) or "x")
+    cache._DIGESTS.clear()
+    points(b)  # a new process: the digests come from the cache folder, nothing is read
+    assert calls == []
+    monkeypatch.undo()
+    monkeypatch.setenv("FUSION_SWEEP_CACHE", str(tmp_path / "cache"))
+    lines = (b / "train.csv").read_text().splitlines(keepends=True)
+    lines[1] = lines[1].replace("w", "v", 1)
+    (b / "train.csv").write_text("".join(lines))
+    os.utime(b / "train.csv", ns=(1, 1))  # even an mtime put back: the size or mtime moved
+    edited = points(b)
+    assert [p.key != q.key for p, q in zip(edited, before)] == [True, True, False]
+    from fusion_sweep.relaunch import reason
+
+    assert reason(before[0].code.components, edited[0].code.components) == \
+        "the local copy (data_dir) of agnews changed"
