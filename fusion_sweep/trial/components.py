@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from fusion_sweep import schema
+import fusion_sweep.schema as schema
 from fusion_sweep.trial import data, optim, platform, trainer
 from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.trial.data import registry
