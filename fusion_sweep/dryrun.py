@@ -69,7 +69,7 @@ def _planned_actions(space: SearchSpace, points: list[GridPoint], name: str,
             out.append(("skip", f"finished, run {run_id}"))
         elif retrain is not None:
             out.append(("retrain", f"{retrain.reason} (finished run {retrain.old_run} ran "
-                                   f"other code)"))
+                                   f"other code or data)"))
         elif status:
             out.append(("retry", f"{status} run {run_id} (trained again into the same run)"))
         else:
