@@ -40,7 +40,7 @@ from fusion_sweep.analysis.sequential import (  # one home
 )
 from fusion_sweep.analysis.settings import DEFAULT_ALPHA
 from fusion_sweep.analysis.variants import Variant, parse_baseline
-from fusion_sweep.grid import GridPoint, points_of
+from fusion_sweep.grid import GridPoint, key_of, points_of
 from fusion_sweep.space import SearchSpace
 
 
@@ -124,12 +124,10 @@ def family_record(space: Any, fams: list[Family]) -> dict:
     return {"m": len(members), "members": members}
 
 
-def family_points(space: SearchSpace, fam: Family, seeds: list[int], code: str
-                  ) -> list[GridPoint]:
+def family_points(space: SearchSpace, fam: Family, seeds: list[int]) -> list[GridPoint]:
     """GridPoints of every arm of `fam` at `seeds`: built as the space's grid builds its
     points (`SearchSpace.trial_config`), so a new seed trial is an ordinary trial."""
-    return points_of((space.trial_config(fam.dataset, v, s) for v in fam.variants() for s in seeds),
-                     code)
+    return points_of(space.trial_config(fam.dataset, v, s) for v in fam.variants() for s in seeds)
 
 
 @dataclass
@@ -191,17 +189,16 @@ class AdaptiveState:
         return out
 
 
-def family_deltas(space: SearchSpace, fam: Family, values: Mapping[str, float], code: str
+def family_deltas(space: SearchSpace, fam: Family, values: Mapping[str, float]
                   ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{arm label: (seeds (n,), Δ = arm − reference (n,))} over the seeds both have finished."""
     ref_label = variant_label(space, fam.dataset, fam.reference)
-    ref_keys = {s: space.trial_config(fam.dataset, fam.reference, s).trial_key(code)
-                for s in fam.seeds}
+    ref_keys = {s: key_of(space.trial_config(fam.dataset, fam.reference, s)) for s in fam.seeds}
     out = {}
     for arm in fam.arms:
         seeds, deltas = [], []
         for s in fam.seeds:
-            a, b = space.trial_config(fam.dataset, arm, s).trial_key(code), ref_keys[s]
+            a, b = key_of(space.trial_config(fam.dataset, arm, s)), ref_keys[s]
             if a in values and b in values:
                 seeds.append(s)
                 deltas.append(values[a] - values[b])
@@ -210,16 +207,16 @@ def family_deltas(space: SearchSpace, fam: Family, values: Mapping[str, float], 
     return out
 
 
-def next_round(state: AdaptiveState, space: SearchSpace, values: Mapping[str, float], code: str,
+def next_round(state: AdaptiveState, space: SearchSpace, values: Mapping[str, float],
                out: TextIO) -> list[GridPoint]:
     """Decide every comparison on what has finished (`fusion_sweep.analysis.sequential.stopping_rule`,
     the rule benchmarks/sequential_validity.py simulates); print the round's decisions; extend
     the undecided families' seeds and return their new grid points ([] = the sweep is done).
 
     values: {trial key: the metric} of the sweep's finished trials with a finite metric
-    (`tracking.SweepTracker.finished_values`); code: the sweep's code fingerprint."""
+    (`tracking.SweepTracker.finished_values`)."""
     deltas = {f.key: {label: d for label, (_, d) in
-                      family_deltas(space, f, values, code).items()}
+                      family_deltas(space, f, values).items()}
               for f in state.families}
     plan = stopping_rule(deltas, alpha=state.settings.alpha,
                          margin={f.key: state.margin.get(f.dataset) for f in state.families},
@@ -238,7 +235,7 @@ def next_round(state: AdaptiveState, space: SearchSpace, values: Mapping[str, fl
     for fam in state.families:
         seeds = state.next_seeds(fam)[:plan.seeds_to_add.get(fam.key, 0)]
         if seeds:
-            new_points += family_points(space, fam, seeds, code)
+            new_points += family_points(space, fam, seeds)
             fam.seeds += seeds
     print(format_round(state, bool(new_points)), file=out)
     return new_points

@@ -109,9 +109,10 @@ def _add_launch(subparsers: Any, shipped: str) -> None:
                         "tracebacks) instead of the compact progress (a status line on a "
                         "terminal, else one line per finished trial)")
     p.add_argument("--allow-code-change", action="store_true",
-                   help="resume a sweep whose finished trials were trained by other code (another "
-                        "code fingerprint): train every trial again under this code; recorded on "
-                        "the sweep's parent run")
+                   help="resume a sweep some of whose finished trials were trained by other code "
+                        "(a component they run changed; --dry-run lists them): retrain those "
+                        "trials under this code, keep every other; the old runs stay in MLflow, "
+                        "marked superseded")
     _adaptive_args(p)
     p.set_defaults(func=run_launch)
 

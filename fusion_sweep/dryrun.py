@@ -6,6 +6,7 @@ from typing import TextIO
 from fusion_sweep import tracking
 from fusion_sweep.grid import GridPoint, format_grid
 from fusion_sweep.memory import check_gpu_memory, gpu_device_memory
+from fusion_sweep.relaunch import CodePlan, code_plan
 from fusion_sweep.schema import FINISHED, resolve_tracking_uri, sqlite_path
 from fusion_sweep.space import SearchSpace
 from fusion_sweep.store import check_tracking_uri
@@ -26,24 +27,30 @@ def dry_run_report(space: SearchSpace, points: list[GridPoint], name: str,
     if column is not None:
         print(f"\nGPU GiB: each trial's estimated peak GPU memory (trial/memory.py); each fits "
               f"its share gpu: {min(space.gpu, 1.0):g} of {device[1]}", file=out)
-    actions = _planned_actions(space, points, name, tracking_uri, experiment)
-    if actions is None:
+    planned = _planned_actions(space, points, name, tracking_uri, experiment)
+    if planned is None:
         print(f"\n(dry run: nothing started; {len(points)} trials would run)", file=out)
         return
+    actions, plan = planned
     print(f"\nsweep {name!r} exists; a launch now would:", file=out)
     counts: dict[str, int] = {}
     for p, (action, detail) in zip(points, actions):
         c = p.config
         counts[action] = counts.get(action, 0) + 1
         print(f"  {action:<6} {c.describe()}  {detail}", file=out)
+    if plan.retrain:
+        print(f"\ncode changed since these trials finished: {plan.summary()}; a launch retrains "
+              f"them only with --allow-code-change (their old runs stay in MLflow, marked "
+              f"superseded)", file=out)
     print("\n(dry run: nothing started; " + ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
           + ")", file=out)
 
 
 def _planned_actions(space: SearchSpace, points: list[GridPoint], name: str,
                      tracking_uri: str | None, experiment: str | None
-                     ) -> list[tuple[str, str]] | None:
-    """Per grid point (action, detail), or None when the sweep has no MLflow record yet."""
+                     ) -> tuple[list[tuple[str, str]], CodePlan] | None:
+    """(Per grid point (action, detail), the relaunch's code plan), or None when the sweep
+    has no MLflow record yet."""
     uri = resolve_tracking_uri(tracking_uri)
     db = sqlite_path(uri)
     if db is not None and not db.is_file():
@@ -53,13 +60,18 @@ def _planned_actions(space: SearchSpace, points: list[GridPoint], name: str,
     if tracker.client.get_experiment_by_name(tracker.experiment) is None \
             or tracker.find_parent(name) is None:
         return None
+    plan = code_plan(tracker, name, points)
     out = []
     for p in points:
         status, run_id = tracker.trial_status(name, p.key)
+        retrain = plan.reason_of(p)
         if status == FINISHED:
             out.append(("skip", f"finished, run {run_id}"))
+        elif retrain is not None:
+            out.append(("retrain", f"{retrain.reason} (finished run {retrain.old_run} ran "
+                                   f"other code or data)"))
         elif status:
             out.append(("retry", f"{status} run {run_id} (trained again into the same run)"))
         else:
             out.append(("train", "no run yet"))
-    return out
+    return out, plan

@@ -6,18 +6,21 @@ which extends a plan with new seed points built the same way.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from fusion_sweep.schema import IDENTITY_FIELDS, code_fingerprint, trial_key
+from fusion_sweep.schema import IDENTITY_FIELDS, sweep_code, trial_key
 from fusion_sweep.space import SearchSpace
 from fusion_sweep.trial.config import TrialConfig
+from fusion_sweep.trialcode import TrialCode, trial_code
 
 
 @dataclass(frozen=True)
 class GridPoint:
     config: TrialConfig
-    key: str  # `config.trial_key(code)`
+    key: str  # `config.trial_key(code.fingerprint)`
+    # The trial's code by component (`trialcode.trial_code`): what its key holds of the code.
+    code: TrialCode = field(default=TrialCode({}, ""), compare=False, hash=False)
 
     @property
     def ident(self) -> tuple:
@@ -32,20 +35,34 @@ def ident_of(config: Mapping[str, Any]) -> tuple:
     return tuple(int(t[f]) if f == "seed" else t[f] for f in IDENTITY_FIELDS)
 
 
-def plan(space: SearchSpace, code: str | None = None) -> list[GridPoint]:
+def plan(space: SearchSpace) -> list[GridPoint]:
     """The grid, each point keyed by `schema.trial_key` under this checkout's code."""
-    code = code_fingerprint() if code is None else code
-    points = points_of(space.grid(), code)
+    points = points_of(space.grid())
     keys = [p.key for p in points]
     if len(set(keys)) != len(keys):  # cannot happen with a validated space; guard the invariant
         raise ValueError("two grid points share a trial key; the grid has duplicates")
     return points
 
 
-def points_of(configs: Iterable[TrialConfig], code: str) -> list[GridPoint]:
-    """Grid points of trial configs under `code`: the one way a point gets its key (the
-    space's grid and an adaptive round's new seeds alike)."""
-    return [GridPoint(c, c.trial_key(code)) for c in configs]
+def points_of(configs: Iterable[TrialConfig]) -> list[GridPoint]:
+    """Grid points of trial configs under this checkout's code (each trial's own components,
+    `trialcode.trial_code`): the one way a point gets its key (the space's grid and an
+    adaptive round's new seeds alike)."""
+    out = []
+    for c in configs:
+        code = trial_code(c)
+        out.append(GridPoint(c, c.trial_key(code.fingerprint), code))
+    return out
+
+
+def key_of(config: TrialConfig) -> str:
+    """The trial key of one config under this checkout's code (as `points_of` keys it)."""
+    return config.trial_key(trial_code(config).fingerprint)
+
+
+def code_of(points: Iterable[GridPoint]) -> str:
+    """The code of a sweep's grid (its parent run's code tag): `schema.sweep_code`."""
+    return sweep_code([p.code.fingerprint for p in points])
 
 
 def grid_hash(points: list[GridPoint]) -> str:

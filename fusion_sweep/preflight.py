@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import os
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TextIO
 
 from fusion_sweep import tracking
 from fusion_sweep.adaptive import AdaptiveState
 from fusion_sweep.checkout import git_commit
-from fusion_sweep.grid import GridPoint, grid_hash
+from fusion_sweep.grid import GridPoint, code_of, grid_hash
 from fusion_sweep.memory import RAY_MEMORY_SHARE, check_gpu_memory, trial_memory_bytes
 from fusion_sweep.placement import check_local_pin
 from fusion_sweep.ray_setup import check_ray_address, resolve_storage
-from fusion_sweep.schema import (CODE_FINGERPRINT, CODE_HISTORY, FINISHED, GRID_HASH, LOOPBACK_HOSTS,
-                                 code_fingerprint, resolve_tracking_uri)
+from fusion_sweep.relaunch import code_plan
+from fusion_sweep.schema import CODE_HISTORY, GRID_HASH, LOOPBACK_HOSTS, resolve_tracking_uri
 from fusion_sweep.space import SearchSpace
 from fusion_sweep.store import check_tracking_uri, is_local_store
 from fusion_sweep.errors import UserError
@@ -34,10 +34,13 @@ class Preflight:
     ghash: str
     experiment: str
     tracker: tracking.SweepTracker
-    code: str
+    code: str  # the grid's code (`grid.code_of`), the parent run's tag
     history: str
     commit: str
     adaptive: AdaptiveState | None = None  # for --until-decided
+    # Finished runs this launch retrains under new code: old run id -> the new trial key
+    # (tagged schema.SUPERSEDED once the parent run is open; never deleted).
+    superseded: dict[str, str] = field(default_factory=dict)
 
 
 def preflight(space: SearchSpace, name: str, points: list[GridPoint], tracking_uri: str | None,
@@ -59,36 +62,42 @@ def preflight(space: SearchSpace, name: str, points: list[GridPoint], tracking_u
         raise UserError(f"sweep {name!r} already exists in MLflow experiment {experiment!r} with a "
                          f"different grid (the space changed); choose another --name to run this "
                          f"space")
-    code = code_fingerprint()
-    history = check_code(parent, tracker, name, code, allow_code_change, out)
+    code = code_of(points)
+    superseded = check_code(parent, tracker, name, points, allow_code_change, out)
+    history = code_history(parent, code)
     return Preflight(space, name, points, uri, address, exp_path, ghash, experiment, tracker,
-                     code, history, git_commit())
+                     code, history, git_commit(), superseded=superseded)
 
 
 
-def check_code(parent, tracker, name: str, code: str, allow: bool, out: TextIO) -> str:
-    """Refuse to mix code silently; returns the sweep's code history to record on the parent.
+def check_code(parent, tracker, name: str, points: list[GridPoint], allow: bool,
+               out: TextIO) -> dict[str, str]:
+    """Refuse to retrain finished trials silently; returns the runs this launch supersedes.
 
-    A sweep whose finished trials were trained by other code (another code fingerprint) is
-    resumed only with `--allow-code-change`: then every trial is trained again under this code
-    (the trial key includes the fingerprint), the old runs stay in MLflow for the record, and
-    `stats` keeps, per trial, the run of the sweep's latest code.
+    A finished trial whose key is unchanged is kept, whatever else changed. One whose
+    components' code changed (`relaunch.code_plan`) is retrained only with
+    `--allow-code-change`; the plan (kept, and retrained per changed component) is printed
+    before anything trains, and the old runs stay in MLflow, marked superseded.
     """
     if parent is None:
-        return code
-    history = parent.data.tags.get(CODE_HISTORY) or ""
-    olds = sorted({r.data.tags.get(CODE_FINGERPRINT, "unknown")
-                   for r in tracker.trial_runs(name) if r.info.status == FINISHED} - {code})
-    if olds and not allow:
+        return {}
+    plan = code_plan(tracker, name, points)
+    if plan.retrain and not allow:
         raise UserError(
-            f"sweep {name!r} has finished trials trained by code {', '.join(olds)}, but this "
-            f"checkout's code fingerprint is {code}: their numbers may differ from what this code "
-            f"computes, so they are not reused. Pass --allow-code-change to train every trial "
-            f"again under {code} (recorded on the sweep's parent run; stats then uses the newest "
-            f"code's runs), or launch under another --name")
-    if olds:
-        print(f"code changed ({', '.join(olds)} -> {code}); --allow-code-change: training every "
-              f"trial again under {code}", file=out)
+            f"sweep {name!r} has finished trials trained by other code ({plan.summary()}): "
+            f"their numbers may differ from what this code computes, so they are not reused. "
+            f"Pass --allow-code-change to retrain those {len(plan.retrain)} (their old runs "
+            f"stay in MLflow, marked superseded; `launch --dry-run` lists them), or launch "
+            f"under another --name")
+    if plan.retrain:
+        print(f"code changed since trials of sweep {name!r} finished: {plan.summary()}; "
+              f"--allow-code-change: retraining those {len(plan.retrain)}", file=out)
+    return dict(plan.superseded)
+
+
+def code_history(parent, code: str) -> str:
+    """The sweep's code history with this launch's grid code (`schema.CODE_HISTORY`)."""
+    history = parent.data.tags.get(CODE_HISTORY) or "" if parent is not None else ""
     seen = [h for h in history.split(",") if h]
     return ",".join(seen + [code] if code not in seen else seen)
 

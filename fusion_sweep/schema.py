@@ -10,7 +10,8 @@ can never disagree. Imports neither torch nor Ray: only the standard library.
   and a code change can never be mistaken for the same trial.
 * **Fingerprints.** `FINGERPRINTS` are hashes of what two trials of one seed must share
   (split, batch order, shared initial weights, dropout stream); `stats` pairs two trials only
-  when all agree. `code_fingerprint()` hashes the source that computes a trial's numbers.
+  when all agree. `code_fingerprint(components)` hashes a trial's per-component code
+  fingerprints (fusion_sweep/codeprint.py, trial/components.py).
   The platform fingerprint (`PLATFORM_FIELDS`, hashed by `platform_fingerprint`) names where a
   trial ran; pairs are kept on one platform, but it is not part of the trial key.
 * **MLflow.** Tag, param and metric names of the parent (sweep) run and the child (trial)
@@ -18,12 +19,10 @@ can never disagree. Imports neither torch nor Ray: only the standard library.
 """
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import os
 import urllib.request
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
@@ -45,6 +44,10 @@ VARIANT_FIELDS: tuple[str, ...] = ("encoder", "pe", "fusion")
 # only within one platform.
 NON_SEMANTIC_FIELDS: tuple[str, ...] = ("device", "num_threads", "cache_dir", "latency_repeats",
                                         "save_checkpoint")
+# Fields the key holds by content, not by value: a local copy (`data_dir`) enters the key as
+# the hash of what it holds (the component "data_dir:<dataset>"), so moving it keeps the key
+# and editing it changes it. Still logged as params (`TrialConfig.hyperparameters`).
+CONTENT_KEYED_FIELDS: tuple[str, ...] = ("data_dir",)
 
 
 
@@ -93,73 +96,55 @@ FINGERPRINT_TAGS: dict[str, str] = {k: f"fp.{k}" for k in
 FINGERPRINT_COLUMNS: tuple[str, ...] = tuple(f"fp_{k}" for k in FINGERPRINTS)
 ENCODER_FINGERPRINT_COLUMNS: tuple[str, ...] = tuple(f"fp_{k}" for k in ENCODER_FINGERPRINTS)
 
-# The folder whose source computes a trial's numbers (relative to the package): every .py
-# under it counts, a new file included. Orchestration, tracking, the statistics and the CLI
-# live outside it: changing them cannot change a trial's result.
-NUMERIC_SOURCE = "trial"
+# A trial's code, by component (trial/components.py names them: "trainer", "data:<dataset>",
+# "encoder:<name>", "pe:<name>", "fusion:<name>", ...): component -> the fingerprint of the
+# code that component runs (fusion_sweep/codeprint.py). Logged as one JSON tag per trial run
+# (CODE_COMPONENTS, column CODE_COMPONENTS_COLUMN), so a relaunch says which component's code
+# changed and `stats` compares only the code two arms share.
+CODE_COMPONENTS = "fusion_sweep.code_components"
+CODE_COMPONENTS_COLUMN = "code_components"
 
 
-@lru_cache(maxsize=1)
-def code_fingerprint() -> str:
-    """The code version of a trial's numbers: `source_fingerprint` of fusion_sweep/trial/.
-
-    Unlike a git commit it needs no checkout (a wheel install has one too) and ignores edits
-    to docs, tests and orchestration; unlike the package version it changes with every edit
-    that can change a trial's numbers.
-    """
-    return source_fingerprint(Path(__file__).resolve().parent / NUMERIC_SOURCE)
+def code_fingerprint(components: Mapping[str, str]) -> str:
+    """A trial's code fingerprint (part of its key): sha256 (16 hex) of its component map."""
+    payload = json.dumps(dict(components), sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def source_fingerprint(folder: Path) -> str:
-    """sha256 (16 hex) of the normalised code of every .py under `folder`.
-
-    What counts is the code as Python parses it (`ast.dump`), not its text: comments,
-    docstrings and formatting do not change the fingerprint, and neither does moving a
-    definition from one file to another. Each file's top-level statements are dumped with
-    their docstrings removed and imports of the package's own modules reduced to the names
-    they bind (which module a name comes from is wiring, not computation); the fingerprint
-    hashes the sorted dumps of all files, plus the set of third-party imports. A changed
-    constant, expression or new definition changes it. `ast.dump` can differ between Python
-    versions, so nodes meant to run one sweep should run one Python version.
-    """
-    statements: list[str] = []
-    external: set[str] = set()
-    for path in sorted(folder.rglob("*.py")):
-        tree = _Normalise().visit(ast.parse(path.read_text(encoding="utf-8")))
-        for node in tree.body:
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                if not _own_import(node):
-                    external.add(ast.dump(node))
-            else:
-                statements.append(ast.dump(node))
-    h = hashlib.sha256()
-    for text in sorted(external) + ["\0"] + sorted(statements):
-        h.update(text.encode() + b"\0")
-    return h.hexdigest()[:16]
+def sweep_code(codes: Sequence[str]) -> str:
+    """The code of a whole sweep (its parent run's tag): sha256 (16 hex) of the distinct code
+    fingerprints of its trials."""
+    return hashlib.sha256("\n".join(sorted(set(codes))).encode()).hexdigest()[:16]
 
 
-def _own_import(node: ast.Import | ast.ImportFrom) -> bool:
-    if isinstance(node, ast.ImportFrom):
-        return node.level > 0 or (node.module or "").split(".")[0] == __package__
-    return all(a.name.split(".")[0] == __package__ for a in node.names)
+def parse_components(text: Any) -> dict[str, str] | None:
+    """The component map of a CODE_COMPONENTS tag or column; None for anything else (runs
+    logged before per-component fingerprints, a blank cell)."""
+    if not isinstance(text, str) or not text.startswith("{"):
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else None
 
 
-class _Normalise(ast.NodeTransformer):
-    """Docstrings out; `from <own module> import x` anywhere reduced to the names it binds."""
+def changed_components(old: Mapping[str, str], new: Mapping[str, str],
+                       shared_only: bool = False) -> list[str]:
+    """The components whose code differs between two maps, sorted: every component either has
+    (a component one lacks counts too), or with `shared_only` those both have (what two arms
+    of a pair must agree on: their fusions may differ, their trainer may not)."""
+    names = set(old) & set(new) if shared_only else set(old) | set(new)
+    return sorted(n for n in names if old.get(n) != new.get(n))
 
-    def generic_visit(self, node: ast.AST) -> ast.AST:
-        node = super().generic_visit(node)
-        body = getattr(node, "body", None)
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) \
-                and body and isinstance(body[0], ast.Expr) \
-                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
-            node.body = body[1:] or [ast.Pass()]
-        return node
 
-    def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST:
-        if _own_import(node):
-            return ast.ImportFrom(module=__package__, names=node.names, level=0)
-        return node
+def component_label(name: str) -> str:
+    """A component in words: 'fusion:gate-cnn' -> 'fusion gate-cnn', 'data_dir:imdb' ->
+    'the local copy of imdb', 'trainer' -> 'the trainer'."""
+    kind, _, which = name.partition(":")
+    if kind == "data_dir":
+        return f"the local copy (data_dir) of {which}"
+    return f"{kind} {which}" if which else f"the {kind}"
 
 
 def platform_fingerprint(fields: Mapping[str, str]) -> str:
@@ -196,8 +181,10 @@ def platform_from_tags(tags: Mapping[str, str]) -> dict[str, str]:
 
 
 def trial_key(config: Mapping[str, Any], code: str) -> str:
-    """sha256 (16 hex) of every semantic config field and the code fingerprint."""
-    semantic = {k: v for k, v in config.items() if k not in NON_SEMANTIC_FIELDS}
+    """sha256 (16 hex) of every semantic config field (by value; CONTENT_KEYED_FIELDS enter
+    through `code`) and the trial's code fingerprint (`code_fingerprint`)."""
+    semantic = {k: v for k, v in config.items()
+                if k not in NON_SEMANTIC_FIELDS and k not in CONTENT_KEYED_FIELDS}
     payload = json.dumps({"config": semantic, "code": code}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -223,9 +210,14 @@ SWEEP = "fusion_sweep.sweep"
 PARENT = "mlflow.parentRunId"
 TRIAL_KEY = "fusion_sweep.trial_key"
 CODE_FINGERPRINT = "fusion_sweep.code_fingerprint"
-# Parent-run tag: every code fingerprint the sweep was launched under, oldest first, comma-
-# separated; more than one only where a launch passed --allow-code-change.
+# Parent-run tag: every code fingerprint the sweep was launched under (`sweep_code`), oldest
+# first, comma-separated; more than one only where a launch passed --allow-code-change.
 CODE_HISTORY = "fusion_sweep.code_history"
+# Trial-run tag set on a FINISHED run that a relaunch retrains because its code changed: the
+# key of the trial that replaces it. The run is kept (never deleted); `stats` sets it aside
+# (superseded_code) once its replacement exists. Read back as SUPERSEDED_COLUMN.
+SUPERSEDED = "fusion_sweep.superseded_by"
+SUPERSEDED_COLUMN = "superseded_by"
 GIT_COMMIT = "fusion_sweep.git_commit"
 VERSION = "fusion_sweep.version"
 GRID_HASH = "fusion_sweep.grid_hash"

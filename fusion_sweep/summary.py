@@ -10,9 +10,10 @@ from typing import TextIO
 
 from fusion_sweep.grid import GridPoint
 from fusion_sweep.ray_setup import resolve_storage
-from fusion_sweep.schema import (ADAPTIVE_COLUMN, ATTEMPTS, CODE_FINGERPRINT, CODE_FINGERPRINT_COLUMN,
-                                 COMPARISON_FAMILY_COLUMN, DEFAULT_EXPERIMENT, ERROR, FACT_COLUMNS, FINAL_METRICS,
-                                 FINGERPRINT_TAGS,
+from fusion_sweep.schema import (ADAPTIVE_COLUMN, ATTEMPTS, CODE_COMPONENTS, CODE_COMPONENTS_COLUMN,
+                                 CODE_FINGERPRINT, CODE_FINGERPRINT_COLUMN,
+                                 COMPARISON_FAMILY_COLUMN, DEFAULT_EXPERIMENT, ERROR, FACT_COLUMNS,
+                                 FINAL_METRICS, FINGERPRINT_TAGS,
                                  FINISHED, IDENTITY_FIELDS, LAUNCH_ID, PLATFORM_LABEL_COLUMN,
                                  platform_from_tags, platform_label, resolve_tracking_uri)
 from fusion_sweep.store import is_local_store
@@ -87,6 +88,7 @@ def _row(s: LaunchSummary, p: GridPoint, r, ctx) -> dict:
     row.update({k: r.data.metrics.get(k, "") for k in FINAL_METRICS})
     row.update({"fp_" + k: r.data.tags.get(tag, "") for k, tag in FINGERPRINT_TAGS.items()})
     row[CODE_FINGERPRINT_COLUMN] = r.data.tags.get(CODE_FINGERPRINT, "")
+    row[CODE_COMPONENTS_COLUMN] = r.data.tags.get(CODE_COMPONENTS, "")
     # the registry's facts (what the claims read: the length regime, probes, label)
     row.update({col: r.data.tags.get(tag, "") for tag, col in FACT_COLUMNS.items()})
     row[PLATFORM_LABEL_COLUMN] = platform_label(platform_from_tags(r.data.tags))

@@ -61,8 +61,9 @@ def launch(space_ref: str, *, name: str | None = None, address: str | None = Non
     The resume rule (docs/architecture.md): a trial whose MLflow run, found by its trial key,
     is FINISHED is never trained again; every other grid point is trained (a run left
     RUNNING by a dead driver is first marked KILLED, then re-attached by key). The trial key
-    includes the code fingerprint, so code that can change a trial's numbers never reuses
-    runs of other code silently: launch refuses unless `allow_code_change`.
+    includes the code fingerprint of the trial's components, so code that can change a
+    trial's numbers never reuses runs of other code silently: launch says which trials an
+    edit retrains and refuses unless `allow_code_change` (fusion_sweep/relaunch.py).
 
     `until_decided`: an `adaptive.AdaptiveSettings`: after the space's seeds, add seeds in
     rounds to the families whose comparisons are still undecided (fusion_sweep/adaptive.py).
@@ -116,6 +117,7 @@ def _open_parent(pf: Preflight, out: TextIO):
     # Every sweep fixes its comparison family at launch (`stats` keeps m to it whatever it
     # shows); adaptive seeding builds the same record.
     pf.tracker.client.set_tag(parent_id, COMPARISON_FAMILY, json.dumps(comparison_family(pf)))
+    pf.tracker.mark_superseded(pf.superseded)  # retrained under new code; never deleted
     orphans = pf.tracker.reconcile_orphans(pf.name)
     if orphans:
         print(f"marked {len(orphans)} MLflow run(s) left RUNNING by an earlier driver as KILLED",
@@ -233,7 +235,7 @@ def _next_round(pf: Preflight, out: TextIO) -> list[GridPoint]:
     seeds). MLflow is re-read: the round's trials have just finished."""
     pf.tracker.forget()
     values = pf.tracker.finished_values(pf.name, pf.adaptive.metric)
-    return next_round(pf.adaptive, pf.space, values, pf.code, out)
+    return next_round(pf.adaptive, pf.space, values, out)
 
 
 def _disk_watch(pf: Preflight, out: TextIO) -> DiskWatch:
@@ -260,7 +262,8 @@ def _run_tuner(space: SearchSpace, points: list[GridPoint], exp_path: str, ctx,
     # takes one dict for every trial of a Tuner).
     memory = max(trial_memory_bytes(space, p.config) for p in points)
     trainable = tune.with_resources(
-        tune.with_parameters(run_trial, ctx=ctx, configs=configs),
+        tune.with_parameters(run_trial, ctx=ctx, configs=configs,
+                             codes={p.ident: dict(p.code.components) for p in points}),
         trial_resources(space, memory))  # with the space's platform pin, if any
     idents = [dict(zip(IDENTITY_FIELDS, p.ident)) for p in points]
     tuner = tune.Tuner(

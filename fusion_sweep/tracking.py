@@ -33,7 +33,7 @@ from fusion_sweep.schema import (ATTEMPTS, CODE_FINGERPRINT, CODE_HISTORY, DEFAU
                                  FINGERPRINT_TAGS, FINISHED, GIT_COMMIT, GRID_HASH, IDENTITY_FIELDS,
                                  IDENTITY_TAG, KNOWN_DATASETS, KNOWN_FUSIONS, LAUNCH_ID, MLFLOW_GIT_COMMIT,
                                  MLFLOW_NOTE, N_TRIALS, PARENT, PARENT_METRICS, PLATFORM_FIELD_TAGS,
-                                 RECONCILED, ROLE, SWEEP, TRIAL_KEY, VERSION, code_fingerprint,
+                                 RECONCILED, ROLE, SUPERSEDED, SWEEP, TRIAL_KEY, VERSION,
                                  encode_param, run_of_key, sqlite_path)
 from fusion_sweep.store import LOCAL_ARTIFACTS
 from fusion_sweep.store import client as _client
@@ -60,7 +60,7 @@ class TrackingContext:
     experiment_id: str
     parent_run_id: str
     sweep: str
-    code_fingerprint: str  # the launching driver's; part of every trial key
+    code_fingerprint: str  # the sweep's (`grid.code_of`); each trial run tags its own
     git_commit: str
     launch_id: str
 
@@ -144,7 +144,6 @@ class SweepTracker:
         (per-dataset margins, metric directions) back as they were written.
         """
         run = self.find_parent(sweep)
-        code = code or code_fingerprint()
         tags = {ROLE: "sweep", SWEEP: sweep, GRID_HASH: grid_hash, GIT_COMMIT: commit,
                 CODE_FINGERPRINT: code, CODE_HISTORY: code_history or code,
                 VERSION: fusion_sweep.__version__, MLFLOW_GIT_COMMIT: commit.split("-")[0],
@@ -163,6 +162,14 @@ class SweepTracker:
         for k, v in tags.items():
             self.client.set_tag(run_id, k, v)
         return run_id
+
+    def mark_superseded(self, superseded: Mapping[str, str]) -> None:
+        """Tag each old run (id -> the key of the trial that replaces it) `SUPERSEDED`: a
+        relaunch retrains its trial under new code. The run itself is kept."""
+        for run_id, key in superseded.items():
+            retry(self.client.set_tag, run_id, SUPERSEDED, key)
+        if superseded:
+            self.forget()
 
     def finish_parent(self, run_id: str, status: str, metrics: Mapping[str, float],
                       artifacts: Iterable[Path] = ()) -> None:

@@ -13,10 +13,11 @@ from fusion_sweep import schema, tracking
 from fusion_sweep.errors import UserError
 from fusion_sweep.failures import error_reason, out_of_memory
 from fusion_sweep.grid import ident_of
-from fusion_sweep.schema import code_fingerprint
+from fusion_sweep.schema import changed_components, component_label
 from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.trial.heap import release_freed_memory
 from fusion_sweep.trial.trainer import train_trial
+from fusion_sweep.trialcode import TrialCode, trial_code
 
 
 def _node_tags() -> dict[str, str]:
@@ -54,24 +55,37 @@ def worker_device(requested: str, gpu_ids: Sequence[Any]) -> str:
     return "cpu"
 
 
-def run_trial(config: dict, *, ctx, configs: dict) -> None:
+def node_code(config: TrialConfig, driver: dict | None) -> TrialCode:
+    """The trial's code on this node; a node whose code (or local data copy) differs from the
+    driver's for this trial fails it, naming the components, instead of logging numbers of
+    other code under the driver's key."""
+    code = trial_code(config)
+    if driver is not None and dict(code.components) != dict(driver):
+        which = ", ".join(component_label(n) for n in changed_components(driver, code.components))
+        raise RuntimeError(f"this node runs other code than the driver for {config.describe()} "
+                           f"({which}): install the same checkout (and data copy) on every node "
+                           f"(cluster.yaml's file_mounts/setup_commands)")
+    return code
+
+
+def run_trial(config: dict, *, ctx, configs: dict, codes: dict | None = None) -> None:
     """The Ray Tune function trainable: one grid point, tracked in its own MLflow run.
 
     Holds no state between trials (Ray reuses the actor); the trainer seeds every stream
-    from the trial's seed. `configs` maps the identity (schema.IDENTITY_FIELDS) → TrialConfig dict.
+    from the trial's seed. `configs` maps the identity (schema.IDENTITY_FIELDS) → TrialConfig
+    dict, `codes` the identity → the driver's component map of the trial (its key's code).
     """
     import ray
     from ray import tune
 
-    tc = TrialConfig.from_dict(configs[ident_of(config)])
+    ident = ident_of(config)
+    tc = TrialConfig.from_dict(configs[ident])
     tc = tc.replace(device=worker_device(tc.device, ray.get_gpu_ids()))  # not in the trial key
-    if code_fingerprint() != ctx.code_fingerprint:  # a node runs other code than the driver
-        raise RuntimeError(f"this node's fusion_sweep code fingerprint is {code_fingerprint()}, "
-                           f"the driver's is {ctx.code_fingerprint}: install the same checkout "
-                           f"on every node (cluster.yaml's file_mounts/setup_commands)")
-    key = tc.trial_key(ctx.code_fingerprint)
+    code = node_code(tc, (codes or {}).get(ident))
+    key = tc.trial_key(code.fingerprint)
     tags = {**_node_tags(), schema.NUM_THREADS: str(tc.num_threads),
-            schema.RAY_TRIAL_ID: tune.get_context().get_trial_id() or ""}
+            schema.RAY_TRIAL_ID: tune.get_context().get_trial_id() or "",
+            schema.CODE_FINGERPRINT: code.fingerprint, schema.CODE_COMPONENTS: code.tag()}
     run = tracking.TrialRun.open(ctx, tc, key, tags=tags)
     if run.finished:  # finished after Tune's last state snapshot: report, don't re-train
         tune.report({**run.final_metrics(), "trained": 0, "mlflow_run_id": run.run_id})

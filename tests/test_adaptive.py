@@ -20,7 +20,8 @@ import yaml
 
 from fusion_sweep import adaptive
 from fusion_sweep.adaptive import AdaptiveSettings, AdaptiveState, families
-from fusion_sweep.schema import ADAPTIVE, code_fingerprint
+from fusion_sweep.grid import key_of
+from fusion_sweep.schema import ADAPTIVE
 from fusion_sweep.space import SPACE_DIR, load_space, parse_space
 from tests.test_sweep_e2e import children_of, cli_env, kill_pids, trial_runs
 
@@ -63,10 +64,9 @@ def test_next_seeds_skip_tuning_seeds_and_stop_at_the_budget():
 def test_new_seed_points_are_the_spaces_own_trials():
     space = parse_space(_space())
     fam = families(space)[0]
-    code = code_fingerprint()
     extended = parse_space(_space(seeds=[0, 1, 2, 3]))
-    want = {c.trial_key(code) for c in extended.grid() if c.seed in (2, 3)}
-    assert {p.key for p in adaptive.family_points(space, fam, [2, 3], code)} == want
+    want = {key_of(c) for c in extended.grid() if c.seed in (2, 3)}
+    assert {p.key for p in adaptive.family_points(space, fam, [2, 3])} == want
 
 
 @pytest.mark.parametrize("kw, pattern", [
@@ -139,10 +139,9 @@ def test_killed_adaptive_sweep_resumes_without_duplicates(ray_cluster, mlflow_se
     assert last[1].startswith("every comparison decided or out of seeds"), out2[-3000:]
     # the seeds run are the space's, then rounds of 2, never past the budget
     assert seeds == list(range(len(seeds))) and 3 <= len(seeds) <= 5 and (len(seeds) - 3) % 2 == 0
-    code = code_fingerprint()
-    want = {c.trial_key(code) for c in load_space(path).grid()} | {
+    want = {key_of(c) for c in load_space(path).grid()} | {
         p.key for s in seeds[3:] for fam in families(load_space(path))
-        for p in adaptive.family_points(load_space(path), fam, [s], code)}
+        for p in adaptive.family_points(load_space(path), fam, [s])}
     assert set(keys) == want
     from fusion_sweep import tracking
 
@@ -217,13 +216,12 @@ def _round(space, values_by_fusion, max_seeds=10, method="normal-mixture"):
     """One `next_round` over fake finished trials: value(fusion, seed) from the mapping."""
     import io
 
-    code = code_fingerprint()
-    values = {c.trial_key(code): values_by_fusion[c.fusion](c.seed) for c in space.grid()}
+    values = {key_of(c): values_by_fusion[c.fusion](c.seed) for c in space.grid()}
     # the normal mixture by default: the round mechanics at effects it decides in a few seeds
     state = AdaptiveState.for_space(space, AdaptiveSettings(max_seeds=max_seeds, seed_batch=3,
                                                             method=method))
     out = io.StringIO()
-    return adaptive.next_round(state, space, values, code, out), state, out.getvalue()
+    return adaptive.next_round(state, space, values, out), state, out.getvalue()
 
 
 def test_a_round_stops_on_a_clear_effect_and_adds_seeds_to_an_undecided_one():

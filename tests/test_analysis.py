@@ -521,6 +521,41 @@ def test_pair_across_code_versions_is_dropped_with_a_warning() -> None:
     assert "synthetic-long/sinusoidal/test_acc concat vs add seed 4" in w["message"]
 
 
+def _with_components(df: pd.DataFrame) -> pd.DataFrame:
+    """Issue 41: each run logs its code by component; arms differ in their fusion's code."""
+    maps = [json.dumps({"trainer": "t1", f"data:{d}": "d1", f"fusion:{f}": f"f-{f}"})
+            for d, f in zip(df.dataset, df.fusion)]
+    return df.assign(code_fingerprint=[f"c{hash(m) % 10**12:012d}" for m in maps],
+                     code_components=maps, run_id=[f"r{i}" for i in range(len(df))])
+
+
+def test_pairs_compare_only_the_code_both_arms_run() -> None:
+    """Two arms of a pair run different fusions, so their code fingerprints differ: they are
+    paired all the same; a pair whose shared trainer ran other code is dropped, naming it."""
+    df = _with_components(small_table())
+    rep = _analyze(df)
+    assert rep.dropped == [] and all(c.n == 5 for c in rep.comparisons)
+    m = (df.dataset == "synthetic-long") & (df.fusion == "add") & (df.seed == 4)
+    df.loc[m, "code_components"] = json.dumps(
+        {"trainer": "t2", "data:synthetic-long": "d1", "fusion:add": "f-add"})
+    rep = _analyze(df)
+    assert {(d["fusion"], d["seed"], d["reason"]) for d in rep.dropped} == {
+        ("concat", 4, "code_mismatch"), ("gate-vector", 4, "code_mismatch")}
+    assert all("ran different code of the trainer" in d["detail"] for d in rep.dropped)
+
+
+def test_a_run_a_relaunch_superseded_is_set_aside() -> None:
+    """The old run of a retrained trial carries `superseded_by`: the new run is kept."""
+    df = _with_components(small_table())
+    m = (df.dataset == "synthetic-short") & (df.fusion == "concat") & (df.seed == 1)
+    old = df[m].assign(run_id="r-old", test_acc=0.1, superseded_by="newkey",
+                       code_components=json.dumps({"trainer": "t1", "fusion:concat": "f-old"}))
+    rep = _analyze(pd.concat([df, old]), {"kind": "mlflow", "code_fingerprint": "sweep"})
+    (d,) = rep.dropped
+    assert (d["fusion"], d["seed"], d["reason"]) == ("concat", 1, "superseded_code")
+    assert d["detail"].startswith("run r-old ran code ")
+
+
 # 3. direction of improvement
 def test_rising_error_is_worse_not_better(tmp_path: Path, capsys) -> None:
     df = small_table()

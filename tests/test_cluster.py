@@ -263,7 +263,7 @@ def test_a_gpu0_trial_trains_on_the_cpu_while_cuda_is_available(monkeypatch) -> 
         raise Stop
 
     class Ctx:
-        code_fingerprint = trainable.code_fingerprint()
+        code_fingerprint = "sweep-code"
 
     monkeypatch.setattr(ray, "get_gpu_ids", lambda: [])
     monkeypatch.setattr(tune, "get_context", lambda: type("C", (), {"get_trial_id": lambda s: "t"})())
@@ -272,7 +272,8 @@ def test_a_gpu0_trial_trains_on_the_cpu_while_cuda_is_available(monkeypatch) -> 
     with pytest.raises(Stop):
         trainable.run_trial({"trial": dict(zip(("dataset", "encoder", "pe", "fusion", "seed"),
                                                 point.ident))},
-                            ctx=Ctx(), configs={point.ident: point.config.to_dict()})
+                            ctx=Ctx(), configs={point.ident: point.config.to_dict()},
+                            codes={point.ident: dict(point.code.components)})
     assert seen == ["cpu"] and resolve_device(seen[0]).type == "cpu"
 
 

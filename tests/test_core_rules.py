@@ -164,40 +164,104 @@ PKG = Path(fusion_sweep.__file__).resolve().parent
 TRIAL_FILES = sorted(p.relative_to(PKG).as_posix() for p in (PKG / "trial").rglob("*.py"))
 
 
-def _fingerprint_of(pkg_parent: Path) -> str:
-    """code_fingerprint() of the copy of the package under pkg_parent, in a fresh process."""
-    code = ("import fusion_sweep.schema as s, pathlib, sys; "
-            f"assert pathlib.Path(s.__file__).resolve().is_relative_to({str(pkg_parent.resolve())!r}), "
-            "s.__file__; print(s.code_fingerprint())")
-    env = {**os.environ, "PYTHONPATH": str(pkg_parent)}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         cwd=pkg_parent)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.strip()
+def _registry_grid() -> list:
+    """One trial per registry entry (every fusion, pe, encoder, optimizer, activation and
+    dataset kind): together they run every definition a trial can run."""
+    from fusion_sweep.trial.config import TrialConfig
+    from fusion_sweep.trial.data.registry import DATASETS
+    from fusion_sweep.trial.models.common import ACTIVATIONS
+    from fusion_sweep.trial.models.encoder import ENCODERS
+    from fusion_sweep.trial.models.fusion import FUSIONS
+    from fusion_sweep.trial.models.positional import POSITIONAL
+    from fusion_sweep.trial.optim import OPTIMIZERS
+
+    kinds = {s.kind: n for n, s in DATASETS.items()}
+    return ([TrialConfig.build("synthetic-short", fusion=f) for f in FUSIONS]
+            + [TrialConfig.build("synthetic-short", pe=p, fusion="add") for p in POSITIONAL]
+            + [TrialConfig.build("synthetic-short", encoder=e, pe="none") for e in ENCODERS]
+            + [TrialConfig.build("synthetic-short", optimizer=o, activation=a)
+               for o in OPTIMIZERS for a in ACTIVATIONS]
+            + [TrialConfig.build(n) for n in kinds.values()])
+
+
+def _keys_of(package_dir: Path | None) -> list[str]:
+    from fusion_sweep import trialcode
+
+    trialcode.forget()
+    return [c.trial_key(trialcode.trial_code(c, package_dir).fingerprint) for c in _registry_grid()]
+
+
+def _reached_number(rel: str) -> tuple | None:
+    """(line, start col, end col, text) of the first int/float (else str) literal in a
+    definition of the file that some trial of the registry grid runs (in its components'
+    closure); () where such a definition has no literal; None where no trial runs the file."""
+    import ast
+
+    from fusion_sweep import codeprint, trialcode
+    from fusion_sweep.trial.components import CUTS, components
+
+    pkg = trialcode.package()
+    units = set().union(*(pkg.closure(c.roots, CUTS)[0] for cfg in _registry_grid()
+                          for c in components(cfg)))
+    module = pkg.module_of_path(PKG / rel)
+    source = (PKG / rel).read_text()
+    found = []
+    reached = False
+    for name, stmts in (pkg.module(module).units if pkg.module(module) else {}).items():
+        if f"{module}:{name}" not in units:
+            continue
+        reached = True
+        for node in (n for st in stmts for n in codeprint._walk(st)):
+            if isinstance(node, ast.Constant) and type(node.value) in (int, float, str) \
+                    and node.lineno == node.end_lineno:
+                found.append((type(node.value) is str, node.lineno, node.col_offset,
+                              node.end_col_offset, ast.get_source_segment(source, node)))
+    if not reached:
+        return None
+    return min(found)[1:] if found else ()  # a number where there is one; () reached, none
 
 
 @pytest.fixture(scope="module")
-def package_copy(tmp_path_factory) -> Path:
+def package_copy(tmp_path_factory) -> tuple[Path, list[str]]:
     root = tmp_path_factory.mktemp("pkg")
     shutil.copytree(PKG, root / "fusion_sweep", ignore=shutil.ignore_patterns("__pycache__"))
-    return root
+    return root / "fusion_sweep", _keys_of(root / "fusion_sweep")
 
 
 def test_trainer_and_batching_are_in_the_trial_package() -> None:
     assert {"trial/trainer.py", "trial/batching.py"} <= set(TRIAL_FILES)
 
 
+# The trial files no trial runs a definition of (config validation, the launch's memory
+# estimate, the device checker of the tests, the component table itself, torch's optimizers):
+# editing them moves no key (issue 41).
+NEVER_IN_A_TRIAL = ["trial/__init__.py", "trial/components.py", "trial/config.py",
+                    "trial/devicecheck.py", "trial/memory.py", "trial/models/__init__.py",
+                    "trial/models/determinism.py", "trial/optim.py"]
+
+
 @pytest.mark.parametrize("rel", TRIAL_FILES)
-def test_editing_any_trial_file_changes_the_code_fingerprint(package_copy: Path, rel: str) -> None:
-    """A real (statement, not comment) edit of every file under fusion_sweep/trial/ - the
-    trainer's loop, the batching, the models, the data - changes the fingerprint, so a sweep
-    never resumes silently under code that trains differently."""
-    before = _fingerprint_of(package_copy)
-    f = package_copy / "fusion_sweep" / rel
+def test_editing_what_a_trial_runs_moves_its_key_and_nothing_else_does(package_copy: Path,
+                                                                      rel: str) -> None:
+    """For every file under fusion_sweep/trial/: a new definition no trial reads moves no
+    key; a changed constant in a definition some trial runs (the trainer's loop, the
+    batching, the models, the data) moves that trial's key, so a sweep never resumes
+    silently under code that trains differently; a file no trial runs moves none."""
+    copy, before = package_copy
+    f = copy / rel
     src = f.read_text()
+    number = _reached_number(rel)
+    assert (number is None) == (rel in NEVER_IN_A_TRIAL), rel
     try:
         f.write_text(src + "\n_FINGERPRINT_PROBE = 1\n")
-        assert _fingerprint_of(package_copy) != before, f"editing {rel} left the fingerprint"
+        assert _keys_of(copy) == before, f"an unread definition in {rel} moved a key"
+        if number:  # (common.py's feed-forward: tests/test_code_components.py edits it)
+            line, a, b, text = number
+            lines = src.splitlines(keepends=True)
+            plus = " + ''" if text[-1] in "'\"" else " + 1"
+            lines[line - 1] = lines[line - 1][:a] + f"({text}{plus})" + lines[line - 1][b:]
+            f.write_text("".join(lines))
+            assert _keys_of(copy) != before, f"editing {rel} line {line} left every key"
     finally:
         f.write_text(src)
 

@@ -547,8 +547,12 @@ def test_every_entry_refuses_a_bad_tensor_before_c(entry: str, case: int) -> Non
 
 
 def test_the_code_fingerprint_covers_the_c_sources() -> None:
-    """SOURCES_SHA256 (a literal in kernels.py, so in the code fingerprint) is the shipped
-    sources' digest: an edit of the C changes the fingerprint of every trial's code."""
+    """SOURCES_SHA256 is the shipped sources' digest, and the sources are what ReSSFormer's
+    trials hash (an edit of the C moves their keys only: tests/test_code_components.py)."""
+    from fusion_sweep.trial.components import COMPILED_SOURCES
+
+    assert set(COMPILED_SOURCES[kernels.__name__]) == {f"trial/models/csrc/{s}"
+                                                       for s in kernels.SOURCES}
     assert kernels.sources_digest() == kernels.SOURCES_SHA256, "update kernels.SOURCES_SHA256"
 
 

@@ -176,29 +176,40 @@ def test_sweep_on_two_nodes_tracked_by_server(ray_cluster, mlflow_server, tmp_pa
     assert len(skips) == 4 and {r for _, r in skips} == {r.info.run_id for r in runs}, buf.getvalue()
     assert "(dry run: nothing started; 4 skip)" in buf.getvalue()
 
-    # code that can change a trial's numbers never reuses these runs silently: a real edit
-    # of the training loop (a copy of the package with trainer.py changed), not a stub
+    # code that can change a trial's numbers never reuses these runs silently, and code that
+    # cannot keeps them: a copy of the package with concat's forward edited (a real edit, not
+    # a stub) and an error message reworded; the dry run says which trials retrain and why,
+    # the launch refuses without --allow-code-change
     import shutil
 
-    from fusion_sweep import schema
-    old_code = schema.code_fingerprint()
+    from fusion_sweep import trialcode
     pkg = tmp_path / "edited" / "fusion_sweep"
     shutil.copytree(Path(schema.__file__).parent, pkg,
                     ignore=shutil.ignore_patterns("__pycache__"))
-    trainer = pkg / "trial" / "trainer.py"
-    trainer.write_text(trainer.read_text() + "\n_EDITED_TRAINING_LOOP = 1\n")
-    monkeypatch.setattr(schema, "__file__", str(pkg / "schema.py"))
-    schema.code_fingerprint.cache_clear()
-    new_code = schema.code_fingerprint()
-    assert new_code != old_code
-    with pytest.raises(ValueError, match=rf"sweep 'e2e' has finished trials trained by code "
-                                         rf"{old_code}, but this checkout's code fingerprint is "
-                                         rf"{new_code}.*--allow-code-change"):
+    fusion = pkg / "trial" / "models" / "fusion.py"
+    fusion.write_text(fusion.read_text().replace(
+        "return self.proj(torch.cat([E, P.expand_as(E)], dim=-1))",
+        "return self.proj(torch.cat([E, 0.5 * P.expand_as(E)], dim=-1))").replace(
+        "must be odd (2K+1)", "has to be odd (2K+1)"))
+    monkeypatch.setattr(trialcode, "PACKAGE_DIR", pkg)
+    trialcode.forget()
+    buf = io.StringIO()
+    launch("smoke", name="e2e", tracking_uri=mlflow_server, dry_run=True, out=buf)
+    text = buf.getvalue()
+    assert len(re.findall(r"^  skip   synthetic-short/sinusoidal/add/seed \d  finished", text,
+                          re.M)) == 2, text
+    assert len(re.findall(r"^  retrain synthetic-short/sinusoidal/concat/seed \d  fusion concat's "
+                          r"code changed \(finished run [0-9a-f]{32} ran other code or data\)$", text,
+                          re.M)) == 2, text
+    assert "2 of 4 trials: fusion concat's code changed; 2 kept" in text
+    with pytest.raises(ValueError, match=r"sweep 'e2e' has finished trials trained by other code "
+                                         r"\(2 of 4 trials: fusion concat's code changed; 2 kept\)"
+                                         r".*--allow-code-change"):
         launch("smoke", name="e2e", address=ray_cluster.address, tracking_uri=mlflow_server,
                storage=str(tmp_path / "ray_results"))
     monkeypatch.undo()
-    schema.code_fingerprint.cache_clear()
-    assert schema.code_fingerprint() == old_code
+    trialcode.forget()
+    assert [p.key for p in plan(load_space("smoke"))] == [p.key for p in points]
     assert len(trial_runs(mlflow_server, "e2e")) == 4
 
 

@@ -57,7 +57,7 @@ def fake_result(cfg: TrialConfig, epochs=2) -> TrialResult:
 
 def start(t, sweep):
     return t.start_parent(sweep, grid_hash="g1", n_trials=2, commit="abc123",
-                          params={"datasets": "synthetic-short"})
+                          params={"datasets": "synthetic-short"}, code="5eed")
 
 
 # --------------------------------------------------------------------------- locations
@@ -111,7 +111,7 @@ def test_parent_run_is_reused(store):
     assert run.info.run_name == "sweep-a"
     assert run.data.tags[schema.ROLE] == "sweep" and run.data.tags[schema.SWEEP] == "sweep-a"
     assert run.data.params["datasets"] == '"synthetic-short"'  # JSON: structure survives
-    assert run.data.tags[schema.CODE_FINGERPRINT] == schema.code_fingerprint()
+    assert run.data.tags[schema.CODE_FINGERPRINT] == "5eed"  # the grid's (`grid.code_of`)
 
 
 def test_parent_params_are_json(store):
@@ -242,33 +242,55 @@ def test_finish_parent_logs_summary(store, tmp_path):
 
 
 # ------------------------------------------------------------------------- code changes
+def _point(cfg: TrialConfig, components: dict):
+    from fusion_sweep.grid import GridPoint
+    from fusion_sweep.trialcode import TrialCode
+
+    code = TrialCode(components, schema.code_fingerprint(components))
+    return GridPoint(cfg, cfg.trial_key(code.fingerprint), code)
+
+
 def test_code_change_refused_unless_allowed_and_recorded(store, capsys):
-    """A sweep trained by code c0de is not resumed silently by other code."""
+    """A sweep whose finished trials ran other code is not resumed silently: the launch names
+    how many trials retrain and which component changed, refuses without
+    --allow-code-change, and with it supersedes (never deletes) the old runs."""
     import io
 
-    from fusion_sweep.preflight import check_code
+    from fusion_sweep.preflight import check_code, code_history
 
-    parent_id = store.start_parent("sweep-code", grid_hash="g1", n_trials=1, commit="abc",
+    old = {"trainer": "t1", "fusion:add": "a1"}
+    parent_id = store.start_parent("sweep-code", grid_hash="g1", n_trials=2, commit="abc",
                                    params={}, code="c0de")
     ctx = ctx_for(store, "sweep-code", parent_id)
-    cfg = config()
-    run = tracking.TrialRun.open(ctx, cfg, cfg.trial_key("c0de"))
-    run.log_result(fake_result(cfg))
+    a, b = config(fusion="add"), config(fusion="concat")
+    olds = [_point(a, old), _point(b, {"trainer": "t1", "fusion:concat": "c1"})]
+    for p in olds:
+        run = tracking.TrialRun.open(ctx, p.config, p.key, tags={
+            schema.CODE_FINGERPRINT: p.code.fingerprint, schema.CODE_COMPONENTS: p.code.tag()})
+        run.log_result(fake_result(p.config))
     parent = store.find_parent("sweep-code")
-    assert check_code(parent, store, "sweep-code", "c0de", False, io.StringIO()) == "c0de"
-    with pytest.raises(ValueError, match=r"sweep 'sweep-code' has finished trials trained by code "
-                                         r"c0de, but this checkout's code fingerprint is beef: .*"
-                                         r"Pass --allow-code-change"):
-        check_code(parent, store, "sweep-code", "beef", False, io.StringIO())
+    assert check_code(parent, store, "sweep-code", olds, False, io.StringIO()) == {}
+    new = [_point(a, {**old, "fusion:add": "a2"}), olds[1]]  # add's code changed
+    with pytest.raises(ValueError, match=r"sweep 'sweep-code' has finished trials trained by other "
+                                         r"code \(1 of 2 trials: fusion add's code changed; 1 kept\)"
+                                         r".*Pass --allow-code-change to retrain those 1"):
+        check_code(parent, store, "sweep-code", new, False, io.StringIO())
     out = io.StringIO()
-    history = check_code(parent, store, "sweep-code", "beef", True, out)
-    assert history == "c0de,beef" and "code changed (c0de -> beef)" in out.getvalue()
-    store.start_parent("sweep-code", grid_hash="g1", n_trials=1, commit="abc", params={},
+    superseded = check_code(parent, store, "sweep-code", new, True, out)
+    old_run = tracking.TrialRun.find(ctx, olds[0].key).info.run_id
+    assert superseded == {old_run: new[0].key}
+    assert "1 of 2 trials: fusion add's code changed; 1 kept" in out.getvalue()
+    store.mark_superseded(superseded)
+    tags = store.client.get_run(old_run).data.tags
+    assert tags[schema.SUPERSEDED] == new[0].key  # marked, never deleted
+    assert store.client.get_run(old_run).info.status == "FINISHED"
+    history = code_history(parent, "beef")
+    store.start_parent("sweep-code", grid_hash="g1", n_trials=2, commit="abc", params={},
                        code="beef", code_history=history)
     tags = store.client.get_run(parent_id).data.tags
     assert tags[schema.CODE_FINGERPRINT] == "beef" and tags[schema.CODE_HISTORY] == "c0de,beef"
     # the trial key changes with the code, so the old run is never found for the new code
-    assert cfg.trial_key("beef") != cfg.trial_key("c0de")
+    assert new[0].key != olds[0].key and new[1].key == olds[1].key
 
 
 @pytest.mark.parametrize("encoder", sorted(ENCODERS))
@@ -314,17 +336,30 @@ def test_a_trial_runs_name_is_short(dataset, changes, name):
 
 
 @pytest.fixture
-def trial_copy(tmp_path):
-    """A copy of fusion_sweep/trial/ and its fingerprint, which must equal the package's."""
+def package_copy(tmp_path):
+    """A copy of the package, and the keys of a small grid under it (which must equal the
+    checkout's: where the code lies is not what it is)."""
     import shutil
 
-    from fusion_sweep import schema
+    from fusion_sweep import trialcode
 
-    copy = tmp_path / "trial"
-    shutil.copytree(TRIAL, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    fp = schema.source_fingerprint(copy)
-    assert len(fp) == 16 and fp == schema.code_fingerprint()  # same code, other place
-    return copy, fp
+    copy = tmp_path / "fusion_sweep"
+    shutil.copytree(TRIAL.parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    keys = _grid_keys(copy)
+    assert keys == _grid_keys(None)
+    trialcode.forget()
+    return copy, keys
+
+
+GRID = [TrialConfig.build("synthetic-short", fusion=f) for f in ("add", "concat", "gate-cnn")] \
+    + [TrialConfig.build("synthetic-short", encoder="ressformer", pe="none", fusion="add")]
+
+
+def _grid_keys(package_dir):
+    from fusion_sweep import trialcode
+
+    trialcode.forget()
+    return [c.trial_key(trialcode.trial_code(c, package_dir).fingerprint) for c in GRID]
 
 
 def _edit(path: Path, old: str, new: str) -> None:
@@ -333,18 +368,16 @@ def _edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
-def test_code_fingerprint_ignores_comments_docstrings_formatting_and_moves(trial_copy):
-    from fusion_sweep.schema import source_fingerprint
-
-    copy, fp = trial_copy
-    trainer, batching = copy / "trainer.py", copy / "batching.py"
+def test_code_fingerprint_ignores_comments_docstrings_formatting_and_moves(package_copy):
+    copy, keys = package_copy
+    trainer, batching = copy / "trial" / "trainer.py", copy / "trial" / "batching.py"
     _edit(trainer, '"""One trial in plain PyTorch', '"""Docstring edited. One trial in PyTorch')
     _edit(trainer, "def macro_f1(labels: np.ndarray, preds: np.ndarray) -> float:\n",
           "def macro_f1(labels: np.ndarray,\n             preds: np.ndarray) -> float:  # reformatted\n")
     _edit(trainer, "Mean F1 over classes", "The mean F1 over the classes")
-    fusion = copy / "models" / "fusion.py"
+    fusion = copy / "trial" / "models" / "fusion.py"
     fusion.write_text(fusion.read_text() + "\n# a trailing comment\n")
-    assert source_fingerprint(copy) == fp
+    assert _grid_keys(copy) == keys
     # moving code only: macro_f1 from trainer.py to batching.py, imported back
     text = trainer.read_text()
     start = text.index("def macro_f1(")
@@ -353,7 +386,55 @@ def test_code_fingerprint_ignores_comments_docstrings_formatting_and_moves(trial
     _edit(trainer, "from fusion_sweep.trial.batching import (",
           "from fusion_sweep.trial.batching import macro_f1\nfrom fusion_sweep.trial.batching import (")
     batching.write_text(batching.read_text() + "\n\n" + text[start:end])
-    assert source_fingerprint(copy) == fp
+    assert _grid_keys(copy) == keys
+
+
+def test_code_fingerprint_ignores_messages_annotations_and_code_no_trial_runs(package_copy):
+    """Issue 41: a reworded error, warning or config-rule message, an annotation, the launch's
+    memory estimator, a new registry entry, the CLI, the statistics: no key moves."""
+    copy, keys = package_copy
+    trial = copy / "trial"
+    _edit(trial / "models" / "fusion.py", 'f"gate_cnn_kernel must be odd (2K+1), got {k}"',
+          'f"gate_cnn_kernel has to be odd (2K+1); it is {k}"')  # a config rule's message
+    _edit(trial / "models" / "fusion.py", 'raise ValueError(f"gate_cnn_kernel must be odd and positive',
+          'raise ValueError(f"the gate-cnn kernel must be odd and positive')  # a raise
+    _edit(trial / "trainer.py", "def majority_rate(labels: np.ndarray) -> float:",
+          "def majority_rate(labels: np.ndarray | list) -> float:")  # an annotation
+    _edit(trial / "data" / "__init__.py", 'warnings.warn(f"dataset {spec.name!r}: {source.description}',
+          'warnings.warn(f"note: dataset {spec.name!r}: {source.description}')
+    _edit(trial / "memory.py", "import math\n", "import math\n\nMEMORY_PROBE = 3\n")
+    (trial / "memory.py").write_text((trial / "memory.py").read_text().replace("2**30", "2**31"))
+    _edit(trial / "models" / "fusion.py", '    "mul": MulFusion,\n}',
+          '    "mul": MulFusion,\n    "sub": MulFusion,\n}')  # a new registry entry
+    _edit(copy / "cli.py", "import", "import os as _probe_os\nimport")
+    stats = copy / "analysis" / "stats.py"
+    stats.write_text(stats.read_text() + "\nPROBE = 1\n")
+    assert _grid_keys(copy) == keys
+
+
+@pytest.mark.parametrize("rel, old, new, changed", [
+    ("trial/trainer.py", "return float(np.mean(scores)) if scores else float(\"nan\")",
+     "return float(np.mean(scores)) if scores else 0.0", [0, 1, 2, 3]),
+    ("trial/batching.py", None, None, [0, 1, 2, 3]),
+    ("trial/models/fusion.py", "self.proj = nn.Linear(2 * d_model, d_model)",
+     "self.proj = nn.Linear(2 * d_model, d_model, bias=False)", [1]),
+    ("trial/models/ressformer.py", None, None, [3]),
+    ("trial/data/synthetic.py", None, None, [0, 1, 2, 3]),
+])
+def test_code_fingerprint_changes_with_a_changed_constant(package_copy, rel, old, new, changed):
+    """A changed constant or expression changes the key of exactly the trials that run it
+    (None: the file's first numeric literal)."""
+    copy, keys = package_copy
+    path = copy / rel
+    if old is None:
+        line, a, b, text = _first_number(path)
+        lines = path.read_text().splitlines(keepends=True)
+        lines[line - 1] = lines[line - 1][:a] + f"({text} + 1)" + lines[line - 1][b:]
+        path.write_text("".join(lines))
+    else:
+        _edit(path, old, new)
+    after = _grid_keys(copy)
+    assert [i for i, (x, y) in enumerate(zip(keys, after)) if x != y] == changed
 
 
 def _first_number(path: Path) -> tuple[int, int, int, str]:
@@ -367,29 +448,6 @@ def _first_number(path: Path) -> tuple[int, int, int, str]:
             return node.lineno, node.col_offset, node.end_col_offset, \
                 ast.get_source_segment(source, node)
     raise AssertionError(f"{path} has no numeric literal")
-
-
-@pytest.mark.parametrize("rel", ["trainer.py", "batching.py", "config.py", "models/fusion.py",
-                                 "models/encoder.py", "models/ressformer.py", "data/synthetic.py"])
-def test_code_fingerprint_changes_with_a_changed_constant(trial_copy, rel):
-    from fusion_sweep.schema import source_fingerprint
-
-    copy, fp = trial_copy
-    path = copy / rel
-    line, a, b, text = _first_number(path)
-    lines = path.read_text().splitlines(keepends=True)
-    lines[line - 1] = lines[line - 1][:a] + f"({text} + 1)" + lines[line - 1][b:]
-    path.write_text("".join(lines))
-    assert source_fingerprint(copy) != fp
-
-
-def test_code_fingerprint_includes_a_new_file_and_only_the_trial_folder(trial_copy):
-    from fusion_sweep import schema
-
-    copy, fp = trial_copy
-    (copy / "models" / "newpe.py").write_text('"""A new numeric module."""\nSCALE = 2.0\n')
-    assert schema.source_fingerprint(copy) != fp
-    assert schema.NUMERIC_SOURCE == "trial" and TRIAL.parent.name == "fusion_sweep"
 
 
 # ------------------------------------------------------------- the run of a trial key

@@ -18,7 +18,8 @@ from fusion_sweep.schema import PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN
 
 from fusion_sweep.analysis.metrics import is_proportion
 from fusion_sweep.analysis.schema import (
-    ADAPTIVE_COLUMN, BLANK_STATUS, CODE_FINGERPRINT_COLUMN, COLUMN_DEFAULTS,
+    ADAPTIVE_COLUMN, BLANK_STATUS, CODE_COMPONENTS_COLUMN, CODE_FINGERPRINT_COLUMN, COLUMN_DEFAULTS,
+    SUPERSEDED_COLUMN,
     COMPARISON_FAMILY_COLUMN, DATASET, ENCODER, ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS, FUSION, KEY_COLUMNS,
     LABEL_COLUMNS, LENGTH_REGIME_COLUMN, LENGTH_REGIMES, NON_METRIC_COLUMNS, PE, REGIME_COLUMNS,
     SEED, STATUS, TEST_MAJORITY_RATE, TEST_SIZE, AnalysisError,
@@ -118,7 +119,8 @@ def tidy(raw: pd.DataFrame, source: str = "results") -> pd.DataFrame:
         df[col] = df[col].astype(str).str.strip()
     df[SEED] = _integer_seeds(df[SEED], source)
     df[STATUS] = _status(df)
-    for col in (*FP_COLUMNS, *ENCODER_FP_COLUMNS, CODE_FINGERPRINT_COLUMN, PLATFORM_COLUMN,
+    for col in (*FP_COLUMNS, *ENCODER_FP_COLUMNS, CODE_FINGERPRINT_COLUMN,
+                CODE_COMPONENTS_COLUMN, SUPERSEDED_COLUMN, PLATFORM_COLUMN,
                 PLATFORM_LABEL_COLUMN, *LABEL_COLUMNS, *REGIME_COLUMNS, LENGTH_REGIME_COLUMN,
                 COMPARISON_FAMILY_COLUMN, ADAPTIVE_COLUMN):
         df[col] = _optional_str(df[col]) if col in df.columns else None

@@ -43,6 +43,8 @@ from fusion_sweep.schema import (
     run_of_key, server_unreachable, sqlite_path,
 )
 from fusion_sweep.mlflow_query import retry, search_runs
+from fusion_sweep.schema import (CODE_COMPONENTS, CODE_COMPONENTS_COLUMN, SUPERSEDED,
+                                 SUPERSEDED_COLUMN)
 from fusion_sweep.schema import (KNOWN_DATASETS, KNOWN_FUSIONS, PLATFORM_LABEL_COLUMN,
                                  platform_from_tags,
                                  platform_label)
@@ -140,7 +142,9 @@ def trial_row(run: Any) -> dict:
     row.update(run.data.metrics)  # includes num_classes and median_tokens
     row.update({"status": run.info.status, "run_id": run.info.run_id,
                 "trial_key": tags.get(TRIAL_KEY),
-                "code_fingerprint": tags.get(CODE_FINGERPRINT)})
+                "code_fingerprint": tags.get(CODE_FINGERPRINT),
+                CODE_COMPONENTS_COLUMN: tags.get(CODE_COMPONENTS),
+                SUPERSEDED_COLUMN: tags.get(SUPERSEDED)})
     row.update({f"fp_{name}": tags.get(tag) for name, tag in FINGERPRINT_TAGS.items()})
     row.update({col: tags.get(tag) for tag, col in FACT_COLUMNS.items()})
     row[PLATFORM_LABEL_COLUMN] = platform_label(platform_from_tags(tags)) or None

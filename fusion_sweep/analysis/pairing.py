@@ -20,11 +20,12 @@ never paired silently.
 Code fingerprints (tag ``fusion_sweep.code_fingerprint``, column ``code_fingerprint``):
 
 - **superseded runs** (:func:`supersede`): when one identity (dataset, encoder, pe, fusion,
-  seed) has several FINISHED runs and some ran the sweep's current code (the parent run's
-  tag), those are kept and the others are set aside as ``superseded_code`` (one dropped
+  seed) has several FINISHED runs and some ran the sweep's current code (those a relaunch
+  did not mark ``superseded_by``; before that mark, the parent run's code tag), those are kept and the others are set aside as ``superseded_code`` (one dropped
   record per run, with metric and baseline ``None``: it is a run, not a pair).
-- **mixed-code pairs**: a pair whose two runs ran different code is *dropped* as
-  ``code_mismatch`` (and the report lists them in a design warning) rather than used with a
+- **mixed-code pairs**: a pair whose two runs ran different code (where they log their code
+  by component, column ``code_components``: different code of a component both arms run) is
+  *dropped* as ``code_mismatch`` (and the report lists them in a design warning) rather than used with a
   warning. A code change can move every number of a run, so a delta across code versions
   mixes the variant effect with the code change; re-run the stale arm instead.
 
@@ -42,8 +43,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from fusion_sweep.schema import (changed_components, code_fingerprint, component_label,
+                                 parse_components)
 from fusion_sweep.analysis.schema import (
-    BLANK_STATUS, CODE_FINGERPRINT_COLUMN, ENCODER, ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS,
+    BLANK_STATUS, CODE_COMPONENTS_COLUMN, CODE_FINGERPRINT_COLUMN, SUPERSEDED_COLUMN, ENCODER, ENCODER_FP_COLUMNS, FINISHED, FP_COLUMNS,
     FUSION, KEY_COLUMNS, PE, PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN, SEED_FP_COLUMNS, STATUS,
     VALUE,
 )
@@ -141,9 +144,38 @@ class _Columns:
         object.__setattr__(self, "value", df[metric].to_numpy(dtype=object))
         fps = tuple((c, col(c)) for c in (*FP_COLUMNS, *ENCODER_FP_COLUMNS))
         object.__setattr__(self, "fps", fps)
-        object.__setattr__(self, "code", col(CODE_FINGERPRINT_COLUMN))
+        object.__setattr__(self, "code", _code_column(col(CODE_FINGERPRINT_COLUMN),
+                                                      col(CODE_COMPONENTS_COLUMN)))
         object.__setattr__(self, "platform", col(PLATFORM_COLUMN))
         object.__setattr__(self, "platform_label", col(PLATFORM_LABEL_COLUMN))
+
+
+def _code_column(plain: np.ndarray | None, components: np.ndarray | None) -> np.ndarray | None:
+    """Per row the code a pair compares: the component map (JSON) where the run logged one,
+    else its code fingerprint (results from before per-component fingerprints)."""
+    if components is None:
+        return plain
+    base = plain if plain is not None else np.full(len(components), None, dtype=object)
+    return np.array([c if parse_components(c) is not None else p
+                     for p, c in zip(base, components)], dtype=object)
+
+
+def code_difference(a: str | None, b: str | None, a_name: str, b_name: str) -> str:
+    """'' when two runs' code agrees where it must, else the detail of a `code_mismatch`: two
+    component maps must agree on every component both arms run (their fusions, say, differ
+    by design; their trainer and data may not); anything else (plain fingerprints, or one of
+    each) must be equal."""
+    if a is None or b is None:
+        return ""
+    ma, mb = parse_components(a), parse_components(b)
+    if ma is not None and mb is not None:
+        shared = changed_components(ma, mb, shared_only=True)
+        return (f"{a_name} and {b_name} ran different code of "
+                f"{', '.join(component_label(n) for n in shared)}") if shared else ""
+    if a == b:
+        return ""
+    short = [_short(code_fingerprint(m) if m is not None else c) for m, c in ((ma, a), (mb, b))]
+    return f"{a_name} ran code {short[0]}, {b_name} ran {short[1]}"
 
 
 def _cell(cols: _Columns, idx: np.ndarray, metric: str) -> Cell:
@@ -227,12 +259,16 @@ def supersede(df: pd.DataFrame, current_code: str | None) -> tuple[pd.DataFrame,
     current_code: the sweep's current code fingerprint (None: nothing is superseded, and
     duplicates stay `duplicate_seed`). Returns (the table without them, dropped records).
     """
-    if not current_code or CODE_FINGERPRINT_COLUMN not in df.columns:
+    marked = SUPERSEDED_COLUMN in df.columns and bool(df[SUPERSEDED_COLUMN].map(_is_set).any())
+    if not marked and (not current_code or CODE_FINGERPRINT_COLUMN not in df.columns):
         return df, []
     finished = df[df[STATUS] == FINISHED]
     drop, records = [], []
     for key, rows in finished.groupby(list(KEY_COLUMNS), sort=True):
-        current = rows[CODE_FINGERPRINT_COLUMN] == current_code
+        # A run a relaunch retrained under new code is marked (schema.SUPERSEDED); before
+        # that mark existed, the runs of the sweep's current code are the current ones.
+        current = ~rows[SUPERSEDED_COLUMN].map(_is_set) if marked \
+            else rows[CODE_FINGERPRINT_COLUMN] == current_code
         if len(rows) < 2 or not current.any() or current.all():
             continue
         dataset, encoder, pe, fusion, seed = key
@@ -245,8 +281,13 @@ def supersede(df: pd.DataFrame, current_code: str | None) -> tuple[pd.DataFrame,
                 "variant": Variant(encoder, pe, fusion).label, "baseline_variant": None,
                 "seed": int(seed), "reason": "superseded_code",
                 "detail": f"{_run_name(idx, r)} ran code {_short(r[CODE_FINGERPRINT_COLUMN])}; "
-                          f"kept {kept} with the sweep's current code {_short(current_code)}"})
+                          f"kept {kept} with the sweep's current code"
+                          + (f" {_short(current_code)}" if not marked else "")})
     return df.drop(index=drop), records
+
+
+def _is_set(v: object) -> bool:
+    return isinstance(v, str) and bool(v)
 
 
 def _run_name(idx: object, row: pd.Series) -> str:
@@ -280,8 +321,9 @@ def pair_problem(a: Cell, b: Cell, a_name: str, b_name: str,
     for side, cell in ((a_name, a), (b_name, b)):
         if not cell.ok:
             return cell.reason, f"{side}: {cell.detail}"
-    if a.code is not None and b.code is not None and a.code != b.code:
-        return "code_mismatch", f"{a_name} ran code {_short(a.code)}, {b_name} ran {_short(b.code)}"
+    code = code_difference(a.code, b.code, a_name, b_name)
+    if code:
+        return "code_mismatch", code
     if a.platform is not None and b.platform is not None and a.platform != b.platform:
         return "platform_mismatch", platform_difference(a, b, a_name, b_name)
     mismatch = fingerprint_mismatch(a, b, same_encoder)

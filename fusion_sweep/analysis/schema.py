@@ -18,6 +18,9 @@ fp_dropout         str|NA    dropout-stream fingerprint (optional)
 fp_encoder_init    str|NA    encoder-body initial weights (optional; compared only between
                              two trials with the same encoder label)
 code_fingerprint   str|NA    hash of the code that computed the trial (optional)
+code_components    str|NA    JSON {component: fingerprint} of that code (optional; pairs then
+                             compare only the components both arms run)
+superseded_by      str|NA    set on a run a relaunch retrained under new code (optional)
 fp_platform        str|NA    hash of the platform the trial ran on (optional; pairs are kept
                              on one platform, else dropped as platform_mismatch)
 platform           str|NA    that platform, readable (fusion_sweep.schema.platform_label)
@@ -41,8 +44,9 @@ from fusion_sweep.schema import (  # DEFAULT_ENCODER: re-exported for the analys
 )  # noqa: F401
 from fusion_sweep.schema import PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN  # noqa: F401
 from fusion_sweep.schema import (  # noqa: F401
-    ADAPTIVE_COLUMN, CODE_FINGERPRINT_COLUMN, COMPARISON_FAMILY_COLUMN, LENGTH_REGIME_COLUMN,
-    LENGTH_REGIMES, REGIME_COLUMNS, TEST_MAJORITY_RATE, TEST_SIZE,
+    ADAPTIVE_COLUMN, CODE_COMPONENTS_COLUMN, CODE_FINGERPRINT_COLUMN, COMPARISON_FAMILY_COLUMN,
+    LENGTH_REGIME_COLUMN, LENGTH_REGIMES, REGIME_COLUMNS, SUPERSEDED_COLUMN, TEST_MAJORITY_RATE,
+    TEST_SIZE,
 )
 
 KEY_COLUMNS: tuple[str, ...] = IDENTITY_FIELDS
@@ -57,8 +61,8 @@ ENCODER_FP_COLUMNS: tuple[str, ...] = ENCODER_FINGERPRINT_COLUMNS
 # results.csv) and how often it was tried (results.csv's attempts): never a metric.
 RUN_COLUMNS: tuple[str, ...] = ("run_id", "mlflow_run_id", "trial_key", "attempts")
 META_COLUMNS: tuple[str, ...] = ("status", *FP_COLUMNS, *ENCODER_FP_COLUMNS,
-                                 CODE_FINGERPRINT_COLUMN,
-                                 "median_tokens", "num_classes", *RUN_COLUMNS,
+                                 CODE_FINGERPRINT_COLUMN, CODE_COMPONENTS_COLUMN,
+                                 SUPERSEDED_COLUMN, "median_tokens", "num_classes", *RUN_COLUMNS,
                                  PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN, *LABEL_COLUMNS,
                                  *REGIME_COLUMNS, LENGTH_REGIME_COLUMN, TEST_MAJORITY_RATE,
                                  TEST_SIZE, COMPARISON_FAMILY_COLUMN, ADAPTIVE_COLUMN)

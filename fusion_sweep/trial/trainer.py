@@ -615,7 +615,7 @@ def _train_and_test(config: TrialConfig, data: EncodedData, device: torch.device
     median = float(np.median(truncated_lengths(eval_split, config.max_len)))
     median_len = max(int(round(median)), 1)
     return TrialResult(
-        config=config.to_dict(),
+        config=asdict(config),  # its values (in the key), none of TrialConfig's code
         test_acc=test_acc,
         test_macro_f1=test_f1,
         best_val_acc=best_val,

@@ -25,8 +25,10 @@ import numpy as np
 
 from fusion_sweep.errors import UserError, choices
 from fusion_sweep.trial.data import synthetic
-from fusion_sweep.trial.data.cache import cache_root, content_key, entry_path, get_or_build, read_entry
-from fusion_sweep.trial.data.hub import DatasetUnavailableError, RawSplits, Source, open_source
+from fusion_sweep.trial.data.cache import (cache_root, cached_digest, content_key, entry_path,
+                                           get_or_build, read_entry)
+from fusion_sweep.trial.data.hub import (DatasetUnavailableError, RawSplits, Source,
+                                         local_files, open_source)
 from fusion_sweep.trial.data.package import package_source
 from fusion_sweep.trial.data.registry import DATASETS, DatasetSpec, get_spec
 from fusion_sweep.trial.data.tokenize import PAD_ID, UNK_ID, TokenizerSettings, build_vocab, encode
@@ -106,6 +108,20 @@ def _open(spec: DatasetSpec, data_dir: str, data_seed: int, cache_dir: str,
     if spec.kind == "package":
         return package_source(spec, data_dir, data_seed, cache_dir)
     return open_source(spec, data_dir)
+
+
+def local_identity(name: str, data_dir: str, cache_dir: str = "") -> Any:
+    """What the local copy at `data_dir` holds, by content: the sha256 of every file a trial
+    reads from it (`hub.local_files`; computed once per file size and mtime, `cached_digest`),
+    by name within the copy, never by the copy's path: moving it keeps the value, editing a
+    file changes it. None where the copy cannot differ: a package dataset's artefact is checked
+    against its registered sha256 (part of the registry entry), and a generated dataset has no
+    copy. The trial key holds it (trial/components.py), not the path."""
+    spec = get_spec(name)
+    if spec.generated or spec.kind == "package" or not data_dir:
+        return None
+    root = Path(data_dir).expanduser()
+    return [[rel, cached_digest(root / rel, cache_dir)] for rel in local_files(spec, root)]
 
 
 def _synthetic_source(spec: DatasetSpec, data_seed: int,

@@ -66,6 +66,38 @@ def file_digest(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+_DIGESTS: dict[tuple[str, int, int], str] = {}  # (file, size, mtime_ns) -> sha256, this process
+
+
+def cached_digest(path: Path, cache_dir: str = "") -> str:
+    """`file_digest`, computed once per (file, size, mtime): remembered in this process and
+    in `<cache root>/digests/` (a launch, its dry run and every worker on the node read a
+    large local copy once). An edit changes the size or the mtime, and so the digest is
+    computed again."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key in _DIGESTS:
+        return _DIGESTS[key]
+    store = cache_root(cache_dir) / "digests" / f"{hashlib.sha256(key[0].encode()).hexdigest()[:32]}.json"
+    try:
+        saved = json.loads(store.read_text())
+        digest = saved["sha256"] if [saved["size"], saved["mtime_ns"]] == list(key[1:]) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        digest = None
+    if digest is None:
+        digest = file_digest(path)
+        try:  # a read-only cache only costs the next process the same hashing
+            store.parent.mkdir(parents=True, exist_ok=True)
+            tmp = store.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"path": key[0], "size": key[1], "mtime_ns": key[2],
+                                       "sha256": digest}))
+            os.replace(tmp, store)
+        except OSError:
+            pass
+    _DIGESTS[key] = digest
+    return digest
+
+
 # --------------------------------------------------------------------------- read / write
 def write_entry(path: Path, data: EncodedData, vocab: list[str], meta: Mapping[str, Any]) -> None:
     """Write atomically: a temporary sibling directory renamed into place."""

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from fusion_sweep.errors import UserError, choices
-from fusion_sweep.trial.data.cache import file_digest
+from fusion_sweep.trial.data.cache import cached_digest
 from fusion_sweep.trial.data.registry import DatasetSpec
 
 # Bump when parsing of raw sources changes: part of every cache key.
@@ -200,7 +200,7 @@ def files_source(spec: DatasetSpec, root: Path) -> Source:
         return out
 
     identity = {"kind": "files", "loader": LOADER_VERSION,
-                "files": {split: [[f.name, file_digest(f)] for f in files]
+                "files": {split: [[f.name, cached_digest(f)] for f in files]
                           for split, files in sorted(found.items())}}
     return Source(f"local files in {root}", identity, load)
 
@@ -261,6 +261,23 @@ def disk_source(spec: DatasetSpec, root: Path) -> Source:
     # no mtimes, so a copy of the folder on another node hits the same cache entry.
     sizes = sorted((str(f.relative_to(root)), f.stat().st_size) for f in root.glob("*/*.arrow"))
     return dataset_dict_source(spec, splits, where, {"kind": "disk", "arrow_sizes": sizes})
+
+
+def local_files(spec: DatasetSpec, root: Path) -> list[str]:
+    """The files of a local copy that a trial reads, relative to it, sorted: the split files
+    (`discover_files`), or everything under a save_to_disk folder's dataset_dict.json and
+    the folders of the splits it reads."""
+    if not root.is_dir():
+        what = "is a file, not a directory" if root.exists() else "does not exist"
+        raise UserError(f"data_dir {str(root)!r} {what}; {ACCEPTED_LAYOUTS}")
+    if (root / "dataset_dict.json").exists():
+        names = json.loads((root / "dataset_dict.json").read_text())["splits"]
+        keys = _pick_splits(names, f"save_to_disk folder {str(root)!r}").values()
+        files = [root / "dataset_dict.json", *(f for k in keys for f in (root / k).rglob("*")
+                                                if f.is_file())]
+    else:
+        files = [f for fs in discover_files(root).values() for f in fs]
+    return sorted(f.relative_to(root).as_posix() for f in files)
 
 
 def local_source(spec: DatasetSpec, data_dir: str) -> Source:

@@ -85,9 +85,9 @@ PANEL_BYTES = 256
 SOURCE_DIR = Path(__file__).with_name("csrc")
 MAIN_SOURCE = "ressformer_kernels.c"
 SOURCES = (MAIN_SOURCE, "ressformer_kernels_typed.h")  # everything the build reads
-# sha256 (16 hex) of the SOURCES' bytes in order. The code fingerprint (schema.code_fingerprint)
-# reads only .py files: this literal carries every edit of the C into it, and
-# tests/test_kernels.py fails until it is updated (kernels.sources_digest() gives the value).
+# sha256 (16 hex) of the SOURCES' bytes in order, naming the build; tests/test_kernels.py fails
+# until it is updated (kernels.sources_digest() gives the value). The code fingerprint of a
+# trial that runs these kernels hashes the sources themselves (trial/components.py).
 SOURCES_SHA256 = "a53a888c7105fa54"
 BUILD_TIMEOUT_S = 120
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
