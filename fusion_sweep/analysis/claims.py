@@ -456,8 +456,20 @@ def _need_regimes(claim: str, sweep: Sweep, metric: str, describe: str,
     return _not_run(claim, claim, metric, lack, describe) if lack else None
 
 
+class _EveryFusion:
+    """A claim kind over every fusion of the sweep (no fixed variant to look for)."""
+
+    metric: str
+
+    def variants(self) -> tuple[Variant, ...]:
+        return ()
+
+    def metrics(self) -> tuple[str, ...]:
+        return (self.metric,)
+
+
 @dataclass(frozen=True)
-class WithinNoise:
+class WithinNoise(_EveryFusion):
     """Every fusion vs the reference fusion (within its encoder and pe) is 'within
     statistical variation' on each dataset of `regimes`: equivalent within the sweep's
     margin (TOST, Holm over the set's TOST tests) supports it, a difference decided by the
@@ -466,12 +478,6 @@ class WithinNoise:
     ref_fusion: str
     regimes: tuple[str, ...]
     metric: str = DEFAULT_METRIC
-
-    def variants(self) -> tuple[Variant, ...]:
-        return ()
-
-    def metrics(self) -> tuple[str, ...]:
-        return (self.metric,)
 
     def plans(self, claim: str, sweep: Sweep) -> list[Plan]:
         missing = _need_regimes(claim, sweep, self.metric, self.describe(), r=self.regimes)
@@ -571,7 +577,7 @@ class WinsOn:
 
 
 @dataclass(frozen=True)
-class LargerOnLonger:
+class LargerOnLonger(_EveryFusion):
     """Every fusion's effect over the reference fusion is larger on each `longer` regime
     than on each `shorter` one: per fusion and pair of datasets, the exact one-sided
     Mann–Whitney test of the per-seed Δ on the longer dataset against those on the shorter
@@ -582,12 +588,6 @@ class LargerOnLonger:
     longer: tuple[str, ...]
     shorter: tuple[str, ...]
     metric: str = DEFAULT_METRIC
-
-    def variants(self) -> tuple[Variant, ...]:
-        return ()
-
-    def metrics(self) -> tuple[str, ...]:
-        return (self.metric,)
 
     def plans(self, claim: str, sweep: Sweep) -> list[Plan]:
         missing = _need_regimes(claim, sweep, self.metric, self.describe(), a=self.longer,
