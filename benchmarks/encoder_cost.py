@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fusion_sweep.space import load_space  # noqa: E402
+from fusion_sweep.plan.space import load_space  # noqa: E402
 from fusion_sweep.trial.heap import keep_freed_memory  # noqa: E402
 from fusion_sweep.trial.models.encoder import count_parameters  # noqa: E402
 from fusion_sweep.trial.trainer import build_model  # noqa: E402

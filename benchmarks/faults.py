@@ -58,8 +58,8 @@ sys.path.insert(0, str(REPO))
 
 from fusion_sweep import tracking  # noqa: E402
 from fusion_sweep import schema  # noqa: E402
-from fusion_sweep.space import SPACE_DIR, load_space  # noqa: E402
-from fusion_sweep.grid import plan  # noqa: E402
+from fusion_sweep.plan.space import SPACE_DIR, load_space  # noqa: E402
+from fusion_sweep.plan.grid import plan  # noqa: E402
 
 NODE_ARGS = dict(num_cpus=1, memory=1536 << 20, object_store_memory=96 << 20)
 EXPERIMENT = "fusion-sweep"

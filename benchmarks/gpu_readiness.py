@@ -38,8 +38,8 @@ from unittest import mock
 import numpy as np
 import torch
 
-from fusion_sweep.space import load_space
-from fusion_sweep.space_files import shipped_spaces
+from fusion_sweep.plan.space import load_space
+from fusion_sweep.plan.space_files import shipped_spaces
 from fusion_sweep.trial import memory, trainer
 from fusion_sweep.trial.config import ConfigError, TrialConfig
 from fusion_sweep.trial.data.types import EncodedSplit

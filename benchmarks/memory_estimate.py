@@ -28,7 +28,7 @@ print(json.dumps({"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss 
 
 
 def rows(space_names: list[str]):
-    from fusion_sweep.space import load_space
+    from fusion_sweep.plan.space import load_space
     from fusion_sweep.trial.memory import host_memory_bytes
 
     for name in space_names:

@@ -429,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def components_main(args: argparse.Namespace) -> int:
-    from fusion_sweep.space import load_space
+    from fusion_sweep.plan.space import load_space
 
     space = load_space("ressformer")
     out: dict[str, Any] = {"loadavg_start": loadavg(), "threads": args.threads,

@@ -67,11 +67,11 @@ def write_space(path: Path, trials: int, dataset: str, epochs: int | None) -> tu
     """`trials` grid points of the default space restricted to one regime: its fusions × seeds."""
     import yaml
 
-    from fusion_sweep.space import load_space
+    from fusion_sweep.plan.space import load_space
 
     default = load_space("default")
     if dataset == "default":  # the default space itself: every regime, fusion and seed
-        from fusion_sweep.space import SPACE_DIR
+        from fusion_sweep.plan.space import SPACE_DIR
 
         raw = yaml.safe_load((SPACE_DIR / "default.yaml").read_text())
         raw.update(name="throughput", max_failures=0)
@@ -109,7 +109,7 @@ def _train(config: dict) -> tuple[float, float]:
 
 def plain_main(space_path: str, parallel: int, pin: bool) -> int:
     """The plain loop as its own process (its imports are timed, as launch's are)."""
-    from fusion_sweep.space import load_space
+    from fusion_sweep.plan.space import load_space
 
     configs = [c.to_dict() for c in load_space(space_path).grid()]
     if parallel <= 1 and not pin:
@@ -156,7 +156,7 @@ def plain_spans(log: Path) -> list:
 def launch_spans(uri: str, sweep: str) -> list:
     """Each trial's MLflow run, opened -> closed; [] if the tracking API has moved."""
     try:
-        from fusion_sweep.tracking import SweepTracker
+        from fusion_sweep.tracking.runs import SweepTracker
 
         runs = SweepTracker(uri).trial_runs(sweep)
         return [(r.info.start_time / 1000.0, r.info.end_time / 1000.0) for r in runs
@@ -169,7 +169,7 @@ def launch_spans(uri: str, sweep: str) -> list:
 def prepare(work: Path, space: Path, env: dict, uri: str | None) -> list:
     """Untimed: the tokenized data cache (and the MLflow store's schema)."""
     from fusion_sweep.trial.data import load_encoded
-    from fusion_sweep.space import load_space
+    from fusion_sweep.plan.space import load_space
 
     os.environ["FUSION_SWEEP_CACHE"] = env["FUSION_SWEEP_CACHE"]
     grid = load_space(str(space)).grid()

@@ -36,6 +36,11 @@ IDENTITY_TAG = "fusion_sweep.identity"
 # The encoder of every trial that names none (the reference architecture); inputs written
 # before the encoder axis hold its trials, and labels in messages leave it out.
 DEFAULT_ENCODER = "standard"
+# What a sweep is judged on when it names neither (`stats` and a space's `metric`/`baseline`
+# share them; analysis/settings.py holds the other analysis defaults): the test accuracy,
+# and every fusion compared with `add` within its dataset/encoder/pe.
+DEFAULT_METRIC = "test_acc"
+DEFAULT_BASELINE = "add"
 # Variant fields: what a comparison compares within one dataset.
 VARIANT_FIELDS: tuple[str, ...] = ("encoder", "pe", "fusion")
 # Fields left out of the trial key: where and how a trial runs, not what it computes, so a

@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 import yaml
 
-from fusion_sweep import adaptive
-from fusion_sweep.adaptive import AdaptiveSettings, AdaptiveState, families
-from fusion_sweep.grid import key_of
+from fusion_sweep.launch import adaptive
+from fusion_sweep.launch.adaptive import AdaptiveSettings, AdaptiveState, families
+from fusion_sweep.plan.grid import key_of
 from fusion_sweep.schema import ADAPTIVE
-from fusion_sweep.space import SPACE_DIR, load_space, parse_space
+from fusion_sweep.plan.space import SPACE_DIR, load_space, parse_space
 from tests.test_sweep_e2e import children_of, cli_env, kill_pids, trial_runs
 
 
@@ -143,7 +143,7 @@ def test_killed_adaptive_sweep_resumes_without_duplicates(ray_cluster, mlflow_se
         p.key for s in seeds[3:] for fam in families(load_space(path))
         for p in adaptive.family_points(load_space(path), fam, [s])}
     assert set(keys) == want
-    from fusion_sweep import tracking
+    from fusion_sweep.tracking import runs as tracking
 
     tr = tracking.SweepTracker(mlflow_server, "fusion-sweep")
     parent = tr.find_parent("adapt")
@@ -171,7 +171,6 @@ def test_stats_of_an_adaptive_sweep_reports_sequential_decisions(tmp_path):
     from fusion_sweep.analysis.schema import SEQUENTIAL_KEYS, TOP_LEVEL_KEYS
     from fusion_sweep.analysis.sequential_report import DESCRIPTIVE_LABEL
     from fusion_sweep.analysis.text import format_text
-
     from fusion_sweep.analysis.load import tidy
 
     df = tidy(synthetic_results())

@@ -1,6 +1,6 @@
 """`fusion-sweep stats` on a real local MLflow store (sqlite), written by the sweep layer.
 
-Trial runs are written through the real `fusion_sweep.tracking` API (`SweepTracker`,
+Trial runs are written through the real `fusion_sweep.tracking.runs` API (`SweepTracker`,
 `TrackingContext`, `TrialRun.open` / `log_result` / `fail`), so a change to the tags,
 params or metrics the sweep writes is caught here. Only the training is skipped: each
 trial's `TrialResult` carries the planted numbers of `fusion_sweep.analysis.demo`.
@@ -21,7 +21,7 @@ from fusion_sweep.analysis import cli  # noqa: E402
 from fusion_sweep.analysis.demo import synthetic_results  # noqa: E402
 from fusion_sweep import schema  # noqa: E402
 from fusion_sweep.trial.config import TrialConfig  # noqa: E402
-from fusion_sweep.tracking import SweepTracker, TrackingContext, TrialRun  # noqa: E402
+from fusion_sweep.tracking.runs import SweepTracker, TrackingContext, TrialRun  # noqa: E402
 from fusion_sweep.trial.trainer import TrialResult  # noqa: E402
 
 EXP = "fusion-sweep"
@@ -193,16 +193,24 @@ def test_log_needs_a_sweep(tmp_path: Path, capsys) -> None:
                         r"DIR\)\n", err), err
 
 
-def test_default_is_latest_sweep_and_the_old_no_log_flag_is_accepted(store: dict,
-                                                                      capsys) -> None:
-    """--no-mlflow-log (the opt-out before --log) still parses and changes nothing."""
+def test_default_is_latest_sweep_and_reading_writes_nothing(store: dict, capsys) -> None:
+    """Without --sweep, `stats` reads the latest sweep, and reading writes nothing."""
     client: MlflowClient = store["client"]
     before = _snapshot(client, store)[0]
-    code, out, _ = _run(["--tracking-uri", store["uri"], "--format", "json", "--bootstrap", "500",
-                         "--no-mlflow-log"], capsys)
+    code, out, _ = _run(["--tracking-uri", store["uri"], "--format", "json", "--bootstrap", "500"],
+                        capsys)
     assert code == 0
     assert json.loads(out)["source"]["parent_run_id"] == store["b"]
     assert _snapshot(client, store)[0] == before
+
+
+def test_the_removed_no_log_flag_is_refused(capsys) -> None:
+    """--no-mlflow-log (the opt-out of the versions before --log) did nothing and is gone:
+    passing it is one `error:` line, nothing read or written."""
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["stats", "--results", "r.csv", "--no-mlflow-log"])
+    assert exc.value.code == 2
+    assert re.search(r"error: unrecognized arguments: --no-mlflow-log", capsys.readouterr().err)
 
 
 @pytest.mark.parametrize("argv,match", [

@@ -22,7 +22,7 @@ def _stats(tmp_path: Path, df: pd.DataFrame, capsys, *argv: str) -> dict:
     p = tmp_path / "results.csv"
     df.to_csv(p, index=False)
     args = cli.build_parser().parse_args(["stats", "--results", str(p), "--format", "json",
-                                          "--no-mlflow-log", *FAST, *argv])
+                                          *FAST, *argv])
     assert args.func(args) == 0
     return json.loads(capsys.readouterr()[0])
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fusion_sweep.space import load_space
+from fusion_sweep.plan.space import load_space
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = yaml.safe_load((ROOT / "cluster.yaml").read_text())
@@ -198,7 +198,7 @@ def test_head_runs_no_trials_and_workers_are_one_platform() -> None:
 
 def test_documented_pin_matches_the_worker_label(tmp_path: Path) -> None:
     """docs/cluster.md's `resources` snippet validates and selects the GPU worker type."""
-    from fusion_sweep import placement
+    from fusion_sweep.raytune import placement
 
     doc = (ROOT / "docs" / "cluster.md").read_text()
     snippet = re.search(r"^resources: (\{.*node_label.*\})$", doc, re.M)
@@ -219,14 +219,14 @@ def test_documented_pin_matches_the_worker_label(tmp_path: Path) -> None:
 @pytest.mark.parametrize("requested, gpu_ids, device", [
     ("auto", [], "cpu"), ("auto", ["0"], "cuda"), ("cpu", ["0"], "cpu"), ("cuda", [0], "cuda")])
 def test_worker_device_follows_rays_assignment(requested, gpu_ids, device) -> None:
-    from fusion_sweep.trainable import worker_device
+    from fusion_sweep.raytune.trainable import worker_device
 
     assert worker_device(requested, gpu_ids) == device
 
 
 def test_a_cuda_trial_without_a_gpu_share_is_refused() -> None:
     from fusion_sweep.errors import UserError
-    from fusion_sweep.trainable import worker_device
+    from fusion_sweep.raytune.trainable import worker_device
 
     with pytest.raises(UserError, match=r"device 'cuda' but Ray assigned this trial no GPU.*"
                                          r"resources: \{gpu: \.\.\.\}"):
@@ -240,8 +240,8 @@ def test_a_gpu0_trial_trains_on_the_cpu_while_cuda_is_available(monkeypatch) -> 
     import torch
     from ray import tune
 
-    from fusion_sweep import trainable
-    from fusion_sweep.grid import plan
+    from fusion_sweep.raytune import trainable
+    from fusion_sweep.plan.grid import plan
     from fusion_sweep.trial.trainer import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -284,7 +284,7 @@ def test_determinism_variables_reach_every_worker_before_cuda(monkeypatch) -> No
 
     import ray
 
-    from fusion_sweep import ray_setup
+    from fusion_sweep.raytune import setup as ray_setup
     from fusion_sweep.trial.platform import CUBLAS_WORKSPACE
 
     calls = []

@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 
 import fusion_sweep
-from fusion_sweep import schema, trialcode
+from fusion_sweep import schema
+from fusion_sweep.plan import trialcode
 from fusion_sweep.trial.components import CUTS, RECORDERS, components
 from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.trial.data import registry
@@ -311,7 +312,7 @@ def test_a_local_copy_is_keyed_by_what_it_holds_not_where_it_is(tmp_path, monkey
     the keys of its trials; the digest is computed once per file size and mtime."""
     import os
 
-    from fusion_sweep.grid import grid_hash, points_of
+    from fusion_sweep.plan.grid import grid_hash, points_of
     from fusion_sweep.trial.data import cache
 
     monkeypatch.setenv("FUSION_SWEEP_CACHE", str(tmp_path / "cache"))
@@ -345,7 +346,7 @@ def test_a_local_copy_is_keyed_by_what_it_holds_not_where_it_is(tmp_path, monkey
     os.utime(b / "train.csv", ns=(1, 1))  # even an mtime put back: the size or mtime moved
     edited = points(b)
     assert [p.key != q.key for p, q in zip(edited, before)] == [True, True, False]
-    from fusion_sweep.relaunch import reason
+    from fusion_sweep.plan.relaunch import reason
 
     assert reason(before[0].code.components, edited[0].code.components) == \
         "the local copy (data_dir) of agnews changed"

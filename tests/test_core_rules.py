@@ -185,7 +185,7 @@ def _registry_grid() -> list:
 
 
 def _keys_of(package_dir: Path | None) -> list[str]:
-    from fusion_sweep import trialcode
+    from fusion_sweep.plan import trialcode
 
     trialcode.forget()
     return [c.trial_key(trialcode.trial_code(c, package_dir).fingerprint) for c in _registry_grid()]
@@ -197,7 +197,8 @@ def _reached_number(rel: str) -> tuple | None:
     closure); () where such a definition has no literal; None where no trial runs the file."""
     import ast
 
-    from fusion_sweep import codeprint, trialcode
+    from fusion_sweep import codeprint
+    from fusion_sweep.plan import trialcode
     from fusion_sweep.trial.components import CUTS, components
 
     pkg = trialcode.package()
@@ -412,7 +413,7 @@ def _tracker(runs: list[tuple[str, str, str]]):
     """A SweepTracker over fixed trial runs, oldest first, each (trial key, status, run id)."""
     from types import SimpleNamespace
 
-    from fusion_sweep.tracking import SweepTracker
+    from fusion_sweep.tracking.runs import SweepTracker
 
     class Tracker(SweepTracker):
         def __init__(self) -> None:  # no MLflow: only the resume rule is under test

@@ -11,7 +11,7 @@ from fusion_sweep.trial.config import ConfigError, TrialConfig
 from fusion_sweep.trial.data import DATASETS
 from fusion_sweep.trial.data import synthetic as syn
 from fusion_sweep.schema import IDENTITY_FIELDS
-from fusion_sweep.space import SpaceError, load_space, parse_space
+from fusion_sweep.plan.space import SpaceError, load_space, parse_space
 
 SHUFFLED = sorted(n for n in DATASETS if n.endswith("-shuffled"))
 ABLATIONS = {  # switches -> identity label
@@ -110,7 +110,7 @@ def test_variants_space_errors_are_all_reported():
 
 
 def test_variants_space_round_trips(tmp_path):
-    from fusion_sweep.space import dump_space
+    from fusion_sweep.plan.space import dump_space
 
     space = parse_space(_variants_space())
     back = load_space(dump_space(space, tmp_path / "s.yaml"))

@@ -526,7 +526,7 @@ if __name__ == "__main__":  # print each case's message from a real run, for doc
 
 def _run_with(monkeypatch, exc: BaseException) -> int:
     """`fusion-sweep sweeps` whose command function raises `exc`."""
-    from fusion_sweep import cli_sweep
+    from fusion_sweep.cli import sweep as cli_sweep
 
     def boom(args):
         raise exc

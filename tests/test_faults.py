@@ -84,7 +84,7 @@ def test_cache_hashes_once_per_process(tmp_path: Path, monkeypatch: pytest.Monke
 # ------------------------------------------------------------------------- (f) the lock
 _HOLDER = r"""
 import sys, time
-from fusion_sweep.lock import SweepLock
+from fusion_sweep.launch.lock import SweepLock
 start, out = float(sys.argv[2]), sys.argv[3]
 while time.time() < start:
     pass
@@ -113,7 +113,7 @@ def test_two_drivers_at_the_same_moment_one_refused(tmp_path: Path) -> None:
 
 
 def test_lock_of_a_killed_driver_does_not_block(tmp_path: Path) -> None:
-    from fusion_sweep.lock import SweepLock
+    from fusion_sweep.launch.lock import SweepLock
 
     exp = tmp_path / "sweep"
     p = subprocess.Popen([sys.executable, "-c", _HOLDER, str(exp), "0", str(tmp_path / "o")],
@@ -204,7 +204,7 @@ def tmpfs(tmp_path: Path):
 def test_disk_watch_reports_full_read_only_and_recovered(tmpfs: Path) -> None:
     import io
 
-    from fusion_sweep.diskwatch import DiskWatch
+    from fusion_sweep.launch.diskwatch import DiskWatch
 
     out = io.StringIO()
     storage = tmpfs / "ray_results" / "sweep"  # not created yet: its filesystem is watched
@@ -237,7 +237,7 @@ def test_disk_watch_reports_full_read_only_and_recovered(tmpfs: Path) -> None:
 def test_error_reason_names_the_memory_monitor() -> None:
     from ray.exceptions import OutOfMemoryError
 
-    from fusion_sweep.failures import error_reason
+    from fusion_sweep.raytune.failures import error_reason
 
     e = OutOfMemoryError("Task was killed due to the node running low on memory.\n"
                          "Memory on the node was 20 GB / 24 GB (0.83), which exceeds the "
@@ -307,7 +307,7 @@ def _wrapped(exc):
 
 @pytest.mark.parametrize("wrap", [False, True])
 def test_cuda_out_of_memory_gets_gpu_advice(wrap):
-    from fusion_sweep.failures import error_reason, out_of_memory
+    from fusion_sweep.raytune.failures import error_reason, out_of_memory
 
     exc = _wrapped(_cuda_oom()) if wrap else _cuda_oom()
     assert type(exc).__name__.endswith("OutOfMemoryError" + (")" if wrap else ""))
@@ -321,7 +321,7 @@ def test_cuda_out_of_memory_gets_gpu_advice(wrap):
 def test_rays_memory_kill_keeps_host_advice():
     from ray.exceptions import OutOfMemoryError
 
-    from fusion_sweep.failures import error_reason, out_of_memory
+    from fusion_sweep.raytune.failures import error_reason, out_of_memory
 
     e = OutOfMemoryError("Task was killed due to the node running low on memory.")
     assert out_of_memory(e) == "ray"

@@ -53,7 +53,7 @@ def test_the_gpu0_check_sees_a_worker_device_that_follows_torch(readiness, monke
     defect 1) puts the `gpu: 0` trial on CUDA, and the figure says so."""
     import torch
 
-    from fusion_sweep import trainable
+    from fusion_sweep.raytune import trainable
 
     monkeypatch.setattr(trainable, "worker_device", lambda requested, gpu_ids:
                         "cuda" if torch.cuda.is_available() else "cpu")
@@ -61,7 +61,7 @@ def test_the_gpu0_check_sees_a_worker_device_that_follows_torch(readiness, monke
 
 
 def test_every_shipped_space_estimate_is_within_1_to_2x(report):
-    from fusion_sweep.space_files import shipped_spaces
+    from fusion_sweep.plan.space_files import shipped_spaces
 
     assert set(report["gpu_memory"]) == set(shipped_spaces())
     for space, m in report["gpu_memory"].items():

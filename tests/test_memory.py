@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fusion_sweep.space import load_space
-from fusion_sweep.space_files import shipped_spaces
+from fusion_sweep.plan.space import load_space
+from fusion_sweep.plan.space_files import shipped_spaces
 from fusion_sweep.trial import memory
 from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.trial.models.positional import POSITIONAL
@@ -119,8 +119,8 @@ def _space(tmp_path, gpu: float, name: str = "aq"):
 
 def test_the_launch_refuses_a_trial_over_its_gpu_share(tmp_path):
     from fusion_sweep.errors import UserError
-    from fusion_sweep.grid import plan
-    from fusion_sweep.memory import check_gpu_memory
+    from fusion_sweep.plan.grid import plan
+    from fusion_sweep.launch.memory import check_gpu_memory
 
     a10g = (A10G_BYTES, "an A10G")
     quarter = _space(tmp_path, 0.25)
@@ -141,7 +141,7 @@ def test_the_launch_refuses_a_trial_over_its_gpu_share(tmp_path):
 def test_the_share_is_of_the_local_gpu_when_torch_sees_one_else_an_a10g(monkeypatch):
     from types import SimpleNamespace
 
-    from fusion_sweep.memory import gpu_device_memory
+    from fusion_sweep.launch.memory import gpu_device_memory
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert gpu_device_memory() == (A10G_BYTES, "an A10G's 22.5 usable GiB (no GPU on this "
@@ -154,9 +154,9 @@ def test_the_share_is_of_the_local_gpu_when_torch_sees_one_else_an_a10g(monkeypa
 
 def test_preflight_checks_the_gpu_share(tmp_path, monkeypatch):
     """`launch` (not only --dry-run) refuses before Ray starts, on a machine that has a GPU."""
-    from fusion_sweep import preflight
+    from fusion_sweep.launch import preflight
     from fusion_sweep.errors import UserError
-    from fusion_sweep.grid import plan
+    from fusion_sweep.plan.grid import plan
 
     monkeypatch.setattr(preflight, "_local_gpus", lambda: 1)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -192,8 +192,8 @@ def test_dry_run_shows_the_gpu_estimate_and_imports_no_ray(tmp_path):
 def test_a_trials_ray_memory_is_declared_or_the_host_estimate(tmp_path):
     """memory.trial_memory_bytes: the space's memory_gb, else trial/memory's host estimate,
     without the activations when the trial is given a GPU (they live on the device)."""
-    from fusion_sweep.grid import plan
-    from fusion_sweep.memory import trial_memory_bytes
+    from fusion_sweep.plan.grid import plan
+    from fusion_sweep.launch.memory import trial_memory_bytes
 
     gpu = _space(tmp_path, 1, "g")
     c = plan(gpu)[0].config

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fusion_sweep import tracking
+from fusion_sweep.tracking import runs as tracking
 from fusion_sweep import schema  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -81,7 +81,7 @@ def test_memory_monitor_kill_is_retried_then_reported_failed(low_threshold_clust
     """Starts a Ray cluster of its own (not the session's, tests/conftest.py): its raylet
     must read a low memory-monitor threshold when it starts, which would make the shared
     cluster's nodes kill other tests' trials."""
-    from fusion_sweep.sweep import launch
+    from fusion_sweep.launch.sweep import launch
 
     cluster, threshold = low_threshold_cluster
     monkeypatch.chdir(tmp_path)

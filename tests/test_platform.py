@@ -13,13 +13,13 @@ import pandas as pd
 import pytest
 import torch
 
-from fusion_sweep import placement
+from fusion_sweep.raytune import placement
 from fusion_sweep.analysis.cli import main as stats_main
 from fusion_sweep.analysis.pairing import Cell, pair_problem
 from fusion_sweep.schema import (FINGERPRINT_TAGS, PLATFORM_FIELD_TAGS, PLATFORM_FIELDS,
                                  platform_fingerprint, platform_from_tags, platform_label,
                                  trial_key)
-from fusion_sweep.space import load_space
+from fusion_sweep.plan.space import load_space
 from fusion_sweep.trial import platform as plat
 from fusion_sweep.trial.platform import (CUBLAS_WORKSPACE, NondeterministicKernelError,
                                          describe_platform, deterministic)
@@ -335,7 +335,7 @@ def test_node_platform_is_cpu_side_fields() -> None:
 
 
 def test_launch_summary_warns_when_trials_ran_on_several_platforms() -> None:
-    from fusion_sweep.sweep import LaunchSummary, format_summary
+    from fusion_sweep.launch.sweep import LaunchSummary, format_summary
 
     one = LaunchSummary(name="s", total=4, finished=4, platforms={"torch 2, CPU AVX2": 4})
     assert "platforms" not in format_summary(one, "smoke")

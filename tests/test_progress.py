@@ -1,4 +1,4 @@
-"""The compact launch progress (fusion_sweep.progress.SweepProgress) with fake Tune trials.
+"""The compact launch progress (fusion_sweep.raytune.progress.SweepProgress) with fake Tune trials.
 
 No Ray here: the display is driven the way `tune_callback.ProgressCallback` drives it, hook by
 hook (`setup`, `on_trial_start`, `on_trial_complete`, `on_trial_recover`, `on_trial_error`,
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from fusion_sweep.progress import SweepProgress, fmt_duration, trial_label
+from fusion_sweep.raytune.progress import SweepProgress, fmt_duration, trial_label
 
 
 @dataclass
@@ -234,7 +234,7 @@ def test_the_tune_callback_forwards_every_hook():
     """The real `ray.tune.Callback` subclass: each Tune hook reaches the display."""
     from ray.tune import Callback
 
-    from fusion_sweep.tune_callback import ProgressCallback
+    from fusion_sweep.raytune.callback import ProgressCallback
 
     out = io.StringIO()
     rep = SweepProgress(out, tty=False, clock=Clock())
@@ -260,7 +260,7 @@ def test_the_tune_callback_forwards_every_hook():
 def test_summary_names_the_next_commands(tmp_path, monkeypatch):
     """format_summary: follow-up commands carry only the options that differ from what they
     would resolve by default here (store, experiment, Tune storage)."""
-    from fusion_sweep.summary import LaunchSummary, format_summary
+    from fusion_sweep.launch.summary import LaunchSummary, format_summary
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -296,7 +296,7 @@ def test_launch_turns_tunes_banner_off(monkeypatch):
     `launch --verbose` keep Tune's own output."""
     from ray.tune.experimental.output import get_air_verbosity
 
-    from fusion_sweep import ray_setup
+    from fusion_sweep.raytune import setup as ray_setup
 
     for var in ("RAY_AIR_NEW_OUTPUT", "RAY_USAGE_STATS_ENABLED", "TUNE_DISABLE_SIGINT_HANDLER",
                 "TUNE_PRINT_ALL_TRIAL_ERRORS"):

@@ -304,8 +304,8 @@ def test_memory_estimate_pads_to_the_datasets_length_cap() -> None:
     """The issue's real-text trial (d 64, 2 layers, max_len 512, batch 32, attention dropout):
     its documents are at most 64 tokens, so its activations are estimated at length 64.
     benchmarks/memory_estimate.py compares the estimate with measured peak RSS per space."""
-    from fusion_sweep.space import load_space
-    from fusion_sweep.memory import trial_memory_bytes
+    from fusion_sweep.plan.space import load_space
+    from fusion_sweep.launch.memory import trial_memory_bytes
     from fusion_sweep.trial.config import TrialConfig
     from fusion_sweep.trial.memory import parameter_count
 

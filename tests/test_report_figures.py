@@ -80,8 +80,8 @@ def _colours(out: Path) -> dict[str, set[str]]:
 
 def test_a_fusion_has_one_colour_in_every_figure_the_uis(written) -> None:
     """Arm figures, delta plots and forest plots colour each fusion the same, with the UI's
-    colour for it (fusion_sweep.ui_view.fusion_colors: the registry's order)."""
-    from fusion_sweep.ui_view import fusion_colors
+    colour for it (fusion_sweep.tracking.view.fusion_colors: the registry's order)."""
+    from fusion_sweep.tracking.view import fusion_colors
     _, out = written
     seen = _colours(out)
     assert set(seen) == {"add", "concat", "gate-vector", "mul"}

@@ -144,7 +144,7 @@ def test_ui_binds_loopback_by_default_and_warns_for_another_host(tmp_path):
 def test_local_ray_uses_token_auth(monkeypatch):
     """`launch`/`tune` configure a local Ray instance for token auth (Ray has no option to
     bind its gRPC ports to loopback)."""
-    from fusion_sweep import ray_setup
+    from fusion_sweep.raytune import setup as ray_setup
 
     for var in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED", "RAY_AIR_NEW_OUTPUT"):
         monkeypatch.setenv(var, "x")  # recorded, so teardown restores the original
@@ -155,7 +155,7 @@ def test_local_ray_uses_token_auth(monkeypatch):
 
 _NO_DASHBOARD_PROBE = r"""
 import io, json, os, pathlib
-from fusion_sweep import ray_setup
+from fusion_sweep.raytune import setup as ray_setup
 ray_setup.configure_ray_env(None)       # what `launch` does, in a fresh process like the CLI
 assert ray_setup.init_ray(None, io.StringIO()) is True
 import ray
@@ -272,7 +272,7 @@ def test_sweep_name_cannot_escape_storage(how, tmp_path, monkeypatch, capsys):
     if how.startswith("--name"):
         argv += how.split()
     else:
-        from fusion_sweep.space import SPACE_DIR
+        from fusion_sweep.plan.space import SPACE_DIR
 
         text = (SPACE_DIR / "smoke.yaml").read_text().replace("name: smoke", f"name: '{how[12:]}'")
         (tmp_path / "space.yaml").write_text(text)

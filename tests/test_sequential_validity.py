@@ -249,8 +249,8 @@ def test_stats_uses_the_family_the_launch_recorded_and_says_so() -> None:
 def test_the_launch_fixes_the_family_and_the_method() -> None:
     import yaml
 
-    from fusion_sweep.adaptive import AdaptiveSettings, AdaptiveState
-    from fusion_sweep.space import SPACE_DIR, parse_space
+    from fusion_sweep.launch.adaptive import AdaptiveSettings, AdaptiveState
+    from fusion_sweep.plan.space import SPACE_DIR, parse_space
 
     d = yaml.safe_load((SPACE_DIR / "default.yaml").read_text())
     d.pop("tune", None)

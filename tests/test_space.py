@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fusion_sweep.space import (SPACE_DIR, SpaceError, dump_space, load_space, parse_space,
+from fusion_sweep.plan.space import (SPACE_DIR, SpaceError, dump_space, load_space, parse_space,
                                 resolve_space_path, shipped_spaces)
 
 SHIPPED = ["default", "paper-table1", "paper-table2", "paper-table3", "real", "real-ressformer",
@@ -269,9 +269,9 @@ def test_dry_run_prints_grid_without_starting_ray(tmp_path):
 
 
 def test_trial_memory_is_declared_or_estimated(tmp_path):
-    from fusion_sweep.grid import plan
-    from fusion_sweep.memory import trial_memory_bytes
-    from fusion_sweep.preflight import check_local_resources
+    from fusion_sweep.plan.grid import plan
+    from fusion_sweep.launch.memory import trial_memory_bytes
+    from fusion_sweep.launch.preflight import check_local_resources
 
     d = yaml.safe_load((SPACE_DIR / "smoke.yaml").read_text())
     s = parse_space(d, "smoke.yaml")

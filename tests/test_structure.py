@@ -119,6 +119,58 @@ def foreign_imports(package: Path, repo: Path) -> list[str]:
     return sorted(set(bad))
 
 
+# The stdlib-only bottom every room may use (identity and keys, the error type, the one run
+# query helper, the code normaliser).
+BASE = ("fusion_sweep.schema", "fusion_sweep.errors", "fusion_sweep.mlflow_query",
+        "fusion_sweep.codeprint")
+# What each launcher room may import besides itself and BASE: the layers of
+# docs/architecture.md. `cli` (the top) may import everything.
+LAUNCHER_BELOW: dict[str, tuple[str, ...]] = {
+    "plan": ("fusion_sweep.trial",),  # the grid and each trial's key: no Ray, no MLflow
+    "tracking": ("fusion_sweep.trial",),  # runs, the store, the saved trials view
+    "raytune": ("fusion_sweep.plan", "fusion_sweep.tracking", "fusion_sweep.trial"),
+    "ui": ("fusion_sweep.tracking",),  # serves the store; knows nothing of a launch
+    "launch": ("fusion_sweep.raytune", "fusion_sweep.plan", "fusion_sweep.tracking",
+               "fusion_sweep.trial", "fusion_sweep.analysis"),
+}
+LAUNCHER_BELOW = {room: (f"fusion_sweep.{room}", *below, *BASE)
+                  for room, below in LAUNCHER_BELOW.items()}
+# The package's top level: one folder per role, plus the stdlib-only bottom modules.
+ROOMS = {"analysis", "cli", "launch", "plan", "raytune", "search_spaces", "tracking", "trial", "ui"}
+ROOT_MODULES = {"__init__", "schema", "errors", "mlflow_query", "codeprint"}
+
+
+def test_the_package_root_holds_only_its_rooms_and_the_bottom_modules() -> None:
+    """A new module lands in the room of its role (docs/architecture.md), not at the root."""
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    files = {p.stem for p in PACKAGE.glob("*.py")}
+    assert (folders, files) == (ROOMS, ROOT_MODULES)
+    assert all((PACKAGE / room / "__init__.py").exists() for room in ROOMS - {"search_spaces"})
+
+
+def test_the_layer_check_sees_an_upward_import(tmp_path: Path) -> None:
+    """A room importing one above it (tracking -> launch) is reported by the same check."""
+    pkg = tmp_path / "fusion_sweep"
+    for room in ("tracking", "launch"):
+        (pkg / room).mkdir(parents=True)
+        (pkg / room / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "tracking" / "runs.py").write_text("def f():\n    from fusion_sweep.launch import sweep\n")
+    (pkg / "launch" / "sweep.py").write_text("from fusion_sweep.tracking import runs\n")
+    assert upward_imports(import_graph(pkg), "fusion_sweep.tracking", LAUNCHER_BELOW["tracking"]) == [
+        "fusion_sweep.tracking.runs -> fusion_sweep.launch",
+        "fusion_sweep.tracking.runs -> fusion_sweep.launch.sweep"]
+    assert upward_imports(import_graph(pkg), "fusion_sweep.launch", LAUNCHER_BELOW["launch"]) == []
+
+
+def upward_imports(graph: dict[str, set[str]], layer: str, allowed: tuple[str, ...]) -> list[str]:
+    """`module -> target` for each import of a module in `layer` outside what it may import."""
+    return sorted(f"{m} -> {t}" for m, targets in graph.items()
+                  if m == layer or m.startswith(layer + ".")
+                  for t in targets if t != PACKAGE.name  # the root `__init__`: the version only
+                  and not any(t == a or t.startswith(a + ".") for a in allowed))
+
+
 def test_the_package_has_no_import_cycles() -> None:
     assert cycles(import_graph(PACKAGE)) == []
 
@@ -140,12 +192,16 @@ def test_the_package_imports_nothing_from_outside_but_stdlib_and_third_party() -
     ("fusion_sweep.mlflow_query", ()),
     # reads the package as source, never imports it (a copy can be fingerprinted as it is)
     ("fusion_sweep.codeprint", ()),
+    # The launcher's rooms, top to bottom: cli > launch > ui, raytune > tracking, plan > base.
+    # Each room names what it may import; a room never reaches one above it or beside it.
+    ("fusion_sweep.launch", LAUNCHER_BELOW["launch"]),
+    ("fusion_sweep.raytune", LAUNCHER_BELOW["raytune"]),
+    ("fusion_sweep.ui", LAUNCHER_BELOW["ui"]),
+    ("fusion_sweep.tracking", LAUNCHER_BELOW["tracking"]),
+    ("fusion_sweep.plan", LAUNCHER_BELOW["plan"]),
 ])
 def test_layers_only_point_down(layer: str, allowed: tuple[str, ...]) -> None:
-    up = sorted(f"{m} -> {t}" for m, targets in import_graph(PACKAGE).items()
-                if m == layer or m.startswith(layer + ".")
-                for t in targets if not any(t == a or t.startswith(a + ".") for a in allowed))
-    assert up == []
+    assert upward_imports(import_graph(PACKAGE), layer, allowed) == []
 
 
 @pytest.mark.parametrize("module", ["schema", "errors", "mlflow_query", "codeprint"])
@@ -175,7 +231,7 @@ def test_the_checks_see_a_planted_cycle_and_a_foreign_import(tmp_path: Path) -> 
 def test_the_launch_docstring_describes_what_launch_does() -> None:
     """Every launch runs a fresh Tuner over the points still to train; `Tuner.restore` was
     dropped, and the module docstring must not describe it any more (issue 18)."""
-    from fusion_sweep import sweep
+    from fusion_sweep.launch import sweep
 
     assert "Tuner.restore" not in sweep.__doc__
     assert "fresh Tuner" in sweep.__doc__

@@ -34,11 +34,11 @@ import yaml
 
 from tests.processes import NODE_ARGS, alive, children_of, free_port, kill_pids  # noqa: F401
 
-from fusion_sweep import tracking
+from fusion_sweep.tracking import runs as tracking
 from fusion_sweep import schema  # noqa: E402
 from fusion_sweep.cli import main as cli_main
-from fusion_sweep.space import SPACE_DIR, load_space
-from fusion_sweep.grid import plan
+from fusion_sweep.plan.space import SPACE_DIR, load_space
+from fusion_sweep.plan.grid import plan
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow  # `pytest -m 'not slow'` skips these
@@ -136,7 +136,7 @@ def _check_results_csv(path, runs, parent) -> None:
 
 
 def test_sweep_on_two_nodes_tracked_by_server(ray_cluster, mlflow_server, tmp_path, monkeypatch):
-    from fusion_sweep.sweep import launch
+    from fusion_sweep.launch.sweep import launch
 
     monkeypatch.chdir(tmp_path)
     t0 = time.time()
@@ -182,7 +182,7 @@ def test_sweep_on_two_nodes_tracked_by_server(ray_cluster, mlflow_server, tmp_pa
     # the launch refuses without --allow-code-change
     import shutil
 
-    from fusion_sweep import trialcode
+    from fusion_sweep.plan import trialcode
     pkg = tmp_path / "edited" / "fusion_sweep"
     shutil.copytree(Path(schema.__file__).parent, pkg,
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -220,7 +220,7 @@ def test_ressformer_space_end_to_end_with_claims(ray_cluster, mlflow_server, tmp
     report (Markdown, HTML) and every variant is paired with the baseline by seed."""
     import json
 
-    from fusion_sweep.sweep import launch
+    from fusion_sweep.launch.sweep import launch
 
     monkeypatch.chdir(tmp_path)
     d = yaml.safe_load((SPACE_DIR / "ressformer.yaml").read_text())
@@ -380,7 +380,7 @@ def test_a_stopped_driver_stops_everything_it_started(mlflow_server, tmp_path, s
 
 
 def test_worker_node_removed_mid_sweep(ray_cluster, mlflow_server, tmp_path, monkeypatch):
-    from fusion_sweep.sweep import launch
+    from fusion_sweep.launch.sweep import launch
 
     monkeypatch.chdir(tmp_path)
     space = slow_space(tmp_path, "noderm", seeds=(0, 1, 2), epochs=6)
@@ -427,7 +427,7 @@ def test_worker_node_removed_mid_sweep(ray_cluster, mlflow_server, tmp_path, mon
 
 # --------------------------------------------------------------------------------- tune
 def test_tune_writes_a_frozen_space(ray_cluster, tmp_path, monkeypatch):
-    from fusion_sweep.hpsearch import search_hyperparameters
+    from fusion_sweep.launch.hpsearch import search_hyperparameters
 
     monkeypatch.chdir(tmp_path)
     out = search_hyperparameters("smoke", budget=2, output=str(tmp_path / "smoke-tuned.yaml"),
@@ -458,7 +458,7 @@ class _Untouchable:
 
 def test_tuning_never_reads_the_test_split(monkeypatch):
     from fusion_sweep.trial import trainer
-    from fusion_sweep.hpsearch import evaluate_params
+    from fusion_sweep.launch.hpsearch import evaluate_params
 
     cfg = load_space("smoke").grid()[0]
     real = trainer.load_data(cfg)

@@ -117,7 +117,7 @@ def test_the_cli_takes_its_width_from_columns(tmp_path: Path, capsys, monkeypatc
     path = tmp_path / "r.csv"
     report_cases.CASES["demo"][0]().to_csv(path, index=False)
     argv = ["stats", "--results", str(path), "--equivalence-margin", "0.01", "--bootstrap",
-            "200", "--no-mlflow-log"]
+            "200"]
     for columns in ("80", "100"):
         monkeypatch.setenv("COLUMNS", columns)
         args = cli.build_parser().parse_args(argv)

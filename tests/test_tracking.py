@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from fusion_sweep import tracking
-from fusion_sweep import store as tracking_store  # noqa: E402
+from fusion_sweep.tracking import runs as tracking
+from fusion_sweep.tracking.runs import store as tracking_store  # noqa: E402
 from fusion_sweep import schema  # noqa: E402
 from fusion_sweep.trial.config import TrialConfig
-from fusion_sweep.space import load_space
+from fusion_sweep.plan.space import load_space
 from fusion_sweep.trial.models.encoder import ENCODERS
 from fusion_sweep.trial.trainer import EpochRecord, TrialResult
 
@@ -243,8 +243,8 @@ def test_finish_parent_logs_summary(store, tmp_path):
 
 # ------------------------------------------------------------------------- code changes
 def _point(cfg: TrialConfig, components: dict):
-    from fusion_sweep.grid import GridPoint
-    from fusion_sweep.trialcode import TrialCode
+    from fusion_sweep.plan.grid import GridPoint
+    from fusion_sweep.plan.trialcode import TrialCode
 
     code = TrialCode(components, schema.code_fingerprint(components))
     return GridPoint(cfg, cfg.trial_key(code.fingerprint), code)
@@ -256,7 +256,7 @@ def test_code_change_refused_unless_allowed_and_recorded(store, capsys):
     --allow-code-change, and with it supersedes (never deletes) the old runs."""
     import io
 
-    from fusion_sweep.preflight import check_code, code_history
+    from fusion_sweep.launch.preflight import check_code, code_history
 
     old = {"trainer": "t1", "fusion:add": "a1"}
     parent_id = store.start_parent("sweep-code", grid_hash="g1", n_trials=2, commit="abc",
@@ -341,7 +341,7 @@ def package_copy(tmp_path):
     checkout's: where the code lies is not what it is)."""
     import shutil
 
-    from fusion_sweep import trialcode
+    from fusion_sweep.plan import trialcode
 
     copy = tmp_path / "fusion_sweep"
     shutil.copytree(TRIAL.parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
@@ -356,7 +356,7 @@ GRID = [TrialConfig.build("synthetic-short", fusion=f) for f in ("add", "concat"
 
 
 def _grid_keys(package_dir):
-    from fusion_sweep import trialcode
+    from fusion_sweep.plan import trialcode
 
     trialcode.forget()
     return [c.trial_key(trialcode.trial_code(c, package_dir).fingerprint) for c in GRID]
@@ -527,8 +527,8 @@ def test_results_csv_carries_code_family_and_design(store, tmp_path):
     the adaptive design on every row, and the test split's majority rate column."""
     import io
 
-    from fusion_sweep.grid import plan
-    from fusion_sweep.summary import LaunchSummary, summarize
+    from fusion_sweep.plan.grid import plan
+    from fusion_sweep.launch.summary import LaunchSummary, summarize
 
     points = plan(load_space("smoke"))
     parent = start(store, "csvcols")

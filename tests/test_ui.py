@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fusion_sweep import tracking
+from fusion_sweep.tracking import runs as tracking
 from fusion_sweep.errors import UserError  # noqa: E402
 from fusion_sweep import ui_view  # noqa: E402
 from fusion_sweep import ui_server  # noqa: E402
@@ -247,7 +247,7 @@ def test_column_widths_fit_every_identity_value():
 
 
 def test_proxy_script_sets_the_layout_group_colours_and_closes_the_assistant():
-    from fusion_sweep import ui_proxy
+    from fusion_sweep.ui import proxy as ui_proxy
 
     js = ui_proxy.training_script("#/experiments/1/runs", {"param.fusion.add": "#1f77b4"})
     assert 'localStorage.setItem("mlflow.workflowType_v1","\\"machine_learning\\"")' in js

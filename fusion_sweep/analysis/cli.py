@@ -135,9 +135,6 @@ def _add_output_arguments(p: argparse.ArgumentParser) -> None:
                      help="MLflow input: attach the report to the sweep's parent run under "
                           f"{REPORT_ARTIFACT_DIR}/ (replacing the previous one) with its "
                           "verdict counts; without it `stats` only reads the store")
-    # Before --log, `stats` logged a run unless told not to; the old opt-out is accepted
-    # and does nothing, so commands written for it keep working.
-    out.add_argument("--no-mlflow-log", action="store_true", help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,11 +16,10 @@ from typing import Mapping
 from fusion_sweep.analysis.metrics import AUTO, DIRECTION_VALUES, check_direction_value, resolve_direction
 from fusion_sweep.analysis.schema import AnalysisError
 from fusion_sweep.analysis.variants import Axis, parse_baseline
+# The metric and baseline of a sweep that names neither: one home, shared with the launch's space.
+from fusion_sweep.schema import DEFAULT_BASELINE, DEFAULT_METRIC
 
 DEFAULT_ALPHA = 0.05  # family-wise alpha of every Holm family and test
-DEFAULT_METRIC = "test_acc"  # the metric analysed when neither --metric nor the sweep names one
-# The reference: compare fusions with `add` within each dataset/encoder/pe (variants.parse_baseline).
-DEFAULT_BASELINE = "add"
 DEFAULT_N_BOOT = 10_000  # bootstrap resamples, also the Monte Carlo sign-flip count
 MIN_N_BOOT = 100  # fewer resamples make the BCa interval meaningless
 DEFAULT_RNG_SEED = 0  # seed of every resampling generator

@@ -30,6 +30,7 @@ from fusion_sweep.trial.data.synthetic import SyntheticParams
 from fusion_sweep.trial.data.tokenize import TokenizerSettings
 from fusion_sweep.trial.models import encoder as encoder_module
 from fusion_sweep.trial.models.encoder import ENCODERS, FusionClassifier, count_parameters
+from fusion_sweep.trial.models.fusion import FUSIONS
 from fusion_sweep.trial.models.positional import POSITIONAL
 from fusion_sweep.trial.trainer import construct_model
 
@@ -92,14 +93,15 @@ def parameter_count(config: Any) -> int:
 
 def activation_elements(config: Any) -> float:
     """Elements one training step saves for the backward at the longest padded batch: the
-    shared part (the pooling product's (B, L, d) input, 3 more for a fusion that widens or
-    gates its input), the body's (`ENCODERS[name].activation_floats`), and for a pe with an
-    attention bias the additive (B, H, L, L) mask a padded batch needs."""
+    shared part (the pooling product's (B, L, d) input), the fusion's
+    (`FUSIONS[name].activation_floats`: 3 (B, L, d) more for one that widens or gates), the
+    body's (`ENCODERS[name].activation_floats`), and for a pe with an attention bias the additive (B, H, L, L) mask a padded batch needs."""
     B, L = longest_batch(config)
-    shared = (SHARED_TOKEN_TENSORS + 3 * (config.fusion != "add")) * B * L * config.d_model
+    shared = SHARED_TOKEN_TENSORS * B * L * config.d_model
+    fusion = FUSIONS[config.fusion].activation_floats(config, B, L)
     body = body_activation_elements(config, B, L)
     bias = B * config.heads * L * L if POSITIONAL[config.pe].has_bias else 0
-    return float(shared + body + bias)
+    return float(shared + fusion + body + bias)
 
 
 def body_activation_elements(config: Any, B: int, L: int) -> float:

@@ -36,6 +36,12 @@ class Fusion(nn.Module):
         """Problems of a trial config that only this operator has (each naming the field)."""
         return []
 
+    @classmethod
+    def activation_floats(cls, config: Any, B: int, L: int) -> int:
+        """Elements the operator saves for the backward beyond E and P, for the GPU memory
+        estimate (trial/memory.py): widening or gating keeps 3 (B, L, d) tensors."""
+        return 3 * B * L * int(config.d_model)
+
     def forward(self, E: torch.Tensor, P: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
@@ -44,6 +50,10 @@ class AddFusion(Fusion):
     """H = E + P  (paper eq. 1; no parameters)."""
 
     accepts_absent_p = True
+
+    @classmethod
+    def activation_floats(cls, config: Any, B: int, L: int) -> int:
+        return 0  # the sum keeps nothing for its backward
 
     def __init__(self, d_model: int, **_: object) -> None:
         super().__init__()

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from fusion_sweep import tracking
-from fusion_sweep.grid import GridPoint, format_grid
-from fusion_sweep.memory import check_gpu_memory, gpu_device_memory
-from fusion_sweep.relaunch import CodePlan, code_plan
+from fusion_sweep.tracking import runs as tracking
+from fusion_sweep.plan.grid import GridPoint, format_grid
+from fusion_sweep.launch.memory import check_gpu_memory, gpu_device_memory
+from fusion_sweep.plan.relaunch import CodePlan, code_plan
 from fusion_sweep.schema import FINISHED, resolve_tracking_uri, sqlite_path
-from fusion_sweep.space import SearchSpace
-from fusion_sweep.store import check_tracking_uri
+from fusion_sweep.plan.space import SearchSpace
+from fusion_sweep.tracking.store import check_tracking_uri
 
 
 def dry_run_report(space: SearchSpace, points: list[GridPoint], name: str,

@@ -10,7 +10,7 @@
 5. run the grid points not yet FINISHED in MLflow through a fresh
    `ray.tune.Tuner(reuse_actors=True)` with `FailureConfig` retries: finished trials are
    never re-run, interrupted and errored ones run again (with `--until-decided`, further
-   rounds of seed points, `fusion_sweep.adaptive`);
+   rounds of seed points, `fusion_sweep.launch.adaptive`);
 6. print a summary (done / failed / retried, where results are, what to run next).
 
 Resume has one rule: a grid point whose MLflow run (found by its trial key) is FINISHED is
@@ -20,7 +20,7 @@ the trials that were running (their runs are marked KILLED on the next launch an
 again under the same run). A lock file keeps a second driver off a sweep that is running.
 
 The optional hyperparameter search before a sweep (`fusion-sweep tune`, Optuna) lives in
-`fusion_sweep.hpsearch`; in this package "tune" means Ray Tune.
+`fusion_sweep.launch.hpsearch`; in this package "tune" means Ray Tune.
 """
 from __future__ import annotations
 
@@ -32,22 +32,24 @@ import uuid
 from pathlib import Path
 from typing import TextIO
 
-from fusion_sweep import schema, signals, tracking
-from fusion_sweep.adaptive import AdaptiveSettings, AdaptiveState, families, family_record, next_round
-from fusion_sweep.diskwatch import DiskWatch
-from fusion_sweep.dryrun import dry_run_report
-from fusion_sweep.failures import error_reason, fail_dead_trials
-from fusion_sweep.grid import GridPoint, plan
-from fusion_sweep.lock import SweepLock
-from fusion_sweep.memory import trial_memory_bytes
-from fusion_sweep.placement import trial_resources, warn_mixed_platforms
-from fusion_sweep.preflight import Preflight, preflight, warn_resources
-from fusion_sweep.progress import SweepProgress
-from fusion_sweep.ray_setup import configure_ray_env, init_ray
+from fusion_sweep import schema
+from fusion_sweep.launch import signals
+from fusion_sweep.tracking import runs as tracking
+from fusion_sweep.launch.adaptive import AdaptiveSettings, AdaptiveState, families, family_record, next_round
+from fusion_sweep.launch.diskwatch import DiskWatch
+from fusion_sweep.launch.dryrun import dry_run_report
+from fusion_sweep.raytune.failures import error_reason, fail_dead_trials
+from fusion_sweep.plan.grid import GridPoint, plan
+from fusion_sweep.launch.lock import SweepLock
+from fusion_sweep.launch.memory import trial_memory_bytes
+from fusion_sweep.raytune.placement import trial_resources, warn_mixed_platforms
+from fusion_sweep.launch.preflight import Preflight, preflight, warn_resources
+from fusion_sweep.raytune.progress import SweepProgress
+from fusion_sweep.raytune.setup import configure_ray_env, init_ray
 from fusion_sweep.schema import ADAPTIVE, COMPARISON_FAMILY, FINISHED, IDENTITY_FIELDS, sqlite_path
-from fusion_sweep.space import SearchSpace, load_space
-from fusion_sweep.summary import LaunchSummary, format_summary, summarize
-from fusion_sweep.trainable import run_trial
+from fusion_sweep.plan.space import SearchSpace, load_space
+from fusion_sweep.launch.summary import LaunchSummary, format_summary, summarize
+from fusion_sweep.raytune.trainable import run_trial
 from fusion_sweep.errors import UserError
 
 
@@ -63,10 +65,10 @@ def launch(space_ref: str, *, name: str | None = None, address: str | None = Non
     RUNNING by a dead driver is first marked KILLED, then re-attached by key). The trial key
     includes the code fingerprint of the trial's components, so code that can change a
     trial's numbers never reuses runs of other code silently: launch says which trials an
-    edit retrains and refuses unless `allow_code_change` (fusion_sweep/relaunch.py).
+    edit retrains and refuses unless `allow_code_change` (fusion_sweep/plan/relaunch.py).
 
     `until_decided`: an `adaptive.AdaptiveSettings`: after the space's seeds, add seeds in
-    rounds to the families whose comparisons are still undecided (fusion_sweep/adaptive.py).
+    rounds to the families whose comparisons are still undecided (fusion_sweep/launch/adaptive.py).
     """
     out = out if out is not None else sys.stdout  # late: a captured stdout may be replaced
     t0 = time.time()
@@ -254,7 +256,7 @@ def _run_tuner(space: SearchSpace, points: list[GridPoint], exp_path: str, ctx,
     which), in its own directory under the sweep's: Tune's saved state is never restored."""
     from ray import tune
 
-    from fusion_sweep.ray_compat import tolerate_memory_kills
+    from fusion_sweep.raytune.compat import tolerate_memory_kills
 
     tolerate_memory_kills()  # a memory-monitor kill must not end the sweep (ray_compat.py)
     configs = {p.ident: p.config.to_dict() for p in points}
@@ -288,6 +290,6 @@ def _callbacks(verbose: bool, out: TextIO) -> list:
     every trial's start, results and end."""
     if verbose:
         return []
-    from fusion_sweep.tune_callback import ProgressCallback
+    from fusion_sweep.raytune.callback import ProgressCallback
 
     return [ProgressCallback(SweepProgress(out if out is not sys.stdout else None))]

@@ -8,8 +8,8 @@ from typing import Any
 import torch
 
 from fusion_sweep.errors import UserError
-from fusion_sweep.grid import GridPoint
-from fusion_sweep.space import SearchSpace
+from fusion_sweep.plan.grid import GridPoint
+from fusion_sweep.plan.space import SearchSpace
 from fusion_sweep.trial.memory import (A10G_USABLE_BYTES, gpu_memory_bytes, gpu_share_error,
                                        host_memory_bytes)
 

@@ -15,8 +15,8 @@ from fusion_sweep.mlflow_query import retry
 from fusion_sweep.schema import (DEFAULT_ENCODER, DEFAULT_EXPERIMENT, IDENTITY_FIELDS, ROLE, SWEEP,
                                  UI_ORDER, VARIANT_FIELDS,
                                  default_tracking_uri, fusion_color, sqlite_path)
-from fusion_sweep.store import client as mlflow_client
-from fusion_sweep.sweep_list import sweep_runs
+from fusion_sweep.tracking.store import client as mlflow_client
+from fusion_sweep.tracking.sweep_list import sweep_runs
 from fusion_sweep.errors import UserError, choices, did_you_mean
 
 # ------------------------------------------------------------------ the MLflow UI
@@ -28,7 +28,7 @@ from fusion_sweep.errors import UserError, choices, did_you_mean
 # that switch is off, which 3.17 hard-codes on). So the printed URL carries
 # `workflowType=machine_learning`; the tag is still set for MLflow versions that read it.
 # A URL without the parameter (the plain root, a run's own page) would open the GenAI layout;
-# `fusion-sweep ui` therefore serves mlflow behind fusion_sweep.ui_proxy, which stores the
+# `fusion-sweep ui` therefore serves mlflow behind fusion_sweep.ui.proxy, which stores the
 # training layout in the browser's localStorage and sends a bare root to the trials view.
 # Columns, filter, sort and grouping are UI state, not URL parameters: MLflow keeps shareable
 # views as experiment tags `mlflow.sharedViewState.<id>` and opens one with

@@ -40,8 +40,8 @@ from fusion_sweep.analysis.sequential import (  # one home
 )
 from fusion_sweep.analysis.settings import DEFAULT_ALPHA
 from fusion_sweep.analysis.variants import Variant, parse_baseline
-from fusion_sweep.grid import GridPoint, key_of, points_of
-from fusion_sweep.space import SearchSpace
+from fusion_sweep.plan.grid import GridPoint, key_of, points_of
+from fusion_sweep.plan.space import SearchSpace
 
 
 @dataclass(frozen=True)

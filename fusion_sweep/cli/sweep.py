@@ -12,14 +12,14 @@ import sys
 import tempfile
 from typing import Any
 
-from fusion_sweep import signals
+from fusion_sweep.launch import signals
 from fusion_sweep.analysis.sequential import DEFAULT_METHOD, SEQUENTIAL_METHODS
 from fusion_sweep.schema import DEFAULT_EXPERIMENT, LOOPBACK_HOSTS, resolve_tracking_uri, sqlite_path
-from fusion_sweep.space_files import shipped_spaces
-from fusion_sweep.sweep_list import list_sweeps
-from fusion_sweep.ui_server import UIServer, port_free
-from fusion_sweep.ui_view import Landing, default_ui_store, prepare_ui_experiment, ui_url
-from fusion_sweep.ui_proxy import UIProxy, free_loopback_port
+from fusion_sweep.plan.space_files import shipped_spaces
+from fusion_sweep.tracking.sweep_list import list_sweeps
+from fusion_sweep.ui.server import UIServer, port_free
+from fusion_sweep.tracking.view import Landing, default_ui_store, prepare_ui_experiment, ui_url
+from fusion_sweep.ui.proxy import UIProxy, free_loopback_port
 from fusion_sweep.errors import UserError
 
 
@@ -54,7 +54,7 @@ def _ray_args(p: argparse.ArgumentParser) -> None:
 
 
 def _adaptive_args(p: argparse.ArgumentParser) -> None:
-    """`launch --until-decided` and its settings (fusion_sweep.adaptive)."""
+    """`launch --until-decided` and its settings (`fusion_sweep.launch.adaptive`)."""
     p.add_argument("--until-decided", action="store_true",
                    help="adaptive seeds: after the space's seeds, add --seed-batch seeds at a time "
                         "to the (dataset, variant group) families whose comparisons an anytime-"
@@ -177,7 +177,7 @@ def _add_sweeps(subparsers: Any) -> None:
 
 
 def run_launch(args: argparse.Namespace) -> int:
-    from fusion_sweep.sweep import launch
+    from fusion_sweep.launch.sweep import launch
 
     summary = launch(args.space, name=args.name, address=args.address,
                      tracking_uri=args.tracking_uri, storage=args.storage,
@@ -193,7 +193,7 @@ def run_launch(args: argparse.Namespace) -> int:
 
 def _adaptive_settings(args: argparse.Namespace) -> Any:
     """--until-decided's settings, or None; --max-seeds/--seed-batch alone are an error."""
-    from fusion_sweep.adaptive import DEFAULT_MAX_SEEDS, DEFAULT_SEED_BATCH, AdaptiveSettings
+    from fusion_sweep.launch.adaptive import DEFAULT_MAX_SEEDS, DEFAULT_SEED_BATCH, AdaptiveSettings
 
     max_seeds, batch = getattr(args, "max_seeds", None), getattr(args, "seed_batch", None)
     method = getattr(args, "sequential_method", None)
@@ -209,7 +209,7 @@ def _adaptive_settings(args: argparse.Namespace) -> Any:
 
 
 def run_tune(args: argparse.Namespace) -> int:
-    from fusion_sweep.hpsearch import search_hyperparameters
+    from fusion_sweep.launch.hpsearch import search_hyperparameters
 
     search_hyperparameters(args.space, budget=args.budget, output=args.output, address=args.address,
                storage=args.storage, max_concurrent=args.max_concurrent)
@@ -287,7 +287,7 @@ def run_ui(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace, store: str, landing: Landing) -> int:
     """mlflow server on a private loopback port, behind a front on --host:--port that opens
-    the model-training layout (fusion_sweep.ui_proxy explains why). Prints only the URL to
+    the model-training layout (fusion_sweep.ui.proxy explains why). Prints only the URL to
     open; the server's own output goes to a log file, named only when the server fails (and
     removed after a clean stop)."""
     # SIGINT too: a `&`-started process inherits it ignored

@@ -57,11 +57,10 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from fusion_sweep.analysis.settings import DEFAULT_BASELINE, DEFAULT_METRIC
-from fusion_sweep.schema import (DEFAULT_EXPERIMENT, DIRECTIONS, IDENTITY_FIELDS,
+from fusion_sweep.schema import (DEFAULT_BASELINE, DEFAULT_EXPERIMENT, DEFAULT_METRIC, DIRECTIONS, IDENTITY_FIELDS,
                                  METRIC_DIRECTIONS, TASK_METRICS)
 from fusion_sweep.errors import UserError, choices, did_you_mean
-from fusion_sweep.space_files import SPACE_DIR, shipped_spaces
+from fusion_sweep.plan.space_files import SPACE_DIR, shipped_spaces
 from fusion_sweep.trial.config import ConfigError, TrialConfig
 from fusion_sweep.trial.data.registry import DATASETS
 from fusion_sweep.trial.models.encoder import ENCODERS
@@ -166,7 +165,7 @@ class SearchSpace:
     hyperparameters: dict[str, dict[str, Any]] = field(default_factory=dict)
     resources: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RESOURCES))
     max_failures: int = 2
-    baseline: str = DEFAULT_BASELINE  # `stats`' defaults: one home (analysis/settings.py)
+    baseline: str = DEFAULT_BASELINE  # `stats`' defaults: one home (schema.py)
     metric: str = DEFAULT_METRIC
     equivalence_margin: float | dict[str, float] | None = None
     directions: dict[str, str] = field(default_factory=dict)  # on top of METRIC_DIRECTIONS

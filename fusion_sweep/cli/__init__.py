@@ -6,7 +6,10 @@ import errno
 import os
 import sys
 
-from fusion_sweep import __version__, cli_datasets, cli_sweep, cli_train
+from fusion_sweep import __version__
+from fusion_sweep.cli import datasets as cli_datasets
+from fusion_sweep.cli import sweep as cli_sweep
+from fusion_sweep.cli import train as cli_train
 from fusion_sweep.analysis import cli as stats_cli
 from fusion_sweep.errors import ArgumentParser, UserError
 
@@ -53,7 +56,3 @@ def _closed_pipe() -> int:
     except (OSError, ValueError):
         pass
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

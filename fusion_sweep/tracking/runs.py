@@ -35,10 +35,10 @@ from fusion_sweep.schema import (ATTEMPTS, CODE_FINGERPRINT, CODE_HISTORY, DEFAU
                                  MLFLOW_NOTE, N_TRIALS, PARENT, PARENT_METRICS, PLATFORM_FIELD_TAGS,
                                  RECONCILED, ROLE, SUPERSEDED, SWEEP, TRIAL_KEY, VERSION,
                                  encode_param, run_of_key, sqlite_path)
-from fusion_sweep.store import LOCAL_ARTIFACTS
-from fusion_sweep.store import client as _client
+from fusion_sweep.tracking.store import LOCAL_ARTIFACTS
+from fusion_sweep.tracking.store import client as _client
 from fusion_sweep.trial.data.registry import DATASETS
-from fusion_sweep.ui_view import mark_training_experiment
+from fusion_sweep.tracking.view import mark_training_experiment
 
 if TYPE_CHECKING:  # pragma: no cover
     from mlflow.entities import Run

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from fusion_sweep import mlflow_query
 from fusion_sweep.schema import CODE_FINGERPRINT, DEFAULT_EXPERIMENT, N_TRIALS, ROLE, SWEEP, sqlite_path
-from fusion_sweep.store import client as mlflow_client
+from fusion_sweep.tracking.store import client as mlflow_client
 
 if TYPE_CHECKING:  # pragma: no cover
     from mlflow.entities import Run

@@ -2,7 +2,7 @@
 way to follow a Tuner's trials (`RunConfig(callbacks=[...])`).
 
 Imported by the launching process only, once Ray is needed (it imports Ray at import time);
-the display itself (`fusion_sweep.progress`) needs no Ray.
+the display itself (`fusion_sweep.raytune.progress`) needs no Ray.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from ray.tune import Callback
 
-from fusion_sweep.progress import SweepProgress
+from fusion_sweep.raytune.progress import SweepProgress
 
 
 class ProgressCallback(Callback):

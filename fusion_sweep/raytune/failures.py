@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from fusion_sweep import tracking
-from fusion_sweep.grid import GridPoint
-from fusion_sweep.grid import ident_of
+from fusion_sweep.tracking import runs as tracking
+from fusion_sweep.plan.grid import GridPoint
+from fusion_sweep.plan.grid import ident_of
 
 
 # What a trial error's type means for the user, when the error itself does not say it.

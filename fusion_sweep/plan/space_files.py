@@ -1,5 +1,5 @@
 """Where the shipped search spaces live (standard library only, so `fusion-sweep --help` can
-list them without importing torch through `fusion_sweep.space`'s validation)."""
+list them without importing torch through `fusion_sweep.plan.space`'s validation)."""
 from __future__ import annotations
 
 import importlib.resources

@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from fusion_sweep.grid import GridPoint
+from fusion_sweep.plan.grid import GridPoint
 from fusion_sweep.schema import (CODE_COMPONENTS, FINISHED, IDENTITY_FIELDS, IDENTITY_TAG,
                                  SUPERSEDED, TRIAL_KEY, changed_components, component_label,
                                  parse_components)

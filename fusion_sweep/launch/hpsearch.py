@@ -15,9 +15,9 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Mapping, TextIO
 
-from fusion_sweep import signals
-from fusion_sweep.ray_setup import check_ray_address, configure_ray_env, init_ray, resolve_storage
-from fusion_sweep.space import DISTRIBUTIONS, SearchSpace, dump_space, load_space
+from fusion_sweep.launch import signals
+from fusion_sweep.raytune.setup import check_ray_address, configure_ray_env, init_ray, resolve_storage
+from fusion_sweep.plan.space import DISTRIBUTIONS, SearchSpace, dump_space, load_space
 from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.trial.trainer import train_trial
 from fusion_sweep.errors import UserError

@@ -8,16 +8,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from fusion_sweep.grid import GridPoint
-from fusion_sweep.ray_setup import resolve_storage
+from fusion_sweep.plan.grid import GridPoint
+from fusion_sweep.raytune.setup import resolve_storage
 from fusion_sweep.schema import (ADAPTIVE_COLUMN, ATTEMPTS, CODE_COMPONENTS, CODE_COMPONENTS_COLUMN,
                                  CODE_FINGERPRINT, CODE_FINGERPRINT_COLUMN,
                                  COMPARISON_FAMILY_COLUMN, DEFAULT_EXPERIMENT, ERROR, FACT_COLUMNS,
                                  FINAL_METRICS, FINGERPRINT_TAGS,
                                  FINISHED, IDENTITY_FIELDS, LAUNCH_ID, PLATFORM_LABEL_COLUMN,
                                  platform_from_tags, platform_label, resolve_tracking_uri)
-from fusion_sweep.store import is_local_store
-from fusion_sweep.ui_view import default_ui_store
+from fusion_sweep.tracking.store import is_local_store
+from fusion_sweep.tracking.view import default_ui_store
 
 
 @dataclass

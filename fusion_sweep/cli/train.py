@@ -52,7 +52,7 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     if args.dataset == "list":
-        from fusion_sweep.cli_datasets import print_listing
+        from fusion_sweep.cli.datasets import print_listing
 
         return print_listing(args.json)
     from fusion_sweep.trial.config import TrialConfig, resolve_hyperparameters

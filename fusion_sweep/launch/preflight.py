@@ -7,17 +7,17 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from fusion_sweep import tracking
-from fusion_sweep.adaptive import AdaptiveState
-from fusion_sweep.checkout import git_commit
-from fusion_sweep.grid import GridPoint, code_of, grid_hash
-from fusion_sweep.memory import RAY_MEMORY_SHARE, check_gpu_memory, trial_memory_bytes
-from fusion_sweep.placement import check_local_pin
-from fusion_sweep.ray_setup import check_ray_address, resolve_storage
-from fusion_sweep.relaunch import code_plan
+from fusion_sweep.tracking import runs as tracking
+from fusion_sweep.launch.adaptive import AdaptiveState
+from fusion_sweep.tracking.checkout import git_commit
+from fusion_sweep.plan.grid import GridPoint, code_of, grid_hash
+from fusion_sweep.launch.memory import RAY_MEMORY_SHARE, check_gpu_memory, trial_memory_bytes
+from fusion_sweep.raytune.placement import check_local_pin
+from fusion_sweep.raytune.setup import check_ray_address, resolve_storage
+from fusion_sweep.plan.relaunch import code_plan
 from fusion_sweep.schema import CODE_HISTORY, GRID_HASH, LOOPBACK_HOSTS, resolve_tracking_uri
-from fusion_sweep.space import SearchSpace
-from fusion_sweep.store import check_tracking_uri, is_local_store
+from fusion_sweep.plan.space import SearchSpace
+from fusion_sweep.tracking.store import check_tracking_uri, is_local_store
 from fusion_sweep.errors import UserError
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, TextIO
 
-from fusion_sweep.space import SearchSpace
+from fusion_sweep.plan.space import SearchSpace
 from fusion_sweep.errors import UserError
 
 # Ray's convention for "a node with this accelerator" (what ray.remote(accelerator_type=...)

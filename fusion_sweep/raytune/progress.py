@@ -2,7 +2,7 @@
 
 `SweepProgress` is driven by Ray Tune's supported callback hooks (`ray.tune.Callback`:
 `setup`, `on_trial_start`, `on_trial_result`, `on_trial_complete`, `on_trial_recover`,
-`on_trial_error`, `on_step_end`, `on_experiment_end`); `fusion_sweep.tune_callback` wraps it in
+`on_trial_error`, `on_step_end`, `on_experiment_end`); `fusion_sweep.raytune.callback` wraps it in
 a real `ray.tune.Callback` for `RunConfig(callbacks=...)`, and the launch runs Tune with
 `verbose=0`, so Tune's own output engine prints nothing and no Ray log text is filtered. The
 display needs no Ray import: it is tested with fake trials.

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from fusion_sweep.schema import sqlite_path
-from fusion_sweep.store import LOCAL_ARTIFACTS
+from fusion_sweep.tracking.store import LOCAL_ARTIFACTS
 
 
 def port_free(host: str, port: int) -> bool:

@@ -1,6 +1,6 @@
 """The plan of a sweep: its grid points, each keyed by `schema.trial_key`, and how it prints.
 
-Shared by the launch (`fusion_sweep.sweep`) and adaptive seeding (`fusion_sweep.adaptive`),
+Shared by the launch (`fusion_sweep.launch.sweep`) and adaptive seeding (`fusion_sweep.launch.adaptive`),
 which extends a plan with new seed points built the same way.
 """
 from __future__ import annotations
@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from fusion_sweep.schema import IDENTITY_FIELDS, sweep_code, trial_key
-from fusion_sweep.space import SearchSpace
+from fusion_sweep.plan.space import SearchSpace
 from fusion_sweep.trial.config import TrialConfig
-from fusion_sweep.trialcode import TrialCode, trial_code
+from fusion_sweep.plan.trialcode import TrialCode, trial_code
 
 
 @dataclass(frozen=True)

@@ -9,15 +9,16 @@ from __future__ import annotations
 import socket
 from typing import Any, Sequence
 
-from fusion_sweep import schema, tracking
+from fusion_sweep import schema
+from fusion_sweep.tracking import runs as tracking
 from fusion_sweep.errors import UserError
-from fusion_sweep.failures import error_reason, out_of_memory
-from fusion_sweep.grid import ident_of
+from fusion_sweep.raytune.failures import error_reason, out_of_memory
+from fusion_sweep.plan.grid import ident_of
 from fusion_sweep.schema import changed_components, component_label
 from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.trial.heap import release_freed_memory
 from fusion_sweep.trial.trainer import train_trial
-from fusion_sweep.trialcode import TrialCode, trial_code
+from fusion_sweep.plan.trialcode import TrialCode, trial_code
 
 
 def _node_tags() -> dict[str, str]:
