@@ -56,7 +56,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from fusion_sweep import tracking  # noqa: E402
+from fusion_sweep.tracking import runs as tracking  # noqa: E402
 from fusion_sweep import schema  # noqa: E402
 from fusion_sweep.plan.space import SPACE_DIR, load_space  # noqa: E402
 from fusion_sweep.plan.grid import plan  # noqa: E402

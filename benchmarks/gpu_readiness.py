@@ -161,7 +161,7 @@ def gpu0_trial_device() -> tuple[str, str]:
     `ray.get_gpu_ids()` is empty) on a worker whose torch reports CUDA available: the
     launcher's `trainable.worker_device`, then the trainer's `resolve_device`, both under
     the faked `torch.cuda.is_available`."""
-    from fusion_sweep import trainable  # looked up at call time: tests break it to see this fail
+    from fusion_sweep.raytune import trainable  # looked up at call time: tests break it to see this fail
 
     with mock.patch.object(torch.cuda, "is_available", lambda: True):
         requested = trainable.worker_device("auto", [])

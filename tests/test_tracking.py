@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fusion_sweep.tracking import runs as tracking
-from fusion_sweep.tracking.runs import store as tracking_store  # noqa: E402
+from fusion_sweep.tracking import store as tracking_store  # noqa: E402
 from fusion_sweep import schema  # noqa: E402
 from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.plan.space import load_space

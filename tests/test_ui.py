@@ -26,8 +26,8 @@ import pytest
 
 from fusion_sweep.tracking import runs as tracking
 from fusion_sweep.errors import UserError  # noqa: E402
-from fusion_sweep import ui_view  # noqa: E402
-from fusion_sweep import ui_server  # noqa: E402
+from fusion_sweep.tracking import view as ui_view  # noqa: E402
+from fusion_sweep.ui import server as ui_server  # noqa: E402
 from fusion_sweep import schema  # noqa: E402
 from fusion_sweep.schema import PARENT, ROLE, SWEEP
 
