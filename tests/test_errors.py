@@ -596,3 +596,43 @@ def test_dataset_unavailable_is_still_a_connection_error():
     from fusion_sweep.trial.data.hub import DatasetUnavailableError
 
     assert issubclass(DatasetUnavailableError, ConnectionError)
+
+
+# argparse's choices, checked through its public API only (issue 40: no private override).
+
+def _parse_error(parser, argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit):
+        parser.parse_args(argv)
+    return capsys.readouterr().err.splitlines()[-1]
+
+
+def test_argument_parser_overrides_no_private_argparse_method():
+    import argparse
+
+    from fusion_sweep.errors import ArgumentParser
+    private = [name for name in vars(ArgumentParser)
+               if name.startswith("_") and not name.startswith("__")
+               and hasattr(argparse.ArgumentParser, name)]
+    assert private == []
+
+
+def test_choices_keep_the_arguments_type_and_reach_groups_and_subcommands(capsys):
+    from fusion_sweep.errors import ArgumentParser
+    parser = ArgumentParser(prog="p")
+    parser.add_argument("--n", type=int, choices=(1, 2), default=1)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = sub.add_parser("run")
+    run.add_argument("space")
+    run.add_argument_group("output").add_argument("--format", choices=("text", "json"))
+    assert parser.parse_args(["--n", "2", "run", "x", "--format", "json"]).n == 2
+    # the command's own strings (`x`, `--format`, `json`) are not commands
+    assert parser.parse_args(["run", "default"]).space == "default"
+    assert _parse_error(parser, ["--n", "3", "run", "x"], capsys) == (
+        "p: error: argument --n: invalid choice: 3; choose from 1, 2")
+    assert _parse_error(parser, ["--n", "x", "run", "x"], capsys) == (
+        "p: error: argument --n: invalid int value: 'x'")
+    assert _parse_error(parser, ["rnu"], capsys) == (
+        "p: error: argument COMMAND: invalid choice: 'rnu' (did you mean 'run'?); choose from run")
+    assert _parse_error(parser, ["run", "x", "--format", "jsn"], capsys) == (
+        "p run: error: argument --format: invalid choice: 'jsn' (did you mean 'json'?); "
+        "choose from text, json")
