@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fusion_sweep.analysis.caveats import full
 from fusion_sweep.analysis.demo import synthetic_ressformer_results, synthetic_results
 from fusion_sweep.analysis.load import tidy
 from fusion_sweep.analysis.report import Report, Settings, analyze
@@ -42,7 +43,7 @@ def report_of(case: str) -> Report:
 def verdicts(report: Report) -> list[dict]:
     """Every verdict the report decides, keyed by what identifies it."""
     out = [{"key": list(c.key), "verdict": c.verdict, "win_verdict": c.win_verdict,
-            "ratio_verdict": c.ratio_verdict, "verdict_flags": list(c.verdict_flags),
+            "ratio_verdict": c.ratio_verdict, "verdict_flags": [full(f) for f in c.verdict_flags],
             "p_holm": c.p_holm, "sign_p_holm": c.sign_p_holm}
            for c in report.comparisons]
     out += [{"key": [t.metric, t.variant, t.baseline_variant, *t.datasets],

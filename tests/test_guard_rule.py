@@ -18,6 +18,7 @@ import pytest
 from scipy import stats as sps
 
 from fusion_sweep import cli
+from fusion_sweep.analysis.caveats import full
 from fusion_sweep.analysis.guard import Learning, guard
 from fusion_sweep.analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, NOT_LEARNED, WORSE
 
@@ -79,7 +80,7 @@ def test_the_guard_rule_on_every_state(verdict: str, arm: str, ref: str, exact: 
     assert g.verdict == _expected(verdict, arm, ref, exact)
     assert bool(g.withheld) == (g.verdict == INCONCLUSIVE and verdict != INCONCLUSIVE)
     if g.withheld:
-        assert g.flag.startswith(f"no '{verdict}': ")
+        assert g.caveat.withheld == verdict and full(g.caveat).startswith(f"no '{verdict}': ")
 
 
 def test_the_guard_is_symmetric_in_its_arms() -> None:

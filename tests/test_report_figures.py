@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from fusion_sweep.analysis import caveats
 from fusion_sweep.analysis import plots
 from fusion_sweep.analysis.demo import synthetic_results
 from fusion_sweep.analysis.load import tidy
@@ -120,7 +121,7 @@ def test_the_forest_plot_shows_every_caveat_of_a_verdict(written) -> None:
         text = html.unescape((out / f"forest_{pe}_test_acc.svg").read_text())
         for c in (c for c in report.comparisons if c.pe == pe):
             assert plots.verdict_words(c) in text
-            assert all(flag in text for flag in c.verdict_flags)
+            assert all(caveats.figure(flag) in text for flag in c.verdict_flags)
 
 
 def test_figure_words_name_the_metric_not_its_column(written) -> None:

@@ -19,10 +19,13 @@ from fusion_sweep.analysis.answer import findings
 from fusion_sweep.analysis.load import tidy
 from fusion_sweep.analysis.report import Settings, analyze
 from fusion_sweep.analysis.schema import (
-    ANSWER_KEYS, BETTER, COMPARISON_KEYS, EQUIVALENT, INCONCLUSIVE, NOT_LEARNED, WORSE,
+    ANSWER_KEYS, BETTER, EQUIVALENT, INCONCLUSIVE, NOT_LEARNED, WORSE,
 )
+from fusion_sweep.analysis.records import Comparison
 from fusion_sweep.analysis.tables import fci
 from fusion_sweep.analysis.text import WIDTH, format_text, terminal_width, use_color
+
+COMPARISON_KEYS = Comparison.json_keys()  # the JSON keys of a comparison: its record's fields
 
 sys.path.insert(0, str(Path(__file__).parent))
 import report_cases  # noqa: E402

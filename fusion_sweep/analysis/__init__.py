@@ -6,9 +6,10 @@ imports neither torch nor ray; mlflow is imported lazily, only by the MLflow inp
 functions in :mod:`fusion_sweep.analysis.mlflow_io`, so the analysis runs on any machine with the
 scientific Python stack and a CSV/Parquet file.
 
-Layers point down, no import cycles: schema < metrics, variants < settings < stats, load,
-pairing, chance, regimes, sequential < claims < report < tables, sequential_report, text,
-plots, render < mlflow_io, cli. Layout:
+Layers point down, no import cycles: schema < metrics, variants, caveats, estimands, winrate
+< settings, load, pairing, guard, records < stats < sequential, chance, regimes < claims <
+grid, answer < report < tables, sequential_report < text, plots < render < mlflow_io, cli.
+Layout:
 - :mod:`fusion_sweep.analysis.schema`   column names, JSON keys, labels, error type (identity,
   fingerprint and MLflow names come from :mod:`fusion_sweep.schema`, which is stdlib-only);
 - :mod:`fusion_sweep.analysis.metrics`  direction of improvement and proportion checks, by metric name;
@@ -18,6 +19,9 @@ plots, render < mlflow_io, cli. Layout:
 - :mod:`fusion_sweep.analysis.load`     results file -> tidy table; validation and filtering;
 - :mod:`fusion_sweep.analysis.pairing`  pair trials by seed, with every dropped pair and its reason
   (fingerprints, superseded and mixed code versions);
+- :mod:`fusion_sweep.analysis.caveats`  what qualifies a verdict, as typed values, and their renderings;
+- :mod:`fusion_sweep.analysis.guard`    the one guard rule: the verdict a comparison may claim;
+- :mod:`fusion_sweep.analysis.records`  the frozen records each stage builds, and their JSON;
 - :mod:`fusion_sweep.analysis.chance`   does each arm beat chance (1/num_classes)? -> `not learned`;
 - :mod:`fusion_sweep.analysis.stats`    per-comparison statistics (scipy / statsmodels);
 - :mod:`fusion_sweep.analysis.regimes`  length regimes and the interaction (regime x fusion) test;

@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence
 
+from fusion_sweep.analysis import caveats
 from fusion_sweep.analysis.grid import unlearned
 from fusion_sweep.analysis.records import Comparison
 from fusion_sweep.analysis.regimes import DIFFERS
@@ -120,7 +121,7 @@ def _unlearned_key(c: Comparison) -> tuple | None:
     better/worse/equivalent was withheld because one arm did not (or may not) beat chance."""
     if c.verdict == NOT_LEARNED:
         return (c.metric, c.dataset, c.group, NOT_LEARNED, c.baseline_variant)
-    if not any(f.startswith("no '") for f in c.verdict_flags):
+    if not caveats.has(c.verdict_flags, caveats.WITHHELD):
         return None
     if unlearned(c) is None:  # both learned; an equivalence withheld: its own sentence says why
         return None
@@ -241,18 +242,10 @@ def _caveats(c: Comparison, ctx: _Context) -> str:
     rates = learn_rates(c, ctx)
     if rates:
         out.append(rates)
-    for f in c.verdict_flags:
-        if f.startswith("no 'equivalent'"):
-            out.append("not shown equivalent: " + f.partition(": ")[2]
-                       .replace(c.baseline_variant, c.baseline).replace(c.variant, ctx.arm(c)))
-        elif f.startswith("rests on normality"):
-            why = _paren(f).replace(c.baseline_variant, c.baseline).replace(c.variant,
-                                                                             ctx.arm(c))
-            out.append(f"the mean-Δ verdict rests on normality{why}")
-        elif f.startswith("with all"):
-            n, other = f.removeprefix("with all ").split(" pairs: ", 1)
-            out.append(f"with the pairs the fingerprint checks dropped put back ({n} pairs) "
-                       f"it would be {other}")
+    def relabel(text: str) -> str:  # the variants as the answer names them
+        return text.replace(c.baseline_variant, c.baseline).replace(c.variant, ctx.arm(c))
+
+    out += [x for x in (caveats.long(f, relabel) for f in c.verdict_flags) if x]
     equivalent = _finite(c.tost_p_holm) and c.tost_p_holm < ctx.alpha
     excludes = _finite(c.t_ci_low) and (c.t_ci_low > 0 or c.t_ci_high < 0)
     if c.verdict in (BETTER, WORSE) and equivalent:
@@ -262,7 +255,7 @@ def _caveats(c: Comparison, ctx: _Context) -> str:
         out.append("its 95% interval excludes 0: a difference smaller than the margin")
     if c.verdict == INCONCLUSIVE and excludes:
         out.append("its 95% interval excludes 0, but the Holm p does not decide")
-    withheld = any(f.startswith("no 'equivalent'") for f in c.verdict_flags)
+    withheld = caveats.has(c.verdict_flags, caveats.WITHHELD, EQUIVALENT)
     if (c.verdict == INCONCLUSIVE and c.equivalence_margin is not None
             and _finite(c.tost_p_holm) and not withheld):
         out.append(f"nor is it shown equivalent within ±{c.equivalence_margin:g}")
@@ -405,7 +398,8 @@ def summary(comps: Sequence[Comparison], ctx: _Context,
         parts.append(f"the effect of {ctx.arm(a.c0)} vs {a.c0.baseline} differs across "
                      f"regimes, largest on {a.top}")
     text = "; ".join(parts)
-    if any("descriptive" in c.verdict_flags for c in comps):  # said once, not per sentence
+    # said once, not per sentence
+    if any(caveats.has(c.verdict_flags, caveats.DESCRIPTIVE) for c in comps):
         text += ("; every verdict here is descriptive: the seed count was chosen adaptively "
                  "(the sweep's verdicts are the sequential decisions)")
     return Finding(SUMMARY, "", "", "", (), "", f"In short: {text}.")
@@ -425,12 +419,6 @@ def _how(c: Comparison) -> tuple[str, str | None]:
 
 def _group(c: Comparison, ctx: _Context) -> str:
     return ctx.axis.title(c.group)
-
-
-def _paren(flag: str) -> str:
-    """' (add at chance on 2 of 8 seeds)' from 'rests on normality (...)'."""
-    inner = flag.partition("(")[2].rstrip(")")
-    return f" ({inner})" if inner else ""
 
 
 def _and(names: list[str]) -> str:

@@ -23,9 +23,10 @@ Contrast kinds (each a frozen dataclass with ``plans`` and ``describe``):
 - :class:`Cheaper`: the paired ratio arm/reference of each cost metric per regime, on the log
   scale (:func:`fusion_sweep.analysis.stats.ratio_test`); supports when the ratio is < 1
   beyond noise (or exactly, for a deterministic cost).
-- :class:`LargerOnShuffled`: the arm's advantage is larger on each ``X-shuffled`` dataset
-  than on its clean regime ``X`` (found by name): per seed,
-  ``[arm - ref on X-shuffled] - [arm - ref on X]`` (seeds are shared across datasets), a
+- :class:`LargerOnShuffled`: the arm's advantage is larger on each structure-noise probe
+  (such as ``X-shuffled``) than on its clean regime ``X`` (the probe's ``probe_of`` tag, or a
+  results file's ``probe_of`` column; never the name): per seed,
+  ``[arm - ref on the probe] - [arm - ref on X]`` (seeds are shared across datasets), a
   one-sided t-test in the claimed direction.
 - :class:`AblationOrder`: removing A hurts more than removing B, per regime:
   ``D_A - D_B > 0`` with ``D_X = metric(full) - metric(no-X)`` paired by seed; the full
@@ -52,6 +53,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from fusion_sweep.analysis import stats
+from fusion_sweep.analysis.caveats import full
 from fusion_sweep.analysis.chance import arm_state, chance_tests, learning
 from fusion_sweep.analysis.guard import Learning, guard, neither_learned
 from fusion_sweep.analysis.load import to_metric
@@ -349,7 +351,8 @@ class Cheaper:
 
 @dataclass(frozen=True)
 class LargerOnShuffled:
-    """The arm's advantage over ref is larger on each X-shuffled dataset than on X."""
+    """The arm's advantage over ref is larger on each structure-noise probe of X (its
+    `probe_of` tag) than on X."""
 
     arm: Variant
     ref: Variant
@@ -1103,7 +1106,7 @@ def _verdict(st: _Stats, p_holm: float, tost_p_holm: float, alpha: float, m: int
     for a, b in st.plan.pairs:
         g = guard(verdict, st.learnings[a.arm], st.learnings[b.arm])
         if g.verdict != verdict:
-            notes.extend([f"verdict withheld: {g.flag}"] if g.withheld else [])
+            notes.extend([f"verdict withheld: {full(g.caveat)}"] if g.caveat else [])
             return g.verdict
     return verdict
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from fusion_sweep.analysis.caveats import WITHHELD, Caveat
 from fusion_sweep.analysis.schema import (
     BETTER, EQUIVALENT, INCONCLUSIVE, NOT_LEARNED, WORSE,
 )
@@ -78,9 +79,9 @@ class Guarded:
     why: str = ""
 
     @property
-    def flag(self) -> str:
-        """The verdict flag said beside a withheld verdict: "no 'better': WHY"."""
-        return f"no '{self.withheld}': {self.why}" if self.withheld else ""
+    def caveat(self) -> Caveat | None:
+        """The caveat said beside a withheld verdict (None when nothing was withheld)."""
+        return Caveat(WITHHELD, withheld=self.withheld, why=self.why) if self.withheld else None
 
 
 def neither_learned(arm: Learning, ref: Learning) -> bool:

@@ -29,10 +29,11 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from fusion_sweep.schema import fusion_color, metric_label
 
+from fusion_sweep.analysis import caveats
 from fusion_sweep.analysis.claims import RATIO, SUPERIORITY, WIN_RATE_KIND
 from fusion_sweep.analysis.records import Comparison
 from fusion_sweep.analysis.schema import DATASET, SEED, SUPPORT_COLORS, VALUE, VERDICT_COLORS
-from fusion_sweep.analysis.sequential import WIN_RATE
+from fusion_sweep.analysis.estimands import WIN_RATE
 from fusion_sweep.analysis.sequential_report import key_label
 from fusion_sweep.analysis.variants import Axis, Variant
 
@@ -66,8 +67,8 @@ def paired_delta_plot(comps: list[Comparison], title: str, margin: float | None,
     """
     seeds = sorted({s for c in comps for s in c.seeds})
     colors = colors or arm_colors([_arm(c, axis) for c in comps])
-    caveats = any(c.verdict_flags for c in comps)  # wrapped under the ticks: wider columns
-    fig, ax = _subplots(figsize=(1.6 + (2.1 if caveats else 1.5) * max(1, len(comps)), 3.6))
+    flagged = any(c.verdict_flags for c in comps)  # wrapped under the ticks: wider columns
+    fig, ax = _subplots(figsize=(1.6 + (2.1 if flagged else 1.5) * max(1, len(comps)), 3.6))
     _zero_and_margin(ax, margin, horizontal=True)
     for s in seeds:
         xs = [i for i, c in enumerate(comps) if s in c.seeds]
@@ -193,7 +194,7 @@ def verdict_words(c: Comparison) -> str:
     """A row's verdict with the Holm p that decides it and its caveats:
     'better (Holm p 0.0013)', 'inconclusive (Holm p 0.0157; no 'better': ...)'."""
     notes = ([f"Holm p {c.p_holm:.2g}"] if _finite(c.p_holm) else []) + \
-        [f for f in c.verdict_flags if f]
+        [caveats.figure(f) for f in c.verdict_flags]
     return c.verdict + (f" ({'; '.join(notes)})" if notes else "")
 
 

@@ -5,29 +5,32 @@ Stages: :class:`fusion_sweep.analysis.pairing.Paired` (the pairs) -> report.Meas
 comparison's own statistics) -> report.Adjusted (its Holm p in each of the report's families)
 -> report.Judged (the verdicts, flags and notes) -> :class:`Comparison`, built once from
 Measured and Judged and never changed -> the :class:`fusion_sweep.analysis.report.Report`.
-Each stage is frozen. Renderers read attributes, never keys.
+Each stage is a frozen dataclass. Renderers read attributes, never keys.
 
-A new statistic is a field here (its place in schema.COMPARISON_KEYS is its JSON key order),
-its computation in the statistics, and the renderers that show it. A field the statistics do
+A new statistic is a field here (its place among the fields is its JSON key order; no key
+list is kept beside the record), its computation in the statistics (a field of
+report.Measured or report.Judged), and the renderers that show it. A field the statistics do
 not fill, or a value they fill that is no field, fails at build time: nothing vanishes from
 the JSON silently.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from fusion_sweep.analysis.caveats import Caveat, full
 from fusion_sweep.analysis.schema import (
-    ARM_KEYS, CHANCE_TEST_KEYS, COMPARISON_KEYS, INTERACTION_TEST_KEYS,
+    ARM_KEYS, CHANCE_TEST_KEYS, INTERACTION_TEST_KEYS,
 )
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """One comparison, arm vs reference on one dataset and metric (schema.COMPARISON_KEYS,
-    in that order, documented there), and its group (the variant fields the baseline leaves
-    open: not in the JSON)."""
+    """One comparison, arm vs reference on one dataset and metric: its fields, in this order,
+    are the keys of its `comparisons` entry in the JSON (documented here, field by field),
+    except `group` (the variant fields the baseline leaves open: not in the JSON)."""
 
+    # The keys every entry of `comparisons` carries (issue 4), through `verdict`.
     dataset: str
     pe: str
     metric: str
@@ -53,6 +56,7 @@ class Comparison:
     min_p_t: float
     min_p_wilcoxon: float
     verdict: str
+    # Documented extras: context needed to audit a row without re-running the analysis.
     regime: str
     median_tokens: float
     higher_is_better: bool
@@ -67,28 +71,51 @@ class Comparison:
     boot_method: str
     equivalence_margin: float | None
     notes: tuple[str, ...]
+    # Holm over the report's TOST family; the `equivalent` verdict uses this one.
     tost_p_holm: float
+    # Post hoc power at the observed d_z, at the alpha the verdict actually uses (Holm's
+    # first step, alpha/m); `power` / `seeds_for_80_power` above are at unadjusted alpha.
     holm_first_step_alpha: float
     power_at_holm_alpha: float
     seeds_for_80_power_at_holm_alpha: int | None
+    # Does each arm beat chance (1/num_classes)? LEARNED_STATES; see `chance` below.
     chance_level: float
     learned: str
     baseline_learned: str
+    # The variants compared: `pe`/`fusion`/`encoder` are the ARM's fields; `variant` is the
+    # arm's label and `baseline_variant` the reference's ("encoder/pe/fusion"); `baseline`
+    # above is the reference in the form --baseline was given (fusion name or full label).
     encoder: str
     variant: str
     baseline_variant: str
+    # Cost metrics only (COST_METRICS; null otherwise): geometric-mean ratio arm/reference
+    # with the exponentiated t-interval of the mean log ratio, its paired-t p, the Holm p
+    # over the report's ratio tests, and the verdict on the ratio.
     ratio: float | None
     ratio_ci_low: float | None
     ratio_ci_high: float | None
     ratio_p: float | None
     ratio_p_holm: float | None
     ratio_verdict: str | None
-    verdict_flags: tuple[str, ...]
+    # What qualifies the verdict, shown beside it (empty: nothing): "descriptive" (an
+    # adaptive sweep's fixed-n verdict), "rests on normality (n < 5)", why a better/equivalent
+    # was withheld (an arm's chance level unknown, or an arm constant), and the verdict with
+    # the pairs dropped for fingerprint/code reasons put back when that verdict differs.
+    verdict_flags: tuple[Caveat, ...]
+    # The Holm-consistent interval: the t-interval at level 1 - alpha * t_p / p_holm (a level
+    # of its own per comparison), which excludes 0 exactly when p_holm < alpha
+    # (stats.holm_consistent_interval); the figures draw it. The interval every text shows is
+    # t_ci_* above, at the one fixed level 1 - alpha, beside p_holm.
     holm_ci_low: float
     holm_ci_high: float
     holm_ci_level: float
+    # What `verdict` is about and what it assumes (fusion_sweep.analysis.estimands): "mean Δ".
     estimand: str
     assumes: str
+    # The win-rate estimand P(Δ > 0) vs P(Δ < 0): exact two-sided sign test, ties excluded
+    # and counted; win_rate = wins / (wins + losses) with its Clopper-Pearson interval at
+    # 1 - alpha; sign_p_holm: Holm over the same family as p_holm; win_verdict: better /
+    # worse / inconclusive / not learned (never equivalent), under the same learned? guards.
     win_estimand: str
     win_assumes: str
     wins: int
@@ -100,14 +127,20 @@ class Comparison:
     sign_p: float
     sign_p_holm: float
     win_verdict: str
+    # Each arm's learn rate: seeds that beat chance (exact per-seed test) of seeds tested, null
+    # without the exact test; *_learn_basis: why its learned? state cannot exclude a
+    # majority-class predictor ("" when the exact test against the recorded majority rate
+    # decided it; else 1/K or the seed-level t-test): such an arm never enters `equivalent`.
     arm_learn_count: int | None
     arm_learn_n: int | None
     arm_learn_basis: str
     baseline_learn_count: int | None
     baseline_learn_n: int | None
     baseline_learn_basis: str
+    # Seeds lost to a non-finite metric on either arm (a diverged run): never silently out of
+    # the win rate: the sign test counts each against the observed majority (its worst case).
     lost_seeds: tuple[int, ...]
-    group: tuple[str, ...] = ()
+    group: tuple[str, ...] = field(default=(), metadata={"json": False})
 
     @classmethod
     def build(cls, stats: Mapping[str, Any]) -> "Comparison":
@@ -121,8 +154,14 @@ class Comparison:
         return cls(**{k: _frozen(v) for k, v in public.items()})
 
     def to_json(self) -> dict[str, Any]:
-        """The `comparisons` entry: exactly COMPARISON_KEYS, in that order."""
-        return {k: _plain(getattr(self, k)) for k in COMPARISON_KEYS}
+        """The `comparisons` entry: exactly json_keys(), in that order."""
+        return {k: _plain(getattr(self, k)) for k in self.json_keys()}
+
+    @classmethod
+    def json_keys(cls) -> tuple[str, ...]:
+        """The keys of a `comparisons` entry: the record's fields in their order, less those
+        marked out of the JSON."""
+        return tuple(f.name for f in fields(cls) if f.metadata.get("json", True))
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -229,10 +268,12 @@ def _frozen(v: Any) -> Any:
 
 
 def _plain(v: Any) -> Any:
-    return list(v) if isinstance(v, tuple) else v
+    """A record's value as the JSON holds it: a tuple as a list, a caveat as its full text."""
+    if isinstance(v, tuple):
+        return [_plain(x) for x in v]
+    return full(v) if isinstance(v, Caveat) else v
 
 
-assert tuple(f.name for f in fields(Comparison))[:len(COMPARISON_KEYS)] == COMPARISON_KEYS
 assert tuple(f.name for f in fields(InteractionTest)) == INTERACTION_TEST_KEYS
 assert tuple(f.name for f in fields(ChanceTest)) == CHANCE_TEST_KEYS
 assert tuple(f.name for f in fields(ArmSummary)) == ARM_KEYS

@@ -33,13 +33,14 @@ import json
 import math
 import zlib
 from types import SimpleNamespace
-from dataclasses import asdict, dataclass, field, fields, make_dataclass, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Mapping
 
 import numpy as np
 import pandas as pd
 
 from fusion_sweep.analysis import stats
+from fusion_sweep.analysis.caveats import ALL_PAIRS, COLLAPSE, DESCRIPTIVE, SMALL_N, Caveat
 from fusion_sweep.analysis.chance import METHOD as CHANCE_METHOD
 from fusion_sweep.analysis.chance import (
     arm_state, chance_level, chance_test, chance_tests, class_counts, learning,
@@ -396,20 +397,84 @@ def arm_summaries(df: pd.DataFrame, s: Settings, regimes: list[Regime],
     return sorted(out, key=order)
 
 
-# Stage 2's fields: what the report's Holm families and the verdict rules decide. Every other
-# field of a Comparison is the comparison's own statistics (stage 1, _measure).
-JUDGED = ("p_holm", "tost_p_holm", "holm_first_step_alpha", "power_at_holm_alpha",
-          "seeds_for_80_power_at_holm_alpha", "holm_ci_low", "holm_ci_high",
-          "holm_ci_level", "verdict", "notes", "verdict_flags", "ratio_p_holm",
-          "ratio_verdict", "sign_p_holm", "win_verdict")
+# Stage 1: one comparison's own statistics (no family yet): the Comparison fields Judged does
+# not decide, plus `notes` (the statistics' own), and what the verdict rules read besides:
+# the pairs, the cost-ratio test and the collapsed-seeds sentence.
+@dataclass(frozen=True)
+class Measured:
+    """Stage 1: one comparison's own statistics and what its verdict rules read besides."""
 
-# Stage 1: one comparison's own statistics (no family yet), the Comparison fields outside
-# JUDGED plus `notes` (the statistics' own), and what the verdict rules read besides: the
-# pairs, the cost-ratio test and the collapsed-seeds sentence.
-Measured = make_dataclass("Measured", [
-    *((f.name, f.type) for f in fields(Comparison) if f.name == "notes" or f.name not in JUDGED),
-    ("pair", Paired), ("ratio_test", object), ("collapse", str), ("arm_learning", Learning),
-    ("ref_learning", Learning)], frozen=True)
+    dataset: str
+    pe: str
+    metric: str
+    fusion: str
+    baseline: str
+    n: int
+    mean_delta: float
+    sd_delta: float
+    t_ci_low: float
+    t_ci_high: float
+    t_p: float
+    wilcoxon_p: float
+    wilcoxon_method: str
+    signflip_p: float
+    boot_ci_low: float
+    boot_ci_high: float
+    dz: float
+    n_positive: int
+    tost_p: float
+    power: float
+    seeds_for_80_power: int | None
+    min_p_t: float
+    min_p_wilcoxon: float
+    regime: str
+    median_tokens: float
+    higher_is_better: bool
+    seeds: tuple[int, ...]
+    deltas: tuple[float, ...]
+    n_negative: int
+    n_zero: int
+    t_df: float
+    signflip_method: str
+    min_p_signflip: float
+    boot_descriptive: bool
+    boot_method: str
+    equivalence_margin: float | None
+    notes: tuple[str, ...]
+    chance_level: float
+    learned: str
+    baseline_learned: str
+    encoder: str
+    variant: str
+    baseline_variant: str
+    ratio: float | None
+    ratio_ci_low: float | None
+    ratio_ci_high: float | None
+    ratio_p: float | None
+    estimand: str
+    assumes: str
+    win_estimand: str
+    win_assumes: str
+    wins: int
+    losses: int
+    ties: int
+    win_rate: float
+    win_ci_low: float
+    win_ci_high: float
+    sign_p: float
+    arm_learn_count: int | None
+    arm_learn_n: int | None
+    arm_learn_basis: str
+    baseline_learn_count: int | None
+    baseline_learn_n: int | None
+    baseline_learn_basis: str
+    lost_seeds: tuple[int, ...]
+    pair: Paired
+    ratio_test: stats.RatioResult | None
+    collapse: str
+    arm_learning: Learning
+    ref_learning: Learning
+    group: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -426,7 +491,8 @@ class Adjusted:
 
 @dataclass(frozen=True)
 class Judged:
-    """Stage 2b: the verdicts and what qualifies them (the JUDGED fields)."""
+    """Stage 2b: the verdicts and what qualifies them: the Comparison fields the report's Holm
+    families and the verdict rules decide (every other one is Measured's)."""
 
     p_holm: float
     tost_p_holm: float
@@ -438,11 +504,19 @@ class Judged:
     holm_ci_level: float
     verdict: str
     notes: tuple[str, ...]
-    verdict_flags: tuple[str, ...]
+    verdict_flags: tuple[Caveat, ...]
     ratio_p_holm: float | None
     ratio_verdict: str | None
     sign_p_holm: float
     win_verdict: str
+
+
+# The Comparison fields stage 1 fills (Judged fills the rest): the two stages together fill
+# every field of the record, once (checked at import: a field added to the record and to
+# neither stage fails here, never silently in the JSON).
+_MEASURED_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in fields(Comparison) if f.name not in {g.name for g in fields(Judged)})
+assert set(_MEASURED_FIELDS) <= {f.name for f in fields(Measured)}, "Measured lacks a field"
 
 
 def _measure(p: Paired, s: Settings, regime: Regime, by_arm: dict) -> Measured:
@@ -521,8 +595,9 @@ def _judged_records(ms: list[Measured], s: Settings, family_m: int,
     out = []
     for c, a in zip(ms, _adjusted(ms, s, family_m)):
         j = _judge(c, a, s, descriptive)
-        own = {f.name: getattr(c, f.name) for f in fields(Comparison) if f.name not in JUDGED}
-        out.append(Comparison.build({**own, **asdict(j)}))
+        own = {k: getattr(c, k) for k in _MEASURED_FIELDS}
+        judged = {f.name: getattr(j, f.name) for f in fields(Judged)}  # caveats stay typed
+        out.append(Comparison.build({**own, **judged}))
     return out
 
 
@@ -551,7 +626,8 @@ def _judge(c: Measured, a: Adjusted, s: Settings, descriptive: bool) -> Judged:
         power_at_holm_alpha=stats.achieved_power(c.dz, c.n, a.alpha_m),
         seeds_for_80_power_at_holm_alpha=stats.seeds_for_power(c.dz, a.alpha_m),
         holm_ci_low=low, holm_ci_high=high, holm_ci_level=level, verdict=verdict,
-        notes=tuple(notes), verdict_flags=(("descriptive",) if descriptive else ()) + flags,
+        notes=tuple(notes),
+        verdict_flags=((Caveat(DESCRIPTIVE),) if descriptive else ()) + flags,
         ratio_p_holm=ratio_p_holm, ratio_verdict=ratio_verdict, sign_p_holm=a.sign_p_holm,
         win_verdict=_win_verdict(c, a, s))
 
@@ -565,7 +641,7 @@ def _win_verdict(c: Measured, a: Adjusted, s: Settings) -> str:
 
 
 def _qualify(c: Measured, a: Adjusted, guarded: Guarded, s: Settings,
-             not_learned: bool) -> tuple[str, tuple[str, ...], list[str]]:
+             not_learned: bool) -> tuple[str, tuple[Caveat, ...], list[str]]:
     """The rules that qualify a fixed-n verdict (issue 20), each said beside it in
     `verdict_flags` and explained in `notes`: returns (verdict, flags, notes).
 
@@ -578,18 +654,18 @@ def _qualify(c: Measured, a: Adjusted, guarded: Guarded, s: Settings,
     flags, notes = [], []
     verdict = guarded.verdict
     if guarded.withheld:
-        flags.append(guarded.flag)
+        flags.append(guarded.caveat)
         notes.append(f"verdict withheld ('{guarded.withheld}' -> '{verdict}'): {guarded.why}; "
                      + ("an equivalence needs both arms shown to beat the majority class by "
                         "the exact per-seed test" if guarded.withheld == EQUIVALENT else
                         "with no arm shown to learn, a difference says nothing about the "
                         "variants"))
     if verdict in (BETTER, WORSE, EQUIVALENT) and c.n < NORMALITY_BELOW_N:
-        flags.append(f"rests on normality (n = {c.n} < {NORMALITY_BELOW_N})")
+        flags.append(Caveat(SMALL_N, n=c.n, below=NORMALITY_BELOW_N))
         notes.append(f"only {c.n} pairs: the verdict rests on the paired t-test's normality "
                      "assumption; no exact test can reach alpha at this n")
     if c.collapse and verdict in (BETTER, WORSE, EQUIVALENT):
-        flags.append(f"rests on normality ({c.collapse})")
+        flags.append(Caveat(COLLAPSE, why=c.collapse))
         notes.append(f"{c.collapse}: the deltas mix collapsed and learned seeds, so the mean-Δ "
                      "verdict rests on the t-test's normality; read the win rate (exact) "
                      "beside it")
@@ -614,7 +690,7 @@ def _collapse(by_arm: dict, p: Paired) -> str:
 
 
 def _sensitivity(c: Measured, a: Adjusted, verdict: str, s: Settings,
-                 not_learned: bool) -> tuple[str, str] | None:
+                 not_learned: bool) -> tuple[Caveat, str] | None:
     """The verdict with the dropped-but-finished pairs put back (the same Holm step as the
     comparison's own p): (flag, note) when it differs, else None."""
     unchecked = c.pair.unchecked
@@ -630,7 +706,7 @@ def _sensitivity(c: Measured, a: Adjusted, verdict: str, s: Settings,
     other = guard(other, c.arm_learning, c.ref_learning).verdict
     if other == verdict:
         return None
-    return (f"with all {n_all} pairs: {other}",
+    return (Caveat(ALL_PAIRS, n=n_all, other=other),
             f"sensitivity: with the {len(unchecked)} pair(s) dropped by the fingerprint/code "
             f"checks put back ({n_all} pairs), the verdict would be '{other}' (paired-t p "
             f"{t.p:.3g}, Holm step as above); the verdict uses the {c.n} checked pairs only")

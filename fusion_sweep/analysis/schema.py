@@ -98,62 +98,8 @@ VALIDATION_PARTS: tuple[str, ...] = ("val", "valid", "validation", "dev")
 SELECTED_PARTS: tuple[str, ...] = ("best", "max", "maximum", "peak", "top")
 PROPORTION_PARTS: tuple[str, ...] = ("acc", "f1", "auc")
 
-# The keys every entry of `comparisons` carries (issue 4, in this order).
-REQUIRED_COMPARISON_KEYS: tuple[str, ...] = (
-    "dataset", "pe", "metric", "fusion", "baseline", "n", "mean_delta", "sd_delta",
-    "t_ci_low", "t_ci_high", "t_p", "wilcoxon_p", "wilcoxon_method", "signflip_p",
-    "boot_ci_low", "boot_ci_high", "dz", "n_positive", "p_holm", "tost_p", "power",
-    "seeds_for_80_power", "min_p_t", "min_p_wilcoxon", "verdict",
-)
-# Documented extras: context needed to audit a row without re-running the analysis.
-EXTRA_COMPARISON_KEYS: tuple[str, ...] = (
-    "regime", "median_tokens", "higher_is_better", "seeds", "deltas", "n_negative", "n_zero",
-    "t_df", "signflip_method", "min_p_signflip", "boot_descriptive", "boot_method",
-    "equivalence_margin", "notes",
-    # Holm over the report's TOST family; the `equivalent` verdict uses this one.
-    "tost_p_holm",
-    # Post hoc power at the observed d_z, at the alpha the verdict actually uses (Holm's
-    # first step, alpha/m); `power` / `seeds_for_80_power` above are at unadjusted alpha.
-    "holm_first_step_alpha", "power_at_holm_alpha", "seeds_for_80_power_at_holm_alpha",
-    # Does each arm beat chance (1/num_classes)? LEARNED_STATES; see `chance` below.
-    "chance_level", "learned", "baseline_learned",
-    # The variants compared: `pe`/`fusion`/`encoder` are the ARM's fields; `variant` is the
-    # arm's label and `baseline_variant` the reference's ("encoder/pe/fusion"); `baseline`
-    # above is the reference in the form --baseline was given (fusion name or full label).
-    "encoder", "variant", "baseline_variant",
-    # Cost metrics only (COST_METRICS; null otherwise): geometric-mean ratio arm/reference
-    # with the exponentiated t-interval of the mean log ratio, its paired-t p, the Holm p
-    # over the report's ratio tests, and the verdict on the ratio.
-    "ratio", "ratio_ci_low", "ratio_ci_high", "ratio_p", "ratio_p_holm", "ratio_verdict",
-    # What qualifies the verdict, shown beside it (empty: nothing): "descriptive" (an
-    # adaptive sweep's fixed-n verdict), "rests on normality (n < 5)", why a better/equivalent
-    # was withheld (an arm's chance level unknown, or an arm constant), and the verdict with
-    # the pairs dropped for fingerprint/code reasons put back when that verdict differs.
-    "verdict_flags",
-    # The Holm-consistent interval: the t-interval at level 1 - alpha * t_p / p_holm (a level
-    # of its own per comparison), which excludes 0 exactly when p_holm < alpha
-    # (stats.holm_consistent_interval); the figures draw it. The interval every text shows is
-    # t_ci_* above, at the one fixed level 1 - alpha, beside p_holm.
-    "holm_ci_low", "holm_ci_high", "holm_ci_level",
-    # What `verdict` is about and what it assumes (fusion_sweep.analysis.estimands): "mean Δ".
-    "estimand", "assumes",
-    # The win-rate estimand P(Δ > 0) vs P(Δ < 0): exact two-sided sign test, ties excluded
-    # and counted; win_rate = wins / (wins + losses) with its Clopper-Pearson interval at
-    # 1 - alpha; sign_p_holm: Holm over the same family as p_holm; win_verdict: better /
-    # worse / inconclusive / not learned (never equivalent), under the same learned? guards.
-    "win_estimand", "win_assumes", "wins", "losses", "ties", "win_rate", "win_ci_low",
-    "win_ci_high", "sign_p", "sign_p_holm", "win_verdict",
-    # Each arm's learn rate: seeds that beat chance (exact per-seed test) of seeds tested, null
-    # without the exact test; *_learn_basis: why its learned? state cannot exclude a
-    # majority-class predictor ("" when the exact test against the recorded majority rate
-    # decided it; else 1/K or the seed-level t-test): such an arm never enters `equivalent`.
-    "arm_learn_count", "arm_learn_n", "arm_learn_basis", "baseline_learn_count",
-    "baseline_learn_n", "baseline_learn_basis",
-    # Seeds lost to a non-finite metric on either arm (a diverged run): never silently out of
-    # the win rate: the sign test counts each against the observed majority (its worst case).
-    "lost_seeds",
-)
-COMPARISON_KEYS: tuple[str, ...] = REQUIRED_COMPARISON_KEYS + EXTRA_COMPARISON_KEYS
+# The keys of each entry of `comparisons`: the fields of
+# fusion_sweep.analysis.records.Comparison, in their order, documented there.
 
 TOP_LEVEL_KEYS: tuple[str, ...] = (
     "source", "settings", "regimes", "warnings", "arms", "comparisons", "dropped",

@@ -84,6 +84,7 @@ from typing import Hashable, Mapping, Protocol, Sequence
 import numpy as np
 from scipy.special import betaln, xlogy
 
+from fusion_sweep.analysis.estimands import MEAN_DELTA, WIN_RATE
 from fusion_sweep.analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, WORSE, AnalysisError
 from fusion_sweep.analysis.settings import DEFAULT_ALPHA
 from fusion_sweep.analysis.stats import DELTA_DECIMALS
@@ -887,10 +888,6 @@ class SequentialSection:
 # ---------------------------------------------------------------------------------------
 # The methods: name -> class. Each gives a comparison's CS path and its decision after every
 # seed (vectorized over leading axes: the benchmark simulates whole sweeps with it).
-
-MEAN_DELTA = "mean Δ"  # the estimands, as every report names them
-WIN_RATE = "win rate"
-
 
 class SequentialMethod(Protocol):
     name: str

@@ -20,6 +20,7 @@ import numpy as np
 from fusion_sweep.analysis.chance import METHOD as CHANCE_METHOD
 from fusion_sweep.analysis.claims import ClaimSetResult, ClaimSummary, ClaimTest
 from fusion_sweep.analysis.estimands import MEAN_DELTA, WIN_RATE, labelled
+from fusion_sweep.analysis import caveats as caveats_
 from fusion_sweep.analysis.grid import GridRow, grid_rows, not_learned_mark, unlearned
 from fusion_sweep.analysis.regimes import INTERACTION_VERDICT_RULE, lengths_known
 from fusion_sweep.analysis.pairing import usable_values
@@ -124,17 +125,8 @@ def level_of(report: Report) -> str:
 def caveats(c: Comparison) -> list[str]:
     """What qualifies a verdict, in a few words each (the answer's sentences say them in
     full): 'reference not learned', 'rests on normality', 'with all 6 pairs: better', ..."""
-    out = []
+    out = [caveats_.short(f, unlearned(c)) for f in c.verdict_flags]
     mark = not_learned_mark(c)
-    for f in c.verdict_flags:
-        if f.startswith("no '"):
-            side, state = unlearned(c) or ("", "unknown")
-            out.append(f"withheld: {side} not learned" if state == "no"
-                       else "withheld: chance unknown")
-        elif f.startswith("rests on normality"):
-            out.append("rests on normality")
-        else:
-            out.append(f)
     if mark and mark != c.verdict and not any(mark in x for x in out):
         out.append(mark)
     return list(dict.fromkeys(out))
@@ -364,7 +356,7 @@ def fratio(x: object) -> str:
 def verdict_cell(c: Comparison) -> str:
     """The verdict with every flag that qualifies it in full beside it: 'better [rests on
     normality (n = 2 < 5)]' (the report's tables; the terminal's: short_verdict_cell)."""
-    flags = c.verdict_flags
+    flags = [caveats_.full(f) for f in c.verdict_flags]
     return c.verdict + (f" [{'; '.join(flags)}]" if flags else "")
 
 
