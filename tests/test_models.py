@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from fusion_sweep.trial.config import TrialConfig
-from fusion_sweep.trial.models.encoder import (FusionClassifier, count_parameters, encoder_init_hash,
-                                         initialize, shared_init_hash)
+from fusion_sweep.trial.models.encoder import (FusionClassifier, ModelSpec, count_parameters,
+                                               encoder_init_hash, initialize, shared_init_hash)
 from fusion_sweep.trial.models.fusion import FUSIONS, build_fusion
 from fusion_sweep.trial.models.positional import POSITIONAL, check_compatible
 
@@ -20,9 +20,10 @@ REJECTED = [(pe, f) for pe, f in ALL if check_compatible(pe, f) is not None]
 
 
 def make_model(pe: str, fusion: str, seed: int = 0) -> FusionClassifier:
-    m = FusionClassifier(vocab_size=VOCAB, num_classes=C, fusion=fusion, pe=pe, max_len=MAX_LEN,
-                         d_model=D, heads=H, layers=2, dim_ff=32, dropout=0.1, attn_dropout=0.1,
-                         activation="gelu", gate_cnn_kernel=5)
+    m = FusionClassifier(ModelSpec(fusion=fusion, pe=pe, max_len=MAX_LEN, d_model=D, heads=H,
+                                   layers=2, dim_ff=32, dropout=0.1, attn_dropout=0.1,
+                                   activation="gelu", fusion_options={"gate_cnn_kernel": 5}),
+                         vocab_size=VOCAB, num_classes=C)
     initialize(m, {"shared": seed, "encoder": seed + 3, "fusion": seed + 1, "pe": seed + 2})
     return m
 
@@ -142,9 +143,9 @@ def test_parameter_groups_partition_the_model() -> None:
 
 
 def test_initialize_needs_every_group_seed() -> None:
-    m = FusionClassifier(vocab_size=VOCAB, num_classes=C, fusion="add", pe="none", max_len=MAX_LEN,
-                         d_model=D, heads=H, layers=1, dim_ff=32, dropout=0.0, attn_dropout=0.0,
-                         activation="gelu")
+    m = FusionClassifier(ModelSpec(fusion="add", pe="none", max_len=MAX_LEN, d_model=D, heads=H,
+                                   layers=1, dim_ff=32, dropout=0.0, attn_dropout=0.0,
+                                   activation="gelu"), vocab_size=VOCAB, num_classes=C)
     with pytest.raises(KeyError, match=r"missing \['encoder'\]"):
         initialize(m, {"shared": 0, "fusion": 1, "pe": 2})
 
@@ -158,9 +159,10 @@ def test_encoder_seed_moves_only_the_body() -> None:
 
 def test_unknown_encoder_names_choices() -> None:
     with pytest.raises(ValueError, match=r"unknown encoder 'x'; choose from ressformer, standard"):
-        FusionClassifier(vocab_size=VOCAB, num_classes=C, fusion="add", pe="none", max_len=MAX_LEN,
-                         d_model=D, heads=H, layers=1, dim_ff=32, dropout=0.0, attn_dropout=0.0,
-                         activation="gelu", encoder="x")
+        FusionClassifier(ModelSpec(fusion="add", pe="none", max_len=MAX_LEN, d_model=D, heads=H,
+                                   layers=1, dim_ff=32, dropout=0.0, attn_dropout=0.0,
+                                   activation="gelu", encoder="x"),
+                         vocab_size=VOCAB, num_classes=C)
 
 
 def test_gate_cnn_kernel_validation() -> None:
