@@ -202,9 +202,28 @@ def test_fusion_options_are_config_fields_as_declared(name: str) -> None:
 def test_fusion_option_defaults_are_the_references() -> None:
     """The declared defaults are the paper's reference code's (gate-cnn: width 5); every
     declared option is a config field, persisted under its name (a rename moves keys)."""
-    assert {n: o.default for n, o in FUSION_OPTIONS.items()} == {"gate_cnn_kernel": 5}
+    assert {n: (o.type, o.default, o.minimum) for n, o in FUSION_OPTIONS.items()} \
+        == {"gate_cnn_kernel": (int, 5, 1)}
     assert set(FUSION_OPTIONS) <= set(TrialConfig.field_names())
     assert TrialConfig.build("synthetic-short", fusion="add").gate_cnn_kernel == 5
+    assert TrialConfig.build("synthetic-short", fusion="gate-cnn", gate_cnn_kernel=1).gate_cnn_kernel == 1
+    with pytest.raises(ConfigError, match=r"gate_cnn_kernel must be an integer >= 1, got 0"):
+        TrialConfig.build("synthetic-short", fusion="gate-cnn", gate_cnn_kernel=0)
+
+
+@pytest.mark.parametrize("name", sorted(FUSIONS))
+def test_fusion_activation_floats_feed_the_memory_estimate(name: str) -> None:
+    """The operator's own saved elements (a registry fact, never its name compared): none for
+    add, 3 (B, L, d) tensors for every operator that widens, gates or multiplies; the memory
+    estimate differs from add's by exactly that."""
+    from fusion_sweep.trial import memory
+
+    config = TrialConfig.build("synthetic-short", fusion=name)
+    B, L = memory.longest_batch(config)
+    want = 0 if name == "add" else 3 * B * L * config.d_model
+    assert FUSIONS[name].activation_floats(config, B, L) == want
+    add = TrialConfig.build("synthetic-short", fusion="add")
+    assert memory.activation_elements(config) - memory.activation_elements(add) == want
 
 
 def _wrong_type(option: FusionOption) -> object:
