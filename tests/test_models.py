@@ -2,16 +2,21 @@
 parameter groups. ReSSFormer's own tests: tests/test_ressformer.py."""
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import itertools
+import re
 
 import pytest
 import torch
 
-from fusion_sweep.trial.config import TrialConfig
-from fusion_sweep.trial.models.encoder import (FusionClassifier, count_parameters, encoder_init_hash,
-                                         initialize, shared_init_hash)
-from fusion_sweep.trial.models.fusion import FUSIONS, build_fusion
+from fusion_sweep.trial.config import ConfigError, TrialConfig
+from fusion_sweep.trial.models.encoder import (FusionClassifier, ModelSpec, count_parameters,
+                                               encoder_init_hash, initialize, shared_init_hash)
+from fusion_sweep.trial.models.fusion import (FUSION_OPTIONS, FUSIONS, FusionOption, build_fusion,
+                                              declared_options)
 from fusion_sweep.trial.models.positional import POSITIONAL, check_compatible
+from fusion_sweep.trial.trainer import construct_model
 
 D, H, VOCAB, C, MAX_LEN = 16, 4, 50, 3, 32
 ALL = list(itertools.product(sorted(POSITIONAL), sorted(FUSIONS)))
@@ -20,9 +25,10 @@ REJECTED = [(pe, f) for pe, f in ALL if check_compatible(pe, f) is not None]
 
 
 def make_model(pe: str, fusion: str, seed: int = 0) -> FusionClassifier:
-    m = FusionClassifier(vocab_size=VOCAB, num_classes=C, fusion=fusion, pe=pe, max_len=MAX_LEN,
-                         d_model=D, heads=H, layers=2, dim_ff=32, dropout=0.1, attn_dropout=0.1,
-                         activation="gelu", gate_cnn_kernel=5)
+    m = FusionClassifier(ModelSpec(fusion=fusion, pe=pe, max_len=MAX_LEN, d_model=D, heads=H,
+                                   layers=2, dim_ff=32, dropout=0.1, attn_dropout=0.1,
+                                   activation="gelu", fusion_options={"gate_cnn_kernel": 5}),
+                         vocab_size=VOCAB, num_classes=C)
     initialize(m, {"shared": seed, "encoder": seed + 3, "fusion": seed + 1, "pe": seed + 2})
     return m
 
@@ -142,9 +148,9 @@ def test_parameter_groups_partition_the_model() -> None:
 
 
 def test_initialize_needs_every_group_seed() -> None:
-    m = FusionClassifier(vocab_size=VOCAB, num_classes=C, fusion="add", pe="none", max_len=MAX_LEN,
-                         d_model=D, heads=H, layers=1, dim_ff=32, dropout=0.0, attn_dropout=0.0,
-                         activation="gelu")
+    m = FusionClassifier(ModelSpec(fusion="add", pe="none", max_len=MAX_LEN, d_model=D, heads=H,
+                                   layers=1, dim_ff=32, dropout=0.0, attn_dropout=0.0,
+                                   activation="gelu"), vocab_size=VOCAB, num_classes=C)
     with pytest.raises(KeyError, match=r"missing \['encoder'\]"):
         initialize(m, {"shared": 0, "fusion": 1, "pe": 2})
 
@@ -158,9 +164,10 @@ def test_encoder_seed_moves_only_the_body() -> None:
 
 def test_unknown_encoder_names_choices() -> None:
     with pytest.raises(ValueError, match=r"unknown encoder 'x'; choose from ressformer, standard"):
-        FusionClassifier(vocab_size=VOCAB, num_classes=C, fusion="add", pe="none", max_len=MAX_LEN,
-                         d_model=D, heads=H, layers=1, dim_ff=32, dropout=0.0, attn_dropout=0.0,
-                         activation="gelu", encoder="x")
+        FusionClassifier(ModelSpec(fusion="add", pe="none", max_len=MAX_LEN, d_model=D, heads=H,
+                                   layers=1, dim_ff=32, dropout=0.0, attn_dropout=0.0,
+                                   activation="gelu", encoder="x"),
+                         vocab_size=VOCAB, num_classes=C)
 
 
 def test_gate_cnn_kernel_validation() -> None:
@@ -168,3 +175,144 @@ def test_gate_cnn_kernel_validation() -> None:
         TrialConfig.build("synthetic-short", fusion="gate-cnn", max_len=3)
     with pytest.raises(ValueError, match=r"gate_cnn_kernel must be odd"):
         TrialConfig.build("synthetic-short", fusion="gate-cnn", gate_cnn_kernel=4)
+
+
+# ------------------------------------------------ fusion options: declared once, on the op
+def _field(name: str) -> dataclasses.Field:
+    return {f.name: f for f in dataclasses.fields(TrialConfig)}[name]
+
+
+@pytest.mark.parametrize("name", sorted(FUSIONS))
+def test_fusion_options_are_config_fields_as_declared(name: str) -> None:
+    """Each option an operator declares is a TrialConfig field of the declared type and
+    default (the config holds it, keys and logs it), every trial reads it at that default,
+    and the operator's constructor takes exactly its declared options besides d_model."""
+    op = FUSIONS[name]
+    config = TrialConfig.build("synthetic-short", fusion=name)
+    for option in op.OPTIONS:
+        assert FUSION_OPTIONS[option.name] == option
+        assert (_field(option.name).type, _field(option.name).default) == (option.type, option.default)
+        assert getattr(config, option.name) == option.default
+        assert option.name in config.hyperparameters()  # an MLflow param, as before
+    assert op.options(config) == {o.name: o.default for o in op.OPTIONS}
+    taken = [p for p in inspect.signature(op.__init__).parameters if p not in ("self", "d_model")]
+    assert taken == [o.name for o in op.OPTIONS], f"{name}'s constructor takes undeclared options"
+
+
+def test_fusion_option_defaults_are_the_references() -> None:
+    """The declared defaults are the paper's reference code's (gate-cnn: width 5); every
+    declared option is a config field, persisted under its name (a rename moves keys)."""
+    assert {n: (o.type, o.default, o.minimum) for n, o in FUSION_OPTIONS.items()} \
+        == {"gate_cnn_kernel": (int, 5, 1)}
+    assert set(FUSION_OPTIONS) <= set(TrialConfig.field_names())
+    assert TrialConfig.build("synthetic-short", fusion="add").gate_cnn_kernel == 5
+    assert TrialConfig.build("synthetic-short", fusion="gate-cnn", gate_cnn_kernel=1).gate_cnn_kernel == 1
+    with pytest.raises(ConfigError, match=r"gate_cnn_kernel must be an integer >= 1, got 0"):
+        TrialConfig.build("synthetic-short", fusion="gate-cnn", gate_cnn_kernel=0)
+
+
+@pytest.mark.parametrize("name", sorted(FUSIONS))
+def test_fusion_activation_floats_feed_the_memory_estimate(name: str) -> None:
+    """The operator's own saved elements (a registry fact, never its name compared): none for
+    add, 3 (B, L, d) tensors for every operator that widens, gates or multiplies; the memory
+    estimate differs from add's by exactly that."""
+    from fusion_sweep.trial import memory
+
+    config = TrialConfig.build("synthetic-short", fusion=name)
+    B, L = memory.longest_batch(config)
+    want = 0 if name == "add" else 3 * B * L * config.d_model
+    assert FUSIONS[name].activation_floats(config, B, L) == want
+    add = TrialConfig.build("synthetic-short", fusion="add")
+    assert memory.activation_elements(config) - memory.activation_elements(add) == want
+
+
+def _wrong_type(option: FusionOption) -> object:
+    return 2.5 if option.type is not float else "x"  # a str option takes every value as text
+
+
+def _below(option: FusionOption) -> object:
+    return option.minimum - (1 if option.type is int else 0.5)
+
+
+@pytest.mark.parametrize("name", sorted(FUSIONS))
+def test_fusion_option_errors_name_the_field_all_at_once(name: str) -> None:
+    """A wrong type or a value below the bound, for each option of the operator: one message
+    per field, all of them at once beside the config's other errors. Every trial holds
+    every operator's options, so they are checked whichever fusion the trial uses."""
+    op = FUSIONS[name]
+    typed = [o for o in op.OPTIONS if o.type is not str]
+    bounded = [o for o in op.OPTIONS if o.minimum is not None]
+    for options, expect in ((typed, _wrong_type), (bounded, _below)):
+        bad = {o.name: expect(o) for o in options}
+        with pytest.raises(ConfigError, match=r"epochs must be a positive integer, got 0") as err:
+            TrialConfig.build("synthetic-short", fusion=name, epochs=0, **bad)
+        for o in options:
+            bound = f" >= {o.minimum}" if o.minimum is not None else ""
+            want = rf"{o.name} must be an? \w+{re.escape(bound)}, got {re.escape(repr(bad[o.name]))}"
+            assert any(re.fullmatch(want, e) for e in err.value.errors), (want, err.value.errors)
+    for other in FUSION_OPTIONS.values():  # another operator's option is checked too
+        if other.minimum is not None:
+            with pytest.raises(ConfigError, match=rf"{other.name} must be an? \w+ >= "):
+                TrialConfig.build("synthetic-short", fusion=name, **{other.name: _below(other)})
+
+
+def test_fusion_option_type_and_bound_rules() -> None:
+    """The declaration's own check: a bool is no int, an int is a fine float, the bound is
+    inclusive; the message names the field, the type, the bound and the value."""
+    @dataclasses.dataclass
+    class Config:
+        n: object = 1
+        x: object = 1.0
+        b: object = True
+
+    n, x, b = FusionOption("n", int, 1, minimum=1), FusionOption("x", float, 0.0, minimum=0.0), \
+        FusionOption("b", bool, True)
+    assert n.config_errors(Config()) == x.config_errors(Config(x=3)) == b.config_errors(Config()) == []
+    assert n.config_errors(Config(n=True)) == ["n must be an integer >= 1, got True"]
+    assert n.config_errors(Config(n=0)) == ["n must be an integer >= 1, got 0"]
+    assert x.config_errors(Config(x=-0.5)) == ["x must be a number >= 0.0, got -0.5"]
+    assert x.config_errors(Config(x=False)) == ["x must be a number >= 0.0, got False"]
+    assert b.config_errors(Config(b=1)) == ["b must be true or false, got 1"]
+
+
+@pytest.mark.parametrize("name", sorted(FUSIONS))
+def test_fusion_is_built_with_its_options_from_the_config(name: str) -> None:
+    """The trainer's model gets the operator the config names with the config's values of its
+    options (ModelSpec.of -> FusionClassifier -> build_fusion); build_fusion takes every
+    operator's options (as a config holds them all) and names an unknown one."""
+    op = FUSIONS[name]
+    config = TrialConfig.build("synthetic-short", fusion=name, gate_cnn_kernel=3)
+    assert ModelSpec.of(config).fusion_options == op.options(config)
+    model = construct_model(config, vocab_size=VOCAB, num_classes=C, pad_id=0)
+    assert type(model.fusion) is op
+    built = build_fusion(name, D, **{o.name: getattr(config, o.name) for o in FUSION_OPTIONS.values()})
+    assert type(built) is op
+    alone = build_fusion(name, config.d_model, **op.options(config))
+    assert count_parameters(model.fusion) == count_parameters(alone)
+    with pytest.raises(ValueError, match=r"unknown fusion option\(s\) nope; choose from gate_cnn_kernel"):
+        build_fusion(name, D, nope=1)
+
+
+def test_gate_cnn_width_comes_from_the_config() -> None:
+    """gate_cnn_kernel reaches the convolution (no default in between): 3 and 7 taps."""
+    for k in (3, 7):
+        config = TrialConfig.build("synthetic-short", fusion="gate-cnn", gate_cnn_kernel=k)
+        model = construct_model(config, vocab_size=VOCAB, num_classes=C, pad_id=0)
+        assert model.fusion.conv.weight.shape == (config.d_model, 1, k)
+    assert build_fusion("gate-cnn", D).conv.weight.shape == (D, 1, 5)  # the declared default
+
+
+def test_fusion_options_declared_twice_must_agree() -> None:
+    """Two operators may share an option only with one declaration (one config field)."""
+    class A(FUSIONS["add"]):
+        OPTIONS = (FusionOption("k", int, 3),)
+
+    class B(FUSIONS["add"]):
+        OPTIONS = (FusionOption("k", int, 3),)
+
+    class Other(FUSIONS["add"]):
+        OPTIONS = (FusionOption("k", int, 5),)
+
+    assert list(declared_options({"a": A, "b": B})) == ["k"]
+    with pytest.raises(TypeError, match=r"fusion 'c' declares option 'k' unlike another operator"):
+        declared_options({"a": A, "c": Other})

@@ -16,7 +16,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from fusion_sweep.trial.models import kernels
-from fusion_sweep.trial.models.encoder import (ENCODERS, FusionClassifier, count_parameters,
+from fusion_sweep.trial.models.encoder import (ENCODERS, FusionClassifier, ModelSpec, count_parameters,
                                          encoder_init_hash, initialize, shared_init_hash)
 from fusion_sweep.trial.models.positional import POSITIONAL
 from fusion_sweep.trial.models.ressformer import Graph, _row_change
@@ -64,11 +64,12 @@ def switched(soes: bool, asam: bool, r2mu: bool, **overrides) -> StandIn:
 def make(config: StandIn, *, layers: int = 2, seeds: dict | None = None, dropout: float = 0.0,
          norm_first: bool = False) -> FusionClassifier:
     cls = ENCODERS[config.encoder]
-    m = FusionClassifier(vocab_size=VOCAB, num_classes=C, fusion=config.fusion, pe=config.pe,
-                         max_len=MAX_LEN, d_model=D, heads=H, layers=layers, dim_ff=32,
-                         dropout=dropout, attn_dropout=dropout, activation="gelu",
-                         norm_first=norm_first, encoder=config.encoder,
-                         encoder_options=cls.options(config))
+    m = FusionClassifier(ModelSpec(fusion=config.fusion, pe=config.pe,
+                                   max_len=MAX_LEN, d_model=D, heads=H, layers=layers, dim_ff=32,
+                                   dropout=dropout, attn_dropout=dropout, activation="gelu",
+                                   norm_first=norm_first, encoder=config.encoder,
+                                   encoder_options=cls.options(config)),
+                         vocab_size=VOCAB, num_classes=C)
     initialize(m, seeds or {"shared": 0, "encoder": 1, "fusion": 2, "pe": 3})
     return m
 
@@ -391,12 +392,14 @@ def test_forward_flops_hand_count_tiny_standard() -> None:
     """d=4, 1 layer, dim_ff=8, 3 classes, L=3, pe none (no fusion work):
     q/k/v 2·3·4·12 = 288, scores 2·3·3·4 = 72, weighted sum 72, output 2·3·4·4 = 96,
     FFN 2·(2·3·4·8) = 384, classifier 2·4·3 = 24: 936."""
-    m = FusionClassifier(vocab_size=10, num_classes=3, fusion="add", pe="none", max_len=8, d_model=4,
-                         heads=2, layers=1, dim_ff=8, dropout=0.0, attn_dropout=0.0, activation="relu")
+    m = FusionClassifier(ModelSpec(fusion="add", pe="none", max_len=8, d_model=4, heads=2,
+                                   layers=1, dim_ff=8, dropout=0.0, attn_dropout=0.0,
+                                   activation="relu"), vocab_size=10, num_classes=3)
     assert m.forward_flops(3) == 936
-    concat = FusionClassifier(vocab_size=10, num_classes=3, fusion="concat", pe="sinusoidal", max_len=8,
-                              d_model=4, heads=2, layers=1, dim_ff=8, dropout=0.0, attn_dropout=0.0,
-                              activation="relu")
+    concat = FusionClassifier(ModelSpec(fusion="concat", pe="sinusoidal", max_len=8, d_model=4,
+                                        heads=2, layers=1, dim_ff=8, dropout=0.0,
+                                        attn_dropout=0.0, activation="relu"),
+                              vocab_size=10, num_classes=3)
     assert concat.forward_flops(3) == 936 + 2 * 3 * 8 * 4  # + Linear(2d, d) per token
 
 

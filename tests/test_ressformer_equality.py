@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from fusion_sweep.trial.models import kernels, ressformer
-from fusion_sweep.trial.models.encoder import FusionClassifier, initialize
+from fusion_sweep.trial.models.encoder import FusionClassifier, ModelSpec, initialize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ressformer_reference as reference  # noqa: E402
@@ -68,8 +68,9 @@ def build_pair(case, *, d: int, heads: int, layers: int, max_len: int, seed: int
     options.update(extra)
     common = dict(d_model=d, heads=heads, layers=layers, dim_ff=2 * d, dropout=0.0,
                   attn_dropout=0.0, activation="relu", norm_first=False, max_len=max_len)
-    model = FusionClassifier(vocab_size=VOCAB, num_classes=3, fusion="add", pe=pe, encoder="ressformer",
-                             encoder_options=options, **{k: v for k, v in common.items()})
+    model = FusionClassifier(ModelSpec(fusion="add", pe=pe, encoder="ressformer",
+                                       encoder_options=options, **common),
+                             vocab_size=VOCAB, num_classes=3)
     initialize(model, {"shared": seed, "encoder": seed + 1, "fusion": seed + 2, "pe": seed + 3})
     ref = copy.deepcopy(model)
     ref.encoder = reference.ReSSFormerEncoder(**common, **options)

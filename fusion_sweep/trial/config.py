@@ -8,7 +8,9 @@ Where a hyperparameter's value comes from is one explicit chain, `resolve_hyperp
 the dataset's defaults (its registry entry), then the search space's `all:` section, then the
 space's section for the dataset, then the command line. The model and optimisation fields
 have no dataclass default: a config built around the chain is an error, never a silent
-default from another dataset.
+default from another dataset. The encoders' and fusion operators' own options default on
+their registry entries: a fusion operator declares its options once (`FusionOption`, in
+models/fusion.py) and `fusion_option_fields` adds each as a field of `TrialConfig`.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from fusion_sweep.schema import (DEFAULT_ENCODER, IDENTITY_FIELDS, NON_SEMANTIC_
 from fusion_sweep.trial.data.registry import DATASETS
 from fusion_sweep.trial.models.common import ACTIVATIONS
 from fusion_sweep.trial.models.encoder import ENCODERS
-from fusion_sweep.trial.models.fusion import FUSIONS
+from fusion_sweep.trial.models.fusion import FUSION_OPTIONS, FUSIONS
 from fusion_sweep.trial.models.positional import POSITIONAL, check_compatible
 from fusion_sweep.trial.optim import OPTIMIZERS
 
@@ -36,7 +38,7 @@ PRECISIONS = ("fp32", "tf32", "bf16")
 # Marks a model/optimisation field that no layer of the hyperparameter chain set.
 UNSET: Any = None
 CHAIN_FIELDS = ("max_len", "d_model", "heads", "layers", "dim_ff", "dropout", "attn_dropout",
-                "activation", "norm_first", "gate_cnn_kernel", "batch_size", "epochs",
+                "activation", "norm_first", "batch_size", "epochs",
                 "optimizer", "lr", "weight_decay", "grad_clip", "patience", "min_delta")
 # The last layer of the chain (`resolve_hyperparameters`), as `train --show-config` names it.
 COMMAND_LINE = "command line"
@@ -50,9 +52,22 @@ class ConfigError(UserError):
         super().__init__("invalid trial config:\n  " + "\n  ".join(self.errors))
 
 
+def fusion_option_fields(cls: type) -> type:
+    """Adds one field per fusion option (`FUSION_OPTIONS`: name, type and default as its
+    operator declares them) to the class before `dataclass` reads its fields: an option is
+    then a hyperparameter of every trial like any other field (its key, its MLflow params,
+    `--override`, a search space's `hyperparameters:`), declared in models/fusion.py only."""
+    for option in FUSION_OPTIONS.values():
+        cls.__annotations__[option.name] = option.type
+        setattr(cls, option.name, option.default)
+    return cls
+
+
 @dataclass(frozen=True)
+@fusion_option_fields
 class TrialConfig:
-    """Everything one trial needs. Build with :meth:`build` to get dataset defaults."""
+    """Everything one trial needs. Build with :meth:`build` to get dataset defaults. Besides
+    the fields below, one field per fusion option (`fusion_option_fields`)."""
 
     dataset: str
     fusion: str = "add"
@@ -84,7 +99,6 @@ class TrialConfig:
     attn_dropout: float = UNSET
     activation: str = UNSET
     norm_first: bool = UNSET  # reference: nn.TransformerEncoderLayer default (post-norm)
-    gate_cnn_kernel: int = UNSET
     # --- optimisation ---
     batch_size: int = UNSET
     epochs: int = UNSET
@@ -228,7 +242,7 @@ class TrialConfig:
         choice("device", self.device, DEVICES)
         choice("precision", self.precision, PRECISIONS)
         for name in ("max_len", "d_model", "heads", "layers", "dim_ff", "batch_size", "epochs",
-                     "gate_cnn_kernel", "latency_repeats"):
+                     "latency_repeats"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 errs.append(f"{name} must be a positive integer, got {v!r}")
@@ -249,6 +263,9 @@ class TrialConfig:
         if isinstance(self.d_model, int) and isinstance(self.heads, int) and self.heads > 0:
             if self.d_model % self.heads:
                 errs.append(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
+        # Every trial holds every fusion operator's options: each is checked as declared.
+        for option in FUSION_OPTIONS.values():
+            errs.extend(option.config_errors(self))
         # Each registry entry owns its own rules (gate-cnn's kernel, rotary's head dim, a
         # synthetic regime's longest document): adding one touches its registry file only.
         if self.fusion in FUSIONS:
@@ -280,8 +297,9 @@ def resolve_hyperparameters(dataset: str, *, space_all: Mapping[str, Any] | None
 
     Layers, later wins: the dataset's defaults (`DatasetSpec.defaults()`), the search space's
     `all:` section, the space's section for this dataset, then `overrides` (the command line,
-    or the sweep's grid point). Fields no layer sets keep their built-in execution default
-    (device, threads, cache, ...), reported as "built-in".
+    or the sweep's grid point). Fields no layer sets keep their built-in default (the
+    execution fields: device, threads, cache, ...; the encoders' and fusion operators' own
+    options, as their registry entries declare them), reported as "built-in".
     """
     if dataset not in DATASETS:
         raise UserError(unknown_name("dataset", dataset, sorted(DATASETS)))

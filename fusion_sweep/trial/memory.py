@@ -54,7 +54,7 @@ TRAINED_STATE_BYTES = 4 * 4
 # Activation bytes per element by precision: bf16 autocast stores matmul outputs in bf16 but
 # normalisation, softmax and the loss in fp32 (torch's autocast op lists).
 # (B, L, d) tensors the shared part of the model saves: the body's output for the pooling
-# product (3 more for a fusion that widens or gates its input).
+# product (the fusion operator's own: its entry's `activation_floats`).
 SHARED_TOKEN_TENSORS = 1
 ACTIVATION_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 3.0}
 

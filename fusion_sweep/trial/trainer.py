@@ -37,7 +37,7 @@ from fusion_sweep.trial.data import load_encoded
 from fusion_sweep.trial.data.registry import DATASETS
 from fusion_sweep.trial.data.types import EncodedData, EncodedSplit, validate_encoded
 from fusion_sweep.trial.heap import keep_freed_memory
-from fusion_sweep.trial.models.encoder import (ENCODERS, FusionClassifier, count_parameters,
+from fusion_sweep.trial.models.encoder import (FusionClassifier, ModelSpec, count_parameters,
                                                encoder_init_hash, has_padding, initialize,
                                                shared_init_hash)
 from fusion_sweep.trial.optim import OPTIMIZERS
@@ -237,14 +237,8 @@ def build_model(config: TrialConfig, vocab_size: int, num_classes: int, pad_id: 
 def construct_model(config: TrialConfig, vocab_size: int, num_classes: int, pad_id: int) -> FusionClassifier:
     """The trial's classifier as its constructors initialise it (`build_model` then draws
     every group from its own stream; trial/memory.py builds it on `meta` to size it)."""
-    return FusionClassifier(
-        vocab_size=vocab_size, num_classes=num_classes, fusion=config.fusion, pe=config.pe,
-        max_len=config.max_len, d_model=config.d_model, heads=config.heads, layers=config.layers,
-        dim_ff=config.dim_ff, dropout=config.dropout, attn_dropout=config.attn_dropout,
-        activation=config.activation, norm_first=config.norm_first,
-        gate_cnn_kernel=config.gate_cnn_kernel, pad_id=pad_id,
-        encoder=config.encoder, encoder_options=ENCODERS[config.encoder].options(config),
-    )
+    return FusionClassifier(ModelSpec.of(config), vocab_size=vocab_size,
+                            num_classes=num_classes, pad_id=pad_id)
 
 
 def build_optimizer(config: TrialConfig, model: nn.Module) -> torch.optim.Optimizer:

@@ -13,17 +13,19 @@ from fusion_sweep.errors import UserError, unknown_name
 from fusion_sweep.schema import LENGTH_REGIMES
 
 # The paper's reference code, per dataset family. Every model and optimisation field of a
-# trial config is here, so no value ever comes from a dataclass default.
+# trial config is here, so no value ever comes from a dataclass default (the encoders' and
+# fusion operators' own options default on their registry entries; an entry's
+# `hparam_overrides` may still set them).
 REFERENCE_HPARAMS: dict[str, dict[str, Any]] = {
     "agnews-imdb": dict(
         max_len=512, d_model=256, heads=8, layers=4, dim_ff=1024, dropout=0.1,
-        attn_dropout=0.1, activation="gelu", norm_first=False, gate_cnn_kernel=5,
+        attn_dropout=0.1, activation="gelu", norm_first=False,
         batch_size=64, epochs=20, optimizer="adamw", lr=3e-4, weight_decay=0.0, grad_clip=1.0,
         patience=0, min_delta=1e-4,
     ),
     "arxiv": dict(
         max_len=4096, d_model=128, heads=8, layers=2, dim_ff=256, dropout=0.1,
-        attn_dropout=0.1, activation="relu", norm_first=False, gate_cnn_kernel=5,
+        attn_dropout=0.1, activation="relu", norm_first=False,
         batch_size=64, epochs=20, optimizer="adam", lr=3e-4, weight_decay=0.0, grad_clip=0.0,
         patience=4, min_delta=1e-4,
     ),

@@ -5,8 +5,10 @@
     -> masked mean pooling over real tokens -> Linear -> logits
 
 Embedding, fusion, pooling and classifier are shared by every encoder; only the body differs.
-A body is an nn.Module built as `ENCODERS[name](d_model=, heads=, layers=, dim_ff=, dropout=,
-attn_dropout=, activation=, norm_first=, max_len=, **ENCODERS[name].options(config))` with
+The classifier is built from a `ModelSpec` (the config's model fields and the options its
+encoder and fusion read: `ModelSpec.of(config)`). A body is an nn.Module built as
+`ENCODERS[name](d_model=, heads=, layers=, dim_ff=, dropout=, attn_dropout=, activation=,
+norm_first=, max_len=, **ENCODERS[name].options(config))` with
 
     forward(x (B, L, d), mask (B, L) bool True = real token, attn_mask, pe) -> (B, L, d)
     forward_flops(L) -> int      analytic forward FLOPs for one document of L real tokens
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 import torch
@@ -36,7 +39,7 @@ import torch.nn.functional as F
 
 from fusion_sweep.errors import unknown_name
 from fusion_sweep.trial.models.common import FeedForwardSublayer, changed_fields, order_from_pe
-from fusion_sweep.trial.models.fusion import Fusion, build_fusion
+from fusion_sweep.trial.models.fusion import FUSIONS, Fusion, build_fusion
 from fusion_sweep.trial.models.positional import POSITIONAL, PositionalEncoding, build_positional
 from fusion_sweep.trial.models.ressformer import ReSSFormerEncoder
 
@@ -200,27 +203,55 @@ def linear_flops_per_token(module: nn.Module) -> int:
     return 2 * sum(m.weight.numel() for m in module.modules() if isinstance(m, (nn.Linear, nn.Conv1d)))
 
 
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a FusionClassifier is built from besides the data's vocabulary and classes: the
+    trial config's model fields, and the options its encoder body and fusion operator read
+    (their registry entries' `options(config)`, passed on as keywords)."""
+
+    fusion: str
+    pe: str
+    max_len: int
+    d_model: int
+    heads: int
+    layers: int
+    dim_ff: int
+    dropout: float
+    attn_dropout: float
+    activation: str
+    norm_first: bool = False
+    encoder: str = "standard"
+    encoder_options: Mapping[str, Any] = field(default_factory=dict)
+    fusion_options: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, config: Any) -> "ModelSpec":
+        """The spec of a trial config: its fields of these names and its entries' options."""
+        named = {f.name: getattr(config, f.name) for f in fields(cls)
+                 if f.name not in ("encoder_options", "fusion_options")}
+        return cls(**named, encoder_options=ENCODERS[config.encoder].options(config),
+                   fusion_options=FUSIONS[config.fusion].options(config))
+
+
 class FusionClassifier(nn.Module):
-    def __init__(self, *, vocab_size: int, num_classes: int, fusion: str, pe: str, max_len: int,
-                 d_model: int, heads: int, layers: int, dim_ff: int, dropout: float,
-                 attn_dropout: float, activation: str, norm_first: bool = False,
-                 gate_cnn_kernel: int = 5, pad_id: int = 0, encoder: str = "standard",
-                 encoder_options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, spec: ModelSpec, *, vocab_size: int, num_classes: int,
+                 pad_id: int = 0) -> None:
         super().__init__()
-        if encoder not in ENCODERS:
-            raise ValueError(unknown_name("encoder", encoder, sorted(ENCODERS)))
+        if spec.encoder not in ENCODERS:
+            raise ValueError(unknown_name("encoder", spec.encoder, sorted(ENCODERS)))
+        d_model = spec.d_model
         self.d_model, self.pad_id = d_model, pad_id
         # --- shared group: what every encoder has ---
         self.embed = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         self.classifier = nn.Linear(d_model, num_classes)
         # --- encoder group ---
-        self.encoder = ENCODERS[encoder](
-            d_model=d_model, heads=heads, layers=layers, dim_ff=dim_ff, dropout=dropout,
-            attn_dropout=attn_dropout, activation=activation, norm_first=norm_first,
-            max_len=max_len, **dict(encoder_options or {}))
+        self.encoder = ENCODERS[spec.encoder](
+            d_model=d_model, heads=spec.heads, layers=spec.layers, dim_ff=spec.dim_ff,
+            dropout=spec.dropout, attn_dropout=spec.attn_dropout, activation=spec.activation,
+            norm_first=spec.norm_first, max_len=spec.max_len, **dict(spec.encoder_options))
         # --- variant-specific groups ---
-        self.fusion: Fusion = build_fusion(fusion, d_model, gate_cnn_kernel)
-        self.pe: PositionalEncoding = build_positional(pe, d_model, max_len, heads)
+        self.fusion: Fusion = build_fusion(spec.fusion, d_model, **dict(spec.fusion_options))
+        self.pe: PositionalEncoding = build_positional(spec.pe, d_model, spec.max_len, spec.heads)
 
     def _attn_mask(self, mask: torch.Tensor, L: int, dtype: torch.dtype,
                    padded: bool) -> torch.Tensor | None:
