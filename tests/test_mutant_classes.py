@@ -179,3 +179,20 @@ def test_the_gpu_memory_check_runs_on_the_cluster_path_too(monkeypatch, address)
         preflight.preflight(SimpleNamespace(gpu=1.0), "n", [], "file:/tmp/x", address, None,
                             None, False, sys.stdout)
     assert called == (["local", "gpu"] if address is None else ["gpu"])
+
+
+# ------------------------------------------------------------------ the trial's seed streams
+def test_each_component_is_initialised_from_its_own_stream(monkeypatch) -> None:
+    """build_model seeds each parameter group from the stream named after it: a group drawn
+    from another's stream would share its init across variants that differ in that group."""
+    from fusion_sweep.trial import trainer
+
+    seen: dict[str, int] = {}
+    monkeypatch.setattr(trainer, "construct_model", lambda *a: "model")
+    monkeypatch.setattr(trainer, "initialize", lambda model, seeds: seen.update(seeds))
+    config = plan(load_space("smoke"))[0].config
+    assert trainer.build_model(config, 10, 2) == "model"
+    d = trainer.stream_dataset(config)
+    assert seen == {g: trainer.derive_seed(config.seed, f"{g}_init", d)
+                    for g in ("shared", "encoder", "fusion", "pe")}
+    assert len(set(seen.values())) == 4  # four streams, four seeds
