@@ -245,14 +245,17 @@ def _mutation_benchmark():
     return mod
 
 
-def test_the_mutation_lists_name_only_what_exists() -> None:
-    """benchmarks/mutation.py's hand-kept lists (CORE's functions, EQUIVALENT's mutant ids)
-    match the code, and a stale name is reported, never skipped without a word (issue 30)."""
+def test_the_mutation_config_names_only_what_exists() -> None:
+    """[tool.mutmut] mutates and runs only files that exist, benchmarks/mutation.py's quick
+    subset names only configured modules, and every equivalent mutant carries its argument:
+    a stale name is reported, never skipped without a word (issue 30)."""
+    import tomllib
+
+    cfg = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]
+    listed = [*cfg["only_mutate"], *cfg["pytest_add_cli_args_test_selection"]]
+    assert [f for f in listed if not (REPO / f).is_file()] == []
     mutation = _mutation_benchmark()
-    assert mutation.list_problems() == []
-    stale = (mutation.Module("trainer", "fusion_sweep/trial/trainer.py", ("_gone",), ()),)
-    assert mutation.list_problems(stale, {"fusion_sweep/trial/trainer.py:_gone:0->1#0": "x"}) == [
-        "module trainer: fusion_sweep/trial/trainer.py defines no function '_gone'",
-        "EQUIVALENT names 'fusion_sweep/trial/trainer.py:_gone:0->1#0', which is no mutant of "
-        "the current code"]
-    assert "_fit" in next(m for m in mutation.CORE if m.name == "trainer").functions
+    modules = {f.removesuffix(".py").replace("/", ".") for f in cfg["only_mutate"]}
+    assert [q for q in mutation.QUICK if q.split(".x_")[0].removesuffix(".*") not in modules] == []
+    assert all(name.startswith("fusion_sweep.") and why
+               for name, why in mutation.equivalent().items())

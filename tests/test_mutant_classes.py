@@ -1,0 +1,198 @@
+"""The kinds of mutant issue 42 saw survive, each pinned by a test that kills it: a "most seeds"
+boundary moved by one, the unadjusted p deciding where the Holm p must, a family miscounted
+with several metrics or a pre-registered family (mean-Δ and sign-test Holm), an answer that
+miscounts on a lower-is-better metric, a GPU share above one device accepted, and the GPU
+memory check skipped on the cluster path. Read through stable surfaces: the `stats` JSON
+(tests/report_json.py), the space parser, the launch's checks."""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from fusion_sweep.analysis import stats
+from fusion_sweep.errors import UserError
+from fusion_sweep.launch import memory, preflight
+from fusion_sweep.plan.grid import plan
+from fusion_sweep.plan.space import load_space
+from fusion_sweep.trial.memory import gpu_memory_bytes
+
+sys.path.insert(0, str(Path(__file__).parent))
+from report_json import arms, comparison, stats_json  # noqa: E402
+
+ALPHA = 0.05
+# Six seeds the variant wins on: sign p = 2 / 2^6 = 0.03125 < α alone, 0.0625 in a family of 2.
+SIX_WINS = {"add": [0.80, 0.81, 0.82, 0.83, 0.84, 0.85],
+            "gate": [0.85, 0.84, 0.86, 0.86, 0.89, 0.87]}
+
+
+def _expected_holm(ps: list[float], m: int) -> np.ndarray:
+    """Holm over a family of m by hand (step-down, cumulative max): absent members p = 1."""
+    p = np.r_[ps, np.ones(m - len(ps))]
+    order = np.argsort(p, kind="stable")
+    adj = np.maximum.accumulate((m - np.arange(m)) * p[order]).clip(max=1.0)
+    out = np.empty(m)
+    out[order] = adj
+    return out[:len(ps)]
+
+
+# ------------------------------------------------------------------ "most seeds"
+@pytest.mark.parametrize("learned_seeds, n, state", [(1, 4, "no"), (2, 4, "no"), (3, 4, "yes"),
+                                                     (2, 5, "no"), (3, 5, "yes")])
+def test_an_arm_learned_only_on_most_of_its_seeds(tmp_path, capsys, learned_seeds: int, n: int,
+                                                  state: str) -> None:
+    """docs/statistics.md: `learned?` is yes when the arm learned on MOST of its seeds: exactly
+    half is not most (kills `2 * count > n` -> `>=`)."""
+    gate = [0.6] * learned_seeds + [0.5] * (n - learned_seeds)  # 600/1000 beats 0.5; 500 not
+    rep = stats_json(arms({"add": [0.7] * n, "gate": gate}), tmp_path, capsys,
+                     "--baseline", "add")
+    test = next(t for t in rep["chance"]["tests"] if t["fusion"] == "gate")
+    assert (test["learn_count"], test["learn_n"], test["learned"]) == (learned_seeds, n, state)
+
+
+# ------------------------------------------------------------------ the Holm p decides
+def test_the_holm_p_decides_not_the_raw_one(tmp_path, capsys) -> None:
+    """Two metrics, one comparison each: each raw sign p (0.03125) is below α, each Holm p
+    (0.0625) is not, so no win-rate verdict is decided (kills the raw p deciding)."""
+    rows = arms(SIX_WINS)
+    for r in rows:
+        r["test_macro_f1"] = r["test_acc"] - 0.01
+    rep = stats_json(rows, tmp_path, capsys, "--baseline", "add",
+                     "--metric", "test_acc", "--metric", "test_macro_f1")
+    for metric in ("test_acc", "test_macro_f1"):
+        c = comparison(rep, "gate", metric)
+        assert c["sign_p"] == pytest.approx(0.03125) and c["sign_p_holm"] == pytest.approx(0.0625)
+        assert c["win_verdict"] == "inconclusive"
+    assert "by mean Δ and win rate" not in " ".join(a["sentence"] for a in rep["answer"])
+
+
+def test_the_mean_delta_verdict_reads_the_holm_p() -> None:
+    """stats.verdict: an interval excluding 0 decides only with the Holm p below α."""
+    assert stats.verdict(0.02, 0.01, 0.03, 0.049, float("nan"), ALPHA) == "better"
+    assert stats.verdict(0.02, 0.01, 0.03, 0.05, float("nan"), ALPHA) == "inconclusive"
+    assert stats.verdict(-0.02, -0.03, -0.01, 0.049, float("nan"), ALPHA) == "worse"
+
+
+# ------------------------------------------------------------------ the family's m
+@pytest.mark.parametrize("recorded, expected_m", [(None, 2), (1, 2), (3, 4)])
+def test_the_family_counts_every_metric_and_the_pre_registered_members(
+        tmp_path, capsys, recorded: int | None, expected_m: int) -> None:
+    """m = every comparison of the input (both metrics) plus the members of the pre-registered
+    family (on the sweep's metric, test_acc) the input lacks; the mean-Δ and the sign-test Holm
+    are each over that m (docs/statistics.md, Multiplicity)."""
+    rows = arms(SIX_WINS)
+    for r in rows:
+        r["test_macro_f1"] = r["test_acc"] - 0.003 * r["seed"]
+        if recorded is not None:
+            r["comparison_family"] = json.dumps({"m": recorded, "members": []})
+    rep = stats_json(rows, tmp_path, capsys, "--baseline", "add",
+                     "--metric", "test_acc", "--metric", "test_macro_f1")
+    assert rep["family"]["m"] == expected_m
+    comps = [comparison(rep, "gate", m) for m in ("test_acc", "test_macro_f1")]
+    t_holm = _expected_holm([c["t_p"] for c in comps], expected_m)
+    sign_holm = _expected_holm([c["sign_p"] for c in comps], expected_m)
+    for c, tp, sp in zip(comps, t_holm, sign_holm):
+        assert c["p_holm"] == pytest.approx(tp, rel=1e-9)
+        assert c["sign_p_holm"] == pytest.approx(sp, rel=1e-9)
+
+
+# ------------------------------------------------------------------ lower is better
+def test_the_answer_counts_wins_as_lower_on_a_lower_is_better_metric(tmp_path, capsys) -> None:
+    """Latency, lower is better: the variant is faster on 8 of 9 seeds. The sentence says it
+    beats the reference with win rate 8/9 (not 1/9, not 'loses to')."""
+    base = [10.0 + 0.1 * s for s in range(9)]
+    gate = [b - 1.0 - 0.05 * s for s, b in enumerate(base)]
+    gate[4] = base[4] + 0.2  # the one seed it is slower on
+    rows = arms({"add": [0.8] * 9, "gate": [0.8] * 9})
+    for r in rows:
+        r["latency_ms_per_sample"] = (gate if r["fusion"] == "gate" else base)[r["seed"]]
+    rep = stats_json(rows, tmp_path, capsys, "--baseline", "add",
+                     "--metric", "latency_ms_per_sample")
+    c = comparison(rep, "gate", "latency_ms_per_sample")
+    assert (c["win_verdict"], c["verdict"]) == ("better", "better")
+    said = [a["sentence"] for a in rep["answer"] if a["kind"] == "better"]
+    assert len(said) == 1 and "gate beats add" in said[0] and "win rate 8/9" in said[0], said
+
+
+# ------------------------------------------------------------------ one device at most
+def _space(gpu: object):
+    from fusion_sweep.plan.space import parse_space
+    raw = load_space("smoke").to_yaml_dict()
+    raw["resources"] = {**raw.get("resources", {}), "gpu": gpu}
+    return parse_space(raw, "s.yaml")
+
+
+@pytest.mark.parametrize("gpu", [0.5, 1, 2])
+def test_a_gpu_share_up_to_one_device_or_whole_devices_is_accepted(gpu: object) -> None:
+    assert _space(gpu).gpu == float(gpu)
+
+
+@pytest.mark.parametrize("gpu", [1.5, 1.0001])
+def test_a_fractional_gpu_share_above_one_device_is_refused(gpu: float) -> None:
+    with pytest.raises(Exception, match=r"resources.gpu: above 1 it must be a whole number"):
+        _space(gpu)
+
+
+def _need() -> tuple[int, list]:
+    points = plan(load_space("smoke"))[:1]
+    return gpu_memory_bytes(points[0].config), points
+
+
+@pytest.mark.parametrize("gpu, device_over_need, fits", [
+    (1.0, 1.0, True), (1.0, 0.999, False),
+    (0.5, 2.0, True), (0.5, 1.999, False),
+    (2.0, 0.999, False),  # two devices given, one used: never more than one device's memory
+    (3.0, 1.0, True)])
+def test_the_gpu_memory_check_counts_at_most_one_device(gpu: float, device_over_need: float,
+                                                        fits: bool) -> None:
+    need, points = _need()
+    space = SimpleNamespace(gpu=gpu, source="s.yaml")
+    device = (int(need * device_over_need), "the test device")
+    if fits:
+        assert memory.check_gpu_memory(space, points, device) == [need]
+    else:
+        with pytest.raises(UserError, match=r"resources.gpu in s.yaml: .* GiB of GPU memory"):
+            memory.check_gpu_memory(space, points, device)
+
+
+# ------------------------------------------------------------------ the cluster path
+@pytest.mark.parametrize("address", [None, "10.0.0.5:6379"])
+def test_the_gpu_memory_check_runs_on_the_cluster_path_too(monkeypatch, address) -> None:
+    """`launch --address`: the local resource check does not apply (the cluster is not this
+    machine) but the GPU memory check does, before anything starts."""
+    called = []
+    monkeypatch.setattr(preflight, "check_tracking_uri", lambda uri: None)
+    monkeypatch.setattr(preflight, "check_ray_address", lambda a: a)
+    monkeypatch.setattr(preflight, "check_local_resources", lambda s, p: called.append("local"))
+
+    def refuse(space, points):
+        called.append("gpu")
+        raise UserError("resources.gpu: over its share")
+
+    monkeypatch.setattr(preflight, "check_gpu_memory", refuse)
+    with pytest.raises(UserError, match="over its share"):
+        preflight.preflight(SimpleNamespace(gpu=1.0), "n", [], "file:/tmp/x", address, None,
+                            None, False, sys.stdout)
+    assert called == (["local", "gpu"] if address is None else ["gpu"])
+
+
+# ------------------------------------------------------------------ the trial's seed streams
+def test_each_component_is_initialised_from_its_own_stream(monkeypatch) -> None:
+    """build_model seeds each parameter group from the stream named after it: a group drawn
+    from another's stream would share its init across variants that differ in that group."""
+    from fusion_sweep.trial import trainer
+
+    seen: dict[str, int] = {}
+    monkeypatch.setattr(trainer, "construct_model", lambda *a: "model")
+    monkeypatch.setattr(trainer, "initialize", lambda model, seeds: seen.update(seeds))
+    config = plan(load_space("smoke"))[0].config
+    assert trainer.build_model(config, 10, 2) == "model"
+    d = trainer.stream_dataset(config)
+    assert seen == {g: trainer.derive_seed(config.seed, f"{g}_init", d)
+                    for g in ("shared", "encoder", "fusion", "pe")}
+    assert len(set(seen.values())) == 4  # four streams, four seeds

@@ -1,0 +1,75 @@
+"""Each documented rule at its boundary value and one step either side (issue 42, item 4):
+"below α" (docs/statistics.md: verdict, TOST, Holm's first step, the learn test), "at least"
+(a split's majority class holds at least 1/K; the sign test reaches α/m at n ≥ 8 for m = 6).
+"most seeds" and "over one device" are in tests/test_mutant_classes.py."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from fusion_sweep.analysis import chance, stats, winrate
+from fusion_sweep.analysis.schema import AnalysisError
+
+ALPHA = 0.05
+BELOW, AT, ABOVE = math.nextafter(ALPHA, 0), ALPHA, math.nextafter(ALPHA, 1)
+NAN = float("nan")
+
+
+@pytest.mark.parametrize("p, decided", [(BELOW, True), (AT, False), (ABOVE, False)])
+def test_better_needs_the_holm_p_below_alpha(p: float, decided: bool) -> None:
+    """statistics.md: better/worse iff the Holm p < α and the t-interval excludes 0."""
+    assert (stats.verdict(0.02, 0.01, 0.03, p, NAN, ALPHA) == "better") is decided
+    assert (stats.verdict(-0.02, -0.03, -0.01, p, NAN, ALPHA) == "worse") is decided
+
+
+@pytest.mark.parametrize("p, decided", [(BELOW, True), (AT, False), (ABOVE, False)])
+def test_equivalent_needs_the_tost_p_below_alpha(p: float, decided: bool) -> None:
+    """statistics.md (`holm_tost_family`): `equivalent` needs the adjusted TOST p below α."""
+    assert (stats.verdict(0.0, -0.01, 0.01, 0.9, p, ALPHA) == "equivalent") is decided
+
+
+@pytest.mark.parametrize("low, high", [(0.0, 0.03), (-0.03, 0.0), (-1e-12, 0.03)])
+def test_an_interval_touching_zero_decides_nothing(low: float, high: float) -> None:
+    assert stats.verdict(0.01, low, high, 0.001, NAN, ALPHA) == "inconclusive"
+
+
+@pytest.mark.parametrize("m", [2, 4])  # powers of 2: α/m · m is α exactly
+def test_holms_first_step_is_the_smallest_p_times_m(m: int) -> None:
+    """statistics.md (`holm_family`): the smallest p must be below α/m: at α/m it is not."""
+    for p0, decided in ((math.nextafter(ALPHA / m, 0), True), (ALPHA / m, False),
+                        (math.nextafter(ALPHA / m, 1), False)):
+        adj = stats.holm(np.r_[p0, np.full(m - 1, 0.9)])
+        assert bool(adj[0] < ALPHA) is decided, (m, p0, adj[0])
+
+
+@pytest.mark.parametrize("n, reaches", [(7, False), (8, True), (9, True)])
+def test_the_sign_test_reaches_alpha_over_m_from_eight_seeds_at_m_six(n: int,
+                                                                       reaches: bool) -> None:
+    """statistics.md: the sign test cannot reach α/m until 2 · 0.5ⁿ < α/m (n ≥ 8 at m = 6)."""
+    assert stats.min_p_signed(n) == pytest.approx(2 * 0.5 ** n)
+    assert (stats.min_p_signed(n) < ALPHA / 6) is reaches
+    all_wins = winrate.sign_test(np.full(n, 0.01))
+    assert bool(all_wins.p_two_sided < ALPHA / 6) is reaches
+
+
+def test_a_seed_learns_when_its_p_is_at_most_alpha() -> None:
+    """winrate.learn_rate: learned_i = p_i <= α (boundary included), one step below not."""
+    p = sps.binomtest(60, 100, p=0.5, alternative="greater").pvalue
+    for alpha, learned in ((math.nextafter(p, 1), True), (p, True), (math.nextafter(p, 0), False)):
+        lr = winrate.learn_rate(np.array([60]), np.array([100]), np.array([0.5]), alpha)
+        assert bool(lr.learned[0]) is learned and lr.count == int(learned)
+
+
+@pytest.mark.parametrize("rate, ok", [(0.5, True), (0.5 - 1e-6, False), (0.5 + 1e-6, True),
+                                      (1.0, True), (1.0 + 1e-6, False)])
+def test_a_majority_rate_is_at_least_one_over_k_and_at_most_one(rate: float, ok: bool) -> None:
+    """statistics.md / chance.py: a split's majority class holds at least 1/K of it and at most
+    all of it; outside [1/K, 1] is an error in the input, never a chance level."""
+    if ok:
+        chance._check_majority_rate("d", np.array([rate]), 2)
+    else:
+        with pytest.raises(AnalysisError, match=r"'test_majority_rate' for dataset 'd' holds"):
+            chance._check_majority_rate("d", np.array([rate]), 2)
