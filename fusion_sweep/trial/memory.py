@@ -95,7 +95,8 @@ def activation_elements(config: Any) -> float:
     """Elements one training step saves for the backward at the longest padded batch: the
     shared part (the pooling product's (B, L, d) input), the fusion's
     (`FUSIONS[name].activation_floats`: 3 (B, L, d) more for one that widens or gates), the
-    body's (`ENCODERS[name].activation_floats`), and for a pe with an attention bias the additive (B, H, L, L) mask a padded batch needs."""
+    body's (`ENCODERS[name].activation_floats`), and for a pe with an attention bias the
+    additive (B, H, L, L) mask a padded batch needs."""
     B, L = longest_batch(config)
     shared = SHARED_TOKEN_TENSORS * B * L * config.d_model
     fusion = FUSIONS[config.fusion].activation_floats(config, B, L)
