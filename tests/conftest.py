@@ -13,22 +13,13 @@
   way: it holds the tables and no experiment; MLflow creates its Default experiment when the
   copy is first opened, as it does in a new store.
 
-The tests that use the cluster or the server run first, together, in their collected order:
+The tests that use the cluster or the server run last, together, in their collected order:
 first those on the cluster, then those that use only the server (the ones that start a local
-Ray of their own), then the other `slow` ones (a Ray, a wheel build or a server of their
-own). The cluster and the server start at the first test that asks for one and stop right
-after the last test that asks for it (or at the session's end), so neither idles beside the
-rest of the suite, and no test's own Ray runs beside the idle cluster. Both are
+Ray of their own). The cluster and the server start at the first test that asks for one and
+stop right after the last test that asks for it (or at the session's end), so neither idles
+beside the rest of the suite, and no test's own Ray runs beside the idle cluster. Both are
 session-wide processes behind function-scoped fixtures: `ray_cluster` also sets, for the
 test, the environment every driver of the cluster must share.
-
-The suite runs on two pytest-xdist workers (pyproject's addopts: `-n 2 --dist loadgroup`,
-and `--no-loadscope-reorder` so that xdist hands the groups out in the order above). All
-those first tests form one xdist group, `ray`, so one worker runs them, in that order,
-and they alone start Ray: the two workers never start two clusters, never share a Ray
-session directory, and the cluster and server start and stop as above. Every other test is
-grouped by its module, so a module's fixtures are made once, on one worker. Each worker has
-its own temporary directories (xdist's basetemp per worker) and ports (`free_port`).
 """
 from __future__ import annotations
 
@@ -50,8 +41,6 @@ from tests.processes import NODE_ARGS, children_of, free_port, kill_pids
 # whose RAY_AUTH_MODE differs from the cluster's fails after ~20 s).
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 SHARED = ("ray_cluster", "mlflow_server")
-# The xdist group of every test that starts Ray or a server: one worker runs them all, in order.
-RAY_GROUP = "ray"
 
 
 class _Shared:
@@ -79,21 +68,12 @@ def _uses(item: pytest.Item, name: str) -> bool:
     return name in getattr(item, "fixturenames", ())
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
     on_cluster = [i for i in items if _uses(i, "ray_cluster")]
     on_server = [i for i in items if _uses(i, "mlflow_server") and not _uses(i, "ray_cluster")]
     moved = {id(i) for i in on_cluster + on_server}
-    slow = [i for i in items if id(i) not in moved and i.get_closest_marker("slow")]
-    moved |= {id(i) for i in slow}
-    rest = [i for i in items if id(i) not in moved]
-    items[:] = on_cluster + on_server + slow + rest  # first: xdist hands out groups in order
-    for item in on_cluster + on_server + slow:
-        item.add_marker(pytest.mark.xdist_group(RAY_GROUP))
-    for item in rest:
-        item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module
-                                                else item.nodeid.split("::")[0]))
+    items[:] = [i for i in items if id(i) not in moved] + on_cluster + on_server
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
