@@ -312,7 +312,7 @@ def test_a_trial_run_logs_only_its_own_encoders_fields(store, encoder):
 
 
 # ------------------------------------------------------------------ the code fingerprint
-TRIAL = Path(tracking.__file__).resolve().parent / "trial"
+TRIAL = Path(tracking.__file__).resolve().parents[1] / "trial"
 
 
 @pytest.mark.parametrize("dataset, changes, name", [
@@ -406,7 +406,7 @@ def test_code_fingerprint_ignores_messages_annotations_and_code_no_trial_runs(pa
     (trial / "memory.py").write_text((trial / "memory.py").read_text().replace("2**30", "2**31"))
     _edit(trial / "models" / "fusion.py", '    "mul": MulFusion,\n}',
           '    "mul": MulFusion,\n    "sub": MulFusion,\n}')  # a new registry entry
-    _edit(copy / "cli.py", "import", "import os as _probe_os\nimport")
+    _edit(copy / "cli" / "__init__.py", "import", "import os as _probe_os\nimport")
     stats = copy / "analysis" / "stats.py"
     stats.write_text(stats.read_text() + "\nPROBE = 1\n")
     assert _grid_keys(copy) == keys
