@@ -7,8 +7,9 @@ functions in :mod:`fusion_sweep.analysis.mlflow_io`, so the analysis runs on any
 scientific Python stack and a CSV/Parquet file.
 
 Layers point down, no import cycles: schema < metrics, variants, caveats, estimands, winrate
-< settings, load, pairing, guard, records < stats < sequential, chance, regimes < claims <
-grid, answer < report < tables, sequential_report < text, plots < render < mlflow_io, cli.
+< settings, load, guard, records < sections < pairing < stats < sequential, chance, regimes <
+claims < grid, answer < report < tables, sequential_report < text, plots < render < mlflow_io,
+cli.
 Layout:
 - :mod:`fusion_sweep.analysis.schema`   column names, JSON keys, labels, error type (identity,
   fingerprint and MLflow names come from :mod:`fusion_sweep.schema`, which is stdlib-only);
@@ -22,6 +23,8 @@ Layout:
 - :mod:`fusion_sweep.analysis.caveats`  what qualifies a verdict, as typed values, and their renderings;
 - :mod:`fusion_sweep.analysis.guard`    the one guard rule: the verdict a comparison may claim;
 - :mod:`fusion_sweep.analysis.records`  the frozen records each stage builds, and their JSON;
+- :mod:`fusion_sweep.analysis.sections` the report's other sections as frozen records (source,
+  family, warnings, dropped pairs, interaction and chance tests), and their JSON;
 - :mod:`fusion_sweep.analysis.chance`   does each arm beat chance (1/num_classes)? -> `not learned`;
 - :mod:`fusion_sweep.analysis.stats`    per-comparison statistics (scipy / statsmodels);
 - :mod:`fusion_sweep.analysis.regimes`  length regimes and the interaction (regime x fusion) test;

@@ -13,7 +13,6 @@ import html
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from fusion_sweep.analysis.claims import ClaimSetResult
 from fusion_sweep.analysis.estimands import VERDICT_RULE
 from fusion_sweep.analysis import plots
 from fusion_sweep.analysis.regimes import lengths_known
@@ -34,8 +33,9 @@ from fusion_sweep.analysis.tables import (
     verdict_grid_table,
 )
 from fusion_sweep.analysis.answer import findings
+from fusion_sweep.analysis.sections import DesignWarning
 from fusion_sweep.analysis.text import (
-    DesignWarning, answer_scope, descriptive, descriptive_label, is_numeric_cell, source_line,
+    answer_scope, descriptive, descriptive_label, is_numeric_cell, source_line,
 )
 from fusion_sweep.schema import metric_label, shown
 
@@ -93,7 +93,7 @@ def build_blocks(report: Report, out: Path) -> list[Block]:
         b += _arms_figure_blocks(report, out)
     b.append(("p", VERDICT_RULE))
     if report.claims is not None:
-        b.append(("p", f"The paper's claims ({ClaimSetResult.from_json(report.claims).name}) "
+        b.append(("p", f"The paper's claims ({report.claims.name}) "
                        "are tested in "
                        "`claims.html` / `claims.md` beside this report."))
     b.append(("h2", "Design warnings"))
@@ -102,12 +102,12 @@ def build_blocks(report: Report, out: Path) -> list[Block]:
         b.append(("h2", "Each arm over its seeds"))
         b.append(("table", arms_table(report)))
     if report.sequential is not None:
-        b += sequential_blocks(report.sequential_results, out)
+        b += sequential_blocks(report.sequential.results, out)
     b += _comparison_blocks(report, out)
     b += _interaction_blocks(report, out)
     b.append(("h2", "Seeds needed"))
     b.append(("table", descriptive(report, seeds_needed_table(report))))
-    if report.chance["tests"]:
+    if report.chance.tests:
         b.append(("h2", "Chance level"))
         b.append(("table", descriptive(report, chance_table(report))))
     b.append(("h2", "Paper tables"))
@@ -118,10 +118,10 @@ def build_blocks(report: Report, out: Path) -> list[Block]:
     return b
 
 
-def warning_words(w: dict) -> str:
+def warning_words(w: DesignWarning) -> str:
     """A warning for a reader: its sentence, capitalised, without the internal code (the
     code stays in stats.json and on stderr for scripts)."""
-    msg = DesignWarning.of(w).message
+    msg = w.message
     return msg[:1].upper() + msg[1:]
 
 
@@ -148,7 +148,7 @@ def report_colors(report: Report) -> dict[str, str]:
     arms = [axis.short(Variant(a.encoder, a.pe, a.fusion)) for a in report.arms]
     arms += [_arm_label(axis, c) for c in report.comparisons] + [c.baseline
                                                                  for c in report.comparisons]
-    order = report.source.get("known_fusions") or () if axis.is_fusion else ()
+    order = report.source.known_fusions or () if axis.is_fusion else ()
     return plots.arm_colors(arms, order)
 
 
@@ -235,7 +235,7 @@ def _interaction_blocks(report: Report, out: Path) -> list[Block]:
                           out / name, axis, alpha=report.settings.alpha, colors=colors)
         b.append(("img", name, f"{title}: mean difference with its 95% paired-t interval, "
                                "and each verdict with its Holm p and caveats"))
-    if report.interaction["tests"]:
+    if report.interaction.tests:
         b.append(("table", descriptive(report, interaction_table(report))))
     else:
         b.append(("p", "Interaction test not run: it needs a comparison present in at least "
@@ -245,7 +245,7 @@ def _interaction_blocks(report: Report, out: Path) -> list[Block]:
 
 def build_claims_blocks(report: Report, out: Path) -> list[Block]:
     """The claims document: the claims beside their results, a figure, every claim test."""
-    claims = ClaimSetResult.from_json(report.claims)
+    claims = report.claims
     b: list[Block] = [("h1", f"fusion-sweep claims: {claims.title}")]
     if descriptive_label(report):
         b.append(("p", f"Every claim test below is {descriptive_label(report)}: "
@@ -257,13 +257,13 @@ def build_claims_blocks(report: Report, out: Path) -> list[Block]:
                    "The comparison report is `report.html` beside this file."))
     b.append(("p", VERDICT_RULE))
     b.append(("h2", "Claims"))
-    b.append(("table", claims_table(report.claims)))
+    b.append(("table", claims_table(claims)))
     b.append(("h2", "Claim tests"))
     for kind, name in (("difference", "claims_differences.png"), ("ratio", "claims_ratios.png"),
                        ("probability", "claims_probabilities.png")):
         if plots.claims_plot(claims.tests, kind, out / name):
             b.append(("img", name, f"claim tests: {kind}s with their intervals"))
-    b.append(("table", claim_tests_table(report.claims)))
+    b.append(("table", claim_tests_table(claims)))
     return b
 
 

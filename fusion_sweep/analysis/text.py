@@ -14,15 +14,14 @@ import re
 import shutil
 import sys
 import textwrap
-from dataclasses import dataclass
-from typing import Mapping, TextIO
+from typing import TextIO
 
 from fusion_sweep.analysis.answer import findings
 from fusion_sweep.analysis.claims import ClaimSetResult
 from fusion_sweep.analysis.estimands import VERDICT_RULE
 from fusion_sweep.analysis.platforms import platform_line
 from fusion_sweep.analysis.report import Report
-from fusion_sweep.analysis.sequential import SequentialSection
+from fusion_sweep.analysis.sections import DesignWarning, Source
 from fusion_sweep.analysis.sequential_report import sequential_table
 from fusion_sweep.analysis.tables import (
     Table, arms_table, blocks_by_regime, claim_tests_table, comparison_table, compact_grid_table,
@@ -205,22 +204,10 @@ def _wrap(text: str, width: int | None, indent: str) -> list[str]:
                          break_on_hyphens=False) or [indent]
 
 
-@dataclass(frozen=True)
-class DesignWarning:
-    """One entry of the report's `warnings` ({"code", "message"}), read by attribute."""
-
-    code: str
-    message: str
-
-    @classmethod
-    def of(cls, w: Mapping[str, str]) -> "DesignWarning":
-        return cls(**w)
-
-
-def warning_line(w: Mapping[str, str]) -> str:
+def warning_line(w: DesignWarning) -> str:
     """A warning as a reader meets it: a sentence, capitalised and ended (its code stays in
     the JSON and on stderr with --format json)."""
-    msg = DesignWarning.of(w).message.rstrip()
+    msg = w.message.rstrip()
     path = "/" in msg.split(" ", 1)[0]  # it opens with a comparison's path: keep its case
     return (msg if path else f"{msg[:1].upper()}{msg[1:]}") + (
         "" if msg.endswith((".", "!", "?")) else ".")
@@ -253,9 +240,9 @@ def format_text(report: Report, wide: bool = False, width: int | None = None,
     if report.arms:
         parts.append(layout(arms_table(report, short=not wide), width=tw, notes_width=width))
     if report.sequential is not None:
-        seq = SequentialSection.from_json(report.sequential)
+        seq = report.sequential
         parts.append(layout(sequential_table(
-            report.sequential_results,
+            seq.results,
             f"Sequential decisions (adaptive seeds, {seq.metric}) by the {seq.method} "
             f"CS: the verdicts of this sweep; m = {seq.m} comparisons fixed at launch "
             f"({seq.family_source})"),
@@ -267,7 +254,7 @@ def format_text(report: Report, wide: bool = False, width: int | None = None,
         if not wide and k < len(blocks) - 1:  # the short tables' one note: under the last
             t = Table(t.title, t.headers, t.rows, [])
         parts.append(paint(layout(t, width=tw, notes_width=width), color))
-    if report.interaction["tests"]:
+    if report.interaction.tests:
         parts.append(paint(layout(descriptive(report, interaction_table(report, short=not wide)),
                                   width=tw, notes_width=width), color))
     else:
@@ -292,7 +279,7 @@ def answer_scope(report: Report) -> str:
     s = report.settings
     label = descriptive_label(report)
     return (f"{', '.join(s.metrics)}; {100 * (1 - s.alpha):g}% intervals; Holm p over m = "
-            f"{report.family['m']} comparisons" + (f" ({label})" if label else ""))
+            f"{report.family.m} comparisons" + (f" ({label})" if label else ""))
 
 
 def answer_text(report: Report, width: int) -> str:
@@ -305,11 +292,10 @@ def answer_text(report: Report, width: int) -> str:
     return "\n".join(out)
 
 
-def claims_glance(claims: dict, width: int) -> str:
+def claims_glance(rec: ClaimSetResult, width: int) -> str:
     """Each claim's verdict in one line, right after the answer: its id, title, what the
     sweep says of it and by which estimand; a claim the sweep cannot test says what it would
     need. The claim tests themselves come last (format_claims)."""
-    rec = ClaimSetResult.from_json(claims)
     out = _wrap(f"The paper's claims ({rec.title}; each quoted with its section below):",
                 width, "")
     for c in rec.claims:
@@ -326,8 +312,8 @@ def claims_glance(claims: dict, width: int) -> str:
 def _header(report: Report, width: int) -> str:
     """The first line: which results, against which reference, at which α and m."""
     s, src = report.settings, report.source
-    what = (f"sweep {src.get('sweep')} ({src.get('n_runs')} trial runs)"
-            if src.get("kind") == "mlflow" else str(src.get("path", src.get("kind", "table"))))
+    what = (f"sweep {src.sweep} ({src.n_runs} trial runs)" if src.is_mlflow
+            else _where(src))
     return "\n".join(_wrap(f"fusion-sweep stats · {what} · baseline={s.baseline} · "
                            f"alpha={s.alpha} · {family_line(report)}", width, ""))
 
@@ -351,14 +337,13 @@ def descriptive_label(report: Report) -> str | None:
     """The adaptive sweep's label of every fixed-n output, or None for a fixed-seed sweep."""
     if report.sequential is None:
         return None
-    return SequentialSection.from_json(report.sequential).fixed_n_label
+    return report.sequential.fixed_n_label
 
 
-def format_claims(claims: dict, width: int | None = None, label: str | None = None) -> str:
-    """The claims report (claims: the report's CLAIM_SET_KEYS dict): each claim's words
-    beside its result, then every claim test.
+def format_claims(rec: ClaimSetResult, width: int | None = None,
+                  label: str | None = None) -> str:
+    """The claims report: each claim's words beside its result, then every claim test.
     label: said in the header when the claim tests are descriptive (an adaptive sweep)."""
-    rec = ClaimSetResult.from_json(claims)
     head = f"CLAIMS · {rec.title} · {rec.paper}" + (f" ({label})" if label else "")
     out = ["\n".join(_wrap(head, width, "")
                      + _wrap(f"Holm over the family of m = {rec.family_size} claim tests "
@@ -377,20 +362,25 @@ def format_claims(claims: dict, width: int | None = None, label: str | None = No
             _wrap(f"{c.claim} {c.title}: {c.support} ({tally})", width, "")
             + _wrap(f"paper ({c.where}): “{c.quote}”", width, "    ")
             + _wrap(f"tested as: {c.operationalisation}", width, "    ")))
-    out.append(layout(claim_tests_table(claims, contrast=False), width=width))
+    out.append(layout(claim_tests_table(rec, contrast=False), width=width))
     return "\n\n".join(out)
 
 
 def family_line(report: Report) -> str:
     """'m=6, fixed by the sweep' / 'm=6, every comparison in FILE': the fixed-n Holm family."""
-    return f"m={report.family['m']}, {report.family['source']}"
+    return f"m={report.family.m}, {report.family.source}"
 
 
-def source_line(src: dict) -> str:
+def source_line(src: Source) -> str:
     """Where the results come from, and the platform(s) they ran on when recorded."""
-    where = platform_line(src.get("platforms") or [])
+    where = platform_line(src.platforms or [])
     where = f", {where}" if where else ""
-    if src.get("kind") == "mlflow":
-        return (f"MLflow {src.get('tracking_uri')} experiment={src.get('experiment')} "
-                f"sweep={src.get('sweep')} ({src.get('n_runs')} trial runs){where}")
-    return str(src.get("path", src.get("kind", "table"))) + where
+    if src.is_mlflow:
+        return (f"MLflow {src.tracking_uri} experiment={src.experiment} "
+                f"sweep={src.sweep} ({src.n_runs} trial runs){where}")
+    return _where(src) + where
+
+
+def _where(src: Source) -> str:
+    """A results file's path, else the kind of input ('table')."""
+    return str(src.path) if src.path is not None else src.kind
