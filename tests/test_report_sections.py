@@ -89,3 +89,33 @@ def test_records_refuse_what_is_not_theirs() -> None:
         Family(-1, "x")
     with pytest.raises(AnalysisError, match=r"a warning needs a code and a message"):
         DesignWarning("", "text")
+
+
+def test_the_terminal_and_the_page_say_the_sections_in_one_order(tmp_path: Path) -> None:
+    """One document (fusion_sweep.analysis.document) for every medium: before, the terminal
+    said the claims before the grid and the verdict rule last, the page the rule before its
+    claims line; now both say answer, claims, grid, rule, warnings, ..., dropped pairs."""
+    from fusion_sweep.analysis.demo import synthetic_ressformer_results
+    from fusion_sweep.analysis.document import build_document
+    from fusion_sweep.analysis.load import tidy
+    from fusion_sweep.analysis.render import write_report
+    from fusion_sweep.analysis.report import Settings, analyze
+    from fusion_sweep.analysis.text import format_text, render_text
+
+    rep = analyze(tidy(synthetic_ressformer_results(seeds=3)),
+                  Settings(baseline="standard/sinusoidal/add", n_boot=200, claims="ressformer"))
+    text = format_text(rep, width=120, color=False)
+    assert text == render_text(build_document(rep), 120)  # the terminal renders the document
+    write_report(rep, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    html = (tmp_path / "report.html").read_text()
+    rule = "Verdicts name their estimand"
+    for page, marks in ((text, ["The answer (", "The paper's claims (", "Verdict grid", rule,
+                                "Warnings:", "Dropped pairs"]),
+                        (md, ["## The answer", "The paper's claims (", "## The answer at a glance",
+                              rule, "## Design warnings", "## Dropped pairs"]),
+                        (html, ["<h2>The answer</h2>", "The paper&#x27;s claims (",
+                                'id="verdict-grid"', rule, "<h2>Design warnings</h2>",
+                                "<h2>Dropped pairs</h2>"])):
+        at = [page.index(m) for m in marks]
+        assert at == sorted(at), marks

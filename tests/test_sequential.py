@@ -210,10 +210,10 @@ def test_report_table_and_figure(tmp_path) -> None:
     assert any(DESCRIPTIVE_LABEL in f for f in table.footnotes)
     md = sr.markdown_rows(plan.results)
     assert md[0].startswith("| family") and len(md) == 4
-    from fusion_sweep.analysis.render import sequential_blocks
+    from fusion_sweep.analysis.render import Figure, sequential_blocks
     blocks = sequential_blocks(plan.results, tmp_path)
-    png = tmp_path / blocks[-1][1]
-    assert blocks[-1][0] == "img" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    png = tmp_path / blocks[-1].file
+    assert isinstance(blocks[-1], Figure) and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 # ------------------------------------------------------ the win-rate method (issue 31, default)
