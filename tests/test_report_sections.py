@@ -11,7 +11,7 @@ import pytest
 
 from fusion_sweep.analysis.claims import ClaimSetResult
 from fusion_sweep.analysis.report import _json_clean
-from fusion_sweep.analysis.schema import AnalysisError
+from fusion_sweep.analysis.schema import SEQUENTIAL_KEYS, WARNING_KEYS, AnalysisError
 from fusion_sweep.analysis.sections import (
     ChanceSection, DesignWarning, DroppedPair, Family, Interaction, Source,
 )
@@ -32,6 +32,10 @@ def test_every_section_is_a_frozen_record_and_its_json_is_the_reports() -> None:
         assert isinstance(section, kinds[name]), name
         assert dataclasses.is_dataclass(section) and section.__dataclass_params__.frozen, name
         assert _json_clean(section.to_json()) == js[name], name
+    # the JSON's shape is the schema's, whichever record writes it
+    assert tuple(js["chance"]) == tuple(js["interaction"]) == ("method", "tests")
+    assert tuple(js["family"]) == ("m", "source") and tuple(js["sequential"]) == SEQUENTIAL_KEYS
+    assert all(tuple(w) == WARNING_KEYS for w in js["warnings"])
     assert all(isinstance(r, SequentialResult) for r in rep.sequential.results)
     assert rep.warnings and all(isinstance(w, DesignWarning) for w in rep.warnings)
     assert js["warnings"] == [w.to_json() for w in rep.warnings]
