@@ -9,7 +9,7 @@ one place, its `to_json`; :class:`fusion_sweep.analysis.report.Report` holds the
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any, Mapping, Sequence
 
 from fusion_sweep.analysis.records import ChanceTest, InteractionTest
@@ -177,7 +177,7 @@ class ChanceSection:
     """Each arm's test against chance (fusion_sweep.analysis.chance) and its method."""
 
     method: str
-    tests: tuple[ChanceTest, ...] = field(default=())
+    tests: tuple[ChanceTest, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tests", tuple(self.tests))
