@@ -47,5 +47,5 @@ def verdicts(report: Report) -> list[dict]:
             "p_holm": c.p_holm, "sign_p_holm": c.sign_p_holm}
            for c in report.comparisons]
     out += [{"key": [t.metric, t.variant, t.baseline_variant, *t.datasets],
-             "verdict": t.verdict} for t in report.interaction["tests"]]
+             "verdict": t.verdict} for t in report.interaction.tests]
     return out

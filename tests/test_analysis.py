@@ -173,9 +173,9 @@ def test_every_drop_reason(mutate, reason: str) -> None:
     df = small_table()
     m = ((df.dataset == "synthetic-short") & (df.fusion == "gate-vector") & (df.seed == 1)).to_numpy()
     rep = analyze(tidy(mutate(df, m)), Settings(n_boot=500))
-    assert [(d["fusion"], d["seed"], d["reason"]) for d in rep.dropped] == [("gate-vector", 1, reason)]
+    assert [(d.fusion, d.seed, d.reason) for d in rep.dropped] == [("gate-vector", 1, reason)]
     if reason != "fingerprint_mismatch":
-        assert any(w["code"] == "unequal_seed_sets" for w in rep.warnings)
+        assert any(w.code == "unequal_seed_sets" for w in rep.warnings)
 
 
 def test_failed_retry_beside_finished_run_is_not_a_drop() -> None:
@@ -483,8 +483,8 @@ def test_dropout_fingerprint_mismatch_is_dropped() -> None:
     df.loc[m, "fp_dropout"] = "d0d0d0d0d0d0"
     rep = _analyze(df)
     (d,) = rep.dropped
-    assert (d["fusion"], d["seed"], d["reason"]) == ("concat", 2, "fingerprint_mismatch")
-    assert d["detail"].startswith("dropout (d0d0d0d0d0 vs ")
+    assert (d.fusion, d.seed, d.reason) == ("concat", 2, "fingerprint_mismatch")
+    assert d.detail.startswith("dropout (d0d0d0d0d0 vs ")
 
 
 # 2. code fingerprints
@@ -498,15 +498,15 @@ def test_current_code_run_supersedes_an_old_one() -> None:
     old = df[m].assign(code_fingerprint="old0000000000000", run_id="r-old", test_acc=0.1)
     rep = _analyze(pd.concat([df, old]), {"kind": "mlflow", "code_fingerprint": "new0000000000000"})
     (d,) = rep.dropped
-    assert (d["fusion"], d["seed"], d["reason"], d["metric"], d["baseline"]) == \
+    assert (d.fusion, d.seed, d.reason, d.metric, d.baseline) == \
         ("concat", 1, "superseded_code", None, None)
-    assert "run r-old ran code old0000000" in d["detail"]
+    assert "run r-old ran code old0000000" in d.detail
     comp = next(c for c in rep.comparisons if c.dataset == "synthetic-short"
                 and c.fusion == "concat")
     assert comp.n == 5 and 0.1 - 0.8 not in comp.deltas
     # Without the sweep's current code nothing can be preferred: a duplicate, as before.
     rep = _analyze(pd.concat([df, old]))
-    assert [d["reason"] for d in rep.dropped] == ["duplicate_seed"]
+    assert [d.reason for d in rep.dropped] == ["duplicate_seed"]
 
 
 def test_pair_across_code_versions_is_dropped_with_a_warning() -> None:
@@ -514,11 +514,11 @@ def test_pair_across_code_versions_is_dropped_with_a_warning() -> None:
     m = (df.dataset == "synthetic-long") & (df.fusion == "add") & (df.seed == 4)
     df.loc[m, "code_fingerprint"] = "old0000000000000"
     rep = _analyze(df, {"kind": "mlflow", "code_fingerprint": "new0000000000000"})
-    assert {(d["fusion"], d["seed"], d["reason"]) for d in rep.dropped} == {
+    assert {(d.fusion, d.seed, d.reason) for d in rep.dropped} == {
         ("concat", 4, "code_mismatch"), ("gate-vector", 4, "code_mismatch")}
-    (w,) = [w for w in rep.warnings if w["code"] == "code_mismatch"]
-    assert w["message"].startswith("2 pairs compare runs of different code and were dropped")
-    assert "synthetic-long/sinusoidal/test_acc concat vs add seed 4" in w["message"]
+    (w,) = [w for w in rep.warnings if w.code == "code_mismatch"]
+    assert w.message.startswith("2 pairs compare runs of different code and were dropped")
+    assert "synthetic-long/sinusoidal/test_acc concat vs add seed 4" in w.message
 
 
 def _with_components(df: pd.DataFrame) -> pd.DataFrame:
@@ -539,9 +539,9 @@ def test_pairs_compare_only_the_code_both_arms_run() -> None:
     df.loc[m, "code_components"] = json.dumps(
         {"trainer": "t2", "data:synthetic-long": "d1", "fusion:add": "f-add"})
     rep = _analyze(df)
-    assert {(d["fusion"], d["seed"], d["reason"]) for d in rep.dropped} == {
+    assert {(d.fusion, d.seed, d.reason) for d in rep.dropped} == {
         ("concat", 4, "code_mismatch"), ("gate-vector", 4, "code_mismatch")}
-    assert all("ran different code of the trainer" in d["detail"] for d in rep.dropped)
+    assert all("ran different code of the trainer" in d.detail for d in rep.dropped)
 
 
 def test_a_run_a_relaunch_superseded_is_set_aside() -> None:
@@ -552,8 +552,8 @@ def test_a_run_a_relaunch_superseded_is_set_aside() -> None:
                        code_components=json.dumps({"trainer": "t1", "fusion:concat": "f-old"}))
     rep = _analyze(pd.concat([df, old]), {"kind": "mlflow", "code_fingerprint": "sweep"})
     (d,) = rep.dropped
-    assert (d["fusion"], d["seed"], d["reason"]) == ("concat", 1, "superseded_code")
-    assert d["detail"].startswith("run r-old ran code ")
+    assert (d.fusion, d.seed, d.reason) == ("concat", 1, "superseded_code")
+    assert d.detail.startswith("run r-old ran code ")
 
 
 # 3. direction of improvement
@@ -630,7 +630,7 @@ def test_tost_is_holm_adjusted_and_verdict_uses_it() -> None:
         assert comps[f].tost_p < 0.05 <= comps[f].tost_p_holm
         assert comps[f].verdict == "inconclusive"
     assert comps["f1"].verdict == "equivalent"
-    assert any(w["code"] == "holm_tost_family" for w in rep.warnings)
+    assert any(w.code == "holm_tost_family" for w in rep.warnings)
 
 
 def test_equivalent_with_interval_excluding_zero_says_so() -> None:
@@ -643,7 +643,7 @@ def test_equivalent_with_interval_excluding_zero_says_so() -> None:
     for c in rep.comparisons:  # never "equivalent" with an interval excluding 0 and no note
         if c.verdict == "equivalent" and (c.t_ci_low > 0 or c.t_ci_high < 0):
             assert any("excludes 0" in n for n in c.notes)
-    assert not any(w["code"] == "degenerate_comparison" for w in rep.warnings)
+    assert not any(w.code == "degenerate_comparison" for w in rep.warnings)
 
 
 # 5. power at the alpha the verdict uses
@@ -682,12 +682,12 @@ def test_interaction_warns_about_left_out_and_small_datasets() -> None:
     df = df[~((df.dataset == "synthetic-long") & (df.fusion == "concat") & (df.seed > 0))]
     df = df[~((df.dataset == "synthetic-short") & (df.seed == 4))]
     rep = _analyze(df)
-    msgs = {w["code"]: w["message"] for w in rep.warnings}
+    msgs = {w.code: w.message for w in rep.warnings}
     assert msgs["interaction_dataset_left_out"] == (
         "interaction concat vs add (sinusoidal/test_acc): left out synthetic-long (n = 1), "
         "which have fewer than 2 pairs; the test was not run (fewer than 2 datasets left)")
     assert "fewer than 5 pairs in synthetic-short (n = 4)" in msgs["interaction_small_n"]
-    (t,) = rep.interaction["tests"]
+    (t,) = rep.interaction.tests
     assert t.fusion == "gate-vector" and any("poorly calibrated" in n for n in t.notes)
 
 
@@ -709,11 +709,11 @@ def test_neither_arm_beats_chance_is_not_learned(tmp_path: Path, capsys) -> None
     assert all((c.learned, c.baseline_learned, c.chance_level) == ("no", "no", 0.5)
                for c in long)
     assert all(c.verdict != "not learned" and c.learned == "yes" for c in short)
-    msgs = [w["message"] for w in rep.warnings if w["code"] == "not_learned"]
+    msgs = [w.message for w in rep.warnings if w.code == "not_learned"]
     assert len(msgs) == 1 and msgs[0].startswith(  # one warning per dataset, naming both
         "neither arm beats chance on synthetic-long: these 2 comparisons say nothing about fusion")
     assert msgs[0].count(" vs add") == 2
-    tests = rep.chance["tests"]
+    tests = rep.chance.tests
     assert len(tests) == 6  # 2 datasets x 3 fusions
     assert [t.p_holm for t in tests] == pytest.approx(
         list(multipletests([t.p for t in tests], method="holm")[1]), abs=1e-12)
@@ -752,7 +752,7 @@ def test_chance_guards_every_metric_by_the_arms_accuracy() -> None:
     rep = _analyze(_chance_table(), metrics=("latency_ms_per_sample",))
     states = {c.dataset: (c.learned, c.baseline_learned) for c in rep.comparisons}
     assert set(states.values()) == {("no", "no"), ("yes", "yes")}
-    assert {t.metric for t in rep.chance["tests"]} == {"test_acc"}
+    assert {t.metric for t in rep.chance.tests} == {"test_acc"}
     for c in rep.comparisons:
         assert (c.verdict == "not learned") == (c.learned == "no")
 
@@ -761,7 +761,7 @@ def test_no_accuracy_column_means_no_guard() -> None:
     df = _chance_table().drop(columns=["test_acc", "best_val_acc"])
     rep = _analyze(df, metrics=("latency_ms_per_sample",))
     assert {(c.learned, c.baseline_learned) for c in rep.comparisons} == {("n/a", "n/a")}
-    assert rep.chance["tests"] == []
+    assert rep.chance.tests == ()
 
 
 def test_a_validation_maximum_never_stands_in_for_the_test_accuracy() -> None:
@@ -770,7 +770,7 @@ def test_a_validation_maximum_never_stands_in_for_the_test_accuracy() -> None:
     says why."""
     rep = _analyze(_chance_table().drop(columns="test_acc"), metrics=("latency_ms_per_sample",))
     assert {(c.learned, c.baseline_learned) for c in rep.comparisons} == {("unknown", "unknown")}
-    assert any(w["code"] == "chance_no_test_accuracy" and "best_val_acc" in w["message"]
+    assert any(w.code == "chance_no_test_accuracy" and "best_val_acc" in w.message
                for w in rep.warnings)
 
 
@@ -818,8 +818,8 @@ def test_duplicate_seed_with_a_nan_copy_is_flagged() -> None:
     m = (df.dataset == "synthetic-short") & (df.fusion == "concat") & (df.seed == 1)
     rep = _analyze(pd.concat([df, df[m].assign(test_acc=np.nan)]))
     (d,) = rep.dropped
-    assert (d["fusion"], d["seed"], d["reason"]) == ("concat", 1, "duplicate_seed")
-    assert d["detail"] == "concat: 2 finished runs for the same seed, 1 with a non-finite test_acc"
+    assert (d.fusion, d.seed, d.reason) == ("concat", 1, "duplicate_seed")
+    assert d.detail == "concat: 2 finished runs for the same seed, 1 with a non-finite test_acc"
 
 
 # 10. per-dataset equivalence margins
@@ -832,8 +832,8 @@ def test_per_dataset_margins() -> None:
         else:
             assert c.equivalence_margin is None and np.isnan(c.tost_p)
             assert c.verdict != "equivalent"
-    (w,) = [w for w in rep.warnings if w["code"] == "no_equivalence_margin"]
-    assert "none for synthetic-long: no equivalence test there" in w["message"]
+    (w,) = [w for w in rep.warnings if w.code == "no_equivalence_margin"]
+    assert "none for synthetic-long: no equivalence test there" in w.message
     assert rep.to_dict()["settings"]["margin"] == {"synthetic-short": 0.01}
     with pytest.raises(AnalysisError, match=r"positive number .* for dataset 'x', got -1"):
         Settings(margin={"x": -1}).validate()

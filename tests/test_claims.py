@@ -47,11 +47,11 @@ def _claims(df: pd.DataFrame, margin: float | None = 0.02, **kw):
 
 
 def _tests(rep, claim: str) -> list[dict]:
-    return [t for t in rep.claims["tests"] if t["claim"] == claim]
+    return [t for t in rep.claims.to_json()["tests"] if t["claim"] == claim]
 
 
 def _claim(rep, claim: str) -> dict:
-    return next(c for c in rep.claims["claims"] if c["claim"] == claim)
+    return next(c for c in rep.claims.to_json()["claims"] if c["claim"] == claim)
 
 
 def _cell(df: pd.DataFrame, label: str, dataset: str, seed: int | None = None) -> pd.Series:
@@ -121,7 +121,7 @@ def test_full_variant_baseline_compares_every_variant_across_encoders_and_pes() 
     assert (sr.learned, sr.baseline_learned, sr.verdict) == ("no", "yes", "worse")
     assert not caveats.has(sr.verdict_flags, caveats.WITHHELD)
     # interaction: one test per variant pair across the six datasets
-    tested = {t.variant for t in rep.interaction["tests"]}
+    tested = {t.variant for t in rep.interaction.tests}
     assert tested == {c.variant for c in rep.comparisons}
 
 
@@ -163,9 +163,9 @@ def test_encoder_fingerprint_is_checked_only_within_one_encoder() -> None:
     rep = analyze(both, Settings(baseline="ressformer/none/add", n_boot=200,
                                  datasets=("synthetic-short",)))
     (d,) = rep.dropped
-    assert (d["variant"], d["baseline_variant"], d["seed"], d["reason"]) == (
+    assert (d.variant, d.baseline_variant, d.seed, d.reason) == (
         "ressformer/sinusoidal/add", RESS, 2, "fingerprint_mismatch")
-    assert d["detail"].startswith("encoder_init (0badbody vs ")
+    assert d.detail.startswith("encoder_init (0badbody vs ")
 
 
 def test_shared_fingerprint_mismatch_across_encoders_is_dropped() -> None:
@@ -173,9 +173,9 @@ def test_shared_fingerprint_mismatch_across_encoders_is_dropped() -> None:
     df.loc[_cell(df, RESS, "synthetic-medium", 3), "fp_shared_init"] = "feedface"
     rep = analyze(df, Settings(baseline=FULL, n_boot=200))
     (d,) = rep.dropped
-    assert (d["dataset"], d["encoder"], d["pe"], d["seed"], d["reason"]) == (
+    assert (d.dataset, d.encoder, d.pe, d.seed, d.reason) == (
         "synthetic-medium", "ressformer", "none", 3, "fingerprint_mismatch")
-    assert d["baseline"] == FULL and d["detail"].startswith("shared_init (feedface vs ")
+    assert d.baseline == FULL and d.detail.startswith("shared_init (feedface vs ")
     c = next(c for c in rep.comparisons if c.dataset == "synthetic-medium"
              and c.variant == RESS)
     assert c.n == 4 and 3 not in c.seeds
@@ -248,7 +248,7 @@ def test_cost_metrics_in_the_report_get_ratios_and_their_own_holm_family() -> No
              and c.variant == RESS]
     assert all(c.ratio == pytest.approx(0.7) and c.ratio_verdict == "better" for c in flops)
     assert all(c.ratio is None for c in rep.comparisons if c.metric == "test_acc")
-    assert any(w["code"] == "holm_ratio_family" for w in rep.warnings)
+    assert any(w.code == "holm_ratio_family" for w in rep.warnings)
 
 
 # ------------------------------------------------------------------------------ claims
@@ -276,15 +276,15 @@ def test_registry_and_unknown_claim_set(capsys, tmp_path: Path) -> None:
 
 def test_every_claim_supported_on_planted_effects() -> None:
     rep = _claims(ress())
-    assert [c["support"] for c in rep.claims["claims"]] == ["SUPPORTS"] * 7
-    counts = {c["claim"]: c["n_tests"] for c in rep.claims["claims"]}
-    tests = {c["claim"]: c["n_claim_tests"] for c in rep.claims["claims"]}
+    assert [c["support"] for c in rep.claims.to_json()["claims"]] == ["SUPPORTS"] * 7
+    counts = {c["claim"]: c["n_tests"] for c in rep.claims.to_json()["claims"]}
+    tests = {c["claim"]: c["n_claim_tests"] for c in rep.claims.to_json()["claims"]}
     # tallied per TRAINING (3 regimes; a regime's -shuffled probe re-tests the same models):
     # C5 two cost metrics x 3, C6 the 1 long regime, C7 two steps x 3
     assert counts == {"C1": 3, "C2": 3, "C3": 3, "C4": 3, "C5": 6, "C6": 1, "C7": 6}
     # the claim tests themselves: per test set (6 datasets), C6 the long regime only
     assert tests == {"C1": 6, "C2": 6, "C3": 3, "C4": 6, "C5": 12, "C6": 1, "C7": 12}
-    assert {t["verdict"] for t in rep.claims["tests"]} - {"equivalent"} == {"better"}
+    assert {t["verdict"] for t in rep.claims.to_json()["tests"]} - {"equivalent"} == {"better"}
     c6 = _tests(rep, "C6")
     assert [t["datasets"] for t in c6] == [["synthetic-long"]]  # not synthetic-long-shuffled
 
@@ -307,13 +307,13 @@ def test_claim_json_schema(tmp_path: Path, capsys) -> None:
 
 def test_holm_over_the_family_of_claim_tests() -> None:
     rep = _claims(ress(noise=0.006))
-    tests = rep.claims["tests"]
+    tests = rep.claims.to_json()["tests"]
     ok = [t for t in tests if np.isfinite(t["p"])]
-    assert rep.claims["family_size"] == len(ok) > 30
+    assert rep.claims.to_json()["family_size"] == len(ok) > 30
     ref = multipletests([t["p"] for t in ok], method="holm")[1]
     assert [t["p_holm"] for t in ok] == pytest.approx(list(ref), abs=1e-12)
     tost = [t for t in tests if np.isfinite(t["tost_p"])]
-    assert rep.claims["tost_family_size"] == len(tost) == 6 + 6 + 6 + 1  # C1, C2, C4, C6
+    assert rep.claims.to_json()["tost_family_size"] == len(tost) == 6 + 6 + 6 + 1  # C1, C2, C4, C6
     assert [t["tost_p_holm"] for t in tost] == pytest.approx(
         list(multipletests([t["tost_p"] for t in tost], method="holm")[1]), abs=1e-12)
     # The C5 FLOPs ratios are exact (deterministic cost): no p, not in the family.
@@ -366,7 +366,7 @@ def _contradicting() -> dict:
 
 def test_claims_contradicted() -> None:
     rep = _claims(ress(effects=_contradicting()))
-    support = {c["claim"]: c["support"] for c in rep.claims["claims"]}
+    support = {c["claim"]: c["support"] for c in rep.claims.to_json()["claims"]}
     assert support == {"C1": "CONTRADICTS", "C2": "CONTRADICTS", "C3": "CONTRADICTS",
                        "C4": "CONTRADICTS", "C5": "SUPPORTS", "C6": "CONTRADICTS",
                        "C7": "CONTRADICTS"}
@@ -559,13 +559,16 @@ def test_a_probe_retests_its_regimes_training() -> None:
     assert (out["support"], out["n_tests"], out["n_claim_tests"]) == (SUPPORTS, 1, 2)
 
 
-def test_claim_records_read_back_from_the_reports_claims_dict() -> None:
-    """The renderers read report.claims through ClaimSetResult.from_json: every field of
-    every record, and its JSON written back, is the dict's."""
+def test_the_reports_claims_are_the_records_its_json_writes() -> None:
+    """report.claims holds the claim records the renderers read (nothing rebuilds them from
+    the JSON): every field of every record, written by its to_json, is the report's JSON."""
     from fusion_sweep.analysis.claims import ClaimSetResult
+    from fusion_sweep.analysis.report import _json_clean
     rep = _claims(ress(seeds=4))
-    rec = ClaimSetResult.from_json(rep.claims)
-    assert rec.to_json() == rep.claims
-    assert [c.support for c in rec.claims] == [c["support"] for c in rep.claims["claims"]]
-    assert [(t.test, t.estimate_kind, t.ci_low) for t in rec.tests] == [
-        (t["test"], t["estimate_kind"], t["ci_low"]) for t in rep.claims["tests"]]
+    rec = rep.claims
+    assert isinstance(rec, ClaimSetResult)
+    js = rep.to_dict()["claims"]
+    assert _json_clean(rec.to_json()) == js
+    assert [c.support for c in rec.claims] == [c["support"] for c in js["claims"]]
+    assert [(t.test, t.estimate_kind, _json_clean(t.ci_low)) for t in rec.tests] == [
+        (t["test"], t["estimate_kind"], t["ci_low"]) for t in js["tests"]]

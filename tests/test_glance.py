@@ -156,7 +156,7 @@ def test_warnings_read_as_sentences_without_codes(report) -> None:
     text = format_text(report)
     line = next(ln for ln in text.splitlines() if "! " in ln)
     assert line.strip().startswith("! At n = ")
-    codes = {w["code"] for w in report.warnings}
+    codes = {w.code for w in report.warnings}
     assert "cannot_reach_alpha" in codes
     assert not [c for c in codes if f"[{c}]" in text] and "! [" not in text
 

@@ -332,7 +332,7 @@ def test_a_position_free_claim_on_an_order_only_dataset_is_not_testable() -> Non
                  margin_metric="test_acc", claims="ressformer")
 
     def c1(df: pd.DataFrame) -> list[dict]:
-        return [t for t in analyze(tidy(df), s).claims["tests"] if t["claim"] == "C1"]
+        return [t for t in analyze(tidy(df), s).claims.to_json()["tests"] if t["claim"] == "C1"]
 
     # Without the declaration (older inputs) the rule is off and the tests keep their support.
     assert all(t["support"] != NOT_TESTABLE for t in c1(raw))
@@ -346,5 +346,5 @@ def test_a_position_free_claim_on_an_order_only_dataset_is_not_testable() -> Non
     assert all(t["support"] != NOT_TESTABLE for t in c1(labelled.assign(label_depends="content")))
     # A cost claim (C5: ASAM at lower latency and FLOPs) does not depend on the label: it stays
     # testable on an order-only dataset (seen on the real-ressformer run's order probe).
-    c5 = [t for t in analyze(tidy(labelled), s).claims["tests"] if t["claim"] == "C5"]
+    c5 = [t for t in analyze(tidy(labelled), s).claims.to_json()["tests"] if t["claim"] == "C5"]
     assert c5 and all(t["support"] != NOT_TESTABLE for t in c5)

@@ -137,7 +137,7 @@ def test_html_warnings_in_words_and_each_heading_once(written) -> None:
     report, out = written
     page = (out / "report.html").read_text()
     assert report.warnings
-    codes = [w["code"] for w in report.warnings]
+    codes = [w.code for w in report.warnings]
     assert not [c for c in codes if f"[{c}]" in page]
     assert page.count("Each arm over its seeds") == 1
     assert (out / "report.md").read_text().count("Each arm over its seeds") == 1

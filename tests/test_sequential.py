@@ -12,7 +12,8 @@ from scipy import stats as sps
 from fusion_sweep.analysis import sequential as sq
 from fusion_sweep.analysis import sequential_report as sr
 from fusion_sweep.analysis.schema import (
-    BETTER, DESCRIPTIVE_LABEL, EQUIVALENT, INCONCLUSIVE, VERDICTS, WORSE, AnalysisError,
+    BETTER, DESCRIPTIVE_LABEL, EQUIVALENT, INCONCLUSIVE, SEQUENTIAL_KEYS, VERDICTS, WORSE,
+    AnalysisError,
 )
 
 NM = sq.NormalMixture.name  # the tests of the normal-mixture method name it (not the default)
@@ -209,10 +210,10 @@ def test_report_table_and_figure(tmp_path) -> None:
     assert any(DESCRIPTIVE_LABEL in f for f in table.footnotes)
     md = sr.markdown_rows(plan.results)
     assert md[0].startswith("| family") and len(md) == 4
-    from fusion_sweep.analysis.render import sequential_blocks
+    from fusion_sweep.analysis.render import Figure, sequential_blocks
     blocks = sequential_blocks(plan.results, tmp_path)
-    png = tmp_path / blocks[-1][1]
-    assert blocks[-1][0] == "img" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    png = tmp_path / blocks[-1].file
+    assert isinstance(blocks[-1], Figure) and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 # ------------------------------------------------------ the win-rate method (issue 31, default)
@@ -375,8 +376,12 @@ def test_sequential_decisions_read_a_comparison_record_and_its_json_alike() -> N
                 for c in comps]
     assert ([r.to_dict() for r in sq.from_comparisons(shuffled, 0.05, m=len(comps))]
             == [r.to_dict() for r in by_record])
-    section = sq.SequentialSection.from_json(
-        {"adaptive": {}, "metric": "test_acc", "alpha": 0.05, "m": 2, "family_source": "x",
-         "method": "betting", "assumption": "a", "fixed_n_label": "descriptive",
-         "results": []})
+    section = sq.SequentialSection({}, "test_acc", 0.05, 2, "x", "betting", "a", "descriptive",
+                                   by_record)
     assert (section.m, section.fixed_n_label) == (2, "descriptive")
+    assert section.results == tuple(by_record)  # the records, never their JSON
+    assert tuple(section.to_json()) == SEQUENTIAL_KEYS
+    assert section.to_json()["results"] == [r.to_dict() for r in by_record]
+    with pytest.raises(AnalysisError, match=r"results\[0\] is a dict, not a SequentialResult"):
+        sq.SequentialSection({}, "test_acc", 0.05, 2, "x", "betting", "a", "descriptive",
+                             [by_record[0].to_dict()])

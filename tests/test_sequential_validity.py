@@ -220,28 +220,28 @@ def test_stats_never_rederives_m_from_what_a_selection_shows() -> None:
     """Before: --dataset turned m = 6 into m = 2 (alpha/2 per CS instead of alpha/6) and
     --pairs all into 9. After: m is the launch's family whatever is shown."""
     full = _adaptive_report().sequential
-    m = full["m"]
-    assert m == len(full["results"]) > 2
+    m = full.m
+    assert m == len(full.results) > 2
     one = _adaptive_report(datasets=("synthetic-short",)).sequential
-    assert one["m"] == m and 0 < len(one["results"]) < m
-    assert all(r["alpha_each"] == pytest.approx(0.05 / m) for r in one["results"])
+    assert one.m == m and 0 < len(one.results) < m
+    assert all(r.alpha_each == pytest.approx(0.05 / m) for r in one.results)
     everything = _adaptive_report(pairs="all").sequential
-    assert everything["m"] == m and len(everything["results"]) == m  # non-members: no decision
-    assert "reconstructed" in one["family_source"]
+    assert everything.m == m and len(everything.results) == m  # non-members: no decision
+    assert "reconstructed" in one.family_source
 
 
 def test_stats_uses_the_family_the_launch_recorded_and_says_so() -> None:
     from fusion_sweep.analysis.text import format_text
 
     full = _adaptive_report().sequential
-    members = [{"dataset": r["family"], "family": [r["family"]],
-                "variant": r["comparison"].split(" vs ")[0],
-                "baseline_variant": r["comparison"].split(" vs ")[1]} for r in full["results"]]
+    members = [{"dataset": r.family, "family": [r.family],
+                "variant": r.comparison.split(" vs ")[0],
+                "baseline_variant": r.comparison.split(" vs ")[1]} for r in full.results]
     record = {"m": 12, "members": members}  # e.g. a launch whose family held more datasets
     rep = _adaptive_report({"comparison_family": record}, datasets=("synthetic-short",))
     seq = rep.sequential
-    assert seq["m"] == 12 and seq["family_source"] == "recorded by the launch"
-    assert all(r["alpha_each"] == pytest.approx(0.05 / 12) for r in seq["results"])
+    assert seq.m == 12 and seq.family_source == "recorded by the launch"
+    assert all(r.alpha_each == pytest.approx(0.05 / 12) for r in seq.results)
     assert "m = 12 comparisons fixed at launch" in format_text(rep)
 
 

@@ -151,8 +151,8 @@ def test_every_fixed_n_output_of_an_adaptive_sweep_is_labelled_descriptive(tmp_p
     assert "Across" in md and md.split("## Across", 1)[1].split("\n## ", 1)[0].count(
         DESCRIPTIVE_LABEL) >= 1
     counts = verdict_counts(rep)
-    seq = rep.sequential["results"]
-    assert counts["n_inconclusive"] == sum(r["decision"] == "inconclusive" for r in seq)
+    seq = rep.sequential.results
+    assert counts["n_inconclusive"] == sum(r.decision == "inconclusive" for r in seq)
     assert sum(v for k, v in counts.items() if k.startswith("descriptive_n_")) == len(
         rep.comparisons)
     fixed = analyze(tidy(synthetic_results()), Settings(n_boot=200))
@@ -175,7 +175,7 @@ def test_the_forest_plot_and_claims_of_an_adaptive_sweep_say_descriptive(tmp_pat
                    "adaptive": {"max_seeds": 20, "seed_batch": 5, "alpha": 0.05}})
     write_report(rep, tmp_path)
     assert titles and all(DESCRIPTIVE_LABEL in t for t in titles)
-    assert rep.claims["method"].startswith(DESCRIPTIVE_LABEL)
+    assert rep.claims.method.startswith(DESCRIPTIVE_LABEL)
     header = format_text(rep).split("CLAIMS · ", 1)[1].split("\n\n", 1)[0]
     assert f"({DESCRIPTIVE_LABEL})" in " ".join(header.split())
     assert DESCRIPTIVE_LABEL in (tmp_path / "claims.md").read_text()
@@ -189,11 +189,11 @@ def _claims(df: pd.DataFrame, margin: float | None = 0.02):
 
 
 def _tests(rep, claim: str) -> list[dict]:
-    return [t for t in rep.claims["tests"] if t["claim"] == claim]
+    return [t for t in rep.claims.to_json()["tests"] if t["claim"] == claim]
 
 
 def _claim(rep, claim: str) -> dict:
-    return next(c for c in rep.claims["claims"] if c["claim"] == claim)
+    return next(c for c in rep.claims.to_json()["claims"] if c["claim"] == claim)
 
 
 def test_c3_is_not_supported_by_the_baselines_loss_when_ressformer_sits_at_chance():
@@ -296,6 +296,6 @@ def test_the_stats_runs_verdict_metrics_name_their_estimand():
     assert tags["fusion_sweep.estimand.win_rate_n_"].startswith("win rate")
     adaptive = _adaptive()
     assert estimand_tags(adaptive)["fusion_sweep.estimand.n_"].startswith(
-        adaptive.sequential_results[0].estimand)
+        adaptive.sequential.results[0].estimand)
     assert {"descriptive_win_rate_n_better", "descriptive_n_better"} <= set(
         verdict_counts(adaptive))

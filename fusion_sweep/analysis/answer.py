@@ -22,11 +22,13 @@ from typing import Any, Mapping, Protocol, Sequence
 
 from fusion_sweep.analysis import caveats
 from fusion_sweep.analysis.grid import unlearned
-from fusion_sweep.analysis.records import Comparison
+from fusion_sweep.analysis.records import Comparison, InteractionTest
 from fusion_sweep.analysis.regimes import DIFFERS
 from fusion_sweep.analysis.schema import (
     ANSWER_KEYS, ANSWER_KINDS, BETTER, EQUIVALENT, INCONCLUSIVE, NOT_LEARNED, WORSE,
 )
+from fusion_sweep.analysis.sections import Interaction
+from fusion_sweep.analysis.sequential import SequentialSection
 from fusion_sweep.analysis.variants import Axis, Variant
 
 DISAGREE, WITHHELD, SUMMARY = "disagree", "withheld", "summary"
@@ -48,8 +50,8 @@ class _Report(Protocol):
 
     comparisons: list[Comparison]
     settings: _Settings
-    interaction: dict  # {"method", "tests": [InteractionTest]}
-    sequential: dict | None  # an adaptive sweep's SEQUENTIAL_KEYS section
+    interaction: Interaction  # the across-regime tests
+    sequential: SequentialSection | None  # an adaptive sweep's sequential decisions
 
 
 @dataclass(frozen=True)
@@ -93,8 +95,8 @@ def findings(report: _Report) -> tuple[Finding, ...]:
             order.append(c)
     out = [_one(x, ctx) if isinstance(x, Comparison) else _grouped(x, grouped[x], ctx)
            for x in order]
-    lead = sequential_findings(getattr(report, "sequential", None), ctx)
-    tests = _across(getattr(report, "interaction", None) or {}, comps)
+    lead = sequential_findings(report.sequential, ctx)
+    tests = _across(report.interaction.tests, comps)
     return tuple(lead) + tuple(out) + tuple(across_regimes(tests, ctx)) + (
         (summary(comps, ctx, [a for a in tests if a.differs]),) if comps else ())
 
@@ -279,9 +281,9 @@ class _Across:
         return self.test.verdict == DIFFERS
 
 
-def _across(interaction: Mapping, comps: Sequence[Comparison]) -> list[_Across]:
+def _across(tests: Sequence[InteractionTest], comps: Sequence[Comparison]) -> list[_Across]:
     out = []
-    for t in interaction.get("tests", []):
+    for t in tests:
         means = {c.dataset: c.mean_delta for c in comps
                  if (c.metric, c.variant, c.baseline_variant) == (t.metric, t.variant,
                                                                  t.baseline_variant)
@@ -337,19 +339,19 @@ def _across_sentence(a: _Across, ctx: _Context) -> str:
     return text + "."
 
 
-def sequential_findings(section: Mapping | None, ctx: _Context) -> list[Finding]:
+def sequential_findings(section: SequentialSection | None, ctx: _Context) -> list[Finding]:
     """After an adaptive sweep, its sequential decisions first: anytime-valid at the level
     the launch fixed (alpha/m, Bonferroni over the family), the seeds each used, under the
     one guard rule. The fixed-n sentences after them are descriptive."""
     if not section:
         return []
     out = []
-    for r in section.get("results", []):
-        arm_label, _, ref_label = str(r["comparison"]).partition(" vs ")
+    for r in section.results:
+        arm_label, _, ref_label = str(r.comparison).partition(" vs ")
         arm, ref = (ctx.axis.short(Variant(*x.split("/"))) for x in (arm_label, ref_label))
-        d = r["decision"]
-        how = (f"sequential {r['estimand']}, anytime-valid at α/m = {r['alpha_each']:.3g} "
-               f"(m = {r['m']}); {_count(r['n'], 'seed')}, {r['wins']} wins, {r['losses']} "
+        d = r.decision
+        how = (f"sequential {r.estimand}, anytime-valid at α/m = {r.alpha_each:.3g} "
+               f"(m = {r.m}); {_count(r.n, 'seed')}, {r.wins} wins, {r.losses} "
                f"losses")
         if d in VERB:
             text = f"{arm} {VERB[d][0]} {ref} ({how})"
@@ -357,8 +359,8 @@ def sequential_findings(section: Mapping | None, ctx: _Context) -> list[Finding]
             text = f"neither {arm} nor {ref} beat chance, so this says nothing ({how})"
         else:
             text = f"{arm} vs {ref} is undecided ({how})"
-        out.append(Finding(SEQUENTIAL, str(r["family"]), str(section.get("metric", "")), "",
-                           (arm_label,), ref_label, f"{r['family']}: {text}."))
+        out.append(Finding(SEQUENTIAL, str(r.family), section.metric, "",
+                           (arm_label,), ref_label, f"{r.family}: {text}."))
     return out
 
 

@@ -788,11 +788,6 @@ class ClaimTest:
                    notes=list(self.notes))
         return out
 
-    @classmethod
-    def from_json(cls, d: Mapping) -> "ClaimTest":
-        """The record back from its `to_json` dict (CLAIM_TEST_KEYS)."""
-        return cls(**{k: _frozen(d.get(k)) for k in CLAIM_TEST_KEYS})
-
 
 @dataclass(frozen=True)
 class ClaimSummary:
@@ -818,11 +813,6 @@ class ClaimSummary:
         out.update(variants=list(self.variants), missing=list(self.missing))
         return out
 
-    @classmethod
-    def from_json(cls, d: Mapping) -> "ClaimSummary":
-        """The record back from its `to_json` dict (CLAIM_KEYS)."""
-        return cls(**{k: _frozen(d.get(k)) for k in CLAIM_KEYS})
-
 
 @dataclass(frozen=True)
 class ClaimSetResult:
@@ -845,28 +835,8 @@ class ClaimSetResult:
         assert tuple(out) == CLAIM_SET_KEYS
         return out
 
-    @classmethod
-    def from_json(cls, d: Mapping) -> "ClaimSetResult":
-        """The records back from the report's `claims` dict (CLAIM_SET_KEYS): what the
-        renderers read, by attribute."""
-        head = {k: d.get(k) for k in CLAIM_SET_KEYS}
-        head.update(claims=tuple(ClaimSummary.from_json(c) for c in d.get("claims", ())),
-                    tests=tuple(ClaimTest.from_json(t) for t in d.get("tests", ())))
-        return cls(**head)
-
-
-def _frozen(v: object) -> object:
-    """A JSON list as the records hold it (a tuple); dicts and scalars as they are."""
-    return tuple(v) if isinstance(v, list) else v
-
 
 def evaluate(cs: ClaimSet, df: pd.DataFrame, settings: Settings,
-             counts: Mapping[str, int | None], regimes: list[Regime]) -> dict:
-    """Run every claim test of `cs` on the tidy table `df`; a dict with CLAIM_SET_KEYS."""
-    return evaluate_records(cs, df, settings, counts, regimes).to_json()
-
-
-def evaluate_records(cs: ClaimSet, df: pd.DataFrame, settings: Settings,
                      counts: Mapping[str, int | None], regimes: list[Regime]) -> ClaimSetResult:
     """Run every claim test of `cs` on the tidy table `df`: the records."""
     metrics = sorted({m for c in cs.claims for m in c.kind.metrics()})

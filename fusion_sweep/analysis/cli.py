@@ -23,8 +23,8 @@ from fusion_sweep.errors import ArgumentParser, choices, did_you_mean, unknown_n
 if TYPE_CHECKING:  # the statistics stack is imported only when the command runs
     import pandas as pd
 
-    from fusion_sweep.analysis.mlflow_io import Source
     from fusion_sweep.analysis.report import Report
+    from fusion_sweep.analysis.sections import Source
 
 DESCRIPTION = (
     "Pair trials by seed and test each variant (encoder/pe/fusion) against the baseline, per "
@@ -179,12 +179,11 @@ def _run(args: argparse.Namespace) -> int:
                             "a --results file has none (use --report DIR)")
     df, source, load_warnings = _load(args)
     _check_datasets(args, df, source)
-    settings = settings_from(args, dict(source.space))
-    report = analyze(df, settings, source.to_json(), extra_warnings=load_warnings)
+    settings = settings_from(args, dict(source.space or {}))
+    report = analyze(df, settings, source, extra_warnings=load_warnings)
     if args.format == "json":
-        from fusion_sweep.analysis.text import DesignWarning
         print(report.to_json())
-        for w in map(DesignWarning.of, report.warnings):  # stdout stays pure JSON
+        for w in report.warnings:  # stdout stays pure JSON
             print(f"warning: [{w.code}] {w.message}", file=sys.stderr)
     else:
         from fusion_sweep.analysis.text import format_text
@@ -228,7 +227,7 @@ def _load(args: argparse.Namespace) -> tuple[pd.DataFrame, Source, list[dict]]:
         if args.sweep or args.experiment or args.tracking_uri:
             raise AnalysisError("--results cannot be combined with --tracking-uri/--experiment/--sweep")
         from fusion_sweep.analysis.load import read_results_file
-        from fusion_sweep.analysis.mlflow_io import Source
+        from fusion_sweep.analysis.sections import Source
         return read_results_file(args.results), Source("file", path=str(args.results)), []
     from fusion_sweep.analysis.mlflow_io import load_sweep
     return load_sweep(args.tracking_uri, args.experiment, args.sweep)

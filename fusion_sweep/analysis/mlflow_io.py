@@ -28,7 +28,7 @@ import ast
 import json
 import re
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -49,8 +49,8 @@ from fusion_sweep.schema import (KNOWN_DATASETS, KNOWN_FUSIONS, PLATFORM_LABEL_C
                                  platform_from_tags,
                                  platform_label)
 
-from fusion_sweep.analysis.claims import ClaimSetResult
 from fusion_sweep.analysis.load import rows_to_frame
+from fusion_sweep.analysis.sections import Source
 from fusion_sweep.analysis.metrics import check_direction_value
 from fusion_sweep.analysis.schema import DEFAULT_ENCODER, SUPPORT_STATES, VERDICTS, AnalysisError
 
@@ -159,44 +159,6 @@ def runs_of_keys(runs: list[Any]) -> list[Any]:
     for r in sorted(runs, key=lambda r: r.info.start_time or 0):  # oldest first
         by_key.setdefault(r.data.tags.get(TRIAL_KEY) or r.info.run_id, []).append(r)
     return [run_of_key(rs, lambda r: r.info.status) for rs in by_key.values()]
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where the results come from: the report's `source` (`to_json`). A results file has
-    kind "file" and its path; an MLflow sweep (kind "mlflow") its store, experiment, parent
-    run, trial-run count and search-space choices (space_choices), and the parent's optional
-    tags (known_datasets, known_fusions, adaptive, comparison_family: None when the launch
-    logged none)."""
-
-    kind: str
-    path: str | None = None
-    tracking_uri: str | None = None
-    experiment: str | None = None
-    sweep: str | None = None
-    parent_run_id: str | None = None
-    experiment_id: str | None = None
-    n_runs: int | None = None
-    space: Mapping[str, Any] = field(default_factory=dict)
-    code_fingerprint: str | None = None
-    known_datasets: list[str] | None = None
-    known_fusions: list[str] | None = None
-    adaptive: Mapping[str, Any] | None = None
-    comparison_family: Mapping[str, Any] | None = None
-
-    @property
-    def is_mlflow(self) -> bool:
-        return self.kind == "mlflow"
-
-    def to_json(self) -> dict[str, Any]:
-        """The `source` entry: a file's kind and path; a sweep's fields, in this order, its
-        optional tags only where the launch logged them."""
-        if not self.is_mlflow:
-            return {"kind": self.kind, "path": self.path}
-        names = [f.name for f in fields(self)]
-        out = {k: getattr(self, k) for k in names[names.index("tracking_uri"):]}
-        out = {"kind": self.kind, **out}
-        return {k: v for k, v in out.items() if v is not None or k not in _OPTIONAL_TAGS}
 
 
 # The parent run's optional tags: source field -> tag.
@@ -328,7 +290,7 @@ def verdict_counts(report: Any) -> dict[str, int]:
                                 for v in VERDICTS}
     if report.sequential is None:
         return {**counts(fixed, ""), **counts(wins, "win_rate_")}
-    seq = pd.Series([r.decision for r in report.sequential_results], dtype=object)
+    seq = pd.Series([r.decision for r in report.sequential.results], dtype=object)
     return {**counts(seq, ""), **counts(fixed, "descriptive_"),
             **counts(wins, "descriptive_win_rate_")}
 
@@ -340,7 +302,8 @@ def estimand_tags(report: Any) -> dict[str, str]:
         "win rate P(Δ>0 | Δ≠0) (exact sign test; distribution-free)"
     if report.sequential is None:
         return {"fusion_sweep.estimand.n_": mean, "fusion_sweep.estimand.win_rate_n_": win}
-    method = report.sequential_results[0].estimand if report.sequential_results else ""
+    results = report.sequential.results
+    method = results[0].estimand if results else ""
     return {"fusion_sweep.estimand.n_": f"{method} (anytime-valid sequential decision)",
             "fusion_sweep.estimand.descriptive_n_": mean,
             "fusion_sweep.estimand.descriptive_win_rate_n_": win}
@@ -353,8 +316,7 @@ def report_metrics(report: Any) -> dict[str, int]:
     out = {"n_comparisons": len(report.comparisons), "n_dropped_pairs": len(report.dropped),
            **verdict_counts(report)}
     if report.claims is not None:
-        support = pd.Series([t.support for t in ClaimSetResult.from_json(report.claims).tests],
-                            dtype=object)
+        support = pd.Series([t.support for t in report.claims.tests], dtype=object)
         prefix = "descriptive_" if report.sequential is not None else ""  # fixed-n tests
         for v in SUPPORT_STATES:  # MLflow metric names allow no parentheses
             out[f"{prefix}n_claims_" + re.sub(r"[^0-9a-z]+", "_", v.lower()).strip("_")] = \

@@ -50,6 +50,7 @@ from fusion_sweep.analysis.schema import (
     FUSION, KEY_COLUMNS, PE, PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN, SEED_FP_COLUMNS, STATUS,
     VALUE,
 )
+from fusion_sweep.analysis.sections import DroppedPair
 from fusion_sweep.analysis.variants import Axis, Variant, parse_baseline
 
 CellKey = tuple  # (dataset, encoder, pe, fusion, seed): KEY_COLUMNS order
@@ -115,10 +116,10 @@ class Paired:
 
 @dataclass
 class PairingResult:
-    """All comparisons, dropped pairs (dicts with DROPPED_KEYS) and warnings."""
+    """All comparisons, dropped pairs and warnings ({"code", "message"} dicts)."""
 
     pairs: list[Paired] = field(default_factory=list)
-    dropped: list[dict] = field(default_factory=list)
+    dropped: list[DroppedPair] = field(default_factory=list)
     warnings: list[dict] = field(default_factory=list)
 
 
@@ -253,7 +254,8 @@ def usable_values(df: pd.DataFrame, metric: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*KEY_COLUMNS, VALUE])
 
 
-def supersede(df: pd.DataFrame, current_code: str | None) -> tuple[pd.DataFrame, list[dict]]:
+def supersede(df: pd.DataFrame, current_code: str | None
+              ) -> tuple[pd.DataFrame, list[DroppedPair]]:
     """Set aside FINISHED runs that a current-code run of the same identity replaces.
 
     current_code: the sweep's current code fingerprint (None: nothing is superseded, and
@@ -275,14 +277,12 @@ def supersede(df: pd.DataFrame, current_code: str | None) -> tuple[pd.DataFrame,
         kept = ", ".join(_run_name(i, r) for i, r in rows[current].iterrows())
         for idx, r in rows[~current].iterrows():
             drop.append(idx)
-            records.append({
-                "dataset": dataset, "encoder": encoder, "pe": pe, "metric": None,
-                "fusion": fusion, "baseline": None,
-                "variant": Variant(encoder, pe, fusion).label, "baseline_variant": None,
-                "seed": int(seed), "reason": "superseded_code",
-                "detail": f"{_run_name(idx, r)} ran code {_short(r[CODE_FINGERPRINT_COLUMN])}; "
-                          f"kept {kept} with the sweep's current code"
-                          + (f" {_short(current_code)}" if not marked else "")})
+            records.append(DroppedPair(
+                dataset, encoder, pe, None, fusion, None, Variant(encoder, pe, fusion).label,
+                None, int(seed), "superseded_code",
+                f"{_run_name(idx, r)} ran code {_short(r[CODE_FINGERPRINT_COLUMN])}; "
+                f"kept {kept} with the sweep's current code"
+                + (f" {_short(current_code)}" if not marked else "")))
     return df.drop(index=drop), records
 
 
@@ -348,18 +348,16 @@ def platform_difference(a: Cell, b: Cell, a_name: str, b_name: str) -> str:
 
 
 def dropped_record(dataset: str, metric: str | None, arm: Variant, ref: Variant | None,
-                   baseline: str | None, seed: int, reason: str, detail: str) -> dict:
-    """One DROPPED_KEYS dict (see fusion_sweep.analysis.schema)."""
-    return {"dataset": dataset, "encoder": arm.encoder, "pe": arm.pe, "metric": metric,
-            "fusion": arm.fusion, "baseline": baseline, "variant": arm.label,
-            "baseline_variant": ref.label if ref is not None else None, "seed": int(seed),
-            "reason": reason, "detail": detail}
+                   baseline: str | None, seed: int, reason: str, detail: str) -> DroppedPair:
+    """One dropped pair (fusion_sweep.analysis.sections.DroppedPair)."""
+    return DroppedPair(dataset, arm.encoder, arm.pe, metric, arm.fusion, baseline, arm.label,
+                       ref.label if ref is not None else None, int(seed), reason, detail)
 
 
 def pair_one(
     cells: dict[CellKey, Cell], dataset: str, metric: str, arm: Variant, ref: Variant,
     seeds: list[int], axis: Axis, group: tuple[str, ...] = (),
-) -> tuple[Paired, list[dict]]:
+) -> tuple[Paired, list[DroppedPair]]:
     """Pair arm vs ref over `seeds`; return the Paired data and the dropped records."""
     kept, dropped, unchecked, lost = [], [], [], []
     a_name, b_name = axis.short(arm), axis.short(ref)

@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from fusion_sweep.analysis.schema import PLATFORM_COLUMN, PLATFORM_LABEL_COLUMN
+from fusion_sweep.analysis.sections import DroppedPair
 
 _LISTED = 10  # dropped pairs listed by name in the warning; the rest are counted
 
@@ -62,8 +63,8 @@ def platform_line(platforms: Sequence[Mapping[str, Any]]) -> str:
         f"{p.name} ({p.trials} trials)" for p in records)
 
 
-def platform_warnings(platforms: Sequence[Mapping[str, Any]], dropped: list[dict],
-                      where: Callable[[dict], str]) -> list[dict]:
+def platform_warnings(platforms: Sequence[Mapping[str, Any]], dropped: Sequence[DroppedPair],
+                      where: Callable[[DroppedPair], str]) -> list[dict]:
     """`mixed_platforms` when the table spans platforms, and `platform_mismatch` listing the
     pairs dropped because their two runs ran on different platforms (where(d): its name)."""
     out = []
@@ -76,9 +77,9 @@ def platform_warnings(platforms: Sequence[Mapping[str, Any]], dropped: list[dict
                                "kept on one platform and the others are dropped "
                                "(platform_mismatch): re-run the stray trials on the "
                                "platform of their pairs (pin the sweep with `resources`)"})
-    bad = [d for d in dropped if d["reason"] == "platform_mismatch"]
+    bad = [d for d in dropped if d.reason == "platform_mismatch"]
     if bad:
-        listing = "; ".join(f"{where(d)} seed {d['seed']} ({d['detail']})" for d in bad[:_LISTED])
+        listing = "; ".join(f"{where(d)} seed {d.seed} ({d.detail})" for d in bad[:_LISTED])
         more = f"; and {len(bad) - _LISTED} more" if len(bad) > _LISTED else ""
         n = len(bad)
         out.append({"code": "platform_mismatch",

@@ -1,64 +1,64 @@
 """`--report DIR`: report.md + report.html + figures (SVG, PDF, 300-dpi PNG) + stats.json,
-from one block list; with `--claims`, also claims.md + claims.html (and their figures).
+from the report's document (fusion_sweep.analysis.document); with `--claims`, also claims.md +
+claims.html (and their figures).
 
-Each document is built once as a list of blocks and rendered twice, so the Markdown and
-the HTML always say the same thing. The HTML carries every figure inside itself (the SVG as
-a data URI), so it renders wherever it is opened: from disk, zipped, or in MLflow's artifact
-viewer (which shows a page without the files beside it); the Markdown links the PNGs.
+The document is built once, as the terminal shows it too; this module draws its figures and
+renders its page blocks twice, so the Markdown and the HTML always say the same thing. The
+HTML carries every figure inside itself (the SVG as a data URI), so it renders wherever it is
+opened: from disk, zipped, or in MLflow's artifact viewer (which shows a page without the
+files beside it); the Markdown links the PNGs.
 """
 from __future__ import annotations
 
 import base64
 import html
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence, Union
 
-from fusion_sweep.analysis.claims import ClaimSetResult
-from fusion_sweep.analysis.estimands import VERDICT_RULE
 from fusion_sweep.analysis import plots
-from fusion_sweep.analysis.regimes import lengths_known
-from fusion_sweep.analysis.grid import grid_rows
+from fusion_sweep.analysis.document import (
+    PAGE_MEDIUM, ArmsFigures, Block, Bullets, ClaimsFigures, DeltaFigure, ForestFigures,
+    GridBlock, Heading, Paragraph, SequentialFigure, TableBlock, build_claims_document,
+    build_document, descriptive_label,
+)
+from fusion_sweep.analysis.document import sequential_blocks as sequential_section
 from fusion_sweep.analysis.pairing import usable_values, variant_series
 from fusion_sweep.analysis.variants import Axis, Variant
 from fusion_sweep.analysis.report import Report
 from fusion_sweep.analysis.schema import (
-    DESCRIPTIVE_LABEL, INCONCLUSIVE, NOT_LEARNED, SUPPORT_COLORS, VERDICT_COLORS,
+    INCONCLUSIVE, NOT_LEARNED, SUPPORT_COLORS, VERDICT_COLORS,
 )
-from fusion_sweep.analysis.sequential import get_method
-from fusion_sweep.analysis.sequential_report import sequential_table
-from fusion_sweep.analysis.tables import (
-    Table, arms_table, blocks_by_regime, chance_table, claim_tests_table, claims_table,
-    comparison_table, dropped_table, fusion_by_dataset_tables, interaction_table,
-    grid_regimes, pe_by_fusion_tables, reference_first, seeds_needed_table,
-    variant_by_dataset_tables,
-    verdict_grid_table,
-)
-from fusion_sweep.analysis.answer import findings
-from fusion_sweep.analysis.text import (
-    DesignWarning, answer_scope, descriptive, descriptive_label, is_numeric_cell, source_line,
-)
+from fusion_sweep.analysis.sequential import SequentialResult, get_method
+from fusion_sweep.analysis.tables import Table, grid_regimes, reference_first
+from fusion_sweep.analysis.text import is_numeric_cell
 from fusion_sweep.schema import metric_label, shown
 
-if TYPE_CHECKING:
-    from fusion_sweep.analysis.sequential import SequentialResult
 
-# Block kinds: ("h1"|"h2"|"h3"|"p", text), ("ul", [text]), ("table", Table), ("img", file, alt):
-# file is the PNG the Markdown links; the HTML embeds its SVG sibling.
-Block = tuple
+@dataclass(frozen=True)
+class Figure:
+    """A drawn figure: `file` is the PNG the Markdown links; the HTML embeds its SVG sibling."""
+
+    file: str
+    alt: str
+
+
+# What the page renders: the document's page blocks, its figures drawn.
+PageBlock = Union[Heading, Paragraph, Bullets, TableBlock, GridBlock, Figure]
 
 
 def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
     """Write every file of the report into out_dir (created); return name -> path."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    blocks = build_blocks(report, out)
+    page = draw_figures(report, build_document(report), out)
     files = {
-        "markdown": _write(out / "report.md", render_markdown(blocks)),
-        "html": _write(out / "report.html", render_html(blocks, "fusion-sweep stats", out)),
+        "markdown": _write(out / "report.md", render_markdown(page)),
+        "html": _write(out / "report.html", render_html(page, "fusion-sweep stats", out)),
         "json": _write(out / "stats.json", report.to_json() + "\n"),
     }
     if report.claims is not None:
-        claims = build_claims_blocks(report, out)
+        claims = draw_figures(report, build_claims_document(report), out)
         files.update(claims_markdown=_write(out / "claims.md", render_markdown(claims)),
                      claims_html=_write(out / "claims.html",
                                         render_html(claims, "fusion-sweep claims", out)))
@@ -72,57 +72,16 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def build_blocks(report: Report, out: Path) -> list[Block]:
-    """The document; figures are drawn into `out` as a side effect. The answer comes
-    first: the verdict grid, the paper-style figure, then the rule that decides a verdict,
-    then the warnings and every detail."""
-    s = report.settings
-    b: list[Block] = [("h1", "fusion-sweep stats: does the fusion operator beat seed noise?")]
-    b.append(("p", f"Source: {source_line(report.source)}. Baseline `{s.baseline}`, pairs: "
-                   f"{s.pairs}, alpha = {s.alpha}, equivalence margin = {s.margin_label()}, "
-                   f"BCa bootstrap {s.n_boot} resamples, rng seed {s.rng_seed}."))
-    answer = findings(report)
-    if answer:  # the answer in words first, as on the terminal
-        b.append(("h2", "The answer"))
-        b.append(("p", f"Measured: {answer_scope(report)}."))
-        b.append(("ul", [f.sentence for f in answer]))
-    if report.comparisons:
-        b.append(("h2", "The answer at a glance"))
-        b += [("grid", verdict_grid_table(report, metric), _grid_verdicts(report, metric))
-              for metric in s.metrics if any(c.metric == metric for c in report.comparisons)]
-        b += _arms_figure_blocks(report, out)
-    b.append(("p", VERDICT_RULE))
-    if report.claims is not None:
-        b.append(("p", f"The paper's claims ({ClaimSetResult.from_json(report.claims).name}) "
-                       "are tested in "
-                       "`claims.html` / `claims.md` beside this report."))
-    b.append(("h2", "Design warnings"))
-    b.append(("ul", [warning_words(w) for w in report.warnings] or ["none"]))
-    if report.arms:
-        b.append(("h2", "Each arm over its seeds"))
-        b.append(("table", arms_table(report)))
-    if report.sequential is not None:
-        b += sequential_blocks(report.sequential_results, out)
-    b += _comparison_blocks(report, out)
-    b += _interaction_blocks(report, out)
-    b.append(("h2", "Seeds needed"))
-    b.append(("table", descriptive(report, seeds_needed_table(report))))
-    if report.chance["tests"]:
-        b.append(("h2", "Chance level"))
-        b.append(("table", descriptive(report, chance_table(report))))
-    b.append(("h2", "Paper tables"))
-    b += [("table", t) for t in variant_by_dataset_tables(report) + fusion_by_dataset_tables(report)
-          + pe_by_fusion_tables(report)]
-    b.append(("h2", "Dropped pairs"))
-    b.append(("table", dropped_table(report)))
-    return b
-
-
-def warning_words(w: dict) -> str:
-    """A warning for a reader: its sentence, capitalised, without the internal code (the
-    code stays in stats.json and on stderr for scripts)."""
-    msg = DesignWarning.of(w).message
-    return msg[:1].upper() + msg[1:]
+def draw_figures(report: Report, blocks: Sequence[Block], out: Path) -> list[PageBlock]:
+    """The blocks the page shows, each figure drawn into `out` where the document puts it
+    (a figure with nothing to show is left out)."""
+    page: list[PageBlock] = []
+    for blk in blocks:
+        if PAGE_MEDIUM not in blk.media:
+            continue
+        draw = _DRAW.get(type(blk))
+        page += draw(report, blk, out) if draw else [blk]
+    return page
 
 
 def group_words(axis: Axis, group: tuple[str, ...]) -> str:
@@ -148,7 +107,7 @@ def report_colors(report: Report) -> dict[str, str]:
     arms = [axis.short(Variant(a.encoder, a.pe, a.fusion)) for a in report.arms]
     arms += [_arm_label(axis, c) for c in report.comparisons] + [c.baseline
                                                                  for c in report.comparisons]
-    order = report.source.get("known_fusions") or () if axis.is_fusion else ()
+    order = report.source.known_fusions or () if axis.is_fusion else ()
     return plots.arm_colors(arms, order)
 
 
@@ -156,15 +115,7 @@ def _arm_label(axis: Axis, c) -> str:
     return axis.short(Variant(c.encoder, c.pe, c.fusion))
 
 
-def _grid_verdicts(report: Report, metric: str) -> list[list[str | None]]:
-    """The verdict of every grid cell (None: no comparison there), for the cell colours."""
-    regimes = grid_regimes(report)
-    return [[(row.cells[r.dataset].verdict if r.dataset in row.cells else None)
-             for r in regimes]
-            for row in grid_rows(report.comparisons, report.settings.axis) if row.metric == metric]
-
-
-def _arms_figure_blocks(report: Report, out: Path) -> list[Block]:
+def _arms_figures(report: Report, blk: ArmsFigures, out: Path) -> list[Figure]:
     """The paper-style figure per group: each arm's metric per regime, every seed a dot,
     each comparison's seed pairs joined, chance drawn (the first metric)."""
     axis, metric = report.settings.axis, report.settings.metrics[0]
@@ -178,7 +129,7 @@ def _arms_figure_blocks(report: Report, out: Path) -> list[Block]:
     chance = {a.dataset: a.chance_level for a in report.arms
               if a.metric == metric and a.chance_level is not None}
     colors = report_colors(report)
-    b: list[Block] = []
+    b: list[Figure] = []
     for group in sorted(set(vals[plots.GROUP])):
         sub = vals[vals[plots.GROUP] == group]
         ref = axis.short(axis.reference(group))
@@ -193,33 +144,26 @@ def _arms_figure_blocks(report: Report, out: Path) -> list[Block]:
         title = _titled(f"{metric_label(metric)} of each {axis.noun} per length regime",
                         group_words(axis, group))
         plots.arms_by_regime_plot(sub, spec, metric, title, out / name)
-        b.append(("img", name, f"{title}: every seed a dot, each comparison's seed pairs "
-                               "joined, chance dashed"))
+        b.append(Figure(name, f"{title}: every seed a dot, each comparison's seed pairs "
+                              "joined, chance dashed"))
     return b
 
 
-def _comparison_blocks(report: Report, out: Path) -> list[Block]:
-    """Per regime: the comparison table and the paired per-seed delta plot."""
-    b: list[Block] = [("h2", "Comparisons per length regime")]
-    axis, colors = report.settings.axis, report_colors(report)
-    for metric, regime, group, comps in blocks_by_regime(report):
-        table = descriptive(report, comparison_table(report, metric, regime, group, comps))
-        b.append(("table", table))
-        if comps:
-            parts = [p for p in axis.path(group).split("/") if p]
-            name = plots.slug("deltas", comps[0].dataset, *parts, metric) + ".png"
-            title = _titled(f"per-seed difference in {metric_label(metric)} from the "
-                            f"reference, {comps[0].regime}", group_words(axis, group))
-            plots.paired_delta_plot(comps, title, comps[0].equivalence_margin, out / name,
-                                    axis, colors=colors)
-            b.append(("img", name, title))
-    return b
+def _delta_figure(report: Report, blk: DeltaFigure, out: Path) -> list[Figure]:
+    """The paired per-seed delta plot of one regime's comparisons in one group."""
+    axis, comps = report.settings.axis, list(blk.comparisons)
+    parts = [p for p in axis.path(blk.group).split("/") if p]
+    name = plots.slug("deltas", comps[0].dataset, *parts, blk.metric) + ".png"
+    title = _titled(f"per-seed difference in {metric_label(blk.metric)} from the "
+                    f"reference, {comps[0].regime}", group_words(axis, blk.group))
+    plots.paired_delta_plot(comps, title, comps[0].equivalence_margin, out / name, axis,
+                            colors=report_colors(report))
+    return [Figure(name, title)]
 
 
-def _interaction_blocks(report: Report, out: Path) -> list[Block]:
-    """Forest plot per (group, metric) across regimes, then the interaction test table."""
-    heading = "Across length regimes" if lengths_known(report.regimes) else "Across datasets"
-    b: list[Block] = [("h2", heading)]
+def _forest_figures(report: Report, blk: ForestFigures, out: Path) -> list[Figure]:
+    """Forest plot per (group, metric) across regimes."""
+    b: list[Figure] = []
     rank = {r.dataset: r.rank for r in report.regimes}
     axis, colors = report.settings.axis, report_colors(report)
     for group, metric in sorted({(c.group, c.metric) for c in report.comparisons}):
@@ -229,60 +173,67 @@ def _interaction_blocks(report: Report, out: Path) -> list[Block]:
         name = plots.slug("forest", *parts, metric) + ".png"
         margins = {c.equivalence_margin for c in comps}  # one band only if one margin
         title = _titled(f"difference in {metric_label(metric)} from the reference across "
-                        f"{heading.split()[-1]}", group_words(axis, group),
+                        f"{blk.heading.split()[-1]}", group_words(axis, group),
                         descriptive_label(report) or "")
         plots.forest_plot(comps, title, margins.pop() if len(margins) == 1 else None,
                           out / name, axis, alpha=report.settings.alpha, colors=colors)
-        b.append(("img", name, f"{title}: mean difference with its 95% paired-t interval, "
-                               "and each verdict with its Holm p and caveats"))
-    if report.interaction["tests"]:
-        b.append(("table", descriptive(report, interaction_table(report))))
-    else:
-        b.append(("p", "Interaction test not run: it needs a comparison present in at least "
-                       "two datasets with at least two pairs each."))
+        b.append(Figure(name, f"{title}: mean difference with its 95% paired-t interval, "
+                              "and each verdict with its Holm p and caveats"))
     return b
 
 
-def build_claims_blocks(report: Report, out: Path) -> list[Block]:
-    """The claims document: the claims beside their results, a figure, every claim test."""
-    claims = ClaimSetResult.from_json(report.claims)
-    b: list[Block] = [("h1", f"fusion-sweep claims: {claims.title}")]
-    if descriptive_label(report):
-        b.append(("p", f"Every claim test below is {descriptive_label(report)}: "
-                       "fixed-n tests on a sweep whose seed count depended on the data."))
-    b.append(("p", f"Paper: {claims.paper}. Source: {source_line(report.source)}. "
-                   f"alpha = {claims.alpha}; Holm over the family of "
-                   f"m = {claims.family_size} claim tests; TOST (equivalence margin "
-                   f"{report.settings.margin_label()}) over {claims.tost_family_size}. "
-                   "The comparison report is `report.html` beside this file."))
-    b.append(("p", VERDICT_RULE))
-    b.append(("h2", "Claims"))
-    b.append(("table", claims_table(report.claims)))
-    b.append(("h2", "Claim tests"))
-    for kind, name in (("difference", "claims_differences.png"), ("ratio", "claims_ratios.png"),
-                       ("probability", "claims_probabilities.png")):
-        if plots.claims_plot(claims.tests, kind, out / name):
-            b.append(("img", name, f"claim tests: {kind}s with their intervals"))
-    b.append(("table", claim_tests_table(report.claims)))
-    return b
+def _sequential_figure(report: Report | None, blk: SequentialFigure, out: Path,
+                       name: str = "sequential_cs.png") -> list[Figure]:
+    """The confidence sequences against seeds, written to out/name."""
+    results = blk.results
+    plots.cs_plot(results, out / name, "Confidence sequences against seeds "
+                  "(shaded: running intersection; dashed: no difference"
+                  + ("; band: ±margin)" if results and get_method(results[0].method)
+                     .decides_equivalence else ")"))
+    return [Figure(name, "confidence sequence of each comparison's "
+                         f"{results[0].estimand if results else 'estimand'} against seeds")]
+
+
+def _claims_figures(report: Report, blk: ClaimsFigures, out: Path) -> list[Figure]:
+    """One figure per kind of claim test that has one to show."""
+    return [Figure(name, f"claim tests: {kind}s with their intervals")
+            for kind, name in (("difference", "claims_differences.png"),
+                               ("ratio", "claims_ratios.png"),
+                               ("probability", "claims_probabilities.png"))
+            if plots.claims_plot(blk.tests, kind, out / name)]
+
+
+# How the page draws each figure the document places: block type -> drawer.
+_DRAW = {ArmsFigures: _arms_figures, DeltaFigure: _delta_figure,
+         ForestFigures: _forest_figures, SequentialFigure: _sequential_figure,
+         ClaimsFigures: _claims_figures}
+
+
+def sequential_blocks(results: Sequence[SequentialResult], out_dir: str | Path,
+                      name: str = "sequential_cs.png") -> list[PageBlock]:
+    """The page's sequential section (fusion_sweep.analysis.document.sequential_blocks),
+    its confidence-sequence figure drawn to out_dir/name."""
+    *text, fig = sequential_section(results)
+    return [*text, *_sequential_figure(None, fig, Path(out_dir), name)]
 
 
 # --------------------------------------------------------------------------- markdown
-def render_markdown(blocks: list[Block]) -> str:
+def render_markdown(blocks: Sequence[PageBlock]) -> str:
+    """The page blocks as Markdown; a table's title is its caption unless the heading just
+    above says it."""
     out, heading = [], None
     for blk in blocks:
-        kind = blk[0]
-        if kind in ("h1", "h2", "h3"):
-            out.append("#" * int(kind[1]) + " " + blk[1])
-        elif kind == "p":
-            out.append(blk[1])
-        elif kind == "ul":
-            out.append("\n".join(f"- {_md_escape(i)}" for i in blk[1]))
-        elif kind in ("table", "grid"):
-            out.append(_md_table(blk[1], caption=blk[1].title != heading))
-        elif kind == "img":
-            out.append(f"![{blk[2]}]({blk[1]})")
-        heading = blk[1] if kind in ("h1", "h2", "h3") else None
+        if isinstance(blk, Heading):
+            out.append("#" * blk.level + " " + blk.text)
+        elif isinstance(blk, Paragraph):
+            out.append(blk.text)
+        elif isinstance(blk, Bullets):
+            out.append("\n".join(f"- {_md_escape(i)}" for i in blk.items))
+        elif isinstance(blk, (TableBlock, GridBlock)):
+            out.append(_md_table(blk.table, caption=blk.table.title != heading))
+        elif isinstance(blk, Figure):
+            out.append(f"![{blk.alt}]({blk.file})")
+        heading = blk.text if isinstance(blk, Heading) else None
     return "\n\n".join(out) + "\n"
 
 
@@ -353,24 +304,25 @@ window.addEventListener('load', function () {
 """
 
 
-def render_html(blocks: list[Block], title: str, out: Path | None = None) -> str:
+def render_html(blocks: Sequence[PageBlock], title: str, out: Path | None = None) -> str:
     """The page; every figure embedded from `out` (its SVG, else its PNG, as a data URI)."""
     body, heading = [], None
     for blk in blocks:
-        kind = blk[0]
-        if kind in ("h1", "h2", "h3", "p"):
-            body.append(f"<{kind}>{_inline(blk[1])}</{kind}>")
-        elif kind == "ul":
-            body.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in blk[1]) + "</ul>")
-        elif kind == "table":
-            body.append(_html_table(blk[1], caption=blk[1].title != heading))
-        elif kind == "grid":
-            body.append(_html_grid(blk[1], blk[2]))
-        elif kind == "img":
-            body.append(f'<figure id="{html.escape(Path(blk[1]).stem)}"><img '
-                        f'src="{embedded(Path(out or "."), blk[1])}" '
-                        f'alt="{html.escape(blk[2])}"></figure>')
-        heading = blk[1] if kind in ("h1", "h2", "h3") else None
+        if isinstance(blk, Heading):
+            body.append(f"<h{blk.level}>{_inline(blk.text)}</h{blk.level}>")
+        elif isinstance(blk, Paragraph):
+            body.append(f"<p>{_inline(blk.text)}</p>")
+        elif isinstance(blk, Bullets):
+            body.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in blk.items) + "</ul>")
+        elif isinstance(blk, TableBlock):
+            body.append(_html_table(blk.table, caption=blk.table.title != heading))
+        elif isinstance(blk, GridBlock):
+            body.append(_html_grid(blk.table, blk.verdicts))
+        elif isinstance(blk, Figure):
+            body.append(f'<figure id="{html.escape(Path(blk.file).stem)}"><img '
+                        f'src="{embedded(Path(out or "."), blk.file)}" '
+                        f'alt="{html.escape(blk.alt)}"></figure>')
+        heading = blk.text if isinstance(blk, Heading) else None
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{html.escape(title)}</title><style>{_CSS}{_verdict_css()}</style>"
@@ -439,7 +391,7 @@ VERDICT_HEADERS = ("verdict", "ratio verdict")
 SUPPORT_HEADERS = ("paper's claim",)
 
 
-def _html_grid(t: Table, verdicts: list[list[str | None]]) -> str:
+def _html_grid(t: Table, verdicts: Sequence[Sequence[str | None]]) -> str:
     """The verdict grid: each cell's verdict as a bold coloured word on a tinted
     background, Δ beside it, its 95% interval, p_holm and the win rate below."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in t.headers)
@@ -485,20 +437,3 @@ def _html_table(t: Table, caption: bool = True) -> str:
     cap = f"<caption>{html.escape(t.title)}</caption>" if caption else ""
     return (f'<div class="tw"><table>{cap}'
             f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{foot}")
-
-
-def sequential_blocks(results: Sequence[SequentialResult], out_dir: str | Path,
-                      name: str = "sequential_cs.png") -> list[tuple]:
-    """Blocks for fusion_sweep.analysis.render (("h2", ...), ("p", ...), ("table", Table), ("img", ...)),
-    with the CS figure written to out_dir/name."""
-    plots.cs_plot(results, Path(out_dir) / name, "Confidence sequences against seeds "
-            "(shaded: running intersection; dashed: no difference"
-            + ("; band: ±margin)" if results and get_method(results[0].method).decides_equivalence
-               else ")"))
-    return [("h2", "Adaptive seeds: sequential decisions"),
-            ("p", "Seeds were added only where a comparison was still undecided; these "
-                  "decisions come from anytime-valid confidence sequences, valid at the "
-                  f"data-dependent stopping time. Fixed-n tests below are {DESCRIPTIVE_LABEL}."),
-            ("table", sequential_table(results)),
-            ("img", name, "confidence sequence of each comparison's "
-                          f"{results[0].estimand if results else 'estimand'} against seeds")]

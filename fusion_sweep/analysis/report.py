@@ -32,9 +32,8 @@ from __future__ import annotations
 import json
 import math
 import zlib
-from types import SimpleNamespace
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -50,67 +49,69 @@ from fusion_sweep.analysis.estimands import ASSUMES, MEAN_DELTA, WIN_RATE
 from fusion_sweep.analysis.answer import findings
 from fusion_sweep.analysis.grid import verdict_grid
 from fusion_sweep.analysis.load import select
-from fusion_sweep.analysis.claims import evaluate, get_claim_set
+from fusion_sweep.analysis.claims import ClaimSetResult, evaluate, get_claim_set
 from fusion_sweep.analysis.pairing import (
     Paired, pair_trials, supersede, usable_values, variant_series,
 )
 from fusion_sweep.analysis.platforms import platform_warnings, platforms_of
-from fusion_sweep.analysis.records import ArmSummary, Comparison
+from fusion_sweep.analysis.records import ArmSummary, Comparison, InteractionTest
 from fusion_sweep.analysis.regimes import Regime, interaction_tests, lengths_known, regimes_for
 from fusion_sweep.analysis.schema import (
     ADAPTIVE_COLUMN, BETTER, COMPARISON_FAMILY_COLUMN, COST_METRICS,
     DEFAULT_ENCODER, DESCRIPTIVE_LABEL, EQUIVALENT, INCONCLUSIVE, NORMALITY_BELOW_N, NOT_LEARNED,
     TOP_LEVEL_KEYS, WORSE, AnalysisError,
 )
+from fusion_sweep.analysis.sections import (
+    ChanceSection, DesignWarning, DroppedPair, Family, Interaction, Source,
+)
 from fusion_sweep.analysis.sequential import (
-    LEGACY_METHOD, SequentialResult, from_comparisons, get_method,
+    LEGACY_METHOD, SequentialResult, SequentialSection, from_comparisons, get_method,
 )
 from fusion_sweep.analysis.settings import Settings
 from fusion_sweep.analysis.variants import Axis, Variant
 from fusion_sweep.analysis.winrate import sign_test
 
+
 @dataclass
 class Report:
-    """The whole analysis: comparisons, arms and tests are frozen records; dropped and
-    warnings are JSON-ready dicts."""
+    """The whole analysis, every section a frozen record (fusion_sweep.analysis.records,
+    .sections, .claims, .sequential) written to JSON by its own `to_json`."""
 
-    source: dict
+    source: Source
     settings: Settings
     regimes: list[Regime]
     comparisons: list[Comparison]  # frozen records (fusion_sweep.analysis.records)
-    dropped: list[dict]
-    warnings: list[dict]
-    interaction: dict
+    dropped: list[DroppedPair]
+    warnings: list[DesignWarning]
+    interaction: Interaction
     table: pd.DataFrame = field(repr=False)  # the filtered tidy table
-    chance: dict = field(default_factory=lambda: {"method": CHANCE_METHOD, "tests": []})
+    chance: ChanceSection = field(default_factory=lambda: ChanceSection(CHANCE_METHOD))
     arms: list[ArmSummary] = field(default_factory=list)  # regime short -> long
-    claims: dict | None = None  # --claims: fusion_sweep.analysis.claims.evaluate's CLAIM_SET_KEYS dict
-    # An adaptive sweep: SEQUENTIAL_KEYS dict, and the results objects for the figure.
-    sequential: dict | None = None
-    sequential_results: list = field(default_factory=list, repr=False)
-    # The fixed-n Holm family: {"m", "source"} (fixed_family); m never depends on a selection.
-    family: dict = field(default_factory=lambda: {"m": 0, "source": ""})
+    claims: ClaimSetResult | None = None  # --claims: fusion_sweep.analysis.claims.evaluate
+    # An adaptive sweep: each comparison's sequential decision (with its CS for the figure).
+    sequential: SequentialSection | None = None
+    # The fixed-n Holm family (fixed_family); m never depends on a selection.
+    family: Family = field(default_factory=lambda: Family(0, ""))
 
     def to_dict(self) -> dict:
         """The `--format json` object: exactly TOP_LEVEL_KEYS, NaN/inf -> null."""
         out = {
-            "source": self.source,
+            "source": self.source.to_json(),
             "settings": {**asdict(self.settings), "metrics": list(self.settings.metrics),
                          "datasets": list(self.settings.datasets), "pes": list(self.settings.pes),
                          "encoders": list(self.settings.encoders),
                          "confidence_level": 1 - self.settings.alpha},
             "regimes": [asdict(r) for r in self.regimes],
-            "warnings": self.warnings,
+            "warnings": [w.to_json() for w in self.warnings],
             "arms": [a.to_json() for a in self.arms],
             "comparisons": [c.to_json() for c in self.comparisons],
-            "dropped": self.dropped,
-            "interaction": {**self.interaction,
-                            "tests": [t.to_json() for t in self.interaction["tests"]]},
-            "chance": {**self.chance, "tests": [t.to_json() for t in self.chance["tests"]]},
-            "claims": self.claims,
-            "sequential": self.sequential,
+            "dropped": [d.to_json() for d in self.dropped],
+            "interaction": self.interaction.to_json(),
+            "chance": self.chance.to_json(),
+            "claims": None if self.claims is None else self.claims.to_json(),
+            "sequential": None if self.sequential is None else self.sequential.to_json(),
             "verdict_grid": verdict_grid(self.comparisons, self.settings.alpha),
-            "family": self.family,
+            "family": self.family.to_json(),
             "answer": [f.to_json() for f in findings(self)],
         }
         assert tuple(out) == TOP_LEVEL_KEYS
@@ -164,15 +165,16 @@ def validated(settings: Settings) -> Settings:
 
 
 def analyze(
-    df: pd.DataFrame, settings: Settings, source: dict | None = None,
-    extra_warnings: list[dict] | None = None,
+    df: pd.DataFrame, settings: Settings, source: Source | Mapping | None = None,
+    extra_warnings: Sequence[DesignWarning | Mapping] | None = None,
 ) -> Report:
     """Run every comparison in the tidy table `df` under `settings`.
 
+    source: where `df` comes from (a Source, or its `to_json` dict; None: a table).
     extra_warnings (e.g. from the MLflow loader) are listed after the design warnings.
     """
     validated(settings)
-    source = sweep_columns(df, source or {"kind": "table"})
+    source = sweep_columns(df, Source.of(source))
     axis = settings.axis
     everything = df  # an adaptive sweep's family is the launch's, never the selection's
     # Every statistic is computed over the whole input (the family); --dataset/--pe/--encoder
@@ -180,7 +182,7 @@ def analyze(
     df = select(df, settings.metrics, axis)
     for metric in settings.metrics:  # an unknown direction fails before any statistics
         settings.higher_is_better(metric)
-    df, superseded = supersede(df, source.get("code_fingerprint"))
+    df, superseded = supersede(df, source.code_fingerprint)
     regimes, regime_warns = regimes_for(df)
     pairing = pair_trials(df, list(settings.metrics), axis, settings.pairs)
     counts = class_counts(df, settings.num_classes)
@@ -194,49 +196,67 @@ def analyze(
                 for i in order]
     family = fixed_family(measured, settings, source)
     # An adaptive sweep's fixed-n verdicts are descriptive (sequential_section says why).
-    records = _judged_records(measured, settings, family["m"], bool(source.get("adaptive")))
+    records = _judged_records(measured, settings, family.m, bool(source.adaptive))
     tests, inter_warns = interaction_tests(records, regimes, settings.alpha, axis)
     shown = _shown(settings)
     comps, tests, dropped, arms = ([r for r in rs if shown(r)] for rs in (
         records, tests, superseded + pairing.dropped, arms))
     df, regimes = _selection(everything, settings, source, regimes)
-    source = {**source, "platforms": platforms_of(df)}  # named in the report's source line
-    warnings = (_design_warnings(comps, settings, family["m"])
-                + _not_learned_warnings(comps, axis)
-                + _code_mismatch_warning(dropped, axis)
-                + platform_warnings(source["platforms"], dropped, lambda d: where(d, axis))
-                + pairing.warnings
-                + regime_warns + chance_warns + _margin_warnings(comps, settings)
-                + list(extra_warnings or []) + _degenerate_warnings(comps, axis)
-                + _dropped_warning(dropped) + inter_warns)
-    contrast = ("longest minus shortest regime (by median_tokens)" if lengths_known(regimes)
-                else "last minus first dataset by name (lengths unknown)")
-    interaction = {
-        "method": "Welch one-way ANOVA of per-seed deltas across datasets "
-                  "(statsmodels anova_oneway, use_var='unequal'), "
-                  f"H0: the {axis.noun} effect is the same on every dataset; difference in mean deltas, {contrast}, with a Welch "
-                  "t-interval; Holm across tests. One dataset per regime confounds length "
-                  "with domain and base accuracy: a difference is not evidence that length "
-                  "causes it",
-        "tests": tests,
-    }
+    source = replace(source, platforms=platforms_of(df))  # named in the report's source line
+    stages = (pairing.warnings + regime_warns + chance_warns, list(extra_warnings or []),
+              inter_warns)
+    warnings = report_warnings(comps, dropped, source, settings, family, stages)
     claims = None
     if settings.claims is not None:
         claims = evaluate(get_claim_set(settings.claims), df, settings, counts, regimes)
-    sequential, seq_results = sequential_section(comps, settings, source, everything)
+    sequential = sequential_section(comps, settings, source, everything)
     if sequential is not None and claims is not None:
-        claims = {**claims, "method": f"{DESCRIPTIVE_LABEL}: {claims['method']}"}
-    return Report(source, settings, regimes, comps, dropped, warnings, interaction, df,
-                  {"method": CHANCE_METHOD, "tests": arms},
-                  arm_summaries(df, settings, regimes, by_arm), claims, sequential, seq_results,
-                  family)
+        claims = replace(claims, method=f"{DESCRIPTIVE_LABEL}: {claims.method}")
+    return Report(source, settings, regimes, comps, dropped, warnings,
+                  interaction_section(tests, regimes, axis), df,
+                  ChanceSection(CHANCE_METHOD, tuple(arms)),
+                  arm_summaries(df, settings, regimes, by_arm), claims, sequential, family)
 
 
-def _selection(everything: pd.DataFrame, s: Settings, source: dict,
+def report_warnings(comps: list[Comparison], dropped: list[DroppedPair], source: Source,
+                    s: Settings, family: Family,
+                    stages: tuple[list, list, list]) -> list[DesignWarning]:
+    """The report's warnings in the order a reader meets them: the design's, then the
+    stages' (pairing, regimes, chance), the margins', the loader's (stages[1]), the
+    degenerate comparisons', the dropped pairs' and the interaction tests' (stages[2])."""
+    axis = s.axis
+    made, loader, interaction = stages
+    out = (_design_warnings(comps, s, family.m)
+           + _not_learned_warnings(comps, axis)
+           + _code_mismatch_warning(dropped, axis)
+           + platform_warnings(source.platforms or [], dropped, lambda d: where(d, axis))
+           + made + _margin_warnings(comps, s)
+           + loader + _degenerate_warnings(comps, axis)
+           + _dropped_warning(dropped) + interaction)
+    return [DesignWarning.of(w) for w in out]
+
+
+def interaction_section(tests: list[InteractionTest], regimes: list[Regime],
+                        axis: Axis) -> Interaction:
+    """The across-regime tests with the words of their method (the contrast depends on
+    whether the regimes' lengths are known)."""
+    contrast = ("longest minus shortest regime (by median_tokens)" if lengths_known(regimes)
+                else "last minus first dataset by name (lengths unknown)")
+    return Interaction(
+        "Welch one-way ANOVA of per-seed deltas across datasets "
+        "(statsmodels anova_oneway, use_var='unequal'), "
+        f"H0: the {axis.noun} effect is the same on every dataset; difference in mean deltas, "
+        f"{contrast}, with a Welch "
+        "t-interval; Holm across tests. One dataset per regime confounds length "
+        "with domain and base accuracy: a difference is not evidence that length "
+        "causes it", tuple(tests))
+
+
+def _selection(everything: pd.DataFrame, s: Settings, source: Source,
                regimes: list[Regime]) -> tuple[pd.DataFrame, list[Regime]]:
     """The table and regimes a --dataset/--pe/--encoder selection shows."""
     df = select(everything, s.metrics, s.axis, s.datasets, s.pes, s.encoders)
-    df, _ = supersede(df, source.get("code_fingerprint"))
+    df, _ = supersede(df, source.code_fingerprint)
     return df, [r for r in regimes if r.dataset in set(df["dataset"])]
 
 
@@ -244,7 +264,7 @@ def _shown(s: Settings):
     """Whether a record (comparison, test, dropped pair, arm) is in the --dataset/--pe/
     --encoder selection: its dataset(s), and both variants' pe and encoder."""
     def get(r: object, key: str) -> object:
-        return r.get(key) if isinstance(r, dict) else getattr(r, key, None)
+        return getattr(r, key, None)
 
     def ok(r: object) -> bool:
         datasets = get(r, "datasets") or [get(r, "dataset")]
@@ -260,30 +280,30 @@ def _shown(s: Settings):
 FAMILY_FIXED = "fixed by the sweep"
 
 
-def fixed_family(comps: list[Measured] | list[Comparison], s: Settings, source: dict) -> dict:
+def fixed_family(comps: list[Measured] | list[Comparison], s: Settings,
+                 source: Source) -> Family:
     """m of the fixed-n Holm family and where it came from. The family is every comparison
     the input allows (before any --dataset/--pe/--encoder selection), or the sweep's
     pre-registered family (schema.COMPARISON_FAMILY; a results file's comparison_family
     column) when that is larger: members the input lacks count as p = 1."""
     m = len(comps)
-    recorded = source.get("comparison_family")
-    if isinstance(recorded, dict) and isinstance(recorded.get("m"), int):
-        metric = (source.get("space") or {}).get("metric") or s.metrics[0]
+    recorded = source.comparison_family
+    if isinstance(recorded, Mapping) and isinstance(recorded.get("m"), int):
+        metric = (source.space or {}).get("metric") or s.metrics[0]
         own = sum(c.metric == metric for c in comps)
-        return {"m": m + max(0, recorded["m"] - own), "source": FAMILY_FIXED}
-    where = source.get("path") or ("the sweep" if source.get("kind") == "mlflow"
-                                   else "the input")
-    return {"m": m, "source": f"every comparison in {where}"}
+        return Family(m + max(0, recorded["m"] - own), FAMILY_FIXED)
+    where = source.path or ("the sweep" if source.is_mlflow else "the input")
+    return Family(m, f"every comparison in {where}")
 
 
-def sweep_columns(df: pd.DataFrame, source: dict) -> dict:
+def sweep_columns(df: pd.DataFrame, source: Source) -> Source:
     """A results file's sweep-level columns (schema.ADAPTIVE_COLUMN, COMPARISON_FAMILY_COLUMN:
     JSON, one value on every row) into the source, as the MLflow loader reads the parent
     run's tags; MLflow input's own record wins."""
-    out = dict(source)
+    out: dict[str, object] = {}
     for key, col in (("adaptive", ADAPTIVE_COLUMN), ("comparison_family",
                                                        COMPARISON_FAMILY_COLUMN)):
-        if col not in df.columns or out.get(key) is not None:
+        if col not in df.columns or getattr(source, key) is not None:
             continue
         values = {v for v in df[col] if isinstance(v, str) and v.strip()}
         if not values:
@@ -297,38 +317,36 @@ def sweep_columns(df: pd.DataFrame, source: dict) -> dict:
             raise AnalysisError(f"column {col!r} must hold JSON: {exc.msg}") from None
         if not isinstance(out[key], dict):
             raise AnalysisError(f"column {col!r} must hold a JSON object")
-    return out
+    return replace(source, **out)
 
 
-def sequential_section(comps: list[Comparison], s: Settings, source: dict,
-                       everything: pd.DataFrame | None = None) -> tuple[dict | None, list]:
-    """For a sweep launched with --until-decided (source["adaptive"]): each comparison's
+def sequential_section(comps: list[Comparison], s: Settings, source: Source,
+                       everything: pd.DataFrame | None = None) -> SequentialSection | None:
+    """For a sweep launched with --until-decided (source.adaptive): each comparison's
     anytime-valid decision and seeds used, on the sweep's metric, by the launch's method and
-    with the multiplicity the launch fixed (source["comparison_family"]; for an older launch
+    with the multiplicity the launch fixed (source.comparison_family; for an older launch
     that recorded none, every baseline comparison of the whole input `everything`, before any
     --dataset/--pe/--encoder filter). Only members of that family get a sequential decision;
     --dataset and --pairs change what is shown, never m. Fixed-n statistics of such a sweep
     are then only descriptive: the seed count depended on the data (optional stopping), which
     fixed-n p-values and Holm do not allow."""
-    adaptive = source.get("adaptive")
+    adaptive = source.adaptive
     if not adaptive:
-        return None, []
-    metric = (source.get("space") or {}).get("metric") or s.metrics[0]
+        return None
+    metric = (source.space or {}).get("metric") or s.metrics[0]
     alpha = float(adaptive.get("alpha", s.alpha))
     method = get_method(adaptive.get("method", LEGACY_METHOD))
     family, family_source = launch_family(source, s, everything)
     members = {(m["dataset"], m["variant"], m["baseline_variant"]) for m in family["members"]}
-    mine = [c.to_json() for c in comps if c.metric == metric
+    mine = [c for c in comps if c.metric == metric
             and (c.dataset, c.variant, c.baseline_variant) in members]
     results = [_guarded_decision(r, c) for r, c in
                zip(from_comparisons(mine, alpha, max(int(family["m"]), 1), method.name), mine)]
-    return {"adaptive": dict(adaptive), "metric": metric, "alpha": alpha, "m": int(family["m"]),
-            "family_source": family_source, "method": method.name,
-            "assumption": method.assumption, "fixed_n_label": DESCRIPTIVE_LABEL,
-            "results": [r.to_dict() for r in results]}, results
+    return SequentialSection(dict(adaptive), metric, alpha, int(family["m"]), family_source,
+                             method.name, method.assumption, DESCRIPTIVE_LABEL, tuple(results))
 
 
-def _guarded_decision(r: SequentialResult, c: dict) -> SequentialResult:
+def _guarded_decision(r: SequentialResult, c: Comparison) -> SequentialResult:
     """A sequential decision through the one guard rule (fusion_sweep.analysis.guard): the
     same arms' learned? states withhold the same claims as in the fixed-n verdicts."""
     decision = guard(r.decision, *sides(c)).verdict
@@ -340,15 +358,15 @@ FAMILY_RECONSTRUCTED = ("reconstructed from every trial of the input (the launch
                         "none): every arm vs its reference, all datasets")
 
 
-def launch_family(source: dict, s: Settings, everything: pd.DataFrame | None
-                  ) -> tuple[dict, str]:
+def launch_family(source: Source, s: Settings, everything: pd.DataFrame | None
+                  ) -> tuple[Mapping, str]:
     """The comparison family of an adaptive sweep ({"m", "members"}) and where it came from.
 
     The launch's record when present. Otherwise rebuilt from the whole input table with the
     launch's rule (each arm vs its group's reference, every dataset), so that no selection
     flag can shrink or grow m."""
-    recorded = source.get("comparison_family")
-    if isinstance(recorded, dict) and isinstance(recorded.get("m"), int) \
+    recorded = source.comparison_family
+    if isinstance(recorded, Mapping) and isinstance(recorded.get("m"), int) \
             and isinstance(recorded.get("members"), list):
         return recorded, FAMILY_RECORDED
     if everything is None:
@@ -784,28 +802,20 @@ def _design_warnings(comps: list[Comparison], s: Settings, family_m: int) -> lis
     return out
 
 
-def describe(c: Comparison | Mapping, axis: Axis) -> str:
+def describe(c: Comparison | DroppedPair, axis: Axis) -> str:
     """'concat vs add, pe=sinusoidal' / 'ressformer/none/add vs standard/sinusoidal/add':
-    a comparison (or dropped record) in the axis's short labels, with its group."""
-    c = _named(c)
+    a comparison (or dropped pair) in the axis's short labels, with its group."""
     arm = Variant(c.encoder, c.pe, c.fusion)
     group = axis.title(axis.group(arm)).replace(" · ", ", ")
     return f"{axis.short(arm)} vs {c.baseline}" + (f", {group}" if group else "")
 
 
-def where(c: Comparison | Mapping, axis: Axis) -> str:
+def where(c: Comparison | DroppedPair, axis: Axis) -> str:
     """'dataset/group/metric ARM vs REF' for messages ('synthetic-long/sinusoidal/test_acc
-    concat vs add'); c is a comparison or a dropped record."""
-    c = _named(c)
+    concat vs add'); c is a comparison or a dropped pair."""
     arm = Variant(c.encoder, c.pe, c.fusion)
     path = "/".join(p for p in (c.dataset, axis.path(axis.group(arm)), c.metric) if p)
     return f"{path} {axis.short(arm)} vs {c.baseline}"
-
-
-def _named(c: Comparison | Mapping) -> Comparison | SimpleNamespace:
-    """A dropped record (a JSON-ready dict, schema.DROPPED_KEYS) read by attribute, as a
-    comparison is."""
-    return SimpleNamespace(**c) if isinstance(c, Mapping) else c
 
 
 def _not_learned_warnings(comps: list[Comparison], axis: Axis) -> list[dict]:
@@ -825,13 +835,13 @@ def _not_learned_warnings(comps: list[Comparison], axis: Axis) -> list[dict]:
     return out
 
 
-def _code_mismatch_warning(dropped: list[dict], axis: Axis) -> list[dict]:
+def _code_mismatch_warning(dropped: list[DroppedPair], axis: Axis) -> list[dict]:
     """Pairs across code versions are dropped, not used: list them (design choice, see
     fusion_sweep.analysis.pairing)."""
-    bad = [d for d in dropped if d["reason"] == "code_mismatch"]
+    bad = [d for d in dropped if d.reason == "code_mismatch"]
     if not bad:
         return []
-    listing = "; ".join(f"{where(d, axis)} seed {d['seed']} ({d['detail']})" for d in bad[:10])
+    listing = "; ".join(f"{where(d, axis)} seed {d.seed} ({d.detail})" for d in bad[:10])
     more = f"; and {len(bad) - 10} more" if len(bad) > 10 else ""
     return [{"code": "code_mismatch",
              "message": f"{_count(len(bad), 'pair')} compare runs of different code and were "
@@ -863,12 +873,12 @@ def _degenerate_warnings(comps: list[Comparison], axis: Axis) -> list[dict]:
             for (path, note), pairs in grouped.items()]
 
 
-def _dropped_warning(dropped: list[dict]) -> list[dict]:
+def _dropped_warning(dropped: list[DroppedPair]) -> list[dict]:
     if not dropped:
         return []
-    counts = pd.Series([d["reason"] for d in dropped]).value_counts()
+    counts = pd.Series([d.reason for d in dropped]).value_counts()
     summary = ", ".join(f"{k}: {v}" for k, v in counts.items())
-    runs = sum(d["reason"] == "superseded_code" for d in dropped)
+    runs = sum(d.reason == "superseded_code" for d in dropped)
     what = _count(len(dropped) - runs, "pair") + (f" and {_count(runs, 'superseded run')}"
                                                    if runs else "")
     return [{"code": "dropped_pairs",

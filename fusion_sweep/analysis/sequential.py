@@ -865,10 +865,10 @@ class PairedDeltas:
 
 @dataclass(frozen=True)
 class SequentialSection:
-    """The report's `sequential` section (an adaptive sweep), read by attribute: the launch's
-    settings, the family size m fixed at launch and where it came from, the method and its
-    assumption, the label of the fixed-n output, and `results` (SequentialResult.to_dict
-    entries; the records themselves are the report's `sequential_results`)."""
+    """The report's `sequential` section (an adaptive sweep): the launch's settings, the
+    family size m fixed at launch and where it came from, the method and its assumption, the
+    label of the fixed-n output, and each comparison's decision (`results`, with its CS for
+    the figure); `to_json` is the report's SEQUENTIAL_KEYS entry."""
 
     adaptive: Mapping
     metric: str
@@ -878,11 +878,23 @@ class SequentialSection:
     method: str
     assumption: str
     fixed_n_label: str
-    results: Sequence[Mapping]
+    results: tuple[SequentialResult, ...] = ()
 
-    @classmethod
-    def from_json(cls, d: Mapping) -> "SequentialSection":
-        return cls(**d)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "results", tuple(self.results))
+        problems = [f"results[{i}] is a {type(r).__name__}, not a SequentialResult"
+                    for i, r in enumerate(self.results) if not isinstance(r, SequentialResult)]
+        if not isinstance(self.m, int) or self.m < 0:
+            problems.append(f"m must be a whole number >= 0, not {self.m!r}")
+        if problems:
+            raise AnalysisError("invalid SequentialSection: " + "; ".join(problems))
+
+    def to_json(self) -> dict:
+        """SEQUENTIAL_KEYS, each result as SequentialResult.to_dict."""
+        return {"adaptive": dict(self.adaptive), "metric": self.metric, "alpha": self.alpha,
+                "m": self.m, "family_source": self.family_source, "method": self.method,
+                "assumption": self.assumption, "fixed_n_label": self.fixed_n_label,
+                "results": [r.to_dict() for r in self.results]}
 
 
 # ---------------------------------------------------------------------------------------

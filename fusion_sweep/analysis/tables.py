@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import numpy as np
 
 from fusion_sweep.analysis.chance import METHOD as CHANCE_METHOD
-from fusion_sweep.analysis.claims import ClaimSetResult, ClaimSummary, ClaimTest
+from fusion_sweep.analysis.claims import ClaimSetResult, ClaimTest
 from fusion_sweep.analysis.estimands import MEAN_DELTA, WIN_RATE, labelled
 from fusion_sweep.analysis import caveats as caveats_
 from fusion_sweep.analysis.grid import GridRow, grid_rows, not_learned_mark, unlearned
@@ -159,7 +158,7 @@ def win_text(c: Comparison) -> str:
 
 def grid_footnotes(report: Report, comps: list[Comparison] | None = None) -> list[str]:
     """The grid's legend: the interval convention stated once, then each caveat present."""
-    a, m = report.settings.alpha, report.family["m"]
+    a, m = report.settings.alpha, report.family.m
     comps = report.comparisons if comps is None else comps
     out = [f"each cell: mean paired Δ (arm − reference) and its mean-Δ verdict (paired t, "
            f"assumes approximately normal Δ); its {level_of(report)} paired-t interval (one "
@@ -383,7 +382,7 @@ def interaction_table(report: Report, short: bool = False) -> Table:
     and the verdict, without the dataset list and the Welch statistics."""
     if short:
         return _short_interaction_table(report)
-    tests = report.interaction["tests"]
+    tests = report.interaction.tests
     level = f"{100 * (1 - report.settings.alpha):.0f}%"
     # Without median_tokens the order is by name: never claim short/long then.
     by_length = lengths_known(report.regimes)
@@ -403,13 +402,13 @@ def interaction_table(report: Report, short: bool = False) -> Table:
                      fci(t.diff_ci_low, t.diff_ci_high), fp(t.diff_p),
                      t.verdict])
     return Table(f"Does the {axis.noun} effect differ across these datasets?", headers, rows,
-                 [report.interaction["method"], INTERACTION_VERDICT_RULE])
+                 [report.interaction.method, INTERACTION_VERDICT_RULE])
 
 
 def _short_interaction_table(report: Report) -> Table:
     level = level_of(report)
     axis, cols = report.settings.axis, group_columns(report)
-    tests = report.interaction["tests"]
+    tests = report.interaction.tests
     headers = [axis.noun, "vs", *cols, "metric", "n", "p_holm", "Δ difference",
                f"{level} Welch CI", "verdict"]
     rows = [[axis.short(test_arm(t)), t.baseline, *(getattr(t, f) for f in cols), t.metric,
@@ -432,8 +431,8 @@ def _short_interaction_table(report: Report) -> Table:
 def dropped_table(report: Report) -> Table:
     cols = arm_columns(report)
     headers = ["dataset", *cols, "metric", "fusion", "vs", "seed", "reason", "detail"]
-    rows = [[d["dataset"], *(d[f] for f in cols), d["metric"] or DASH, d["fusion"],
-             d["baseline"] or DASH, str(d["seed"]), d["reason"], d["detail"]]
+    rows = [[d.dataset, *(getattr(d, f) for f in cols), d.metric or DASH, d.fusion,
+             d.baseline or DASH, str(d.seed), d.reason, d.detail]
             for d in report.dropped]
     return Table(f"Dropped pairs ({len(rows)})", headers, rows,
                  [] if report.settings.axis.is_fusion else
@@ -469,7 +468,7 @@ def chance_table(report: Report) -> Table:
     short -> long like every other table."""
     cols = arm_columns(report)
     rank = {r.dataset: r.rank for r in report.regimes}
-    tests = sorted(report.chance["tests"], key=lambda t: rank.get(t.dataset, len(rank)))
+    tests = sorted(report.chance.tests, key=lambda t: rank.get(t.dataset, len(rank)))
     headers = ["dataset", *cols, "metric", "fusion", "n", "K", "chance", "from", "mean", "t",
                "p", "p_holm", "learn rate", "learned"]
     rows = [[t.dataset, *(getattr(t, f) for f in cols), t.metric, t.fusion, str(t.n),
@@ -602,20 +601,8 @@ def reference_first(fusions: object, baseline: str | None) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- claims
-def claim_set(claims: Mapping | ClaimSetResult) -> ClaimSetResult:
-    """The claims section as its records: the report's `claims` dict (CLAIM_SET_KEYS, its
-    claims CLAIM_KEYS and tests CLAIM_TEST_KEYS, the records' fields) or the records."""
-    if isinstance(claims, ClaimSetResult):
-        return claims
-    return ClaimSetResult(**{**claims,
-                             "claims": tuple(ClaimSummary(**c) for c in claims["claims"]),
-                             "tests": tuple(ClaimTest(**t) for t in claims["tests"])})
-
-
-def fest(t: ClaimTest | Mapping) -> str:
+def fest(t: ClaimTest) -> str:
     """A claim test's measured effect with its interval, in its own kind."""
-    if isinstance(t, Mapping):
-        t = ClaimTest(**t)
     if t.estimate is None or not math.isfinite(float(t.estimate)):
         return DASH
     if t.estimate_kind == "geometric-mean ratio":
@@ -629,10 +616,10 @@ def fest(t: ClaimTest | Mapping) -> str:
     return f"{t.estimate:+.4f} [{t.ci_low:+.4f}, {high}"
 
 
-def learned_summary(t: ClaimTest | Mapping) -> str:
+def learned_summary(t: ClaimTest) -> str:
     """'yes' when every arm beats chance, 'n/a' without a chance level, else the arms that
     do not ('no: ressformer/none/add@synthetic-long')."""
-    states = (t.get("learned") if isinstance(t, Mapping) else t.learned) or {}
+    states = t.learned or {}
     if not states:
         return DASH
     if all(v == "n/a" for v in states.values()):
@@ -641,9 +628,8 @@ def learned_summary(t: ClaimTest | Mapping) -> str:
     return "yes" if not bad else "; ".join(bad)
 
 
-def claims_table(claims: Mapping | ClaimSetResult) -> Table:
+def claims_table(cs: ClaimSetResult) -> Table:
     """One row per claim: the paper's words beside what the sweep measured."""
-    cs = claim_set(claims)
     headers = ["claim", "paper says", "where", "tested as", "trainings", "supports",
                "contradicts", "undecided", "paper's claim"]
     rows = [[f"{c.claim} {c.title}", f"“{c.quote}”", c.where,
@@ -658,12 +644,11 @@ def claims_table(claims: Mapping | ClaimSetResult) -> Table:
                         "when no test decides, not run when its variants are absent"])
 
 
-def claim_tests_table(claims: Mapping | ClaimSetResult, contrast: bool = True) -> Table:
+def claim_tests_table(cs: ClaimSetResult, contrast: bool = True) -> Table:
     """One row per claim test: contrast, measured effect, Holm p, verdict, support.
 
     contrast=False (the terminal) leaves the contrast to each claim's 'tested as' line and
     keeps a 'note' column: why a test did not run, or which seeds were dropped."""
-    cs = claim_set(claims)
     a = cs.alpha
     level = f"{100 * (1 - a):.0f}%"
     headers = ["test", "contrast" if contrast else "note", "n", f"measured [{level} CI]", "p",

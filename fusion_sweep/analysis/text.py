@@ -1,5 +1,6 @@
-"""Plain-text terminal output: the answer in words first (fusion_sweep.analysis.answer),
-then the verdict grid, warnings, one short table per regime (and the claims).
+"""Plain-text terminal output: the report's document (fusion_sweep.analysis.document, the
+same blocks in the same order as the Markdown and HTML) rendered for a terminal: the answer
+in words first, the claims, the verdict grid, the rule, warnings, one short table per regime.
 
 Every line fits the terminal's width (`terminal_width`: COLUMNS or the terminal, WIDTH when
 stdout is no terminal): text cells, sentences and footnotes wrap, and each regime gets the
@@ -14,20 +15,14 @@ import re
 import shutil
 import sys
 import textwrap
-from dataclasses import dataclass
-from typing import Mapping, TextIO
+from typing import TextIO
 
-from fusion_sweep.analysis.answer import findings
 from fusion_sweep.analysis.claims import ClaimSetResult
-from fusion_sweep.analysis.estimands import VERDICT_RULE
-from fusion_sweep.analysis.platforms import platform_line
-from fusion_sweep.analysis.report import Report
-from fusion_sweep.analysis.sequential import SequentialSection
-from fusion_sweep.analysis.sequential_report import sequential_table
-from fusion_sweep.analysis.tables import (
-    Table, arms_table, blocks_by_regime, claim_tests_table, comparison_table, compact_grid_table,
-    dropped_table, interaction_table, short_comparison_table,
+from fusion_sweep.analysis.document import (
+    NARROW, WIDE, Block, Bullets, ClaimTests, Paragraph, TableBlock, build_document,
 )
+from fusion_sweep.analysis.report import Report
+from fusion_sweep.analysis.tables import Table, claim_tests_table
 
 WIDTH = 120  # the width when stdout is no terminal and COLUMNS is unset
 MIN_WIDTH = 60  # narrower terminals get this width (and wrap)
@@ -205,27 +200,6 @@ def _wrap(text: str, width: int | None, indent: str) -> list[str]:
                          break_on_hyphens=False) or [indent]
 
 
-@dataclass(frozen=True)
-class DesignWarning:
-    """One entry of the report's `warnings` ({"code", "message"}), read by attribute."""
-
-    code: str
-    message: str
-
-    @classmethod
-    def of(cls, w: Mapping[str, str]) -> "DesignWarning":
-        return cls(**w)
-
-
-def warning_line(w: Mapping[str, str]) -> str:
-    """A warning as a reader meets it: a sentence, capitalised and ended (its code stays in
-    the JSON and on stderr with --format json)."""
-    msg = DesignWarning.of(w).message.rstrip()
-    path = "/" in msg.split(" ", 1)[0]  # it opens with a comparison's path: keep its case
-    return (msg if path else f"{msg[:1].upper()}{msg[1:]}") + (
-        "" if msg.endswith((".", "!", "?")) else ".")
-
-
 def is_numeric_cell(v: str) -> bool:
     """Right-align numbers, intervals, p-values and dashes; left-align names."""
     return bool(v) and (v[0].isdigit() or v[0] in "+-[<—")
@@ -233,132 +207,46 @@ def is_numeric_cell(v: str) -> bool:
 
 def format_text(report: Report, wide: bool = False, width: int | None = None,
                 color: bool | None = None) -> str:
-    """The terminal report: the answer in words, then the tables; every line fits `width`
-    (default: terminal_width()), or with `wide` every table row on one line. color (default:
-    use_color()): verdict words coloured."""
+    """The terminal report: the report's document (fusion_sweep.analysis.document) as text;
+    every line fits `width` (default: terminal_width()), or with `wide` every table row on
+    one line. color (default: use_color()): verdict words coloured."""
     width = terminal_width() if width is None else width
     color = use_color() if color is None else color
-    tw = None if wide else width  # tables' width
-    parts = [_header(report, width)]
-    if report.comparisons:
-        parts.append(paint(answer_text(report, width), color))
-    if report.claims is not None:  # the paper's claims right after the answer
-        parts.append(claims_glance(report.claims, width))
-    if report.comparisons:
-        parts.append(paint(layout(compact_grid_table(report), width=tw, notes_width=width),
-                           color))
-    if report.warnings:
-        parts.append("Warnings:\n" + "\n".join(
-            ln for w in report.warnings for ln in _wrap(f"! {warning_line(w)}", width, "  ")))
-    if report.arms:
-        parts.append(layout(arms_table(report, short=not wide), width=tw, notes_width=width))
-    if report.sequential is not None:
-        seq = SequentialSection.from_json(report.sequential)
-        parts.append(layout(sequential_table(
-            report.sequential_results,
-            f"Sequential decisions (adaptive seeds, {seq.metric}) by the {seq.method} "
-            f"CS: the verdicts of this sweep; m = {seq.m} comparisons fixed at launch "
-            f"({seq.family_source})"),
-            width=tw, notes_width=width))
-    table = comparison_table if wide else short_comparison_table
-    blocks = blocks_by_regime(report)
-    for k, (metric, regime, group, comps) in enumerate(blocks):
-        t = descriptive(report, table(report, metric, regime, group, comps))
-        if not wide and k < len(blocks) - 1:  # the short tables' one note: under the last
-            t = Table(t.title, t.headers, t.rows, [])
-        parts.append(paint(layout(t, width=tw, notes_width=width), color))
-    if report.interaction["tests"]:
-        parts.append(paint(layout(descriptive(report, interaction_table(report, short=not wide)),
-                                  width=tw, notes_width=width), color))
-    else:
-        parts.append("\n".join(_wrap("Across datasets: the test needs one comparison in >= 2 "
-                                      "datasets with >= 2 pairs each", width, "")))
-    parts.append(layout(dropped_table(report), width=tw, notes_width=width)
-                 if report.dropped or wide else "Dropped pairs: none")
-    parts.append("\n".join(_wrap(_settings_line(report), width, "")))
-    parts.append("\n".join(_wrap(VERDICT_RULE, width, "")))
-    if not wide:
-        parts.append("\n".join(_wrap(
-            "Every column (Wilcoxon, sign-flip, BCa, d_z, seeds needed, power at α): "
-            "`--wide`, `--format json` or `--report DIR`.", width, "")))
-    if report.claims is not None:
-        parts.append(format_claims(report.claims, width, descriptive_label(report)))
-    return "\n\n".join(parts) + "\n"
+    return render_text(build_document(report), width, wide, color)
 
 
-def answer_scope(report: Report) -> str:
-    """What the answer's sentences measure, said once above them (terminal and report):
-    'test_acc; 95% intervals; Holm p over m = 6 comparisons' [+ ' (descriptive label)']."""
-    s = report.settings
-    label = descriptive_label(report)
-    return (f"{', '.join(s.metrics)}; {100 * (1 - s.alpha):g}% intervals; Holm p over m = "
-            f"{report.family['m']} comparisons" + (f" ({label})" if label else ""))
+def render_text(blocks: list[Block], width: int, wide: bool = False,
+                color: bool = False) -> str:
+    """The blocks the terminal shows (narrow, or WIDE with `wide`), one paragraph each."""
+    medium = WIDE if wide else NARROW
+    shown = [b for b in blocks if medium in b.media]
+    return "\n\n".join(paint(_text_block(b, width, wide), color and getattr(b, "painted", False))
+                        for b in shown) + "\n"
 
 
-def answer_text(report: Report, width: int) -> str:
-    """The answer: a heading naming what the sentences measure, then one wrapped sentence per
-    finding, the summary last."""
-    out = _wrap(f"The answer ({answer_scope(report)}):", width, "")
-    for f in findings(report):
-        out += textwrap.wrap(f.sentence, width, initial_indent="  ", subsequent_indent="    ",
-                             break_on_hyphens=False)
-    return "\n".join(out)
+def _text_block(block: Block, width: int, wide: bool) -> str:
+    """One block as terminal text: wrapped to `width`; tables to `width` unless `wide`
+    (then only their titles and notes wrap)."""
+    if isinstance(block, Paragraph):
+        return "\n".join(ln for part in block.text.split("\n") for ln in _wrap(part, width, ""))
+    if isinstance(block, Bullets):
+        lines = _wrap(block.lead, width, "") if block.lead else []
+        return "\n".join(lines + [ln for item in block.items
+                                  for ln in _wrap(block.mark + item, width, "  ")])
+    if isinstance(block, TableBlock):
+        table = block.table if wide or block.short is None else block.short
+        if isinstance(table, str):
+            return "\n".join(_wrap(table, width, ""))
+        return layout(table, width=None if wide else width, notes_width=width)
+    if isinstance(block, ClaimTests):
+        return format_claims(block.claims, width, block.label)
+    raise AssertionError(f"the terminal has no rendering of {type(block).__name__}")
 
 
-def claims_glance(claims: dict, width: int) -> str:
-    """Each claim's verdict in one line, right after the answer: its id, title, what the
-    sweep says of it and by which estimand; a claim the sweep cannot test says what it would
-    need. The claim tests themselves come last (format_claims)."""
-    rec = ClaimSetResult.from_json(claims)
-    out = _wrap(f"The paper's claims ({rec.title}; each quoted with its section below):",
-                width, "")
-    for c in rec.claims:
-        if c.missing and not c.n_claim_tests:
-            said = f"not testable here: {'; '.join(c.missing)}"
-        else:
-            said = (f"{c.support} ({c.n_supports} of {c.n_tests} trainings support, "
-                    f"{c.n_contradicts} contradict)")
-        out += textwrap.wrap(f"{c.claim} {c.title}: {said}.", width, initial_indent="  ",
-                             subsequent_indent="    ", break_on_hyphens=False)
-    return "\n".join(out)
-
-
-def _header(report: Report, width: int) -> str:
-    """The first line: which results, against which reference, at which α and m."""
-    s, src = report.settings, report.source
-    what = (f"sweep {src.get('sweep')} ({src.get('n_runs')} trial runs)"
-            if src.get("kind") == "mlflow" else str(src.get("path", src.get("kind", "table"))))
-    return "\n".join(_wrap(f"fusion-sweep stats · {what} · baseline={s.baseline} · "
-                           f"alpha={s.alpha} · {family_line(report)}", width, ""))
-
-
-def _settings_line(report: Report) -> str:
-    s = report.settings
-    return (f"Source: {source_line(report.source)} · margin={s.margin_label()} · "
-            f"bootstrap={s.n_boot} · rng-seed={s.rng_seed}")
-
-
-def descriptive(report: Report, table: Table) -> Table:
-    """An adaptive sweep's fixed-n table, labelled as descriptive (its seed count depended
-    on the data, so its p-values and verdicts are not valid tests)."""
-    label = descriptive_label(report)
-    if label is None:
-        return table
-    return Table(f"{table.title} ({label})", table.headers, table.rows, table.footnotes)
-
-
-def descriptive_label(report: Report) -> str | None:
-    """The adaptive sweep's label of every fixed-n output, or None for a fixed-seed sweep."""
-    if report.sequential is None:
-        return None
-    return SequentialSection.from_json(report.sequential).fixed_n_label
-
-
-def format_claims(claims: dict, width: int | None = None, label: str | None = None) -> str:
-    """The claims report (claims: the report's CLAIM_SET_KEYS dict): each claim's words
-    beside its result, then every claim test.
+def format_claims(rec: ClaimSetResult, width: int | None = None,
+                  label: str | None = None) -> str:
+    """The claims report: each claim's words beside its result, then every claim test.
     label: said in the header when the claim tests are descriptive (an adaptive sweep)."""
-    rec = ClaimSetResult.from_json(claims)
     head = f"CLAIMS · {rec.title} · {rec.paper}" + (f" ({label})" if label else "")
     out = ["\n".join(_wrap(head, width, "")
                      + _wrap(f"Holm over the family of m = {rec.family_size} claim tests "
@@ -377,20 +265,7 @@ def format_claims(claims: dict, width: int | None = None, label: str | None = No
             _wrap(f"{c.claim} {c.title}: {c.support} ({tally})", width, "")
             + _wrap(f"paper ({c.where}): “{c.quote}”", width, "    ")
             + _wrap(f"tested as: {c.operationalisation}", width, "    ")))
-    out.append(layout(claim_tests_table(claims, contrast=False), width=width))
+    out.append(layout(claim_tests_table(rec, contrast=False), width=width))
     return "\n\n".join(out)
 
 
-def family_line(report: Report) -> str:
-    """'m=6, fixed by the sweep' / 'm=6, every comparison in FILE': the fixed-n Holm family."""
-    return f"m={report.family['m']}, {report.family['source']}"
-
-
-def source_line(src: dict) -> str:
-    """Where the results come from, and the platform(s) they ran on when recorded."""
-    where = platform_line(src.get("platforms") or [])
-    where = f", {where}" if where else ""
-    if src.get("kind") == "mlflow":
-        return (f"MLflow {src.get('tracking_uri')} experiment={src.get('experiment')} "
-                f"sweep={src.get('sweep')} ({src.get('n_runs')} trial runs){where}")
-    return str(src.get("path", src.get("kind", "table"))) + where
