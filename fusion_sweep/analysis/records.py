@@ -2,14 +2,16 @@
 them in one place.
 
 Stages: :class:`fusion_sweep.analysis.pairing.Paired` (the pairs) -> report.Measured (one
-comparison's own statistics) -> report.Adjusted (its Holm p in each of the report's families)
--> report.Judged (the verdicts, flags and notes) -> :class:`Comparison`, built once from
-Measured and Judged and never changed -> the :class:`fusion_sweep.analysis.report.Report`.
-Each stage is a frozen dataclass. Renderers read attributes, never keys.
+comparison's own statistics, as the typed values that computed them: stats.PairedStats,
+report.WinRateStats, report.LearnRates) -> report.Adjusted (its Holm p in each of the report's
+families) -> report.Judged (the verdicts, flags and notes) -> :class:`Comparison`, built once
+from those typed values (:meth:`Comparison.build`) and never changed -> the
+:class:`fusion_sweep.analysis.report.Report`. Each stage is a frozen dataclass; no dict passes
+between them. Renderers read attributes, never keys.
 
 A new statistic is a field here (its place among the fields is its JSON key order; no key
-list is kept beside the record), its computation in the statistics (a field of
-report.Measured or report.Judged), and the renderers that show it. A field the statistics do
+list is kept beside the record), its computation in the statistics (a field of the part that
+computes it, or of report.Judged), and the renderers that show it. A field the statistics do
 not fill, or a value they fill that is no field, fails at build time: nothing vanishes from
 the JSON silently.
 """
@@ -143,15 +145,20 @@ class Comparison:
     group: tuple[str, ...] = field(default=(), metadata={"json": False})
 
     @classmethod
-    def build(cls, stats: Mapping[str, Any]) -> "Comparison":
-        """From the statistics stage's values (private `_` entries are the stage's own)."""
-        public = {k: v for k, v in stats.items() if not k.startswith("_")}
+    def build(cls, *parts: Any, **values: Any) -> "Comparison":
+        """From the stages' typed values: each part (a dataclass whose fields are fields of
+        the record: the paired statistics, the win rate, the learn rates, the verdicts) fills
+        its fields, a later part's value replacing an earlier one's (the verdicts' notes
+        extend the statistics'); `values` are the fields no part holds. Every field filled,
+        none that is no field: else an AssertionError (a bug in the statistics)."""
+        given = [(f.name, getattr(part, f.name)) for part in parts for f in fields(part)]
+        given += list(values.items())
         names = [f.name for f in fields(cls)]
-        missing, extra = set(names) - set(public), set(public) - set(names)
+        missing, extra = set(names) - {k for k, _ in given}, {k for k, _ in given} - set(names)
         if missing or extra:  # a bug in the statistics, never a user's input
             raise AssertionError(f"comparison record: missing {sorted(missing)}, "
                                  f"not a field {sorted(extra)}")
-        return cls(**{k: _frozen(v) for k, v in public.items()})
+        return cls(**{k: _frozen(v) for k, v in given})
 
     def to_json(self) -> dict[str, Any]:
         """The `comparisons` entry: exactly json_keys(), in that order."""
