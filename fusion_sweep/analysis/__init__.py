@@ -7,7 +7,7 @@ functions in :mod:`fusion_sweep.analysis.mlflow_io`, so the analysis runs on any
 scientific Python stack and a CSV/Parquet file.
 
 Layers point down, no import cycles: schema < metrics, variants, caveats, estimands, winrate
-< settings, load, pairing, guard, records < stats < sequential, chance, regimes < claims <
+< settings, load, pairing, guard, records < stats < fixed, sequential, chance, regimes < claims <
 grid, answer < report < tables, sequential_report < text, plots < render < mlflow_io, cli.
 Layout:
 - :mod:`fusion_sweep.analysis.schema`   column names, JSON keys, labels, error type (identity,
@@ -24,6 +24,7 @@ Layout:
 - :mod:`fusion_sweep.analysis.records`  the frozen records each stage builds, and their JSON;
 - :mod:`fusion_sweep.analysis.chance`   does each arm beat chance (1/num_classes)? -> `not learned`;
 - :mod:`fusion_sweep.analysis.stats`    per-comparison statistics (scipy / statsmodels);
+- :mod:`fusion_sweep.analysis.fixed`    the fixed-n estimands, one entry each (registry FIXED_ESTIMANDS);
 - :mod:`fusion_sweep.analysis.regimes`  length regimes and the interaction (regime x fusion) test;
 - :mod:`fusion_sweep.analysis.sequential` anytime-valid decisions of an adaptive (--until-decided) sweep;
 - :mod:`fusion_sweep.analysis.claims`   a paper's claims as claim tests (`--claims`; registry CLAIMS);

@@ -143,6 +143,9 @@ class Comparison:
     # the win rate: the sign test counts each against the observed majority (its worst case).
     lost_seeds: tuple[int, ...]
     group: tuple[str, ...] = field(default=(), metadata={"json": False})
+    # The added fixed-n estimands' results (fusion_sweep.analysis.fixed, registry order): their
+    # fields follow the record's own in the JSON (Estimate.json_fields).
+    estimates: tuple["Estimate", ...] = field(default=(), metadata={"json": False})
 
     @classmethod
     def build(cls, *parts: Any, **values: Any) -> "Comparison":
@@ -161,8 +164,11 @@ class Comparison:
         return cls(**{k: _frozen(v) for k, v in given})
 
     def to_json(self) -> dict[str, Any]:
-        """The `comparisons` entry: exactly json_keys(), in that order."""
-        return {k: _plain(getattr(self, k)) for k in self.json_keys()}
+        """The `comparisons` entry: exactly json_keys(), in that order, then each added
+        estimand's fields."""
+        own = [(k, getattr(self, k)) for k in self.json_keys()]
+        return {k: _plain(v) for k, v in own + [kv for e in self.estimates
+                                                 for kv in e.json_fields()]}
 
     @classmethod
     def json_keys(cls) -> tuple[str, ...]:
@@ -174,6 +180,26 @@ class Comparison:
     def key(self) -> tuple[str, str, str, str]:
         """(metric, dataset, variant, baseline_variant): what identifies a comparison."""
         return (self.metric, self.dataset, self.variant, self.baseline_variant)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """An added fixed-n estimand's result on one comparison (fusion_sweep.analysis.fixed):
+    what its entry measured (a frozen dataclass: its fields are JSON fields), its p Holm-
+    adjusted over the report's family, its verdict (through the one guard rule) and its
+    words in a grid cell."""
+
+    estimand: str
+    key: str
+    measured: Any
+    p_holm: float
+    verdict: str
+    cell: str
+
+    def json_fields(self) -> list[tuple[str, Any]]:
+        """Its measured fields in their order, then `<key>_p_holm` and `<key>_verdict`."""
+        own = [(f.name, getattr(self.measured, f.name)) for f in fields(self.measured)]
+        return own + [(f"{self.key}_p_holm", self.p_holm), (f"{self.key}_verdict", self.verdict)]
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ import math
 import zlib
 from types import SimpleNamespace
 from dataclasses import asdict, dataclass, field, replace
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -46,7 +46,7 @@ from fusion_sweep.analysis.chance import (
     arm_state, chance_level, chance_test, chance_tests, class_counts, learning,
 )
 from fusion_sweep.analysis.guard import Guarded, Learning, guard, neither_learned, sides
-from fusion_sweep.analysis.estimands import ASSUMES, MEAN_DELTA, WIN_RATE
+from fusion_sweep.analysis.fixed import MEAN, WIN, FixedEstimand, Sample, added
 from fusion_sweep.analysis.answer import findings
 from fusion_sweep.analysis.grid import verdict_grid
 from fusion_sweep.analysis.load import select
@@ -55,7 +55,7 @@ from fusion_sweep.analysis.pairing import (
     Paired, pair_trials, supersede, usable_values, variant_series,
 )
 from fusion_sweep.analysis.platforms import platform_warnings, platforms_of
-from fusion_sweep.analysis.records import ArmSummary, Comparison
+from fusion_sweep.analysis.records import ArmSummary, Comparison, Estimate
 from fusion_sweep.analysis.regimes import Regime, interaction_tests, lengths_known, regimes_for
 from fusion_sweep.analysis.schema import (
     ADAPTIVE_COLUMN, BETTER, COMPARISON_FAMILY_COLUMN, COST_METRICS,
@@ -67,7 +67,6 @@ from fusion_sweep.analysis.sequential import (
 )
 from fusion_sweep.analysis.settings import Settings
 from fusion_sweep.analysis.variants import Axis, Variant
-from fusion_sweep.analysis.winrate import sign_test
 
 @dataclass
 class Report:
@@ -445,6 +444,7 @@ class Measured:
     collapse: str
     arm_learning: Learning
     ref_learning: Learning
+    added: tuple[tuple[FixedEstimand, Any], ...] = ()  # each added entry and what it measured
 
     @property
     def metric(self) -> str:
@@ -461,6 +461,7 @@ class Adjusted:
     ratio_p_holm: float
     sign_p_holm: float
     alpha_m: float
+    added_p_holm: tuple[float, ...] = ()  # each added estimand's, in registry order
 
 
 @dataclass(frozen=True)
@@ -489,19 +490,20 @@ def _measure(p: Paired, s: Settings, regime: Regime, by_arm: dict) -> Measured:
     """Stage 1: statistics of one comparison."""
     margin = s.margin_for(p.dataset, p.metric)
     arm, ref = learning(by_arm, p.dataset, p.arm), learning(by_arm, p.dataset, p.ref)
-    rng = comparison_rng(s.rng_seed, rng_key(p))
-    res = stats.compare_paired(p.x, p.y, alpha=s.alpha, margin=margin,
-                               n_resamples=int(s.n_boot), rng=rng)
+    x = Sample(np.asarray(p.x, float), np.asarray(p.y, float), s.alpha, margin, int(s.n_boot),
+               comparison_rng(s.rng_seed, rng_key(p)), len(p.lost))
+    res = MEAN.measure(x)
     ratio = stats.ratio_test(p.x, p.y, s.alpha) if p.metric in COST_METRICS else None
     return Measured(
-        pair=p, length_regime=regime, stats=res, win=_win_rate(p, s),
+        pair=p, length_regime=regime, stats=res, win=_win_rate(x),
         learn=_learning_fields(arm, ref), ratio_test=ratio, margin=margin,
         higher_is_better=s.higher_is_better(p.metric),
         chance_level=chance_level(by_arm, p.dataset, p.arm, p.metric),
-        collapse=_collapse(by_arm, p), arm_learning=arm, ref_learning=ref)
+        collapse=_collapse(by_arm, p), arm_learning=arm, ref_learning=ref,
+        added=tuple((e, e.measure(x)) for e in added()))
 
 
-def _record(c: Measured, j: Judged) -> Comparison:
+def _record(c: Measured, j: Judged, estimates: tuple[Estimate, ...]) -> Comparison:
     """Stage 3: the Comparison record, built once from the typed stages (the verdicts' notes
     replace the statistics', which they extend)."""
     p, ratio = c.pair, c.ratio_test
@@ -515,7 +517,8 @@ def _record(c: Measured, j: Judged) -> Comparison:
         encoder=p.arm.encoder, variant=p.arm.label, baseline_variant=p.ref.label,
         group=p.group, ratio=ratio and ratio.ratio, ratio_ci_low=ratio and ratio.low,
         ratio_ci_high=ratio and ratio.high, ratio_p=ratio and ratio.p,
-        estimand=MEAN_DELTA, assumes=ASSUMES[MEAN_DELTA], lost_seeds=tuple(p.lost))
+        estimand=MEAN.name, assumes=MEAN.assumes, lost_seeds=tuple(p.lost),
+        estimates=estimates)
 
 
 def _learning_fields(arm: Learning, ref: Learning) -> LearnRates:
@@ -525,11 +528,11 @@ def _learning_fields(arm: Learning, ref: Learning) -> LearnRates:
                       baseline_learn_basis=ref.basis)
 
 
-def _win_rate(p: Paired, s: Settings) -> WinRateStats:
+def _win_rate(x: Sample) -> WinRateStats:
     """The win-rate estimand: exact sign test of the paired deltas (ties excluded, counted),
     its Clopper-Pearson interval; the Holm p and win_verdict are stage 2's."""
-    st = sign_test(stats.paired_deltas(p.x, p.y), confidence=1 - s.alpha, lost=len(p.lost))
-    return WinRateStats(win_estimand=WIN_RATE, win_assumes=ASSUMES[WIN_RATE], wins=st.wins,
+    st = WIN.measure(x)
+    return WinRateStats(win_estimand=WIN.name, win_assumes=WIN.assumes, wins=st.wins,
                         losses=st.losses, ties=st.ties, win_rate=st.win_rate,
                         win_ci_low=st.ci_low, win_ci_high=st.ci_high, sign_p=st.p_two_sided)
 
@@ -559,8 +562,11 @@ def _adjusted(ms: list[Measured], s: Settings, family_m: int) -> list[Adjusted]:
     ratio = stats.holm(np.array([_nan(c.ratio_test and c.ratio_test.p) for c in ms], dtype=float))
     sign = holm_in_family([c.win.sign_p for c in ms], family_m)
     m = max(1, int(np.isfinite(adjusted).sum()) + absent)
-    return [Adjusted(float(p), float(tp), float(rp), float(sp), s.alpha / m)
-            for p, tp, rp, sp in zip(adjusted, tost, ratio, sign)]
+    more = [holm_in_family([e.p(v) for c in ms for e2, v in c.added if e2 is e], family_m)
+            for e in added()]  # each added estimand: its own family of the same m
+    return [Adjusted(float(p), float(tp), float(rp), float(sp), s.alpha / m,
+                     tuple(float(h[i]) for h in more))
+            for i, (p, tp, rp, sp) in enumerate(zip(adjusted, tost, ratio, sign))]
 
 
 def _judged_records(ms: list[Measured], s: Settings, family_m: int,
@@ -568,7 +574,7 @@ def _judged_records(ms: list[Measured], s: Settings, family_m: int,
     """Stages 2 and 3: the verdicts, then each Comparison record, built once."""
     out = []
     for c, a in zip(ms, _adjusted(ms, s, family_m)):
-        out.append(_record(c, _judge(c, a, s, descriptive)))
+        out.append(_record(c, _judge(c, a, s, descriptive), _estimates(c, a, s)))
     return out
 
 
@@ -605,10 +611,19 @@ def _judge(c: Measured, a: Adjusted, s: Settings, descriptive: bool) -> Judged:
 
 def _win_verdict(c: Measured, a: Adjusted, s: Settings) -> str:
     """The win-rate verdict: the Holm-adjusted exact sign test, then the one guard rule."""
-    raw = INCONCLUSIVE
-    if np.isfinite(a.sign_p_holm) and a.sign_p_holm < s.alpha:
-        raw = BETTER if (c.win.win_rate > 0.5) == c.higher_is_better else WORSE
+    raw = WIN.decide(c.win, a.sign_p_holm, s.alpha, c.higher_is_better)
     return guard(raw, c.arm_learning, c.ref_learning).verdict
+
+
+def _estimates(c: Measured, a: Adjusted, s: Settings) -> tuple[Estimate, ...]:
+    """Each added estimand's verdict (its entry's rule on its Holm p, then the one guard
+    rule) and its grid words."""
+    out = []
+    for (e, v), p_holm in zip(c.added, a.added_p_holm):
+        verdict = guard(e.decide(v, p_holm, s.alpha, c.higher_is_better),
+                        c.arm_learning, c.ref_learning).verdict
+        out.append(Estimate(e.name, e.key, v, p_holm, verdict, e.cell(v, verdict)))
+    return tuple(out)
 
 
 def _qualify(c: Measured, a: Adjusted, guarded: Guarded, s: Settings,
