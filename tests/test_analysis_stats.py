@@ -32,22 +32,22 @@ def test_compare_paired_matches_scipy_statsmodels(seed: int) -> None:
                          rng=np.random.default_rng(seed))
     t = sps.ttest_rel(x, y)
     ci = t.confidence_interval(0.95)
-    assert r["t_p"] == pytest.approx(t.pvalue, abs=TOL)
-    assert (r["t_ci_low"], r["t_ci_high"]) == pytest.approx((ci.low, ci.high), abs=TOL)
-    assert r["mean_delta"] == pytest.approx(d.mean(), abs=TOL)
-    assert r["sd_delta"] == pytest.approx(d.std(ddof=1), abs=TOL)
-    assert r["wilcoxon_p"] == pytest.approx(sps.wilcoxon(d, method="exact").pvalue, abs=TOL)
-    assert r["wilcoxon_method"] == "exact"
+    assert r.t_p == pytest.approx(t.pvalue, abs=TOL)
+    assert (r.t_ci_low, r.t_ci_high) == pytest.approx((ci.low, ci.high), abs=TOL)
+    assert r.mean_delta == pytest.approx(d.mean(), abs=TOL)
+    assert r.sd_delta == pytest.approx(d.std(ddof=1), abs=TOL)
+    assert r.wilcoxon_p == pytest.approx(sps.wilcoxon(d, method="exact").pvalue, abs=TOL)
+    assert r.wilcoxon_method == "exact"
     perm = sps.permutation_test((d,), lambda v, axis: v.mean(axis=axis), vectorized=True,
                                 permutation_type="samples", n_resamples=np.inf)
-    assert r["signflip_p"] == pytest.approx(perm.pvalue, abs=TOL)
+    assert r.signflip_p == pytest.approx(perm.pvalue, abs=TOL)
     dz = d.mean() / d.std(ddof=1)
-    assert r["dz"] == pytest.approx(dz, abs=TOL)
-    assert r["tost_p"] == pytest.approx(ttost_paired(x, y, -0.02, 0.02)[0], abs=TOL)
-    assert r["power"] == pytest.approx(TTestPower().power(abs(dz), len(d), 0.05), abs=TOL)
+    assert r.dz == pytest.approx(dz, abs=TOL)
+    assert r.tost_p == pytest.approx(ttost_paired(x, y, -0.02, 0.02)[0], abs=TOL)
+    assert r.power == pytest.approx(TTestPower().power(abs(dz), len(d), 0.05), abs=TOL)
     need = TTestPower().solve_power(effect_size=abs(dz), power=0.8, alpha=0.05)
-    assert r["seeds_for_80_power"] == max(2, math.ceil(need))
-    assert r["n_positive"] == int((d > 0).sum())
+    assert r.seeds_for_80_power == max(2, math.ceil(need))
+    assert r.n_positive == int((d > 0).sum())
 
 
 def test_bca_matches_scipy_bootstrap_with_same_generator() -> None:
@@ -111,11 +111,11 @@ def test_ci_invariants(seed: int, idx: int) -> None:
     y = np.full(d.size, 0.7)
     r = S.compare_paired(y + d, y, alpha=0.05, margin=None, n_resamples=2000,
                          rng=np.random.default_rng(seed))
-    m = r["mean_delta"]
-    assert r["t_ci_low"] <= m <= r["t_ci_high"]
-    assert r["boot_ci_low"] <= m <= r["boot_ci_high"]
-    assert d.min() - 1e-12 <= r["boot_ci_low"] and r["boot_ci_high"] <= d.max() + 1e-12
-    assert r["boot_descriptive"] is True
+    m = r.mean_delta
+    assert r.t_ci_low <= m <= r.t_ci_high
+    assert r.boot_ci_low <= m <= r.boot_ci_high
+    assert d.min() - 1e-12 <= r.boot_ci_low and r.boot_ci_high <= d.max() + 1e-12
+    assert r.boot_descriptive is True
 
 
 @pytest.mark.parametrize("d", [np.zeros(5), np.full(5, 0.01), np.array([0.02])])
@@ -123,10 +123,10 @@ def test_degenerate_deltas_give_nan_and_notes(d: np.ndarray) -> None:
     y = np.full(d.size, 0.8)
     r = S.compare_paired(y + d, y, alpha=0.05, margin=0.01, n_resamples=500,
                          rng=np.random.default_rng(0))
-    assert math.isnan(r["t_p"]) and math.isnan(r["dz"]) and math.isnan(r["tost_p"])
-    assert math.isnan(r["t_ci_low"]) and math.isnan(r["boot_ci_low"])
-    assert r["seeds_for_80_power"] is None and r["notes"]
-    assert S.verdict(r["mean_delta"], r["t_ci_low"], r["t_ci_high"], S.NAN, r["tost_p"], 0.05) \
+    assert math.isnan(r.t_p) and math.isnan(r.dz) and math.isnan(r.tost_p)
+    assert math.isnan(r.t_ci_low) and math.isnan(r.boot_ci_low)
+    assert r.seeds_for_80_power is None and r.notes
+    assert S.verdict(r.mean_delta, r.t_ci_low, r.t_ci_high, S.NAN, r.tost_p, 0.05) \
         == "inconclusive"
 
 
@@ -241,8 +241,8 @@ def test_signflip_floor_counts_only_nonzero_deltas() -> None:
     x = y + np.array([0.0, 0.01, 0.02, 0.03, 0.04])
     res = S.compare_paired(x, y, alpha=0.05, margin=None, n_resamples=1000,
                            rng=np.random.default_rng(0))
-    assert res["min_p_signflip"] == pytest.approx(0.125)
-    assert res["signflip_p"] >= res["min_p_signflip"]
+    assert res.min_p_signflip == pytest.approx(0.125)
+    assert res.signflip_p >= res.min_p_signflip
 
 
 def test_a_sweeps_margin_stays_with_its_metric() -> None:
@@ -281,4 +281,4 @@ def test_wilcoxon_with_one_nonzero_delta_is_p_one() -> None:
     assert p == 1.0 and method.startswith("exact-permutation (zeros")
     res = compare_paired(np.array([0.5, 0.53]), np.array([0.5, 0.5]), alpha=0.05, margin=None,
                          n_resamples=200, rng=np.random.default_rng(0))
-    assert res["wilcoxon_p"] == 1.0
+    assert res.wilcoxon_p == 1.0

@@ -51,8 +51,8 @@ def test_report_calls_a_tight_small_effect_inside_the_margin_better() -> None:
     y = rng.uniform(0.6, 0.7, 8)
     x = y + 0.004 + np.array([0.0005, -0.0005, 0.0003, -0.0003, 0.0001, -0.0001, 0.0, 0.0002])
     r = S.compare_paired(x, y, alpha=ALPHA, margin=0.02, n_resamples=200, rng=rng)
-    assert r["t_p"] < 1e-6 and r["tost_p"] < 1e-6 and r["t_ci_low"] > 0  # both rules hold
-    assert S.verdict(r["mean_delta"], r["t_ci_low"], r["t_ci_high"], r["t_p"], r["tost_p"],
+    assert r.t_p < 1e-6 and r.tost_p < 1e-6 and r.t_ci_low > 0  # both rules hold
+    assert S.verdict(r.mean_delta, r.t_ci_low, r.t_ci_high, r.t_p, r.tost_p,
                      ALPHA) == "better"
 
 

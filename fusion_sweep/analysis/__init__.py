@@ -7,7 +7,7 @@ functions in :mod:`fusion_sweep.analysis.mlflow_io`, so the analysis runs on any
 scientific Python stack and a CSV/Parquet file.
 
 Layers point down, no import cycles: schema < metrics, variants, caveats, estimands, winrate
-< settings, load, guard, records < sections < pairing < stats < sequential, chance, regimes <
+< settings, load, guard, records < sections < pairing < stats < fixed, sequential, chance, regimes <
 claims < grid, answer < report < tables, sequential_report < document < text, plots < render
 < mlflow_io, cli.
 Layout:
@@ -27,6 +27,7 @@ Layout:
   family, warnings, dropped pairs, interaction and chance tests), and their JSON;
 - :mod:`fusion_sweep.analysis.chance`   does each arm beat chance (1/num_classes)? -> `not learned`;
 - :mod:`fusion_sweep.analysis.stats`    per-comparison statistics (scipy / statsmodels);
+- :mod:`fusion_sweep.analysis.fixed`    the fixed-n estimands, one entry each (registry FIXED_ESTIMANDS);
 - :mod:`fusion_sweep.analysis.regimes`  length regimes and the interaction (regime x fusion) test;
 - :mod:`fusion_sweep.analysis.sequential` anytime-valid decisions of an adaptive (--until-decided) sweep;
 - :mod:`fusion_sweep.analysis.claims`   a paper's claims as claim tests (`--claims`; registry CLAIMS);

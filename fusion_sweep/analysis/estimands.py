@@ -11,6 +11,9 @@ Three readings of "does the fusion effect exceed seed noise?" (issue 31):
 - LEARN_RATE, per arm: the seeds on which it beats chance by the exact binomial test
   (:mod:`fusion_sweep.analysis.chance`).
 
+Each is one entry of :data:`fusion_sweep.analysis.fixed.FIXED_ESTIMANDS` (its test, Holm p,
+verdict rule and grid words); the sequential methods name the same words.
+
 The verdict word always carries its estimand where it is shown (`better (mean Δ)`,
 `better (win rate)`); the JSON carries `estimand` beside `verdict` and `win_verdict`.
 """

@@ -3,7 +3,8 @@
 Rows are the comparisons (arm vs reference within a group, per metric), columns the
 regimes short -> long (by median length; by name when lengths are unknown), each cell one
 comparison: Δ, its paired-t interval at the one fixed level 1 - alpha, the Holm p that
-decides the verdict (better/worse iff p_holm < alpha), n and the verdict. `verdict_grid` is the JSON form (schema.VERDICT_GRID_KEYS); `grid_rows` the
+decides the verdict (better/worse iff p_holm < alpha), n and the verdict, then each added
+estimand's verdict (fusion_sweep.analysis.fixed). `verdict_grid` is the JSON form (schema.VERDICT_GRID_KEYS); `grid_rows` the
 layout the terminal, Markdown and HTML renderers share.
 
 Pure functions over the report's comparison dicts; imports neither the report nor any
@@ -26,9 +27,10 @@ def verdict_grid(comps: list[Comparison], alpha: float) -> list[dict]:
             "ci_high": c.t_ci_high, "ci_level": 1 - alpha, "n": c.n,
             "verdict": c.verdict, "metric": c.metric, "regime": c.regime,
             "arm_learned": c.learned, "reference_learned": c.baseline_learned,
-            "estimand": c.estimand, "win_verdict": c.win_verdict, "p_holm": c.p_holm}
+            "estimand": c.estimand, "win_verdict": c.win_verdict, "p_holm": c.p_holm,
+            **{f"{e.key}_verdict": e.verdict for e in c.estimates}}
            for c in comps]
-    assert all(tuple(cell) == VERDICT_GRID_KEYS for cell in out)
+    assert all(tuple(cell)[:len(VERDICT_GRID_KEYS)] == VERDICT_GRID_KEYS for cell in out)
     return out
 
 

@@ -2,14 +2,16 @@
 them in one place.
 
 Stages: :class:`fusion_sweep.analysis.pairing.Paired` (the pairs) -> report.Measured (one
-comparison's own statistics) -> report.Adjusted (its Holm p in each of the report's families)
--> report.Judged (the verdicts, flags and notes) -> :class:`Comparison`, built once from
-Measured and Judged and never changed -> the :class:`fusion_sweep.analysis.report.Report`.
-Each stage is a frozen dataclass. Renderers read attributes, never keys.
+comparison's own statistics, as the typed values that computed them: stats.PairedStats,
+report.WinRateStats, report.LearnRates) -> report.Adjusted (its Holm p in each of the report's
+families) -> report.Judged (the verdicts, flags and notes) -> :class:`Comparison`, built once
+from those typed values (:meth:`Comparison.build`) and never changed -> the
+:class:`fusion_sweep.analysis.report.Report`. Each stage is a frozen dataclass; no dict passes
+between them. Renderers read attributes, never keys.
 
 A new statistic is a field here (its place among the fields is its JSON key order; no key
-list is kept beside the record), its computation in the statistics (a field of
-report.Measured or report.Judged), and the renderers that show it. A field the statistics do
+list is kept beside the record), its computation in the statistics (a field of the part that
+computes it, or of report.Judged), and the renderers that show it. A field the statistics do
 not fill, or a value they fill that is no field, fails at build time: nothing vanishes from
 the JSON silently.
 """
@@ -141,21 +143,32 @@ class Comparison:
     # the win rate: the sign test counts each against the observed majority (its worst case).
     lost_seeds: tuple[int, ...]
     group: tuple[str, ...] = field(default=(), metadata={"json": False})
+    # The added fixed-n estimands' results (fusion_sweep.analysis.fixed, registry order): their
+    # fields follow the record's own in the JSON (Estimate.json_fields).
+    estimates: tuple["Estimate", ...] = field(default=(), metadata={"json": False})
 
     @classmethod
-    def build(cls, stats: Mapping[str, Any]) -> "Comparison":
-        """From the statistics stage's values (private `_` entries are the stage's own)."""
-        public = {k: v for k, v in stats.items() if not k.startswith("_")}
+    def build(cls, *parts: Any, **values: Any) -> "Comparison":
+        """From the stages' typed values: each part (a dataclass whose fields are fields of
+        the record: the paired statistics, the win rate, the learn rates, the verdicts) fills
+        its fields, a later part's value replacing an earlier one's (the verdicts' notes
+        extend the statistics'); `values` are the fields no part holds. Every field filled,
+        none that is no field: else an AssertionError (a bug in the statistics)."""
+        given = [(f.name, getattr(part, f.name)) for part in parts for f in fields(part)]
+        given += list(values.items())
         names = [f.name for f in fields(cls)]
-        missing, extra = set(names) - set(public), set(public) - set(names)
+        missing, extra = set(names) - {k for k, _ in given}, {k for k, _ in given} - set(names)
         if missing or extra:  # a bug in the statistics, never a user's input
             raise AssertionError(f"comparison record: missing {sorted(missing)}, "
                                  f"not a field {sorted(extra)}")
-        return cls(**{k: _frozen(v) for k, v in public.items()})
+        return cls(**{k: _frozen(v) for k, v in given})
 
     def to_json(self) -> dict[str, Any]:
-        """The `comparisons` entry: exactly json_keys(), in that order."""
-        return {k: _plain(getattr(self, k)) for k in self.json_keys()}
+        """The `comparisons` entry: exactly json_keys(), in that order, then each added
+        estimand's fields."""
+        own = [(k, getattr(self, k)) for k in self.json_keys()]
+        return {k: _plain(v) for k, v in own + [kv for e in self.estimates
+                                                 for kv in e.json_fields()]}
 
     @classmethod
     def json_keys(cls) -> tuple[str, ...]:
@@ -167,6 +180,26 @@ class Comparison:
     def key(self) -> tuple[str, str, str, str]:
         """(metric, dataset, variant, baseline_variant): what identifies a comparison."""
         return (self.metric, self.dataset, self.variant, self.baseline_variant)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """An added fixed-n estimand's result on one comparison (fusion_sweep.analysis.fixed):
+    what its entry measured (a frozen dataclass: its fields are JSON fields), its p Holm-
+    adjusted over the report's family, its verdict (through the one guard rule) and its
+    words in a grid cell."""
+
+    estimand: str
+    key: str
+    measured: Any
+    p_holm: float
+    verdict: str
+    cell: str
+
+    def json_fields(self) -> list[tuple[str, Any]]:
+        """Its measured fields in their order, then `<key>_p_holm` and `<key>_verdict`."""
+        own = [(f.name, getattr(self.measured, f.name)) for f in fields(self.measured)]
+        return own + [(f"{self.key}_p_holm", self.p_holm), (f"{self.key}_verdict", self.verdict)]
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ import json
 import math
 import zlib
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -45,7 +45,7 @@ from fusion_sweep.analysis.chance import (
     arm_state, chance_level, chance_test, chance_tests, class_counts, learning,
 )
 from fusion_sweep.analysis.guard import Guarded, Learning, guard, neither_learned, sides
-from fusion_sweep.analysis.estimands import ASSUMES, MEAN_DELTA, WIN_RATE
+from fusion_sweep.analysis.fixed import MEAN, WIN, FixedEstimand, Sample, added
 from fusion_sweep.analysis.answer import findings
 from fusion_sweep.analysis.grid import verdict_grid
 from fusion_sweep.analysis.load import select
@@ -54,7 +54,7 @@ from fusion_sweep.analysis.pairing import (
     Paired, pair_trials, supersede, usable_values, variant_series,
 )
 from fusion_sweep.analysis.platforms import platform_warnings, platforms_of
-from fusion_sweep.analysis.records import ArmSummary, Comparison, InteractionTest
+from fusion_sweep.analysis.records import ArmSummary, Comparison, Estimate, InteractionTest
 from fusion_sweep.analysis.regimes import Regime, interaction_tests, lengths_known, regimes_for
 from fusion_sweep.analysis.schema import (
     ADAPTIVE_COLUMN, BETTER, COMPARISON_FAMILY_COLUMN, COST_METRICS,
@@ -69,7 +69,6 @@ from fusion_sweep.analysis.sequential import (
 )
 from fusion_sweep.analysis.settings import Settings
 from fusion_sweep.analysis.variants import Axis, Variant
-from fusion_sweep.analysis.winrate import sign_test
 
 
 @dataclass
@@ -415,62 +414,12 @@ def arm_summaries(df: pd.DataFrame, s: Settings, regimes: list[Regime],
     return sorted(out, key=order)
 
 
-# Stage 1: one comparison's own statistics (no family yet): the Comparison fields Judged does
-# not decide, plus `notes` (the statistics' own), and what the verdict rules read besides:
-# the pairs, the cost-ratio test and the collapsed-seeds sentence.
 @dataclass(frozen=True)
-class Measured:
-    """Stage 1: one comparison's own statistics and what its verdict rules read besides."""
+class WinRateStats:
+    """The win-rate estimand's own statistics (the record's fields of these names): the exact
+    sign test of the paired deltas, ties excluded and counted, and its Clopper-Pearson
+    interval; its Holm p and verdict are stage 2's."""
 
-    dataset: str
-    pe: str
-    metric: str
-    fusion: str
-    baseline: str
-    n: int
-    mean_delta: float
-    sd_delta: float
-    t_ci_low: float
-    t_ci_high: float
-    t_p: float
-    wilcoxon_p: float
-    wilcoxon_method: str
-    signflip_p: float
-    boot_ci_low: float
-    boot_ci_high: float
-    dz: float
-    n_positive: int
-    tost_p: float
-    power: float
-    seeds_for_80_power: int | None
-    min_p_t: float
-    min_p_wilcoxon: float
-    regime: str
-    median_tokens: float
-    higher_is_better: bool
-    seeds: tuple[int, ...]
-    deltas: tuple[float, ...]
-    n_negative: int
-    n_zero: int
-    t_df: float
-    signflip_method: str
-    min_p_signflip: float
-    boot_descriptive: bool
-    boot_method: str
-    equivalence_margin: float | None
-    notes: tuple[str, ...]
-    chance_level: float
-    learned: str
-    baseline_learned: str
-    encoder: str
-    variant: str
-    baseline_variant: str
-    ratio: float | None
-    ratio_ci_low: float | None
-    ratio_ci_high: float | None
-    ratio_p: float | None
-    estimand: str
-    assumes: str
     win_estimand: str
     win_assumes: str
     wins: int
@@ -480,19 +429,44 @@ class Measured:
     win_ci_low: float
     win_ci_high: float
     sign_p: float
+
+
+@dataclass(frozen=True)
+class LearnRates:
+    """Each arm's learn rate (seeds that beat chance of those tested) and why its learned?
+    state cannot exclude a majority-class predictor ('' when the exact test decided it)."""
+
     arm_learn_count: int | None
     arm_learn_n: int | None
     arm_learn_basis: str
     baseline_learn_count: int | None
     baseline_learn_n: int | None
     baseline_learn_basis: str
-    lost_seeds: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Stage 1: one comparison's own statistics (no family yet), as the typed values that
+    computed them, and what its verdict rules read besides: the pairs, the cost-ratio test,
+    the collapsed-seeds sentence and each arm's learned? state."""
+
     pair: Paired
+    length_regime: Regime
+    stats: stats.PairedStats
+    win: WinRateStats
+    learn: LearnRates
     ratio_test: stats.RatioResult | None
+    margin: float | None
+    higher_is_better: bool
+    chance_level: float
     collapse: str
     arm_learning: Learning
     ref_learning: Learning
-    group: tuple[str, ...] = ()
+    added: tuple[tuple[FixedEstimand, Any], ...] = ()  # each added entry and what it measured
+
+    @property
+    def metric(self) -> str:
+        return self.pair.metric
 
 
 @dataclass(frozen=True)
@@ -505,12 +479,13 @@ class Adjusted:
     ratio_p_holm: float
     sign_p_holm: float
     alpha_m: float
+    added_p_holm: tuple[float, ...] = ()  # each added estimand's, in registry order
 
 
 @dataclass(frozen=True)
 class Judged:
     """Stage 2b: the verdicts and what qualifies them: the Comparison fields the report's Holm
-    families and the verdict rules decide (every other one is Measured's)."""
+    families and the verdict rules decide. notes: the statistics' own, then the verdicts'."""
 
     p_holm: float
     tost_p_holm: float
@@ -529,53 +504,55 @@ class Judged:
     win_verdict: str
 
 
-# The Comparison fields stage 1 fills (Judged fills the rest): the two stages together fill
-# every field of the record, once (checked at import: a field added to the record and to
-# neither stage fails here, never silently in the JSON).
-_MEASURED_FIELDS: tuple[str, ...] = tuple(
-    f.name for f in fields(Comparison) if f.name not in {g.name for g in fields(Judged)})
-assert set(_MEASURED_FIELDS) <= {f.name for f in fields(Measured)}, "Measured lacks a field"
-
-
 def _measure(p: Paired, s: Settings, regime: Regime, by_arm: dict) -> Measured:
-    """Stage 1: statistics of one comparison, with its identifying fields."""
+    """Stage 1: statistics of one comparison."""
     margin = s.margin_for(p.dataset, p.metric)
     arm, ref = learning(by_arm, p.dataset, p.arm), learning(by_arm, p.dataset, p.ref)
-    rng = comparison_rng(s.rng_seed, rng_key(p))
-    res = stats.compare_paired(p.x, p.y, alpha=s.alpha, margin=margin,
-                               n_resamples=int(s.n_boot), rng=rng)
+    x = Sample(np.asarray(p.x, float), np.asarray(p.y, float), s.alpha, margin, int(s.n_boot),
+               comparison_rng(s.rng_seed, rng_key(p)), len(p.lost))
+    res = MEAN.measure(x)
     ratio = stats.ratio_test(p.x, p.y, s.alpha) if p.metric in COST_METRICS else None
     return Measured(
-        dataset=p.dataset, pe=p.pe, metric=p.metric, fusion=p.fusion, baseline=p.baseline,
-        **res, seeds=tuple(int(v) for v in p.seeds), regime=regime.label,
-        median_tokens=regime.median_tokens, higher_is_better=s.higher_is_better(p.metric),
-        equivalence_margin=margin,
+        pair=p, length_regime=regime, stats=res, win=_win_rate(x),
+        learn=_learning_fields(arm, ref), ratio_test=ratio, margin=margin,
+        higher_is_better=s.higher_is_better(p.metric),
         chance_level=chance_level(by_arm, p.dataset, p.arm, p.metric),
-        learned=arm_state(by_arm, p.dataset, p.arm, p.metric),
-        baseline_learned=arm_state(by_arm, p.dataset, p.ref, p.metric),
+        collapse=_collapse(by_arm, p), arm_learning=arm, ref_learning=ref,
+        added=tuple((e, e.measure(x)) for e in added()))
+
+
+def _record(c: Measured, j: Judged, estimates: tuple[Estimate, ...]) -> Comparison:
+    """Stage 3: the Comparison record, built once from the typed stages (the verdicts' notes
+    replace the statistics', which they extend)."""
+    p, ratio = c.pair, c.ratio_test
+    return Comparison.build(
+        c.stats, c.win, c.learn, j,
+        dataset=p.dataset, pe=p.pe, metric=p.metric, fusion=p.fusion, baseline=p.baseline,
+        seeds=tuple(int(v) for v in p.seeds), regime=c.length_regime.label,
+        median_tokens=c.length_regime.median_tokens, higher_is_better=c.higher_is_better,
+        equivalence_margin=c.margin, chance_level=c.chance_level,
+        learned=c.arm_learning.state, baseline_learned=c.ref_learning.state,
         encoder=p.arm.encoder, variant=p.arm.label, baseline_variant=p.ref.label,
         group=p.group, ratio=ratio and ratio.ratio, ratio_ci_low=ratio and ratio.low,
         ratio_ci_high=ratio and ratio.high, ratio_p=ratio and ratio.p,
-        **_win_rate(p, s), **_learning_fields(arm, ref), lost_seeds=tuple(p.lost), pair=p,
-        ratio_test=ratio, collapse=_collapse(by_arm, p), arm_learning=arm, ref_learning=ref)
+        estimand=MEAN.name, assumes=MEAN.assumes, lost_seeds=tuple(p.lost),
+        estimates=estimates)
 
 
-def _learning_fields(arm: Learning, ref: Learning) -> dict:
-    """Each arm's learn rate (seeds that beat chance of those tested) and why its learned?
-    cannot exclude a majority-class predictor ('' when the exact test decided it)."""
-    return {"arm_learn_count": arm.count, "arm_learn_n": arm.n, "arm_learn_basis": arm.basis,
-            "baseline_learn_count": ref.count, "baseline_learn_n": ref.n,
-            "baseline_learn_basis": ref.basis}
+def _learning_fields(arm: Learning, ref: Learning) -> LearnRates:
+    """Each arm's learn rate and the basis of its learned? state (LearnRates)."""
+    return LearnRates(arm_learn_count=arm.count, arm_learn_n=arm.n, arm_learn_basis=arm.basis,
+                      baseline_learn_count=ref.count, baseline_learn_n=ref.n,
+                      baseline_learn_basis=ref.basis)
 
 
-def _win_rate(p: Paired, s: Settings) -> dict:
+def _win_rate(x: Sample) -> WinRateStats:
     """The win-rate estimand: exact sign test of the paired deltas (ties excluded, counted),
     its Clopper-Pearson interval; the Holm p and win_verdict are stage 2's."""
-    st = sign_test(stats.paired_deltas(p.x, p.y), confidence=1 - s.alpha, lost=len(p.lost))
-    return {"estimand": MEAN_DELTA, "assumes": ASSUMES[MEAN_DELTA], "win_estimand": WIN_RATE,
-            "win_assumes": ASSUMES[WIN_RATE], "wins": st.wins, "losses": st.losses,
-            "ties": st.ties, "win_rate": st.win_rate, "win_ci_low": st.ci_low,
-            "win_ci_high": st.ci_high, "sign_p": st.p_two_sided}
+    st = WIN.measure(x)
+    return WinRateStats(win_estimand=WIN.name, win_assumes=WIN.assumes, wins=st.wins,
+                        losses=st.losses, ties=st.ties, win_rate=st.win_rate,
+                        win_ci_low=st.ci_low, win_ci_high=st.ci_high, sign_p=st.p_two_sided)
 
 
 # Notes that explain a verdict rather than a degenerate statistic (not turned into warnings).
@@ -598,13 +575,16 @@ def _adjusted(ms: list[Measured], s: Settings, family_m: int) -> list[Adjusted]:
     sign-test AND the TOST family (a file holding part of a sweep never loosens any Holm
     step); the cost-ratio family is the input's own (cost metrics are no recorded family)."""
     absent = max(0, family_m - len(ms))
-    adjusted = holm_in_family([c.t_p for c in ms], family_m)  # (k,)
-    tost = stats.holm(np.r_[[c.tost_p for c in ms], np.ones(absent)])[:len(ms)]
-    ratio = stats.holm(np.array([_nan(c.ratio_p) for c in ms], dtype=float))
-    sign = holm_in_family([c.sign_p for c in ms], family_m)
+    adjusted = holm_in_family([c.stats.t_p for c in ms], family_m)  # (k,)
+    tost = stats.holm(np.r_[[c.stats.tost_p for c in ms], np.ones(absent)])[:len(ms)]
+    ratio = stats.holm(np.array([_nan(c.ratio_test and c.ratio_test.p) for c in ms], dtype=float))
+    sign = holm_in_family([c.win.sign_p for c in ms], family_m)
     m = max(1, int(np.isfinite(adjusted).sum()) + absent)
-    return [Adjusted(float(p), float(tp), float(rp), float(sp), s.alpha / m)
-            for p, tp, rp, sp in zip(adjusted, tost, ratio, sign)]
+    more = [holm_in_family([e.p(v) for c in ms for e2, v in c.added if e2 is e], family_m)
+            for e in added()]  # each added estimand: its own family of the same m
+    return [Adjusted(float(p), float(tp), float(rp), float(sp), s.alpha / m,
+                     tuple(float(h[i]) for h in more))
+            for i, (p, tp, rp, sp) in enumerate(zip(adjusted, tost, ratio, sign))]
 
 
 def _judged_records(ms: list[Measured], s: Settings, family_m: int,
@@ -612,10 +592,7 @@ def _judged_records(ms: list[Measured], s: Settings, family_m: int,
     """Stages 2 and 3: the verdicts, then each Comparison record, built once."""
     out = []
     for c, a in zip(ms, _adjusted(ms, s, family_m)):
-        j = _judge(c, a, s, descriptive)
-        own = {k: getattr(c, k) for k in _MEASURED_FIELDS}
-        judged = {f.name: getattr(j, f.name) for f in fields(Judged)}  # caveats stay typed
-        out.append(Comparison.build({**own, **judged}))
+        out.append(_record(c, _judge(c, a, s, descriptive), _estimates(c, a, s)))
     return out
 
 
@@ -623,13 +600,13 @@ def _judge(c: Measured, a: Adjusted, s: Settings, descriptive: bool) -> Judged:
     """Stage 2b: post hoc power at Holm's first step, the Holm-consistent interval, each
     verdict (every one through the one guard rule, fusion_sweep.analysis.guard) and the
     notes and flags that qualify it."""
-    low, high, level = stats.holm_consistent_interval(np.asarray(c.deltas, float), c.t_p,
+    low, high, level = stats.holm_consistent_interval(np.asarray(c.stats.deltas, float), c.stats.t_p,
                                                       a.p_holm, s.alpha)
     not_learned = neither_learned(c.arm_learning, c.ref_learning)
-    raw = stats.verdict(c.mean_delta, c.t_ci_low, c.t_ci_high, a.p_holm, a.tost_p_holm,
+    raw = stats.verdict(c.stats.mean_delta, c.stats.t_ci_low, c.stats.t_ci_high, a.p_holm, a.tost_p_holm,
                         s.alpha, c.higher_is_better, not_learned=not_learned)
     guarded = guard(raw, c.arm_learning, c.ref_learning)
-    notes = [*c.notes, *_verdict_notes(c, a, guarded.verdict, s.alpha)]
+    notes = [*c.stats.notes, *_verdict_notes(c, a, guarded.verdict, s.alpha)]
     verdict, flags, qualified = _qualify(c, a, guarded, s, not_learned)
     notes += qualified
     ratio_p_holm, ratio_verdict = None, None
@@ -641,8 +618,8 @@ def _judge(c: Measured, a: Adjusted, s: Settings, descriptive: bool) -> Judged:
         notes += [f"ratio: {c.ratio_test.note}"] if c.ratio_test.note else []
     return Judged(
         p_holm=a.p_holm, tost_p_holm=a.tost_p_holm, holm_first_step_alpha=a.alpha_m,
-        power_at_holm_alpha=stats.achieved_power(c.dz, c.n, a.alpha_m),
-        seeds_for_80_power_at_holm_alpha=stats.seeds_for_power(c.dz, a.alpha_m),
+        power_at_holm_alpha=stats.achieved_power(c.stats.dz, c.stats.n, a.alpha_m),
+        seeds_for_80_power_at_holm_alpha=stats.seeds_for_power(c.stats.dz, a.alpha_m),
         holm_ci_low=low, holm_ci_high=high, holm_ci_level=level, verdict=verdict,
         notes=tuple(notes),
         verdict_flags=((Caveat(DESCRIPTIVE),) if descriptive else ()) + flags,
@@ -652,10 +629,19 @@ def _judge(c: Measured, a: Adjusted, s: Settings, descriptive: bool) -> Judged:
 
 def _win_verdict(c: Measured, a: Adjusted, s: Settings) -> str:
     """The win-rate verdict: the Holm-adjusted exact sign test, then the one guard rule."""
-    raw = INCONCLUSIVE
-    if np.isfinite(a.sign_p_holm) and a.sign_p_holm < s.alpha:
-        raw = BETTER if (c.win_rate > 0.5) == c.higher_is_better else WORSE
+    raw = WIN.decide(c.win, a.sign_p_holm, s.alpha, c.higher_is_better)
     return guard(raw, c.arm_learning, c.ref_learning).verdict
+
+
+def _estimates(c: Measured, a: Adjusted, s: Settings) -> tuple[Estimate, ...]:
+    """Each added estimand's verdict (its entry's rule on its Holm p, then the one guard
+    rule) and its grid words."""
+    out = []
+    for (e, v), p_holm in zip(c.added, a.added_p_holm):
+        verdict = guard(e.decide(v, p_holm, s.alpha, c.higher_is_better),
+                        c.arm_learning, c.ref_learning).verdict
+        out.append(Estimate(e.name, e.key, v, p_holm, verdict, e.cell(v, verdict)))
+    return tuple(out)
 
 
 def _qualify(c: Measured, a: Adjusted, guarded: Guarded, s: Settings,
@@ -678,9 +664,9 @@ def _qualify(c: Measured, a: Adjusted, guarded: Guarded, s: Settings,
                         "the exact per-seed test" if guarded.withheld == EQUIVALENT else
                         "with no arm shown to learn, a difference says nothing about the "
                         "variants"))
-    if verdict in (BETTER, WORSE, EQUIVALENT) and c.n < NORMALITY_BELOW_N:
-        flags.append(Caveat(SMALL_N, n=c.n, below=NORMALITY_BELOW_N))
-        notes.append(f"only {c.n} pairs: the verdict rests on the paired t-test's normality "
+    if verdict in (BETTER, WORSE, EQUIVALENT) and c.stats.n < NORMALITY_BELOW_N:
+        flags.append(Caveat(SMALL_N, n=c.stats.n, below=NORMALITY_BELOW_N))
+        notes.append(f"only {c.stats.n} pairs: the verdict rests on the paired t-test's normality "
                      "assumption; no exact test can reach alpha at this n")
     if c.collapse and verdict in (BETTER, WORSE, EQUIVALENT):
         flags.append(Caveat(COLLAPSE, why=c.collapse))
@@ -712,13 +698,13 @@ def _sensitivity(c: Measured, a: Adjusted, verdict: str, s: Settings,
     """The verdict with the dropped-but-finished pairs put back (the same Holm step as the
     comparison's own p): (flag, note) when it differs, else None."""
     unchecked = c.pair.unchecked
-    n_all = len(c.seeds) + len(unchecked)
+    n_all = len(c.pair.seeds) + len(unchecked)
     x = np.r_[np.asarray(c.pair.x, float), [v for _, v, _ in unchecked]]  # (n + k,)
     y = np.r_[np.asarray(c.pair.y, float), [v for _, _, v in unchecked]]
     t = stats.paired_t(x, y, s.alpha)
-    step = a.p_holm / c.t_p if np.isfinite(c.t_p) and c.t_p > 0 else 1.0
-    tost = stats.tost_p(x, y, c.equivalence_margin)
-    tstep = a.tost_p_holm / c.tost_p if np.isfinite(c.tost_p) and c.tost_p > 0 else 1.0
+    step = a.p_holm / c.stats.t_p if np.isfinite(c.stats.t_p) and c.stats.t_p > 0 else 1.0
+    tost = stats.tost_p(x, y, c.margin)
+    tstep = a.tost_p_holm / c.stats.tost_p if np.isfinite(c.stats.tost_p) and c.stats.tost_p > 0 else 1.0
     other = stats.verdict(t.mean, t.low, t.high, min(1.0, t.p * step), min(1.0, tost * tstep),
                           s.alpha, c.higher_is_better, not_learned=not_learned)
     other = guard(other, c.arm_learning, c.ref_learning).verdict
@@ -727,7 +713,7 @@ def _sensitivity(c: Measured, a: Adjusted, verdict: str, s: Settings,
     return (Caveat(ALL_PAIRS, n=n_all, other=other),
             f"sensitivity: with the {len(unchecked)} pair(s) dropped by the fingerprint/code "
             f"checks put back ({n_all} pairs), the verdict would be '{other}' (paired-t p "
-            f"{t.p:.3g}, Holm step as above); the verdict uses the {c.n} checked pairs only")
+            f"{t.p:.3g}, Holm step as above); the verdict uses the {c.stats.n} checked pairs only")
 
 
 def _nan(v: object) -> float:
@@ -738,8 +724,8 @@ def _verdict_notes(c: Measured, a: Adjusted, verdict: str, alpha: float) -> list
     """What the verdict alone would hide: equivalence beside a real effect, chance level."""
     tost = a.tost_p_holm
     equivalent = np.isfinite(tost) and tost < alpha
-    excludes_zero = np.isfinite(c.t_ci_low) and (c.t_ci_low > 0 or c.t_ci_high < 0)
-    margin = c.equivalence_margin
+    excludes_zero = np.isfinite(c.stats.t_ci_low) and (c.stats.t_ci_low > 0 or c.stats.t_ci_high < 0)
+    margin = c.margin
     if verdict == NOT_LEARNED:
         return [f"neither arm beats chance ({c.chance_level:.3g}): verdict 'not learned'; "
                 "these statistics compare two chance-level models"]
@@ -748,7 +734,7 @@ def _verdict_notes(c: Measured, a: Adjusted, verdict: str, alpha: float) -> list
                 "difference is real but small"]
     if verdict == EQUIVALENT and excludes_zero:
         return [f"equivalent within ±{margin:g} (Holm-adjusted TOST p = {tost:.3g}), but the "
-                f"t-interval [{c.t_ci_low:+.4g}, {c.t_ci_high:+.4g}] excludes 0: a "
+                f"t-interval [{c.stats.t_ci_low:+.4g}, {c.stats.t_ci_high:+.4g}] excludes 0: a "
                 f"difference smaller than the margin, not significant after Holm "
                 f"(p_holm = {a.p_holm:.3g})"]
     return []

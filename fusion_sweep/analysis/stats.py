@@ -411,10 +411,49 @@ def verdict(
     return INCONCLUSIVE
 
 
+@dataclass(frozen=True)
+class PairedStats:
+    """Every per-comparison statistic of the paired deltas except the Holm p and the verdict
+    (they need the whole report): the comparison record's fields of the same names
+    (fusion_sweep.analysis.records.Comparison documents each). deltas: d = x - y, (n,);
+    notes: why a statistic is nan (see _notes)."""
+
+    # the deltas and their signs
+    n: int
+    deltas: tuple[float, ...]
+    n_positive: int
+    n_negative: int
+    n_zero: int
+    # the mean Δ: paired t-test, effect size, post hoc power, TOST
+    mean_delta: float
+    sd_delta: float
+    dz: float
+    t_df: float
+    t_ci_low: float
+    t_ci_high: float
+    t_p: float
+    min_p_t: float
+    power: float
+    seeds_for_80_power: int | None
+    tost_p: float
+    # the non-parametric confirmations and the bootstrap interval
+    wilcoxon_p: float
+    wilcoxon_method: str
+    min_p_wilcoxon: float
+    signflip_p: float
+    signflip_method: str
+    min_p_signflip: float
+    boot_ci_low: float
+    boot_ci_high: float
+    boot_method: str
+    boot_descriptive: bool
+    notes: tuple[str, ...]
+
+
 def compare_paired(
     x: np.ndarray, y: np.ndarray, *, alpha: float, margin: float | None,
     n_resamples: int, rng: np.random.Generator,
-) -> dict:
+) -> PairedStats:
     """Every per-comparison statistic except the Holm p and the verdict (they need the
     whole report). x, y: (n,) fusion and baseline metric per paired seed."""
     x, y = np.asarray(x, float), np.asarray(y, float)
@@ -425,21 +464,18 @@ def compare_paired(
     s_p, s_method = signflip_test(d, rng, n_resamples)
     b_low, b_high = bca_interval(d, alpha, n_resamples, rng)
     dz = cohen_dz(d)
-    return {
-        "n": n, "mean_delta": t.mean, "sd_delta": t.sd,
-        "t_ci_low": t.low, "t_ci_high": t.high, "t_p": t.p, "t_df": t.df,
-        "wilcoxon_p": w_p, "wilcoxon_method": w_method,
-        "signflip_p": s_p, "signflip_method": s_method,
-        "boot_ci_low": b_low, "boot_ci_high": b_high,
-        "boot_method": f"BCa, {n_resamples} resamples",
-        "boot_descriptive": n < BOOT_DESCRIPTIVE_BELOW,
-        "dz": dz, "n_positive": int((d > 0).sum()), "n_negative": int((d < 0).sum()),
-        "n_zero": n - nonzero, "tost_p": tost_p(x, y, margin),
-        "power": achieved_power(dz, n, alpha), "seeds_for_80_power": seeds_for_power(dz, alpha),
-        "min_p_t": min_p_t(n), "min_p_wilcoxon": min_p_wilcoxon(nonzero, w_method),
-        "min_p_signflip": min_p_signflip(nonzero, s_method, n_resamples),
-        "deltas": d.tolist(), "notes": _notes(d, t, dz),
-    }
+    return PairedStats(
+        n=n, mean_delta=t.mean, sd_delta=t.sd, t_ci_low=t.low, t_ci_high=t.high, t_p=t.p,
+        t_df=t.df, wilcoxon_p=w_p, wilcoxon_method=w_method,
+        signflip_p=s_p, signflip_method=s_method, boot_ci_low=b_low, boot_ci_high=b_high,
+        boot_method=f"BCa, {n_resamples} resamples",
+        boot_descriptive=n < BOOT_DESCRIPTIVE_BELOW,
+        dz=dz, n_positive=int((d > 0).sum()), n_negative=int((d < 0).sum()),
+        n_zero=n - nonzero, tost_p=tost_p(x, y, margin),
+        power=achieved_power(dz, n, alpha), seeds_for_80_power=seeds_for_power(dz, alpha),
+        min_p_t=min_p_t(n), min_p_wilcoxon=min_p_wilcoxon(nonzero, w_method),
+        min_p_signflip=min_p_signflip(nonzero, s_method, n_resamples),
+        deltas=tuple(d.tolist()), notes=tuple(_notes(d, t, dz)))
 
 
 def _notes(d: np.ndarray, t: TResult, dz: float) -> list[str]:

@@ -141,6 +141,7 @@ def grid_cell(c: Comparison | None, digits: int = 4) -> tuple[str, str]:
     ci = fci(c.t_ci_low, c.t_ci_high, digits)
     detail = (f"{ci} · p_holm {fp(c.p_holm)} · n={c.n}" if ci != DASH else f"n={c.n}")
     detail += "".join(f" · {f}" for f in caveats(c)) + f" · {win_text(c)}"
+    detail += "".join(f" · {e.cell}" for e in c.estimates)  # fusion_sweep.analysis.fixed
     return head, detail
 
 
@@ -206,7 +207,7 @@ def terminal_cell(c: Comparison | None, level: str, show_n: bool = True) -> str:
     ci = fci(c.t_ci_low, c.t_ci_high, 3)
     lines += [f"{level} {ci}"] if ci != DASH else []
     lines += [f"p_holm {fp(c.p_holm)}" + (f" · n={c.n}" if show_n else ""), win_text(c),
-              *caveats(c)]
+              *(e.cell for e in c.estimates), *caveats(c)]
     return "\n".join(lines)
 
 
