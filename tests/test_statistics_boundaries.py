@@ -2,7 +2,7 @@
 item 4; the α rules are in tests/test_rule_boundaries.py): the exact sign-flip and the exact
 conditional Wilcoxon "for n ≤ 16" (at most 16 non-zero Δ), Wilcoxon's exact table for
 "n ≤ 50", BCa "undefined for n < 3" and "descriptive below n = 10", "fewer than 5 pairs"
-flagged `rests on normality`, "seeds needed is at least 2", "fewer than 100 resamples" an
+flagged `rests on normality`, "seeds needed is at least 2" (and the smallest n reaching 80% power), "fewer than 100 resamples" an
 error, and an interaction test over datasets "with at least two pairs each".
 """
 from __future__ import annotations
@@ -63,11 +63,15 @@ def test_the_bca_interval_needs_three_pairs(n: int, defined: bool) -> None:
     assert math.isfinite(low) is defined and math.isfinite(high) is defined
 
 
-def test_seeds_needed_is_at_least_two() -> None:
-    """A huge effect still needs two pairs: a t-test has no spread below that."""
-    assert stats.seeds_for_power(50.0, 0.05) == 2
-    assert stats.seeds_for_power(-50.0, 0.05) == 2
-    assert stats.seeds_for_power(0.3, 0.05) > 2
+@pytest.mark.parametrize("dz", [0.3, 1.0, 2.5, 50.0, -50.0])
+def test_seeds_needed_is_the_smallest_n_reaching_the_power_and_at_least_two(dz: float) -> None:
+    """At n - 1 the power is below 80%, at n it is reached; a huge effect still needs two
+    pairs (a t-test has no spread below that)."""
+    n = stats.seeds_for_power(dz, 0.05)
+    assert n >= 2 and stats.achieved_power(dz, n, 0.05) >= 0.8
+    if n > 2:
+        assert stats.achieved_power(dz, n - 1, 0.05) < 0.8
+    assert (n == 2) is (abs(dz) > 10)
 
 
 @pytest.mark.parametrize("n_boot, ok", [(99, False), (100, True), (101, True)])
