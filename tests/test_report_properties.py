@@ -6,6 +6,7 @@ read through its JSON (tests/report_json.py):
 - every sentence of the answer says only what the JSON decided: each estimand a sentence
   names (mean Δ, win rate) has that decided verdict for that comparison, and an undecided
   sentence has none;
+- mirroring the metric's direction (`--direction lower`) mirrors every verdict and moves no p;
 - an adaptive sweep's sequential decisions use the alpha the launch recorded, never the
   `stats --alpha` of the reader.
 
@@ -146,6 +147,28 @@ def test_every_sentence_names_only_decided_json_verdicts(tmp_path_factory, rows:
             assert c["verdict"] == entry["kind"], entry
         if "win rate undecided" in entry["sentence"]:
             assert c["win_verdict"] not in DECIDED, entry
+
+
+SWAP = {"better": "worse", "worse": "better"}
+
+
+@REPORT
+@given(sweeps())
+def test_mirroring_the_metrics_direction_mirrors_every_verdict(tmp_path_factory,
+                                                               rows: list[dict]) -> None:
+    """The same numbers read as higher-is-better and as lower-is-better (a metric whose
+    direction only --direction gives): every better is worse and back, by mean Δ and by win
+    rate; no p value and nothing undecided moves."""
+    tmp = tmp_path_factory.mktemp("dir")
+    rows = [{**r, "score": r["test_acc"]} for r in rows]
+    up, down = (_stats(rows, tmp, "--metric", "score", "--direction", way)
+                for way in ("higher", "lower"))
+    keys = ("p_holm", "sign_p_holm", "tost_p_holm", "wins", "losses")
+    for a, b in zip(up["comparisons"], down["comparisons"], strict=True):
+        assert a["variant"] == b["variant"] and a["dataset"] == b["dataset"]
+        assert [a.get(k) for k in keys] == [b.get(k) for k in keys]
+        assert b["verdict"] == SWAP.get(a["verdict"], a["verdict"]), (a["verdict"], b["verdict"])
+        assert b["win_verdict"] == SWAP.get(a["win_verdict"], a["win_verdict"])
 
 
 # ------------------------------------------------------------------ the launch's alpha
