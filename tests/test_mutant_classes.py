@@ -3,7 +3,9 @@ boundary moved by one, the unadjusted p deciding where the Holm p must, a family
 with several metrics or a pre-registered family (mean-Δ and sign-test Holm), an answer that
 miscounts on a lower-is-better metric, a GPU share above one device accepted, and the GPU
 memory check skipped on the cluster path. Read through stable surfaces: the `stats` JSON
-(tests/report_json.py), the space parser, the launch's checks."""
+(tests/report_json.py), the space parser, the launch's checks. Last, the tests that kill the
+mutants mutmut saw survive (docs/contributing.md, "Mutation testing"), each naming the kind
+of mutant it pins."""
 from __future__ import annotations
 
 import json
@@ -15,7 +17,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from fusion_sweep.analysis import stats
+from fusion_sweep.analysis import guard, stats, winrate
 from fusion_sweep.errors import UserError
 from fusion_sweep.launch import memory, preflight
 from fusion_sweep.plan.grid import plan
@@ -196,3 +198,53 @@ def test_each_component_is_initialised_from_its_own_stream(monkeypatch) -> None:
     assert seen == {g: trainer.derive_seed(config.seed, f"{g}_init", d)
                     for g in ("shared", "encoder", "fusion", "pe")}
     assert len(set(seen.values())) == 4  # four streams, four seeds
+
+
+# ================================================================== mutmut's survivors
+NAN = float("nan")
+
+
+# ------------------------------------------------------------------ guard.Learning's words
+def test_an_unknown_learned_state_says_which_unknown() -> None:
+    """UNKNOWN with no chance level: the class count is unknown; with one: the accuracy did
+    not vary (kills the swapped `isfinite` test and the changed sentences)."""
+    no_k = guard.Learning("concat", guard.UNKNOWN, chance_level=NAN)
+    assert no_k.reason() == "chance level unknown for concat (class count unknown)"
+    flat = guard.Learning("concat", guard.UNKNOWN, chance_level=0.5)
+    assert flat.reason() == ("concat has the same accuracy on every seed (or fewer than 2 "
+                             "seeds): whether it beats chance is unknown")
+    assert guard.Learning("add", guard.NO, chance_level=0.25).reason() == (
+        "add does not beat chance (0.25)")
+    assert guard.Learning("add", guard.YES, chance_level=0.25).reason() == ""
+
+
+def test_an_inexact_learned_yes_cannot_enter_an_equivalence_claim() -> None:
+    inexact = guard.Learning("gate", guard.YES, exact=False, basis="1/K", chance_level=0.5)
+    assert inexact.equivalence_reason() == ("gate's learned? rests on 1/K: it may be a "
+                                            "majority-class predictor")
+    exact = guard.Learning("gate", guard.YES, exact=True, chance_level=0.5)
+    assert exact.equivalence_reason() == ""
+    unknown = guard.Learning("gate", guard.UNKNOWN, chance_level=NAN)
+    assert unknown.equivalence_reason() == unknown.reason() != ""
+
+
+# ------------------------------------------------------------------ winrate.learn_rate
+def test_a_learn_rate_is_frozen() -> None:
+    """LearnRate's arrays are read-only: no caller can flip a seed's verdict in place."""
+    lr = winrate.learn_rate(np.array([60, 40]), np.array([100, 100]), np.array([0.5, 0.5]),
+                            0.05)
+    with pytest.raises(ValueError, match="read-only"):
+        lr.learned[0] = False
+    with pytest.raises(ValueError, match="read-only"):
+        lr.p_values[0] = 0.0
+
+
+@pytest.mark.parametrize("which", ["correct", "n_test", "majority_rate"])
+def test_the_learn_test_reads_counts_from_object_columns(which: str) -> None:
+    """pandas hands over an object column (a column that held blanks or mixed types): its
+    numbers are numbers (kills dropping `dtype=float` from the coercion)."""
+    args = {"correct": np.array([60, 40]), "n_test": np.array([100, 100]),
+            "majority_rate": np.array([0.5, 0.5])}
+    args[which] = args[which].astype(object)
+    lr = winrate.learn_rate(args["correct"], args["n_test"], args["majority_rate"], 0.05)
+    assert lr.learned.tolist() == [True, False] and lr.count == 1 and lr.n == 2
