@@ -248,3 +248,27 @@ def test_the_learn_test_reads_counts_from_object_columns(which: str) -> None:
     args[which] = args[which].astype(object)
     lr = winrate.learn_rate(args["correct"], args["n_test"], args["majority_rate"], 0.05)
     assert lr.learned.tolist() == [True, False] and lr.count == 1 and lr.n == 2
+
+
+def _learn(correct: float, n_test: float) -> winrate.LearnRate:
+    return winrate.learn_rate(np.array([correct]), np.array([n_test]), np.array([0.5]), 0.05)
+
+
+@pytest.mark.parametrize("correct, n_test, error", [
+    (0, 10, None), (-1, 10, r"correct must lie in \[0, n_test\]"),  # at least 0
+    (10, 10, None), (11, 10, r"correct must lie in \[0, n_test\]"),  # at most n_test
+    (1, 1, None), (0, 0, r"n_test must be whole counts >= 1"),  # n_test at least 1
+    (5, 10.5, r"n_test must be whole counts >= 1"),
+    (1e-6, 10, r"correct must be whole counts"),  # 1e-6 off a whole count is not whole
+    (5.5, 10, r"correct must be whole counts"),
+])
+def test_the_learn_tests_counts_at_their_bounds(correct: float, n_test: float,
+                                                error: str | None) -> None:
+    """winrate._learn_inputs: 0 <= correct <= n_test, n_test >= 1, both whole (kills the
+    bounds moved by one, the whole-count tolerance widened, the messages changed)."""
+    if error is None:
+        lr = _learn(correct, n_test)
+        assert lr.n == 1 and lr.count in (0, 1)
+    else:
+        with pytest.raises(ValueError, match=f"^{error}$"):  # the whole message
+            _learn(correct, n_test)
