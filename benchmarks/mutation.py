@@ -24,13 +24,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 EQUIVALENT_FILE = REPO / "benchmarks" / "mutation_equivalent.txt"
-# The small decision modules: win rate, the guard, chance, Holm and the verdict rule, the
-# trial key, the launch's GPU checks (mutmut names a mutant module.x_function__mutmut_N).
-QUICK = ("fusion_sweep.analysis.winrate.*", "fusion_sweep.analysis.guard.*",
-         "fusion_sweep.analysis.chance.*", "fusion_sweep.analysis.stats.x_holm*",
-         "fusion_sweep.analysis.stats.x_verdict*", "fusion_sweep.schema.x_trial_key*",
-         "fusion_sweep.launch.memory.x_check_gpu_memory*",
-         "fusion_sweep.launch.preflight.x_preflight*")
+# The decision functions (mutmut names a mutant module.x_function__mutmut_N): the guard rule,
+# a split's majority rate, Holm and the verdict rule, the trial key, the launch's GPU check.
+# Each entry a glob; the whole modules run without --quick, or name them as GLOB arguments.
+QUICK = ("fusion_sweep.analysis.guard.x_guard__*", "fusion_sweep.analysis.guard.x_speaks__*",
+         "fusion_sweep.analysis.guard.x_neither_learned__*",
+         "fusion_sweep.analysis.chance.x__check_majority_rate__*",
+         "fusion_sweep.analysis.stats.x_holm__*", "fusion_sweep.analysis.stats.x_verdict__*",
+         "fusion_sweep.schema.x_trial_key__*",
+         "fusion_sweep.launch.memory.x_check_gpu_memory__*")
 
 
 def equivalent() -> dict[str, str]:
