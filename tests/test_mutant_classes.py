@@ -272,3 +272,27 @@ def test_the_learn_tests_counts_at_their_bounds(correct: float, n_test: float,
     else:
         with pytest.raises(ValueError, match=f"^{error}$"):  # the whole message
             _learn(correct, n_test)
+
+
+MAJORITY_ERROR = ("majority_rate must lie in [0, 1] (an unknown rate is the caller's 'unknown', "
+                  "not a test)")
+
+
+@pytest.mark.parametrize("rate, alpha, error", [
+    (0.0, 0.05, None), (-1e-9, 0.05, MAJORITY_ERROR), (1.0, 0.05, None),
+    (1 + 1e-9, 0.05, MAJORITY_ERROR), (float("nan"), 0.05, MAJORITY_ERROR),
+    (0.5, 1 - 1e-9, None), (0.5, 1.0, "alpha must lie in (0, 1), got 1.0"),
+    (0.5, 1.5, "alpha must lie in (0, 1), got 1.5"), (0.5, 0.0, "alpha must lie in (0, 1), got 0.0"),
+    (2.0, 1.0, MAJORITY_ERROR + "; alpha must lie in (0, 1), got 1.0"),  # every error at once
+])
+def test_the_learn_tests_majority_rate_and_alpha_at_their_bounds(rate: float, alpha: float,
+                                                                 error: str | None) -> None:
+    """A majority rate in [0, 1] (both ends included), alpha in (0, 1) (both excluded); the
+    whole message, every error at once."""
+    args = (np.array([6]), np.array([10]), np.array([rate]), alpha)
+    if error is None:
+        assert winrate.learn_rate(*args).n == 1
+    else:
+        with pytest.raises(ValueError) as info:
+            winrate.learn_rate(*args)
+        assert str(info.value) == error
