@@ -295,3 +295,38 @@ def test_the_learn_tests_majority_rate_and_alpha_at_their_bounds(rate: float, al
     else:
         with pytest.raises(ValueError, match=f"^{re.escape(error)}$"):  # the whole message
             winrate.learn_rate(*args)
+
+
+# ------------------------------------------------------------------ the trial key's formula
+def test_the_trial_key_formula_is_pinned() -> None:
+    """A trial's key is stored with its run: a changed formula (the payload's names, its
+    ordering, the digest's length) re-keys every finished trial and retrains the sweep."""
+    from fusion_sweep import schema
+
+    config = {"seed": 0, "lr": 0.001, "fusion": "add"}
+    assert schema.trial_key(config, "code-a") == "987c77d19d86a318"
+    # the fields' order in the mapping is no part of what a trial computes
+    assert schema.trial_key(dict(reversed(config.items())), "code-a") == "987c77d19d86a318"
+
+
+def test_the_trial_key_takes_any_value_by_its_text() -> None:
+    """A value JSON cannot hold (a path) enters by its text, never an error."""
+    from fusion_sweep import schema
+
+    assert schema.trial_key({"x": Path("/a/b")}, "c") == schema.trial_key({"x": "/a/b"}, "c")
+
+
+# ------------------------------------------------------------------ the GPU check's edges
+def test_a_space_without_a_gpu_share_is_not_checked() -> None:
+    """gpu: 0 asks for no GPU: no estimate, no device queried (a share of 0 would refuse
+    every trial)."""
+    _, points = _need()
+    assert memory.check_gpu_memory(SimpleNamespace(gpu=0, source="s.yaml"), points,
+                                   (2 ** 40, "a device")) == []
+
+
+def test_the_gpu_refusal_names_the_device_it_measured() -> None:
+    need, points = _need()
+    with pytest.raises(UserError, match=r"but its share gpu: 0\.5 of the test device gives"):
+        memory.check_gpu_memory(SimpleNamespace(gpu=0.5, source="s.yaml"), points,
+                                (need, "the test device"))
