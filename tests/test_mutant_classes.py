@@ -330,3 +330,25 @@ def test_the_gpu_refusal_names_the_device_it_measured() -> None:
     with pytest.raises(UserError, match=r"but its share gpu: 0\.5 of the test device gives"):
         memory.check_gpu_memory(SimpleNamespace(gpu=0.5, source="s.yaml"), points,
                                 (need, "the test device"))
+
+
+# ------------------------------------------------------------------ a split's majority rate
+@pytest.mark.parametrize("rate, k, bound", [
+    (0.5 - 1e-9, 2, None),  # at the float tolerance below 1/K: still 1/K
+    (0.5 - 2e-9, 2, "1/num_classes = 0.5"),
+    (0.3, None, None),  # no class count: any rate in [0, 1]
+    (0.0, None, None), (-0.1, None, "0"),
+])
+def test_a_majority_rate_is_checked_against_one_over_k_or_zero(rate: float, k: int | None,
+                                                               bound: str | None) -> None:
+    from fusion_sweep.analysis import chance
+    from fusion_sweep.analysis.schema import AnalysisError
+
+    if bound is None:
+        chance._check_majority_rate("d", np.array([rate]), k)
+        return
+    message = (f"column 'test_majority_rate' for dataset 'd' holds {rate:g}, outside [{bound}, "
+               "1]: a test split's majority class holds at least 1/K of it; fix the file (or "
+               "the class count, --num-classes d=K)")
+    with pytest.raises(AnalysisError, match=f"^{re.escape(message)}$"):
+        chance._check_majority_rate("d", np.array([rate]), k)
