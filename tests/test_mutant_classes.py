@@ -352,3 +352,17 @@ def test_a_majority_rate_is_checked_against_one_over_k_or_zero(rate: float, k: i
                "the class count, --num-classes d=K)")
     with pytest.raises(AnalysisError, match=f"^{re.escape(message)}$"):
         chance._check_majority_rate("d", np.array([rate]), k)
+
+
+# ------------------------------------------------------------------ the guard's reason
+def test_the_guard_withholds_for_the_first_arm_with_a_reason() -> None:
+    """No arm shown to learn: a better/worse is withheld with the first reason either arm
+    gives, even when the other arm gives none (kills `or` -> `and`)."""
+    unknown = guard.Learning("gate", guard.UNKNOWN, chance_level=0.5)
+    no = guard.Learning("gate", guard.NO, chance_level=0.5)
+    na = guard.Learning("add", guard.NA)
+    ref_unknown = guard.Learning("add", guard.UNKNOWN, chance_level=NAN)
+    g = guard.guard("better", unknown, na)
+    assert (g.verdict, g.withheld, g.why) == ("inconclusive", "better", unknown.reason())
+    g = guard.guard("worse", no, ref_unknown)
+    assert (g.verdict, g.withheld, g.why) == ("inconclusive", "worse", no.reason())
