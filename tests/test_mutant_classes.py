@@ -3,7 +3,9 @@ boundary moved by one, the unadjusted p deciding where the Holm p must, a family
 with several metrics or a pre-registered family (mean-Δ and sign-test Holm), an answer that
 miscounts on a lower-is-better metric, a GPU share above one device accepted, and the GPU
 memory check skipped on the cluster path. Read through stable surfaces: the `stats` JSON
-(tests/report_json.py), the space parser, the launch's checks."""
+(tests/report_json.py), the space parser, the launch's checks. Last, the tests that kill the
+mutants mutmut saw survive (docs/contributing.md, "Mutation testing"), each naming the kind
+of mutant it pins."""
 from __future__ import annotations
 
 import json
@@ -15,7 +17,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from fusion_sweep.analysis import stats
+from fusion_sweep.analysis import guard, stats, winrate
 from fusion_sweep.errors import UserError
 from fusion_sweep.launch import memory, preflight
 from fusion_sweep.plan.grid import plan
@@ -196,3 +198,171 @@ def test_each_component_is_initialised_from_its_own_stream(monkeypatch) -> None:
     assert seen == {g: trainer.derive_seed(config.seed, f"{g}_init", d)
                     for g in ("shared", "encoder", "fusion", "pe")}
     assert len(set(seen.values())) == 4  # four streams, four seeds
+
+
+# ================================================================== mutmut's survivors
+NAN = float("nan")
+
+
+# ------------------------------------------------------------------ guard.Learning's words
+def test_an_unknown_learned_state_says_which_unknown() -> None:
+    """UNKNOWN with no chance level: the class count is unknown; with one: the accuracy did
+    not vary (kills the swapped `isfinite` test and the changed sentences)."""
+    no_k = guard.Learning("concat", guard.UNKNOWN, chance_level=NAN)
+    assert no_k.reason() == "chance level unknown for concat (class count unknown)"
+    flat = guard.Learning("concat", guard.UNKNOWN, chance_level=0.5)
+    assert flat.reason() == ("concat has the same accuracy on every seed (or fewer than 2 "
+                             "seeds): whether it beats chance is unknown")
+    assert guard.Learning("add", guard.NO, chance_level=0.25).reason() == (
+        "add does not beat chance (0.25)")
+    assert guard.Learning("add", guard.YES, chance_level=0.25).reason() == ""
+
+
+def test_an_inexact_learned_yes_cannot_enter_an_equivalence_claim() -> None:
+    inexact = guard.Learning("gate", guard.YES, exact=False, basis="1/K", chance_level=0.5)
+    assert inexact.equivalence_reason() == ("gate's learned? rests on 1/K: it may be a "
+                                            "majority-class predictor")
+    exact = guard.Learning("gate", guard.YES, exact=True, chance_level=0.5)
+    assert exact.equivalence_reason() == ""
+    unknown = guard.Learning("gate", guard.UNKNOWN, chance_level=NAN)
+    assert unknown.equivalence_reason() == unknown.reason() != ""
+
+
+# ------------------------------------------------------------------ winrate.learn_rate
+def test_a_learn_rate_is_frozen() -> None:
+    """LearnRate's arrays are read-only: no caller can flip a seed's verdict in place."""
+    lr = winrate.learn_rate(np.array([60, 40]), np.array([100, 100]), np.array([0.5, 0.5]),
+                            0.05)
+    with pytest.raises(ValueError, match="read-only"):
+        lr.learned[0] = False
+    with pytest.raises(ValueError, match="read-only"):
+        lr.p_values[0] = 0.0
+
+
+@pytest.mark.parametrize("which", ["correct", "n_test", "majority_rate"])
+def test_the_learn_test_reads_counts_from_object_columns(which: str) -> None:
+    """pandas hands over an object column (a column that held blanks or mixed types): its
+    numbers are numbers (kills dropping `dtype=float` from the coercion)."""
+    args = {"correct": np.array([60, 40]), "n_test": np.array([100, 100]),
+            "majority_rate": np.array([0.5, 0.5])}
+    args[which] = args[which].astype(object)
+    lr = winrate.learn_rate(args["correct"], args["n_test"], args["majority_rate"], 0.05)
+    assert lr.learned.tolist() == [True, False] and lr.count == 1 and lr.n == 2
+
+
+def _learn(correct: float, n_test: float) -> winrate.LearnRate:
+    return winrate.learn_rate(np.array([correct]), np.array([n_test]), np.array([0.5]), 0.05)
+
+
+@pytest.mark.parametrize("correct, n_test, error", [
+    (0, 10, None), (-1, 10, r"correct must lie in \[0, n_test\]"),  # at least 0
+    (10, 10, None), (11, 10, r"correct must lie in \[0, n_test\]"),  # at most n_test
+    (1, 1, None), (0, 0, r"n_test must be whole counts >= 1"),  # n_test at least 1
+    (5, 10.5, r"n_test must be whole counts >= 1"),
+    (1e-6, 10, r"correct must be whole counts"),  # 1e-6 off a whole count is not whole
+    (5.5, 10, r"correct must be whole counts"),
+])
+def test_the_learn_tests_counts_at_their_bounds(correct: float, n_test: float,
+                                                error: str | None) -> None:
+    """winrate._learn_inputs: 0 <= correct <= n_test, n_test >= 1, both whole (kills the
+    bounds moved by one, the whole-count tolerance widened, the messages changed)."""
+    if error is None:
+        lr = _learn(correct, n_test)
+        assert lr.n == 1 and lr.count in (0, 1)
+    else:
+        with pytest.raises(ValueError, match=f"^{error}$"):  # the whole message
+            _learn(correct, n_test)
+
+
+MAJORITY_ERROR = ("majority_rate must lie in [0, 1] (an unknown rate is the caller's 'unknown', "
+                  "not a test)")
+
+
+@pytest.mark.parametrize("rate, alpha, error", [
+    (0.0, 0.05, None), (-1e-9, 0.05, MAJORITY_ERROR), (1.0, 0.05, None),
+    (1 + 1e-9, 0.05, MAJORITY_ERROR), (float("nan"), 0.05, MAJORITY_ERROR),
+    (0.5, 1 - 1e-9, None), (0.5, 1.0, "alpha must lie in (0, 1), got 1.0"),
+    (0.5, 1.5, "alpha must lie in (0, 1), got 1.5"), (0.5, 0.0, "alpha must lie in (0, 1), got 0.0"),
+    (2.0, 1.0, MAJORITY_ERROR + "; alpha must lie in (0, 1), got 1.0"),  # every error at once
+])
+def test_the_learn_tests_majority_rate_and_alpha_at_their_bounds(rate: float, alpha: float,
+                                                                 error: str | None) -> None:
+    """A majority rate in [0, 1] (both ends included), alpha in (0, 1) (both excluded); the
+    whole message, every error at once."""
+    args = (np.array([6]), np.array([10]), np.array([rate]), alpha)
+    if error is None:
+        assert winrate.learn_rate(*args).n == 1
+    else:
+        with pytest.raises(ValueError, match=f"^{re.escape(error)}$"):  # the whole message
+            winrate.learn_rate(*args)
+
+
+# ------------------------------------------------------------------ the trial key's formula
+def test_the_trial_key_formula_is_pinned() -> None:
+    """A trial's key is stored with its run: a changed formula (the payload's names, its
+    ordering, the digest's length) re-keys every finished trial and retrains the sweep."""
+    from fusion_sweep import schema
+
+    config = {"seed": 0, "lr": 0.001, "fusion": "add"}
+    assert schema.trial_key(config, "code-a") == "987c77d19d86a318"
+    # the fields' order in the mapping is no part of what a trial computes
+    assert schema.trial_key(dict(reversed(config.items())), "code-a") == "987c77d19d86a318"
+
+
+def test_the_trial_key_takes_any_value_by_its_text() -> None:
+    """A value JSON cannot hold (a path) enters by its text, never an error."""
+    from fusion_sweep import schema
+
+    assert schema.trial_key({"x": Path("/a/b")}, "c") == schema.trial_key({"x": "/a/b"}, "c")
+
+
+# ------------------------------------------------------------------ the GPU check's edges
+def test_a_space_without_a_gpu_share_is_not_checked() -> None:
+    """gpu: 0 asks for no GPU: no estimate, no device queried (a share of 0 would refuse
+    every trial)."""
+    _, points = _need()
+    assert memory.check_gpu_memory(SimpleNamespace(gpu=0, source="s.yaml"), points,
+                                   (2 ** 40, "a device")) == []
+
+
+def test_the_gpu_refusal_names_the_device_it_measured() -> None:
+    need, points = _need()
+    with pytest.raises(UserError, match=r"but its share gpu: 0\.5 of the test device gives"):
+        memory.check_gpu_memory(SimpleNamespace(gpu=0.5, source="s.yaml"), points,
+                                (need, "the test device"))
+
+
+# ------------------------------------------------------------------ a split's majority rate
+@pytest.mark.parametrize("rate, k, bound", [
+    (0.5 - 1e-9, 2, None),  # at the float tolerance below 1/K: still 1/K
+    (0.5 - 2e-9, 2, "1/num_classes = 0.5"),
+    (0.3, None, None),  # no class count: any rate in [0, 1]
+    (0.0, None, None), (-0.1, None, "0"),
+])
+def test_a_majority_rate_is_checked_against_one_over_k_or_zero(rate: float, k: int | None,
+                                                               bound: str | None) -> None:
+    from fusion_sweep.analysis import chance
+    from fusion_sweep.analysis.schema import AnalysisError
+
+    if bound is None:
+        chance._check_majority_rate("d", np.array([rate]), k)
+        return
+    message = (f"column 'test_majority_rate' for dataset 'd' holds {rate:g}, outside [{bound}, "
+               "1]: a test split's majority class holds at least 1/K of it; fix the file (or "
+               "the class count, --num-classes d=K)")
+    with pytest.raises(AnalysisError, match=f"^{re.escape(message)}$"):
+        chance._check_majority_rate("d", np.array([rate]), k)
+
+
+# ------------------------------------------------------------------ the guard's reason
+def test_the_guard_withholds_for_the_first_arm_with_a_reason() -> None:
+    """No arm shown to learn: a better/worse is withheld with the first reason either arm
+    gives, even when the other arm gives none (kills `or` -> `and`)."""
+    unknown = guard.Learning("gate", guard.UNKNOWN, chance_level=0.5)
+    no = guard.Learning("gate", guard.NO, chance_level=0.5)
+    na = guard.Learning("add", guard.NA)
+    ref_unknown = guard.Learning("add", guard.UNKNOWN, chance_level=NAN)
+    g = guard.guard("better", unknown, na)
+    assert (g.verdict, g.withheld, g.why) == ("inconclusive", "better", unknown.reason())
+    g = guard.guard("worse", no, ref_unknown)
+    assert (g.verdict, g.withheld, g.why) == ("inconclusive", "worse", no.reason())

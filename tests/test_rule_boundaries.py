@@ -1,7 +1,10 @@
 """Each documented rule at its boundary value and one step either side (issue 42, item 4):
-"below α" (docs/statistics.md: verdict, TOST, Holm's first step, the learn test), "at least"
+"below α" (docs/statistics.md: verdict, TOST, Holm's first step, the learn test, a claim
+contradicted only below α/m), "at least"
 (a split's majority class holds at least 1/K; the sign test reaches α/m at n ≥ 8 for m = 6).
-"most seeds" and "over one device" are in tests/test_mutant_classes.py."""
+"most seeds" and "over one device" are in tests/test_mutant_classes.py; statistics.md's size
+rules in tests/test_statistics_boundaries.py; sequential.md's in
+tests/test_sequential_boundaries.py."""
 from __future__ import annotations
 
 import math
@@ -73,3 +76,21 @@ def test_a_majority_rate_is_at_least_one_over_k_and_at_most_one(rate: float, ok:
     else:
         with pytest.raises(AnalysisError, match=r"'test_majority_rate' for dataset 'd' holds"):
             chance._check_majority_rate("d", np.array([rate]), 2)
+
+
+@pytest.mark.parametrize("step, worse", [(-1, True), (0, False), (1, False)])
+def test_a_claim_is_contradicted_only_below_alpha_over_m(step: int, worse: bool) -> None:
+    """statistics.md (claims): `worse` needs the opposite one-sided p < α/m; at α/m it is not
+    (m = 4, a power of 2: α/m is exact)."""
+    from fusion_sweep.analysis.claims import GREATER, Plan, _holm, _Result, _Stats
+
+    def one_sided(p: float, p_opposite: float) -> _Stats:
+        plan = Plan("C", "C · d", ("d",), "test_acc", "arm - ref", alternative=GREATER,
+                    holds_if=("better",), contradicted_if=("worse",))
+        return _Stats(_Result(plan), p=p, p_opposite=p_opposite)
+
+    edge = ALPHA / 4
+    p_opposite = {-1: math.nextafter(edge, 0), 0: edge, 1: math.nextafter(edge, 1)}[step]
+    pre = [one_sided(0.6, p_opposite)] + [one_sided(0.5, 0.5) for _ in range(3)]
+    tests, m, _ = _holm(pre, ALPHA, frozenset())
+    assert m == 4 and (tests[0].verdict == "worse") is worse, tests[0].verdict

@@ -1,0 +1,116 @@
+"""docs/statistics.md's size rules at the boundary value and one step either side (issue 42,
+item 4; the α rules are in tests/test_rule_boundaries.py): the exact sign-flip and the exact
+conditional Wilcoxon "for n ≤ 16" (at most 16 non-zero Δ), Wilcoxon's exact table for
+"n ≤ 50", BCa "undefined for n < 3" and "descriptive below n = 10", "fewer than 5 pairs"
+flagged `rests on normality`, "seeds needed is at least 2" (and the smallest n reaching 80% power), "fewer than 100 resamples" an
+error, and an interaction test over datasets "with at least two pairs each".
+"""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fusion_sweep.analysis import stats
+from fusion_sweep.analysis.schema import AnalysisError
+from fusion_sweep.analysis.settings import Settings
+
+sys.path.insert(0, str(Path(__file__).parent))
+from report_json import arms, comparison, row, stats_json  # noqa: E402
+
+RNG = np.random.default_rng(0)
+
+
+def _tied(n: int) -> np.ndarray:
+    """n non-zero deltas with ties (so no exact table): 0.01, 0.01, 0.02, 0.02, ..."""
+    return np.array([0.01 * (1 + i // 2) * (-1) ** (i % 3 == 2) for i in range(n)])
+
+
+@pytest.mark.parametrize("n, exact", [(15, True), (16, True), (17, False)])
+def test_the_conditional_wilcoxon_is_exact_for_at_most_sixteen_nonzero_deltas(
+        n: int, exact: bool) -> None:
+    p, method = stats.wilcoxon_signed_rank(_tied(n))
+    assert method.startswith("exact-permutation (ties") is exact, method
+    assert method.startswith("asymptotic (ties") is (not exact), method
+    assert 0 < p <= 1
+    # zeros do not count towards the 16: 16 non-zero and a zero stays exact
+    _, with_zero = stats.wilcoxon_signed_rank(np.r_[_tied(min(n, 16)), 0.0])
+    assert with_zero.startswith("exact-permutation (ties, zeros")
+
+
+@pytest.mark.parametrize("n, exact", [(49, True), (50, True), (51, False)])
+def test_the_wilcoxon_table_is_used_up_to_fifty_untied_deltas(n: int, exact: bool) -> None:
+    d = np.arange(1, n + 1) * 0.001 * np.where(np.arange(n) % 4 == 3, -1, 1)  # no ties
+    _, method = stats.wilcoxon_signed_rank(d)
+    assert (method == "exact") is exact, method
+    if not exact:
+        assert method.startswith("asymptotic (n > 50")
+
+
+@pytest.mark.parametrize("n, exact", [(15, True), (16, True), (17, False)])
+def test_the_sign_flip_is_exact_up_to_sixteen_pairs(n: int, exact: bool) -> None:
+    _, method = stats.signflip_test(_tied(n), np.random.default_rng(0), 200)
+    assert (method == f"exact (2^{n} flips)") is exact, method
+    assert method.startswith("monte-carlo (200 flips") is (not exact), method
+
+
+@pytest.mark.parametrize("n, defined", [(2, False), (3, True), (4, True)])
+def test_the_bca_interval_needs_three_pairs(n: int, defined: bool) -> None:
+    low, high = stats.bca_interval(_tied(n) + 0.05, 0.05, 200, np.random.default_rng(0))
+    assert math.isfinite(low) is defined and math.isfinite(high) is defined
+
+
+@pytest.mark.parametrize("dz", [0.3, 1.0, 2.5, 50.0, -50.0])
+def test_seeds_needed_is_the_smallest_n_reaching_the_power_and_at_least_two(dz: float) -> None:
+    """At n - 1 the power is below 80%, at n it is reached; a huge effect still needs two
+    pairs (a t-test has no spread below that)."""
+    n = stats.seeds_for_power(dz, 0.05)
+    assert n >= 2 and stats.achieved_power(dz, n, 0.05) >= 0.8
+    if n > 2:
+        assert stats.achieved_power(dz, n - 1, 0.05) < 0.8
+    assert (n == 2) is (abs(dz) > 10)
+
+
+@pytest.mark.parametrize("n_boot, ok", [(99, False), (100, True), (101, True)])
+def test_at_least_one_hundred_resamples(n_boot: int, ok: bool) -> None:
+    s = Settings(n_boot=n_boot)
+    if ok:
+        assert s.validate() is s
+    else:
+        with pytest.raises(AnalysisError, match=r"--bootstrap must be at least 100 resamples"):
+            s.validate()
+
+
+def _steady(n: int) -> dict:
+    """gate ahead of add on every one of n seeds by a varying margin: better by mean Δ."""
+    return {"add": [0.70 + 0.01 * (s % 3) for s in range(n)],
+            "gate": [0.75 + 0.01 * (s % 3) + 0.002 * (s % 2) for s in range(n)]}
+
+
+@pytest.mark.parametrize("n, small, descriptive", [(4, True, True), (5, False, True),
+                                                   (6, False, True), (9, False, True),
+                                                   (10, False, False), (11, False, False)])
+def test_fewer_than_five_pairs_rest_on_normality_and_fewer_than_ten_bootstrap_is_descriptive(
+        tmp_path, capsys, n: int, small: bool, descriptive: bool) -> None:
+    rep = stats_json(arms(_steady(n)), tmp_path, capsys, "--baseline", "add",
+                     "--bootstrap", "100")
+    c = comparison(rep, "gate")
+    assert c["verdict"] == "better" and c["n"] == n
+    flags = " ".join(c["verdict_flags"])
+    assert ("rests on normality (n" in flags) is small, flags
+    assert c["boot_descriptive"] is descriptive
+
+
+@pytest.mark.parametrize("k, enters", [(1, False), (2, True), (3, True)])
+def test_a_dataset_enters_the_interaction_test_with_at_least_two_pairs(
+        tmp_path, capsys, k: int, enters: bool) -> None:
+    rows = arms(_steady(6), dataset="d1") + [
+        row(f, s, a, dataset="d2") for f, vals in _steady(k).items() for s, a in enumerate(vals)]
+    rep = stats_json(rows, tmp_path, capsys, "--baseline", "add", "--bootstrap", "100")
+    tests = rep["interaction"]["tests"]
+    assert bool(tests) is enters, tests
+    codes = [w["code"] for w in rep["warnings"]]
+    assert ("interaction_dataset_left_out" in codes) is (not enters), codes
