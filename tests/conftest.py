@@ -13,16 +13,21 @@
   way: it holds the tables and no experiment; MLflow creates its Default experiment when the
   copy is first opened, as it does in a new store.
 
-The suite runs on two pytest-xdist workers (pyproject's addopts: `-n 2 --dist loadgroup
---no-loadscope-reorder`). Every module with a test that starts Ray or an MLflow server (one
-that uses `ray_cluster` or `mlflow_server`, or is marked `processes`: a Ray, a cluster or a
-`fusion-sweep ui` of its own) forms one xdist group, `processes`, that xdist hands out first,
-to one worker, which runs it in order: so only that worker ever starts the cluster, the server
-or any other Ray or MLflow process, and no two Ray instances run at once. Every other module
-is a group of its own (its module-scoped fixtures are made once, on one worker), the modules
-with more tests first (so that no long one is handed out last). On a worker,
-a test outside the `processes` group that starts a Ray or MLflow process fails at teardown
-(`_ProcessWatch`): mark it `processes`. `pytest -n 0` runs everything in one process.
+The suite runs on two pytest-xdist workers (pyproject's addopts: `-n 2 --dist loadscope
+--no-loadscope-reorder`, with the scopes `pytest_xdist_make_scheduler` below gives). Every
+module with a test that starts Ray or an MLflow server (one that uses `ray_cluster` or
+`mlflow_server`, or is marked `processes`: a Ray, a cluster or a `fusion-sweep ui` of its own)
+is in one scope, `processes`, that xdist hands out first, to one worker, which runs it in
+order: so only that worker ever starts the cluster, the server or any other Ray or MLflow
+process, and no two Ray instances run at once. Every other module is a scope of its own (its
+module-scoped fixtures are made once, on one worker), the modules with more tests first (so
+that no long one is handed out last). The controller, which collects nothing, knows those
+modules by their source (`GROUP_MODULES`); each worker checks at collection that every module
+with such a test is among them. On a worker, a test outside the group that starts a Ray or
+MLflow process fails at teardown (`_ProcessWatch`): mark it `processes`. (Not xdist's
+`--dist loadgroup`: pytest-xdist 3.8 marks a group in `item._nodeid`, which pytest 9 no
+longer reads, so its groups are silently ignored.) `pytest -n 0` runs everything in one
+process.
 
 In the `processes` group the tests on the cluster run first, then those that use only the
 server (the ones that start a local Ray of their own), then the rest of those modules. The
@@ -47,6 +52,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from tests.processes import NODE_ARGS, children_of, free_port, kill_pids
 
@@ -54,8 +60,12 @@ from tests.processes import NODE_ARGS, children_of, free_port, kill_pids
 # whose RAY_AUTH_MODE differs from the cluster's fails after ~20 s).
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 SHARED = ("ray_cluster", "mlflow_server")
-# The xdist group (and marker) of every module with a test that starts Ray or an MLflow server.
+# The xdist scope (and marker) of every module with a test that starts Ray or an MLflow server.
 GROUP = "processes"
+# Those modules, by their source: what the xdist controller, which collects nothing, can know.
+_GROUP_SOURCE = re.compile(r"\b(ray_cluster|mlflow_server)\b|pytest\.mark\.processes\b")
+GROUP_MODULES = frozenset(p.name for p in Path(__file__).parent.glob("test_*.py")
+                          if _GROUP_SOURCE.search(p.read_text()))
 
 
 class _Shared:
@@ -87,22 +97,38 @@ def _starts_processes(item: pytest.Item) -> bool:
     return any(_uses(item, n) for n in SHARED) or item.get_closest_marker(GROUP) is not None
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
+def _in_group(item: pytest.Item) -> bool:
+    return item.path.name in GROUP_MODULES
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
+    missing = sorted({i.path.name for i in items if _starts_processes(i) and not _in_group(i)})
+    if missing:  # a fixture that asks for a shared one, say, in a module that names neither
+        raise pytest.UsageError(f"{', '.join(missing)}: a test starts Ray or an MLflow server, "
+                                f"but the module is not in GROUP_MODULES (tests/conftest.py): "
+                                f"name the fixture or mark the test `{GROUP}`")
     on_cluster = [i for i in items if _uses(i, "ray_cluster")]
     on_server = [i for i in items if _uses(i, "mlflow_server") and not _uses(i, "ray_cluster")]
-    grouped = {i.path for i in items if _starts_processes(i)}  # whole modules: their fixtures
     moved = {id(i) for i in on_cluster + on_server}
-    in_group = [i for i in items if i.path in grouped and id(i) not in moved]
+    in_group = [i for i in items if _in_group(i) and id(i) not in moved]
     moved |= {id(i) for i in in_group}
     rest = [i for i in items if id(i) not in moved]
     size = {path: sum(i.path == path for i in rest) for path in {i.path for i in rest}}
     rest.sort(key=lambda i: -size[i.path])  # stable: the larger modules first, so no long one
-    items[:] = on_cluster + on_server + in_group + rest  # is left last (xdist: groups in order)
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(GROUP if item.path in grouped
-                                                else item.path.stem))
+    items[:] = on_cluster + on_server + in_group + rest  # is left last (xdist: scopes in order)
+
+
+class _Scheduling(LoadScopeScheduling):
+    """xdist's load-by-scope, with one scope for the modules in GROUP_MODULES."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        module = nodeid.split("::", 1)[0]
+        return GROUP if Path(module).name in GROUP_MODULES else module
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> _Scheduling | None:
+    return _Scheduling(config, log) if config.getvalue("dist") == "loadscope" else None
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -119,6 +145,24 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
         if _LAST_USER.get(name) == item.nodeid and name in _RUNNING:
             _RUNNING[name].close()
     return result
+
+
+# An xdist worker starts with COLUMNS=80 and LINES=24 in its environment wherever the run's
+# own has none; the width of `stats`' text (analysis.text.terminal_width) follows COLUMNS, so
+# the workers get the run's own values (or none), as one process (`-n 0`) has.
+_TERMINAL = ("COLUMNS", "LINES")
+
+
+def pytest_configure_node(node: Any) -> None:  # on the controller, for each worker
+    node.workerinput["terminal_env"] = {k: os.environ.get(k) for k in _TERMINAL}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for k, v in getattr(config, "workerinput", {}).get("terminal_env", {}).items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 # ------------------------------------------------- no Ray or MLflow outside the one group
@@ -169,8 +213,7 @@ _WATCH = pytest.StashKey[_ProcessWatch]()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    in_group = any(m.args[:1] == (GROUP,) for m in item.iter_markers("xdist_group"))
-    if os.environ.get("PYTEST_XDIST_WORKER") and not in_group:
+    if os.environ.get("PYTEST_XDIST_WORKER") and not _in_group(item):
         item.stash[_WATCH] = _ProcessWatch()
 
 
