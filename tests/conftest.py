@@ -13,20 +13,38 @@
   way: it holds the tables and no experiment; MLflow creates its Default experiment when the
   copy is first opened, as it does in a new store.
 
-The tests that use the cluster or the server run last, together, in their collected order:
-first those on the cluster, then those that use only the server (the ones that start a local
-Ray of their own). The cluster and the server start at the first test that asks for one and
-stop right after the last test that asks for it (or at the session's end), so neither idles
-beside the rest of the suite, and no test's own Ray runs beside the idle cluster. Both are
-session-wide processes behind function-scoped fixtures: `ray_cluster` also sets, for the
-test, the environment every driver of the cluster must share.
+The suite runs on two pytest-xdist workers (pyproject's addopts: `-n 2 --dist loadscope
+--no-loadscope-reorder`, with the scopes `pytest_xdist_make_scheduler` below gives). Every
+module with a test that starts Ray or an MLflow server (one that uses `ray_cluster` or
+`mlflow_server`, or is marked `processes`: a Ray, a cluster or a `fusion-sweep ui` of its own)
+is in one scope, `processes`, that xdist hands out first, to one worker, which runs it in
+order: so only that worker ever starts the cluster, the server or any other Ray or MLflow
+process, and no two Ray instances run at once. Every other module is a scope of its own (its
+module-scoped fixtures are made once, on one worker), the modules with more tests first (so
+that no long one is handed out last). The controller, which collects nothing, knows those
+modules by their source (`GROUP_MODULES`); each worker checks at collection that every module
+with such a test is among them. On a worker, a test outside the group that starts a Ray or
+MLflow process fails at teardown (`_ProcessWatch`): mark it `processes`. (Not xdist's
+`--dist loadgroup`: pytest-xdist 3.8 marks a group in `item._nodeid`, which pytest 9 no
+longer reads, so its groups are silently ignored.) `pytest -n 0` runs everything in one
+process.
+
+In the `processes` group the tests on the cluster run first, then those that use only the
+server (the ones that start a local Ray of their own), then the rest of those modules. The
+cluster and the server start at the first test that asks for one and stop right after the
+last test that asks for it (or at the session's end), so neither idles beside the other
+tests, and no test's own Ray runs beside the idle cluster. Both are session-wide processes
+behind function-scoped fixtures: `ray_cluster` also sets, for the test, the environment every
+driver of the cluster must share.
 """
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import warnings
@@ -34,6 +52,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from tests.processes import NODE_ARGS, children_of, free_port, kill_pids
 
@@ -41,6 +60,12 @@ from tests.processes import NODE_ARGS, children_of, free_port, kill_pids
 # whose RAY_AUTH_MODE differs from the cluster's fails after ~20 s).
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 SHARED = ("ray_cluster", "mlflow_server")
+# The xdist scope (and marker) of every module with a test that starts Ray or an MLflow server.
+GROUP = "processes"
+# Those modules, by their source: what the xdist controller, which collects nothing, can know.
+_GROUP_SOURCE = re.compile(r"\b(ray_cluster|mlflow_server)\b|pytest\.mark\.processes\b")
+GROUP_MODULES = frozenset(p.name for p in Path(__file__).parent.glob("test_*.py")
+                          if _GROUP_SOURCE.search(p.read_text()))
 
 
 class _Shared:
@@ -68,12 +93,42 @@ def _uses(item: pytest.Item, name: str) -> bool:
     return name in getattr(item, "fixturenames", ())
 
 
+def _starts_processes(item: pytest.Item) -> bool:
+    return any(_uses(item, n) for n in SHARED) or item.get_closest_marker(GROUP) is not None
+
+
+def _in_group(item: pytest.Item) -> bool:
+    return item.path.name in GROUP_MODULES
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
+    missing = sorted({i.path.name for i in items if _starts_processes(i) and not _in_group(i)})
+    if missing:  # a fixture that asks for a shared one, say, in a module that names neither
+        raise pytest.UsageError(f"{', '.join(missing)}: a test starts Ray or an MLflow server, "
+                                f"but the module is not in GROUP_MODULES (tests/conftest.py): "
+                                f"name the fixture or mark the test `{GROUP}`")
     on_cluster = [i for i in items if _uses(i, "ray_cluster")]
     on_server = [i for i in items if _uses(i, "mlflow_server") and not _uses(i, "ray_cluster")]
     moved = {id(i) for i in on_cluster + on_server}
-    items[:] = [i for i in items if id(i) not in moved] + on_cluster + on_server
+    in_group = [i for i in items if _in_group(i) and id(i) not in moved]
+    moved |= {id(i) for i in in_group}
+    rest = [i for i in items if id(i) not in moved]
+    size = {path: sum(i.path == path for i in rest) for path in {i.path for i in rest}}
+    rest.sort(key=lambda i: -size[i.path])  # stable: the larger modules first, so no long one
+    items[:] = on_cluster + on_server + in_group + rest  # is left last (xdist: scopes in order)
+
+
+class _Scheduling(LoadScopeScheduling):
+    """xdist's load-by-scope, with one scope for the modules in GROUP_MODULES."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        module = nodeid.split("::", 1)[0]
+        return GROUP if Path(module).name in GROUP_MODULES else module
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> _Scheduling | None:
+    return _Scheduling(config, log) if config.getvalue("dist") == "loadscope" else None
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -90,6 +145,90 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
         if _LAST_USER.get(name) == item.nodeid and name in _RUNNING:
             _RUNNING[name].close()
     return result
+
+
+# An xdist worker starts with COLUMNS=80 and LINES=24 in its environment wherever the run's
+# own has none; the width of `stats`' text (analysis.text.terminal_width) follows COLUMNS, so
+# the workers get the run's own values (or none), as one process (`-n 0`) has.
+_TERMINAL = ("COLUMNS", "LINES")
+
+
+def pytest_configure_node(node: Any) -> None:  # on the controller, for each worker
+    node.workerinput["terminal_env"] = {k: os.environ.get(k) for k in _TERMINAL}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for k, v in getattr(config, "workerinput", {}).get("terminal_env", {}).items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+# ------------------------------------------------- no Ray or MLflow outside the one group
+# A process of a Ray instance or of an MLflow server, by its command line.
+_RAY_OR_MLFLOW = re.compile(r"\b(raylet|gcs_server)\b|\bmlflow\s+server\b|\bmlflow\.server\b")
+
+
+def _ray_or_mlflow_processes() -> dict[int, str]:
+    """{pid: command line} of this process's descendants that are Ray or MLflow servers."""
+    out = {}
+    for pid in children_of(os.getpid()):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if _RAY_OR_MLFLOW.search(cmd):
+            out[pid] = cmd
+    return out
+
+
+class _ProcessWatch:
+    """While a test outside the `processes` group runs on an xdist worker, polls the worker's
+    descendants for a Ray or MLflow process that was not there when the test started: only
+    the group's worker may start one (two Ray instances on one machine contend for its cores
+    and memory, and the group's cluster must be the only one)."""
+
+    def __init__(self) -> None:
+        self.before = set(_ray_or_mlflow_processes())
+        self.seen: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while True:
+            self.seen.update({p: c for p, c in _ray_or_mlflow_processes().items()
+                              if p not in self.before})
+            if self._stop.wait(1.0):  # their servers live for seconds
+                return
+
+    def stop(self) -> dict[int, str]:
+        self._stop.set()
+        self._thread.join()
+        return self.seen
+
+
+_WATCH = pytest.StashKey[_ProcessWatch]()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER") and not _in_group(item):
+        item.stash[_WATCH] = _ProcessWatch()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    watch = item.stash.get(_WATCH, None)
+    if call.when == "teardown" and watch is not None:
+        started = watch.stop()
+        if started and report.passed:
+            report.outcome = "failed"
+            report.longrepr = (f"{item.nodeid} started a Ray or MLflow process outside the "
+                               f"xdist group '{GROUP}' (mark it `{GROUP}`, tests/conftest.py):\n"
+                               + "\n".join(f"  {p}: {c}" for p, c in sorted(started.items())))
+    return report
 
 
 # ------------------------------------------------------------------------- sqlite stores

@@ -19,7 +19,7 @@ import yaml
 from fusion_sweep.tracking import runs as tracking
 from fusion_sweep import schema  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.processes]  # a Ray cluster of its own
 GiB = 1 << 30
 
 

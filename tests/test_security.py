@@ -107,6 +107,7 @@ def _stop_ui(proc: subprocess.Popen) -> None:
     proc.wait(timeout=10)
 
 
+@pytest.mark.processes  # `fusion-sweep ui`: an MLflow server
 def test_ui_binds_loopback_by_default_and_warns_for_another_host(tmp_path):
     # both servers start at once (each takes ~20 s on a busy machine)
     default, exposed = _start_ui(tmp_path / "a"), _start_ui(tmp_path / "b", "--host", "0.0.0.0")
@@ -188,6 +189,7 @@ finally:
 
 
 @pytest.mark.slow
+@pytest.mark.processes  # a local Ray
 def test_local_ray_starts_no_dashboard(tmp_path):
     """The local Ray instance `launch` starts (ray_setup.init_ray) really runs without the
     dashboard: no dashboard URL, and the only dashboard process in its session is Ray's

@@ -41,7 +41,8 @@ from fusion_sweep.plan.space import SPACE_DIR, load_space
 from fusion_sweep.plan.grid import plan
 
 REPO = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow  # `pytest -m 'not slow'` skips these
+# `pytest -m 'not slow'` skips these; all start Ray or an MLflow server (tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.processes]
 
 
 # ------------------------------------------------------------------------------ helpers

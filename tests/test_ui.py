@@ -31,6 +31,9 @@ from fusion_sweep.ui import server as ui_server  # noqa: E402
 from fusion_sweep import schema  # noqa: E402
 from fusion_sweep.schema import PARENT, ROLE, SWEEP
 
+# `fusion-sweep ui` starts an MLflow server: the module runs in the xdist group that may.
+pytestmark = pytest.mark.processes
+
 _SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "check_report_html.py"
 _spec = importlib.util.spec_from_file_location("check_report_html", _SCRIPT)
 check = importlib.util.module_from_spec(_spec)
