@@ -10,7 +10,7 @@ one place, its `to_json`; :class:`fusion_sweep.analysis.report.Report` holds the
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 from fusion_sweep.analysis.records import ChanceTest, InteractionTest
 from fusion_sweep.analysis.schema import DROP_REASONS, DROPPED_KEYS, AnalysisError
@@ -157,32 +157,36 @@ assert tuple(f.name for f in fields(DroppedPair)) == DROPPED_KEYS, "DroppedPair 
 
 
 @dataclass(frozen=True)
-class Interaction:
-    """The across-regime tests (fusion_sweep.analysis.regimes) and the words of their method."""
+class _MethodTests:
+    """A section that is one method's tests: the words of the method and the tests, each a
+    `kind` record (checked when built)."""
 
     method: str
-    tests: tuple[InteractionTest, ...] = ()
+    tests: tuple = ()
+    kind: ClassVar[type] = object
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tests", tuple(self.tests))
-        _check(self, [f"tests[{i}] is a {type(t).__name__}, not an InteractionTest"
-                      for i, t in enumerate(self.tests) if not isinstance(t, InteractionTest)])
+        name = self.kind.__name__
+        article = "an" if name[0] in "AEIOU" else "a"
+        _check(self, [f"tests[{i}] is a {type(t).__name__}, not {article} {name}"
+                      for i, t in enumerate(self.tests) if not isinstance(t, self.kind)])
 
     def to_json(self) -> dict[str, Any]:
         return {"method": self.method, "tests": [t.to_json() for t in self.tests]}
 
 
 @dataclass(frozen=True)
-class ChanceSection:
+class Interaction(_MethodTests):
+    """The across-regime tests (fusion_sweep.analysis.regimes) and the words of their method."""
+
+    tests: tuple[InteractionTest, ...] = ()
+    kind: ClassVar[type] = InteractionTest
+
+
+@dataclass(frozen=True)
+class ChanceSection(_MethodTests):
     """Each arm's test against chance (fusion_sweep.analysis.chance) and its method."""
 
-    method: str
     tests: tuple[ChanceTest, ...] = ()
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "tests", tuple(self.tests))
-        _check(self, [f"tests[{i}] is a {type(t).__name__}, not a ChanceTest"
-                      for i, t in enumerate(self.tests) if not isinstance(t, ChanceTest)])
-
-    def to_json(self) -> dict[str, Any]:
-        return {"method": self.method, "tests": [t.to_json() for t in self.tests]}
+    kind: ClassVar[type] = ChanceTest
