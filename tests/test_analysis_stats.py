@@ -152,8 +152,8 @@ def test_verdict_rule(mean, lo, hi, ph, tost, hib, want) -> None:
 def test_seeds_for_power_edge_cases() -> None:
     assert S.seeds_for_power(0.0, 0.05) is None
     assert S.seeds_for_power(float("nan"), 0.05) is None
-    assert S.seeds_for_power(50.0, 0.05) == 2  # solve_power returns nan here
-    # solve_power answers 2.0 (its bracket edge) although power(n=2) = 0.63 < 0.8.
+    assert S.seeds_for_power(50.0, 0.05) == 2  # statsmodels' solve_power returns nan here
+    # statsmodels' solve_power answers 2.0 (its bracket edge) although power(n=2) = 0.63 < 0.8.
     assert S.seeds_for_power(8.111, 0.05) == 3
     # statsmodels' power is nan here (its lower-tail nct.cdf underflows); the upper tail
     # alone, from scipy directly, is the reference.
@@ -163,7 +163,7 @@ def test_seeds_for_power_edge_cases() -> None:
     assert S.min_p_t(5) == 0.0 and math.isnan(S.min_p_t(1))
 
 
-@pytest.mark.parametrize("dz", [0.3, 0.9, 1.9, 4.6, 7.85, 9.19, 11.1, -2.5])
+@pytest.mark.parametrize("dz", [0.003, 0.05, 0.3, 0.9, 1.9, 4.6, 7.85, 9.19, 11.1, -2.5])
 def test_seeds_for_power_is_the_smallest_sufficient_n(dz: float) -> None:
     n = S.seeds_for_power(dz, 0.05)
     assert S.achieved_power(dz, n, 0.05) >= 0.8
@@ -282,3 +282,10 @@ def test_wilcoxon_with_one_nonzero_delta_is_p_one() -> None:
     res = compare_paired(np.array([0.5, 0.53]), np.array([0.5, 0.5]), alpha=0.05, margin=None,
                          n_resamples=200, rng=np.random.default_rng(0))
     assert res.wilcoxon_p == 1.0
+
+
+@pytest.mark.parametrize("start", [2, 3, 11, 12, 13, 50, 10_000])
+def test_the_seed_search_finds_the_same_n_from_any_start(start: int) -> None:
+    """seeds_for_power starts at the normal approximation; the search must reach the same
+    smallest n from below it, at it and from far above it."""
+    assert S._smallest_n(1.0, 0.05, 0.8, start=start) == S.seeds_for_power(1.0, 0.05) == 10
