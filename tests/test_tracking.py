@@ -208,6 +208,25 @@ def test_orphans_reconciled_then_reattached(store):
     assert len(store.trial_runs("sweep-c")) == 1
 
 
+def test_a_run_killed_before_its_params_gets_them_when_reattached(store):
+    """A driver SIGKILLed between MLflow's create_run and the params' log_batch (seen in the
+    killed adaptive sweep's resume test) leaves a run with the trial's key and no params;
+    the relaunch that re-attaches to it logs them, so no finished trial lacks its seed."""
+    parent = start(store, "sweep-p")
+    cfg = config(seed=3)
+    key = cfg.trial_key("0.1.0")
+    run = tracking.TrialRun.open(ctx_for(store, "sweep-p", parent, launch="first"), cfg, key)
+    bare = store.client.create_run(store.experiment_id, tags={
+        k: v for k, v in store.client.get_run(run.run_id).data.tags.items()
+        if not k.startswith("mlflow.")})
+    store.client.delete_run(run.run_id)  # only the run without params is left
+    assert store.client.get_run(bare.info.run_id).data.params == {}
+    again = tracking.TrialRun.open(ctx_for(store, "sweep-p", parent, launch="second"), cfg, key)
+    assert again.run_id == bare.info.run_id and not again.finished
+    params = store.client.get_run(bare.info.run_id).data.params
+    assert params["seed"] == "3" and params == tracking._params(cfg)
+
+
 def test_failed_trial_is_marked_failed_with_its_error(store):
     parent = start(store, "sweep-d")
     ctx = ctx_for(store, "sweep-d", parent)

@@ -311,7 +311,11 @@ class TrialRun:
             retry(client.update_run, run.info.run_id, status="RUNNING")
             extra[ATTEMPTS] = str(attempts)
             extra.pop(ERROR, None)
-            retry(client.log_batch, run.info.run_id, tags=[RunTag(k, v) for k, v in extra.items()])
+            # A driver killed between create_run and its log_batch left the run without
+            # params: log the ones it lacks (MLflow cannot create a run with its params).
+            lacking = {k: v for k, v in _params(config).items() if k not in run.data.params}
+            retry(client.log_batch, run.info.run_id, tags=[RunTag(k, v) for k, v in extra.items()],
+                  params=[Param(k, v) for k, v in lacking.items()])
             return cls(ctx, run.info.run_id, "RUNNING", client)
 
         c = config
