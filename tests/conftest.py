@@ -157,12 +157,27 @@ def pytest_configure_node(node: Any) -> None:  # on the controller, for each wor
     node.workerinput["terminal_env"] = {k: os.environ.get(k) for k in _TERMINAL}
 
 
+# Each worker's torch runs on one intra-op thread (unless the run's environment says
+# otherwise): the workers are the parallelism. With torch's default, one thread per core, two
+# workers put four spinning OpenMP threads on two cores: four torch-heavy modules
+# (test_ressformer_equality, test_kernels, test_ressformer_determinism, test_code_components)
+# took 175 s under `-n 2` with the default and 93 s with one thread each (2-core EPYC, quiet).
+# Set before any worker imports torch, which reads it once; trials set their own
+# (`num_threads`), and Ray sets it for its workers.
+_WORKER_ENV = {"OMP_NUM_THREADS": "1"}
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    for k, v in getattr(config, "workerinput", {}).get("terminal_env", {}).items():
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        return  # the controller, or `-n 0`: one process, torch's own default
+    for k, v in workerinput.get("terminal_env", {}).items():
         if v is None:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+    for k, v in _WORKER_ENV.items():
+        os.environ.setdefault(k, v)
 
 
 # ------------------------------------------------- no Ray or MLflow outside the one group

@@ -356,13 +356,16 @@ def test_a_stopped_driver_stops_everything_it_started(mlflow_server, tmp_path, s
             assert time.time() < deadline, "no trial started in time"
             time.sleep(0.3)
         seen |= children_of(proc.pid)
+        sigs = [l for l in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+                if l.startswith(("SigBlk", "SigIgn", "SigCgt"))]
         proc.send_signal(sig)
         rc = proc.wait(timeout=90)
     finally:
         if proc.poll() is None:
             proc.kill()
     out = (tmp_path / "term.log").read_text()
-    assert rc == 130 and "interrupted: run the same command again to resume" in out, out[-3000:]
+    assert rc == 130 and "interrupted: run the same command again to resume" in out, \
+        f"{sigs}\n{out[-3000:]}"
     assert "Tuner.restore" not in out and "Could not fetch metrics" not in out, out[-3000:]
     assert " failed: " not in out and "0 failed;" in out and " interrupted;" in out, out[-3000:]
     # Ray's own processes exit asynchronously after ray.shutdown(): up to 5 s for them to go
