@@ -88,6 +88,15 @@ def test_wilcoxon_with_ties_states_its_method(d: list[float]) -> None:
     assert p == pytest.approx(ref, abs=TOL)
 
 
+def test_holm_takes_a_list_with_missing_p_values() -> None:
+    """A family as the report gathers it, a plain list where a missing p may be None: it is
+    not counted in m and stays missing (nan), as a nan does (float conversion, not an object
+    array that no arithmetic accepts)."""
+    out = S.holm([0.01, None, 0.03])
+    assert out[[0, 2]] == pytest.approx([0.02, 0.03], abs=TOL)
+    assert np.isnan(out[1]) and out.dtype == np.float64
+
+
 def test_holm_known_vector_and_nan() -> None:
     p = np.array([0.01, 0.04, 0.03, 0.005, np.nan])
     # Sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 -> 0.02, 0.03, 0.06, max(0.04, 0.06).
