@@ -346,7 +346,12 @@ def test_a_stopped_driver_stops_everything_it_started(mlflow_server, tmp_path, s
     env = cli_env()
     env.pop("RAY_AUTH_MODE", None)  # exercise the default (token auth, local instance)
     log = open(tmp_path / "term.log", "w")
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    # SIGINT: started as a non-interactive shell starts `launch &`, with SIGINT ignored (and
+    # so whatever starts pytest that way): `kill -INT` must stop it all the same
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) \
+        if sig == signal.SIGINT else None
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            preexec_fn=ignore)
     seen: set[int] = set()
     try:
         deadline = time.time() + 240

@@ -1,5 +1,5 @@
 """Stop signals as Ctrl-C: the one way `launch`, `tune` and `ui` turn SIGTERM (`kill PID`, a
-scheduler's stop) into a KeyboardInterrupt, so their `finally` blocks run (stop the Ray
+scheduler's stop) and SIGINT (also where it was inherited ignored) into a KeyboardInterrupt, so their `finally` blocks run (stop the Ray
 instance this process started, mark the sweep's parent run, stop the MLflow server's process
 group) instead of the process vanishing and leaving its children behind."""
 from __future__ import annotations
@@ -9,7 +9,10 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Iterable, Iterator
 
-STOP_SIGNALS: tuple[int, ...] = (signal.SIGTERM,)
+# SIGINT too, set explicitly: a process started in the background by a non-interactive shell
+# (`fusion-sweep launch &` in a script) inherits SIGINT ignored, and `kill -INT` must stop
+# it as Ctrl-C does (the test that stops a driver with SIGINT starts it so).
+STOP_SIGNALS: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)
 
 
 def raise_interrupt(signum: int, frame: Any) -> None:

@@ -25,7 +25,6 @@ The optional hyperparameter search before a sweep (`fusion-sweep tune`, Optuna) 
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import time
 import uuid
@@ -154,7 +153,7 @@ def _run_sweep(pf: Preflight, auth: str, max_concurrent: int | None, verbose: bo
         status, summary.interrupted = "KILLED", True
         print("\ninterrupted: run the same command again to resume", file=out)
     finally:
-        with signals.ignored((signal.SIGINT, *signals.STOP_SIGNALS)):  # let the cleanup finish
+        with signals.ignored(signals.STOP_SIGNALS):  # let the cleanup finish
             _stop(pf, driver, summary, ctx, status, t0, out)
     return summary
 
