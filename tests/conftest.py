@@ -161,7 +161,8 @@ def pytest_configure_node(node: Any) -> None:  # on the controller, for each wor
 # otherwise): the workers are the parallelism. With torch's default, one thread per core, two
 # workers put four spinning OpenMP threads on two cores: four torch-heavy modules
 # (test_ressformer_equality, test_kernels, test_ressformer_determinism, test_code_components)
-# took 175 s under `-n 2` with the default and 93 s with one thread each (2-core EPYC, quiet).
+# took 175 s under `-n 2` with the default (load 0.22 before) and 93 s with one thread each
+# (load about 2 before, decaying; 2-core EPYC).
 # Set before any worker imports torch, which reads it once; trials set their own
 # (`num_threads`), and Ray sets it for its workers.
 _WORKER_ENV = {"OMP_NUM_THREADS": "1"}
