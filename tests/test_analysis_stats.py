@@ -135,7 +135,7 @@ def test_degenerate_deltas_give_nan_and_notes(d: np.ndarray) -> None:
     assert math.isnan(r.t_p) and math.isnan(r.dz) and math.isnan(r.tost_p)
     assert math.isnan(r.t_ci_low) and math.isnan(r.boot_ci_low)
     assert r.seeds_for_80_power is None and r.notes
-    assert S.verdict(r.mean_delta, r.t_ci_low, r.t_ci_high, S.NAN, r.tost_p, 0.05) \
+    assert S.verdict(r.t_ci_low, r.t_ci_high, S.NAN, r.tost_p, 0.05) \
         == "inconclusive"
 
 
@@ -145,17 +145,17 @@ def test_constant_positive_deltas_still_get_rank_tests() -> None:
     assert p == pytest.approx(0.0625) and "ties" in method
 
 
-@pytest.mark.parametrize("mean,lo,hi,ph,tost,hib,want", [
-    (0.02, 0.01, 0.03, 0.01, np.nan, True, "better"),
-    (-0.02, -0.03, -0.01, 0.01, np.nan, True, "worse"),
-    (-0.02, -0.03, -0.01, 0.01, np.nan, False, "better"),  # lower is better (latency)
-    (0.02, 0.01, 0.03, 0.2, np.nan, True, "inconclusive"),  # Holm p too large
-    (0.02, -0.01, 0.05, 0.01, np.nan, True, "inconclusive"),  # CI covers 0
-    (0.001, -0.01, 0.012, 0.8, 0.01, True, "equivalent"),
-    (0.001, -0.01, 0.012, 0.8, 0.2, True, "inconclusive"),
+@pytest.mark.parametrize("lo,hi,ph,tost,hib,want", [
+    (0.01, 0.03, 0.01, np.nan, True, "better"),
+    (-0.03, -0.01, 0.01, np.nan, True, "worse"),
+    (-0.03, -0.01, 0.01, np.nan, False, "better"),  # lower is better (latency)
+    (0.01, 0.03, 0.2, np.nan, True, "inconclusive"),  # Holm p too large
+    (-0.01, 0.05, 0.01, np.nan, True, "inconclusive"),  # CI covers 0
+    (-0.01, 0.012, 0.8, 0.01, True, "equivalent"),
+    (-0.01, 0.012, 0.8, 0.2, True, "inconclusive"),
 ])
-def test_verdict_rule(mean, lo, hi, ph, tost, hib, want) -> None:
-    assert S.verdict(mean, lo, hi, ph, tost, 0.05, hib) == want
+def test_verdict_rule(lo, hi, ph, tost, hib, want) -> None:
+    assert S.verdict(lo, hi, ph, tost, 0.05, hib) == want
 
 
 def test_seeds_for_power_edge_cases() -> None:
@@ -240,8 +240,8 @@ def test_beats_chance_is_one_sided_ttest_1samp() -> None:
 
 
 def test_not_learned_overrides_every_verdict() -> None:
-    assert S.verdict(0.02, 0.01, 0.03, 0.01, np.nan, 0.05, True, not_learned=True) == "not learned"
-    assert S.verdict(0.0, -0.01, 0.01, 0.9, 0.001, 0.05, True, not_learned=True) == "not learned"
+    assert S.verdict(0.01, 0.03, 0.01, np.nan, 0.05, True, not_learned=True) == "not learned"
+    assert S.verdict(-0.01, 0.01, 0.9, 0.001, 0.05, True, not_learned=True) == "not learned"
 
 
 def test_signflip_floor_counts_only_nonzero_deltas() -> None:

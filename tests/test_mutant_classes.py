@@ -75,9 +75,9 @@ def test_the_holm_p_decides_not_the_raw_one(tmp_path, capsys) -> None:
 
 def test_the_mean_delta_verdict_reads_the_holm_p() -> None:
     """stats.verdict: an interval excluding 0 decides only with the Holm p below α."""
-    assert stats.verdict(0.02, 0.01, 0.03, 0.049, float("nan"), ALPHA) == "better"
-    assert stats.verdict(0.02, 0.01, 0.03, 0.05, float("nan"), ALPHA) == "inconclusive"
-    assert stats.verdict(-0.02, -0.03, -0.01, 0.049, float("nan"), ALPHA) == "worse"
+    assert stats.verdict(0.01, 0.03, 0.049, float("nan"), ALPHA) == "better"
+    assert stats.verdict(0.01, 0.03, 0.05, float("nan"), ALPHA) == "inconclusive"
+    assert stats.verdict(-0.03, -0.01, 0.049, float("nan"), ALPHA) == "worse"
 
 
 # ------------------------------------------------------------------ the family's m

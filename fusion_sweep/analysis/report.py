@@ -603,7 +603,7 @@ def _judge(c: Measured, a: Adjusted, s: Settings, descriptive: bool) -> Judged:
     low, high, level = stats.holm_consistent_interval(np.asarray(c.stats.deltas, float), c.stats.t_p,
                                                       a.p_holm, s.alpha)
     not_learned = neither_learned(c.arm_learning, c.ref_learning)
-    raw = stats.verdict(c.stats.mean_delta, c.stats.t_ci_low, c.stats.t_ci_high, a.p_holm, a.tost_p_holm,
+    raw = stats.verdict(c.stats.t_ci_low, c.stats.t_ci_high, a.p_holm, a.tost_p_holm,
                         s.alpha, c.higher_is_better, not_learned=not_learned)
     guarded = guard(raw, c.arm_learning, c.ref_learning)
     notes = [*c.stats.notes, *_verdict_notes(c, a, guarded.verdict, s.alpha)]
@@ -705,7 +705,7 @@ def _sensitivity(c: Measured, a: Adjusted, verdict: str, s: Settings,
     step = a.p_holm / c.stats.t_p if np.isfinite(c.stats.t_p) and c.stats.t_p > 0 else 1.0
     tost = stats.tost_p(x, y, c.margin)
     tstep = a.tost_p_holm / c.stats.tost_p if np.isfinite(c.stats.tost_p) and c.stats.tost_p > 0 else 1.0
-    other = stats.verdict(t.mean, t.low, t.high, min(1.0, t.p * step), min(1.0, tost * tstep),
+    other = stats.verdict(t.low, t.high, min(1.0, t.p * step), min(1.0, tost * tstep),
                           s.alpha, c.higher_is_better, not_learned=not_learned)
     other = guard(other, c.arm_learning, c.ref_learning).verdict
     if other == verdict:

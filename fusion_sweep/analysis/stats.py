@@ -398,22 +398,23 @@ def ratio_verdict(r: RatioResult, p_holm: float, alpha: float, higher_is_better:
         return BETTER if (r.ratio > 1) == higher_is_better else WORSE
     if not np.isfinite(r.ratio) or not np.isfinite(r.low):
         return INCONCLUSIVE
-    return verdict(math.log(r.ratio), math.log(r.low), math.log(r.high), p_holm, NAN, alpha,
+    return verdict(math.log(r.low), math.log(r.high), p_holm, NAN, alpha,
                    higher_is_better)
 
 
 def verdict(
-    mean: float, t_low: float, t_high: float, p_holm: float, tost: float, alpha: float,
+    t_low: float, t_high: float, p_holm: float, tost: float, alpha: float,
     higher_is_better: bool = True, not_learned: bool = False,
 ) -> str:
     """not learned when neither arm beats chance (nothing to compare); else better/worse
-    iff Holm p < alpha and the t-interval excludes 0; equivalent iff (Holm-adjusted) TOST
-    p < alpha; else inconclusive. "No effect" is never claimed without TOST."""
+    iff Holm p < alpha and the t-interval excludes 0, on the side of 0 the interval lies
+    (the interval decides, so it also gives the direction); equivalent iff (Holm-adjusted)
+    TOST p < alpha; else inconclusive. "No effect" is never claimed without TOST."""
     if not_learned:
         return NOT_LEARNED
-    excludes_zero = (t_low > 0) or (t_high < 0)
-    if np.isfinite(p_holm) and p_holm < alpha and excludes_zero:
-        return BETTER if (mean > 0) == higher_is_better else WORSE
+    above, below = t_low > 0, t_high < 0
+    if np.isfinite(p_holm) and p_holm < alpha and (above or below):
+        return BETTER if above == higher_is_better else WORSE
     if np.isfinite(tost) and tost < alpha:
         return EQUIVALENT
     return INCONCLUSIVE
