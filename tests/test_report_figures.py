@@ -67,6 +67,38 @@ def test_each_figure_is_svg_pdf_and_a_300_dpi_png(written) -> None:
         assert [round(d) for d in dpi] == [plots.PNG_DPI] * 2 == [300, 300]
 
 
+def test_each_format_draws_a_laid_out_figure_once(tmp_path, monkeypatch) -> None:
+    """After tight_layout a figure keeps a placeholder layout engine, which makes savefig
+    draw it twice per format (a dry run for the engine, then the file): write_formats drops
+    the engine, so each format is one draw, and writes the same bytes."""
+    from matplotlib import rc_context
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    def laid_out() -> Figure:
+        fig = Figure(dpi=plots.PNG_DPI)
+        FigureCanvasAgg(fig)
+        fig.add_subplot().plot([0, 1], [1, 0])
+        fig.suptitle("once")
+        fig.tight_layout()
+        return fig
+
+    draws = []
+    real = Figure.draw
+    monkeypatch.setattr(Figure, "draw", lambda self, r: draws.append(1) or real(self, r))
+    paths = plots.write_formats(laid_out(), tmp_path / "once.png")
+    assert len(draws) == len(plots.FIGURE_FORMATS) == len(paths) == 3
+    draws.clear()
+    fig = laid_out()
+    with rc_context(plots._SAVE_RC):  # as write_formats saves, the engine left in place
+        for fmt in plots.FIGURE_FORMATS:
+            fig.savefig(tmp_path / f"kept.{fmt}", format=fmt, dpi="figure",
+                        metadata=plots._NO_DATE[fmt])
+    assert len(draws) == 2 * len(plots.FIGURE_FORMATS)
+    for fmt in plots.FIGURE_FORMATS:
+        assert (tmp_path / f"once.{fmt}").read_bytes() == (tmp_path / f"kept.{fmt}").read_bytes()
+
+
 def _colours(out: Path) -> dict[str, set[str]]:
     """Every fusion-coloured artist's colours over every SVG: arm -> colours."""
     seen: dict[str, set[str]] = {}

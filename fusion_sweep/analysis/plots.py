@@ -449,7 +449,8 @@ FIGURE_FORMATS, PNG_DPI = ("svg", "pdf", "png"), 300
 # Text stays text (svg.fonttype none: selectable, searchable and editable in SVG; pdf
 # fonttype 42: TrueType fonts a journal accepts, not Type 3); svg.hashsalt and no date make
 # the files reproducible.
-_SAVE_RC = {"svg.fonttype": "none", "pdf.fonttype": 42, "svg.hashsalt": "fusion-sweep"}
+_SAVE_RC = {"svg.fonttype": "none", "pdf.fonttype": 42, "svg.hashsalt": "fusion-sweep",
+            "figure.autolayout": False, "figure.constrained_layout.use": False}  # see below
 _NO_DATE = {"svg": {"Date": None}, "pdf": {"CreationDate": None}, "png": {}}
 
 
@@ -459,6 +460,11 @@ def write_formats(fig: Figure, path: Path) -> list[Path]:
     positions of that resolution (what text_outside and the layout helpers measure)."""
     out = []
     with rc_context(_SAVE_RC):  # restored on exit: the caller's rcParams are untouched
+        # The layout is final here. tight_layout leaves a placeholder layout engine on the
+        # figure, and savefig draws a figure that has any engine once more before drawing it
+        # for real (for the engine to lay it out), so dropping it makes each format one draw
+        # instead of two, with the same files.
+        fig.set_layout_engine(None)
         for fmt in FIGURE_FORMATS:  # png last
             target = Path(path).with_suffix("." + fmt)
             fig.savefig(target, format=fmt, dpi="figure", metadata=_NO_DATE[fmt])
