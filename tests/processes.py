@@ -24,15 +24,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _parent_of(pid: str) -> int:
+    """The parent pid in /proc/<pid>/stat, read with one open, read and close: every test
+    outside the processes group scans all of /proc two or more times (tests/conftest.py's
+    watch), and pathlib's read_text took 2.7 times as long (4.1 against 1.5 ms a scan)."""
+    fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+    try:
+        stat = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    return int(stat.rsplit(b")", 1)[1].split()[1])  # after the command, which may hold ")"
+
+
 def children_of(pid: int) -> set[int]:
     """Every descendant of `pid` (from /proc; no psutil here)."""
     parent: dict[int, int] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
+    for name in os.listdir("/proc"):
+        if name.isdigit():
             try:
-                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                parent[int(name)] = _parent_of(name)
             except (OSError, IndexError, ValueError):
-                pass
+                pass  # gone since the listing
     out, frontier = set(), {pid}
     while frontier:
         frontier = {p for p, pp in parent.items() if pp in frontier} - out
