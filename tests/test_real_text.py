@@ -13,6 +13,7 @@ import csv
 import dataclasses
 import io
 import json
+import shutil
 import sys
 import tarfile
 import zipfile
@@ -102,17 +103,35 @@ class FakeRegistry:
         return len(self.calls.read_text().splitlines())
 
 
-@pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeRegistry:
-    reg = FakeRegistry(tmp_path)
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, str]]:
+    """{artefact filename: (the tiny artefact, its sha256)}, made once per module: a
+    function of the filename alone (its generator is seeded by it), copied into each test's
+    registry, which the test may then damage."""
+    root = tmp_path_factory.mktemp("made")
+    out = {}
     for name in PACKAGE:
         spec = registry.DATASETS[name]
         a = spec.artefact
         assert a is not None
+        f = root / a.filename
+        if a.filename not in out:
+            _MAKERS[spec.corpus["parser"]](f, np.random.default_rng(len(a.filename)))
+            out[a.filename] = (f, file_digest(f))
+    return out
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, made) -> FakeRegistry:
+    reg = FakeRegistry(tmp_path)
+    for name in PACKAGE:
+        spec = registry.DATASETS[name]
+        a = spec.artefact
+        src, digest = made[a.filename]
         f = reg.src / a.filename
         if not f.exists():
-            _MAKERS[spec.corpus["parser"]](f, np.random.default_rng(len(a.filename)))
-        tiny = dataclasses.replace(a, sha256=file_digest(f))
+            shutil.copyfile(src, f)
+        tiny = dataclasses.replace(a, sha256=digest)
         monkeypatch.setitem(registry.DATASETS, name, dataclasses.replace(spec, artefact=tiny))
     for r in package.CLIENTS:
         monkeypatch.setitem(package.CLIENTS, r, reg.client())
