@@ -1094,8 +1094,7 @@ def _raw_verdict(st: _Stats, p_holm: float, tost_p_holm: float, alpha: float, m:
                          "'within statistical variation' cannot be shown, only contradicted")
         elif np.isfinite(tost_p_holm) and tost_p_holm < alpha:
             return EQUIVALENT
-        return stats.verdict(st.ci_low, st.ci_high, p_holm, NAN_P, alpha,
-                             st.higher)
+        return stats.verdict(st.ci_low, st.ci_high, p_holm, NAN_P, alpha, st.higher)
     if st.plan.negligible:
         return _negligible_verdict(st, p_holm, tost_p_holm, alpha, notes)
     if st.ratio is not None:
@@ -1105,8 +1104,7 @@ def _raw_verdict(st: _Stats, p_holm: float, tost_p_holm: float, alpha: float, m:
             return BETTER
         opposite = st.p_opposite
         return WORSE if np.isfinite(opposite) and opposite < alpha / m else INCONCLUSIVE
-    return stats.verdict(st.ci_low, st.ci_high, p_holm, tost_p_holm, alpha,
-                         st.higher)
+    return stats.verdict(st.ci_low, st.ci_high, p_holm, tost_p_holm, alpha, st.higher)
 
 
 def _order_blind(df: pd.DataFrame, variant: pd.Series) -> frozenset[tuple[str, Variant]]:

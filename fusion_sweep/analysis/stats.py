@@ -398,8 +398,7 @@ def ratio_verdict(r: RatioResult, p_holm: float, alpha: float, higher_is_better:
         return BETTER if (r.ratio > 1) == higher_is_better else WORSE
     if not np.isfinite(r.ratio) or not np.isfinite(r.low):
         return INCONCLUSIVE
-    return verdict(math.log(r.low), math.log(r.high), p_holm, NAN, alpha,
-                   higher_is_better)
+    return verdict(math.log(r.low), math.log(r.high), p_holm, NAN, alpha, higher_is_better)
 
 
 def verdict(
