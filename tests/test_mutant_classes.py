@@ -183,6 +183,29 @@ def test_the_gpu_memory_check_runs_on_the_cluster_path_too(monkeypatch, address)
     assert called == (["local", "gpu"] if address is None else ["gpu"])
 
 
+def test_preflight_hands_the_launch_what_it_checked(tmp_path, sqlite_store, monkeypatch) -> None:
+    """A new sweep on a local instance, field by field: the tracking URI as given, the
+    storage with one slash before the sweep's name (a URI keeps its scheme), the grid's hash
+    and code, the space's experiment unless one is named, this grid's code as the history, and
+    nothing superseded."""
+    import io
+
+    from fusion_sweep.plan.grid import code_of, grid_hash
+
+    monkeypatch.setattr(preflight, "_local_gpus", lambda: 0)
+    space = load_space("smoke")
+    points = plan(space)
+    pf = preflight.preflight(space, "pf", points, sqlite_store, None, "s3://bucket/runs/", None,
+                             False, io.StringIO())
+    assert (pf.name, pf.points, pf.uri, pf.address) == ("pf", points, sqlite_store, None)
+    assert pf.exp_path == "s3://bucket/runs/pf"
+    assert pf.ghash == grid_hash(points) and pf.code == code_of(points) == pf.history
+    assert pf.experiment == space.experiment and pf.superseded == {} and pf.space is space
+    named = preflight.preflight(space, "pf", points, sqlite_store, None, str(tmp_path), "other",
+                                False, io.StringIO())
+    assert named.experiment == "other" and named.exp_path == f"{tmp_path.resolve()}/pf"
+
+
 # ------------------------------------------------------------------ the trial's seed streams
 def test_each_component_is_initialised_from_its_own_stream(monkeypatch) -> None:
     """build_model seeds each parameter group from the stream named after it: a group drawn
