@@ -450,7 +450,8 @@ FIGURE_FORMATS, PNG_DPI = ("svg", "pdf", "png"), 300
 # fonttype 42: TrueType fonts a journal accepts, not Type 3); svg.hashsalt and no date make
 # the files reproducible.
 _SAVE_RC = {"svg.fonttype": "none", "pdf.fonttype": 42, "svg.hashsalt": "fusion-sweep",
-            "figure.autolayout": False, "figure.constrained_layout.use": False}  # see below
+            # so that write_formats' set_layout_engine(None) leaves no engine at all
+            "figure.autolayout": False, "figure.constrained_layout.use": False}
 _NO_DATE = {"svg": {"Date": None}, "pdf": {"CreationDate": None}, "png": {}}
 
 

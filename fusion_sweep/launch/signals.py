@@ -1,7 +1,8 @@
 """Stop signals as Ctrl-C: the one way `launch`, `tune` and `ui` turn SIGTERM (`kill PID`, a
 scheduler's stop) and SIGINT (also where it was inherited ignored) into a KeyboardInterrupt,
-so their `finally` blocks run (stop the Ray instance this process started, mark the sweep's parent run, stop the MLflow server's process
-group) instead of the process vanishing and leaving its children behind."""
+so their `finally` blocks run (stop the Ray instance this process started, mark the sweep's
+parent run, stop the MLflow server's process group) instead of the process vanishing and
+leaving its children behind."""
 from __future__ import annotations
 
 import signal
