@@ -206,6 +206,143 @@ def test_preflight_hands_the_launch_what_it_checked(tmp_path, sqlite_store, monk
     assert named.experiment == "other" and named.exp_path == f"{tmp_path.resolve()}/pf"
 
 
+# ------------------------------------------------------------------ this machine's resources
+def _resources(cpu: float = 1, gpu: float = 0, **more: object):
+    from fusion_sweep.plan.space import parse_space
+    raw = load_space("smoke").to_yaml_dict()
+    raw["resources"] = {"cpu": cpu, "gpu": gpu, **more}
+    return parse_space(raw, "s.yaml")
+
+
+def _machine(monkeypatch, cpus: int | None = 4, gpus: int = 0, total: int = 10 * 2 ** 30,
+             need: tuple[int, ...] = (2 ** 20,)) -> list[str]:
+    """This machine as `check_local_resources` sees it; returns the GPU queries it makes."""
+    asked: list[str] = []
+    monkeypatch.setattr(preflight.os, "cpu_count", lambda: cpus)
+    monkeypatch.setattr(preflight, "_local_gpus", lambda: asked.append("gpus") or gpus)
+    monkeypatch.setattr(preflight.os, "sysconf",
+                        lambda n: {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": total // 4096}[n])
+    needs = iter(need * 1000)
+    monkeypatch.setattr(preflight, "trial_memory_bytes", lambda space, config: next(needs))
+    return asked
+
+
+@pytest.mark.parametrize("cpu, gpu, cpus, gpus, refused", [
+    (4, 0, 4, 0, False), (4.5, 0, 4, 0, True), (5, 0, 4, 0, True),  # at most every CPU
+    (1, 1, 4, 1, False), (1, 2, 4, 1, True), (1, 1, 4, 0, True),  # at most every GPU
+    (1, 0, None, 0, False), (2, 0, None, 0, True)])  # an unknown CPU count: one
+def test_a_local_trial_needs_at_most_what_this_machine_has(monkeypatch, cpu, gpu, cpus, gpus,
+                                                           refused) -> None:
+    asked = _machine(monkeypatch, cpus, gpus)
+    space, points = _resources(cpu, gpu), plan(load_space("smoke"))[:2]
+    if not refused:
+        preflight.check_local_resources(space, points)
+    else:
+        with pytest.raises(UserError, match=(
+                rf"^resources: one trial needs cpu={cpu:g}, gpu={gpu:g}, but the local Ray "
+                rf"instance has this machine's CPU={cpus or 1}, GPU={gpus if gpu else 0}, so no "
+                rf"trial could ever start; lower `resources` in s\.yaml, or pass --address")):
+            preflight.check_local_resources(space, points)
+    assert asked == (["gpus"] if gpu else [])  # no GPU asked for: CUDA is not even queried
+
+
+@pytest.mark.parametrize("over, refused", [(-1, False), (0, False), (1, True)])
+def test_a_local_trial_needs_at_most_rays_share_of_this_machines_memory(monkeypatch, over,
+                                                                        refused) -> None:
+    """The largest trial counts (the others may fit), against Ray's share of the memory."""
+    from fusion_sweep.launch.memory import RAY_MEMORY_SHARE
+    total = 10 * 2 ** 30
+    share = int(RAY_MEMORY_SHARE * total)
+    _machine(monkeypatch, total=total, need=(share // 2, share + over, 1))
+    points = plan(load_space("smoke"))[:3]
+    if not refused:
+        preflight.check_local_resources(_resources(), points)
+        return
+    with pytest.raises(UserError, match=(
+            r"^resources: one trial needs about 6\.0 GiB of memory but the local Ray instance "
+            r"schedules at most 6\.0 GiB of this machine's 10\.0 GiB, so no trial could ever "
+            r"start; set `resources: \{memory_gb: \.\.\.\}` in s\.yaml")):
+        preflight.check_local_resources(_resources(), points)
+
+
+@pytest.mark.parametrize("pin, gpus, refused", [("A10G", 1, False), ("A10G", 0, True),
+                                                (None, 0, False)])
+def test_a_local_gpu_type_pin_needs_a_local_gpu(monkeypatch, pin, gpus, refused) -> None:
+    asked = _machine(monkeypatch, gpus=gpus)
+    space = _resources(**({"accelerator_type": pin} if pin else {}))
+    if refused:
+        with pytest.raises(UserError, match=r"^resources.accelerator_type: 'A10G' pins"):
+            preflight.check_local_resources(space, plan(load_space("smoke"))[:1])
+    else:
+        preflight.check_local_resources(space, plan(load_space("smoke"))[:1])
+    assert asked == (["gpus"] if pin else [])
+
+
+def _ray(monkeypatch, resources: dict, nodes: list[tuple[str, bool]]) -> None:
+    """A Ray whose cluster has these resources and (node IP, alive) nodes."""
+    fake = SimpleNamespace(cluster_resources=lambda: resources,
+                           nodes=lambda: [{"NodeManagerAddress": ip, "Alive": alive}
+                                          for ip, alive in nodes])
+    monkeypatch.setitem(sys.modules, "ray", fake)
+
+
+@pytest.mark.parametrize("resources, warned", [
+    ({"CPU": 2, "GPU": 1}, None), ({"CPU": 3, "GPU": 2}, None),
+    ({"CPU": 1.5, "GPU": 1}, "CPU=1.5, GPU=1"), ({"CPU": 2, "GPU": 0.5}, "CPU=2, GPU=0.5"),
+    ({"CPU": 2}, "CPU=2, GPU=0"), ({"GPU": 1}, "CPU=0, GPU=1")])
+def test_the_cluster_warns_when_it_has_less_than_one_trial_needs(monkeypatch, resources,
+                                                                 warned) -> None:
+    import io
+    _ray(monkeypatch, resources, [("10.0.0.1", True)])
+    out = io.StringIO()
+    preflight.warn_resources(_resources(2, 1), "http://10.0.0.1:5000", out)
+    expected = "" if warned is None else (
+        f"warning: one trial needs cpu=2, gpu=1 but the cluster has {warned} now; trials wait "
+        f"until an autoscaler adds such a node\n")
+    assert out.getvalue() == expected
+
+
+@pytest.mark.parametrize("uri, nodes, warnings", [
+    ("http://127.0.0.1:5000", [("10.0.0.1", True), ("10.0.0.2", True)], ["loopback address"]),
+    ("http://localhost:5000", [("10.0.0.1", True), ("10.0.0.2", True)], ["loopback address"]),
+    ("http://127.0.0.1:5000", [("10.0.0.1", True), ("10.0.0.1", True)], []),  # one machine
+    ("http://127.0.0.1:5000", [("10.0.0.1", True), ("10.0.0.2", False)], []),  # one alive
+    ("http://10.0.0.1:5000", [("10.0.0.1", True), ("10.0.0.2", True)], []),
+    ("sqlite:///m.db", [("10.0.0.1", True), ("10.0.0.1", True)], ["2 nodes but a local"]),
+    ("sqlite:///m.db", [("10.0.0.1", True), ("10.0.0.2", False)], []),
+    ("/runs/mlruns", [("10.0.0.1", True), ("10.0.0.2", True), ("10.0.0.3", True)],
+     ["3 nodes but a local tracking store (/runs/mlruns)"])])
+def test_the_cluster_warns_when_its_trials_cannot_reach_the_store(monkeypatch, uri, nodes,
+                                                                  warnings) -> None:
+    import io
+    _ray(monkeypatch, {"CPU": 8, "GPU": 0}, nodes)
+    out = io.StringIO()
+    preflight.warn_resources(_resources(), uri, out)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == len(warnings) and all(w in line for w, line in zip(warnings, lines))
+    assert all(line.startswith("warning: ") for line in lines)
+    if warnings and "loopback" in warnings[0]:
+        assert lines[0] == (f"warning: the tracking URI {uri} is this machine's loopback "
+                            f"address, but trials also run on other machines (2 node IPs); give "
+                            f"an address they can reach, e.g. http://<head-ip>:5000")
+
+
+@pytest.mark.parametrize("history, code, expected", [
+    (None, "c", "c"), ("", "c", "c"), ("a,b", "c", "a,b,c"), ("a,b", "b", "a,b"),
+    ("a,b", "a", "a,b"), (",a,,b,", "c", "a,b,c")])
+def test_the_code_history_appends_this_code_once(history, code, expected) -> None:
+    from fusion_sweep.schema import CODE_HISTORY
+    tags = {CODE_HISTORY: history} if history is not None else {}
+    parent = SimpleNamespace(data=SimpleNamespace(tags=tags))
+    assert preflight.code_history(parent, code) == expected
+    assert preflight.code_history(None, code) == code
+
+
+def test_a_new_sweep_supersedes_nothing_and_asks_no_plan(monkeypatch) -> None:
+    monkeypatch.setattr(preflight, "code_plan", lambda *a: pytest.fail("planned"))
+    assert preflight.check_code(None, None, "n", [], False, sys.stdout) == {}
+
+
 # ------------------------------------------------------------------ the trial's seed streams
 def test_each_component_is_initialised_from_its_own_stream(monkeypatch) -> None:
     """build_model seeds each parameter group from the stream named after it: a group drawn
