@@ -145,6 +145,14 @@ def _need() -> tuple[int, list]:
     return gpu_memory_bytes(points[0].config), points
 
 
+@pytest.fixture(autouse=True)
+def _no_device_query(monkeypatch) -> None:
+    """A check handed a device measures against it: querying CUDA instead is a failure here
+    (and not a crash of a test process with CUDA in an odd state)."""
+    monkeypatch.setattr(memory, "gpu_device_memory",
+                        lambda: pytest.fail("queried the GPU though a device was given"))
+
+
 @pytest.mark.parametrize("gpu, device_over_need, fits", [
     (1.0, 1.0, True), (1.0, 0.999, False),
     (0.5, 2.0, True), (0.5, 1.999, False),
