@@ -212,6 +212,79 @@ def test_preflight_hands_the_launch_what_it_checked(tmp_path, sqlite_store, monk
     named = preflight.preflight(space, "pf", points, sqlite_store, None, str(tmp_path), "other",
                                 False, io.StringIO())
     assert named.experiment == "other" and named.exp_path == f"{tmp_path.resolve()}/pf"
+    # a cluster's address is kept as checked; a storage path keeps every character but its
+    # trailing slashes
+    monkeypatch.setattr(preflight, "check_ray_address", lambda address: address)
+    on_cluster = preflight.preflight(space, "pf", points, sqlite_store, "10.0.0.5:6379",
+                                     "s3://bucket/BOX//", None, False, io.StringIO())
+    assert on_cluster.address == "10.0.0.5:6379" and on_cluster.exp_path == "s3://bucket/BOX/pf"
+
+
+def _relaunch_store(uri: str, space, points, history: str) -> tuple:
+    """A store where sweep "again" was launched on `points` with other code: its parent run
+    (this grid's hash, the code history given) and one FINISHED trial of the first point
+    under an old key. Returns (tracker, the old run's id)."""
+    from fusion_sweep.plan.grid import grid_hash
+    from fusion_sweep.tracking.runs import SweepTracker, TrackingContext, TrialRun
+
+    tracker = SweepTracker(uri, space.experiment)
+    parent = tracker.start_parent("again", grid_hash=grid_hash(points), n_trials=len(points),
+                                  commit="old", params={}, code="oldcode", code_history=history)
+    ctx = TrackingContext(tracking_uri=uri, experiment_id=tracker.experiment_id,
+                          parent_run_id=parent, sweep="again", code_fingerprint="oldcode",
+                          git_commit="old", launch_id="first")
+    config = points[0].config
+    old = TrialRun.open(ctx, config, config.trial_key("oldcode"))
+    tracker.client.set_terminated(old.run_id, "FINISHED")
+    tracker.finish_parent(parent, "FINISHED", {"trials_finished": 1})
+    return tracker, old.run_id
+
+
+def test_a_relaunch_keeps_its_grid_extends_its_history_and_names_what_it_retrains(
+        sqlite_store, monkeypatch) -> None:
+    """`launch` of an existing sweep: the same grid is accepted (a parent from before grid
+    hashes too), another grid is refused by name, a finished trial under other code is
+    retrained only with --allow-code-change, and then its old run is superseded, said, and
+    the history gains this code once."""
+    import io
+
+    from fusion_sweep.plan.grid import code_of
+    from fusion_sweep.plan.relaunch import code_plan
+    from fusion_sweep.schema import GRID_HASH
+
+    monkeypatch.setattr(preflight, "_local_gpus", lambda: 0)
+    space = load_space("smoke")
+    points = plan(space)
+    tracker, old_run = _relaunch_store(sqlite_store, space, points, "h0,oldcode")
+
+    def again(pts=points, allow=False, experiment=None, out=None):
+        return preflight.preflight(space, "again", pts, sqlite_store, None, None, experiment,
+                                   allow, out or io.StringIO())
+
+    with pytest.raises(UserError, match=(
+            r"^sweep 'again' has finished trials trained by other code \(.*\): their numbers "
+            r"may differ .* Pass --allow-code-change to retrain those 1 ")):
+        again()
+    out = io.StringIO()
+    pf = again(allow=True, out=out)
+    assert pf.superseded == {old_run: points[0].key}
+    summary = code_plan(tracker, "again", points).summary()
+    assert out.getvalue() == (f"code changed since trials of sweep 'again' finished: {summary}; "
+                              f"--allow-code-change: retraining those 1\n")
+    assert pf.history == f"h0,oldcode,{code_of(points)}" and pf.code == code_of(points)
+    assert pf.tracker.experiment == space.experiment == pf.experiment
+    assert pf.tracker.find_parent("again").info.run_id == tracker.find_parent("again").info.run_id
+    assert pf.commit and pf.commit != "old"
+    # another grid under the same name
+    with pytest.raises(UserError, match=(
+            r"^sweep 'again' already exists in MLflow experiment 'fusion-sweep' with a "
+            r"different grid \(the space changed\); choose another --name to run this space$")):
+        again(points[:1], allow=True)
+    # the same name in another experiment is another sweep
+    assert again(points[:1], experiment="elsewhere").superseded == {}
+    # a parent from before grid hashes were tagged is not refused
+    tracker.client.delete_tag(tracker.find_parent("again").info.run_id, GRID_HASH)
+    assert again(points[:1], allow=True).superseded == {old_run: points[0].key}
 
 
 # ------------------------------------------------------------------ this machine's resources
@@ -297,16 +370,20 @@ def _ray(monkeypatch, resources: dict, nodes: list[tuple[str, bool]]) -> None:
 @pytest.mark.parametrize("resources, warned", [
     ({"CPU": 2, "GPU": 1}, None), ({"CPU": 3, "GPU": 2}, None),
     ({"CPU": 1.5, "GPU": 1}, "CPU=1.5, GPU=1"), ({"CPU": 2, "GPU": 0.5}, "CPU=2, GPU=0.5"),
-    ({"CPU": 2}, "CPU=2, GPU=0"), ({"GPU": 1}, "CPU=0, GPU=1")])
+    ({"CPU": 2}, "CPU=2, GPU=0"), ({"GPU": 1}, "CPU=0, GPU=1"),
+    ({}, "CPU=0, GPU=0")])  # no CPU yet (an autoscaling cluster's head): less than 1 CPU
+@pytest.mark.parametrize("cpu", [2, 1])
 def test_the_cluster_warns_when_it_has_less_than_one_trial_needs(monkeypatch, resources,
-                                                                 warned) -> None:
+                                                                 warned, cpu) -> None:
     import io
     _ray(monkeypatch, resources, [("10.0.0.1", True)])
     out = io.StringIO()
-    preflight.warn_resources(_resources(2, 1), "http://10.0.0.1:5000", out)
+    preflight.warn_resources(_resources(cpu, 1), "http://10.0.0.1:5000", out)
+    if cpu == 1 and resources.get("CPU", 0) >= 1:  # CPU=1.5 is enough for cpu=1
+        warned = None if resources.get("GPU", 0) >= 1 else warned
     expected = "" if warned is None else (
-        f"warning: one trial needs cpu=2, gpu=1 but the cluster has {warned} now; trials wait "
-        f"until an autoscaler adds such a node\n")
+        f"warning: one trial needs cpu={cpu}, gpu=1 but the cluster has {warned} now; trials "
+        f"wait until an autoscaler adds such a node\n")
     assert out.getvalue() == expected
 
 
