@@ -261,3 +261,20 @@ def test_a_server_that_hangs_up_is_a_reason() -> None:
         threading.Thread(target=hang_up, daemon=True).start()
         reason = server_unreachable(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout=5)
     assert reason == "Remote end closed connection without response"
+
+
+def test_the_health_check_waits_five_seconds_unless_told(monkeypatch) -> None:
+    """The bound a launch waits on a silent server before it says so (the check exists
+    because MLflow would retry a dead server for minutes)."""
+    import urllib.error
+    import urllib.request
+
+    waited: list[float] = []
+
+    def urlopen(url: str, timeout: float):
+        waited.append(timeout)
+        raise urllib.error.URLError("timed out")
+
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    assert server_unreachable("http://h:5000") == server_unreachable("http://h", 1.5) == "timed out"
+    assert waited == [5.0, 1.5]
