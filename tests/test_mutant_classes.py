@@ -308,6 +308,18 @@ def _machine(monkeypatch, cpus: int | None = 4, gpus: int = 0, total: int = 10 *
     return asked
 
 
+def test_no_usable_cuda_is_no_local_gpu(monkeypatch) -> None:
+    import torch
+
+    def broken() -> int:
+        raise RuntimeError("CUDA driver initialization failed")
+
+    monkeypatch.setattr(torch.cuda, "device_count", broken)
+    assert preflight._local_gpus() == 0
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    assert preflight._local_gpus() == 3
+
+
 @pytest.mark.parametrize("cpu, gpu, cpus, gpus, refused", [
     (4, 0, 4, 0, False), (4.5, 0, 4, 0, True), (5, 0, 4, 0, True),  # at most every CPU
     (1, 1, 4, 1, False), (1, 2, 4, 1, True), (1, 1, 4, 0, True),  # at most every GPU

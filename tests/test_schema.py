@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import json
 import socket
 import threading
 from pathlib import Path
@@ -117,7 +118,9 @@ def test_a_platform_fingerprint_reads_only_the_platform_fields() -> None:
     assert fp == platform_fingerprint({**_platform(), "hostname": "elsewhere"})
     assert fp != platform_fingerprint(_platform(threads="1"))
     assert platform_fingerprint({}) == platform_fingerprint({k: "" for k in PLATFORM_FIELDS})
-    assert len(fp) == 16
+    # pinned: trial runs already carry it, and `stats` pairs two trials only when it matches
+    payload = json.dumps({k: _platform().get(k, "") for k in PLATFORM_FIELDS}, sort_keys=True)
+    assert fp == hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
 @pytest.mark.parametrize("fields, label", [
@@ -130,7 +133,10 @@ def test_a_platform_fingerprint_reads_only_the_platform_fields() -> None:
      "torch 2.13.0+cpu, CPU AVX512 (AMD EPYC), 2 threads, GPU NVIDIA H100 (CUDA 12.8, cuDNN "
      "?, driver ?, sm 9.0, SDPA ?), deterministic on, fp32, speed fast"),
     ({"gpu": ""}, ""), ({}, ""),  # runs logged before the platform was
-    ({"threads": "4"}, "torch ?, CPU ? (?), 4 threads, no GPU, deterministic ?")])
+    ({"threads": "4"}, "torch ?, CPU ? (?), 4 threads, no GPU, deterministic ?"),
+    ({"torch": "2.13.0", "gpu": "A10G"},  # an unknown field is a "?", never a blank
+     "torch 2.13.0, CPU ? (?), ? threads, GPU A10G (CUDA ?, cuDNN ?, driver ?, sm ?, SDPA ?), "
+     "deterministic ?")])
 def test_a_platform_in_one_line(fields: dict, label: str) -> None:
     assert platform_label(fields) == label
 
