@@ -297,13 +297,16 @@ def _resources(cpu: float = 1, gpu: float = 0, **more: object):
 
 def _machine(monkeypatch, cpus: int | None = 4, gpus: int = 0, total: int = 10 * 2 ** 30,
              need: tuple[int, ...] = (2 ** 20,)) -> list[str]:
-    """This machine as `check_local_resources` sees it; returns the GPU queries it makes."""
+    """This machine as `check_local_resources` sees it, and the memory estimates of the
+    points in turn (`need`, cycled); returns the GPU queries it makes."""
+    import itertools
+
     asked: list[str] = []
     monkeypatch.setattr(preflight.os, "cpu_count", lambda: cpus)
     monkeypatch.setattr(preflight, "_local_gpus", lambda: asked.append("gpus") or gpus)
     monkeypatch.setattr(preflight.os, "sysconf",
                         lambda n: {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": total // 4096}[n])
-    needs = iter(need * 1000)
+    needs = itertools.cycle(need)
     monkeypatch.setattr(preflight, "trial_memory_bytes", lambda space, config: next(needs))
     return asked
 
