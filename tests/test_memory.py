@@ -147,8 +147,10 @@ def test_the_share_is_of_the_local_gpu_when_torch_sees_one_else_an_a10g(monkeypa
     assert gpu_device_memory() == (A10G_BYTES, "an A10G's 22.5 usable GiB (no GPU on this "
                                                "machine: cluster.yaml's workers assumed)")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda i: SimpleNamespace(name="NVIDIA H100", total_memory=80 * 2**30))
+    devices = {0: SimpleNamespace(name="NVIDIA H100", total_memory=80 * 2**30),
+               1: SimpleNamespace(name="NVIDIA A10G", total_memory=24 * 2**30)}
+    # device 0: the first one visible, which a trial's CUDA context starts on
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: devices[i])
     assert gpu_device_memory() == (80 * 2**30, "this machine's NVIDIA H100 (80.0 GiB)")
 
 
