@@ -105,18 +105,14 @@ def guard(verdict: str, arm: Learning, ref: Learning) -> Guarded:
 
 
 def sides(c: object) -> tuple[Learning, Learning]:
-    """The two arms' Learning from a comparison record (records.Comparison, or its JSON
-    entry): what the sequential decisions and the interaction test guard with."""
-    get = (lambda k: c.get(k)) if isinstance(c, dict) else (lambda k: getattr(c, k, None))
-    chance = get("chance_level")
-    chance = float(chance) if chance is not None else float("nan")
-
-    def one(label: str, state: str, prefix: str) -> Learning:
-        basis = get(f"{prefix}_learn_basis") or ""
-        return Learning(label, state or UNKNOWN, not basis, basis,
-                        get(f"{prefix}_learn_count"), get(f"{prefix}_learn_n"), chance)
-    return (one(get("variant"), get("learned"), "arm"),
-            one(get("baseline_variant"), get("baseline_learned"), "baseline"))
+    """The two arms' Learning from a comparison record (`records.Comparison`; its chance
+    level is nan when unknown): what the sequential decisions and the interaction test guard
+    with."""
+    def one(label: str, state: str, count: int | None, n: int | None, basis: str) -> Learning:
+        return Learning(label, state or UNKNOWN, not basis, basis, count, n, c.chance_level)
+    return (one(c.variant, c.learned, c.arm_learn_count, c.arm_learn_n, c.arm_learn_basis),
+            one(c.baseline_variant, c.baseline_learned, c.baseline_learn_count,
+                c.baseline_learn_n, c.baseline_learn_basis))
 
 
 def speaks(c: object) -> bool:

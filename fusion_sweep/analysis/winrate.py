@@ -94,7 +94,6 @@ class LearnRate:
     count: int
     n: int
     p_values: np.ndarray
-    alpha: float
 
     def __post_init__(self) -> None:
         # Frozen means frozen: callers must not flip a seed's verdict in place.
@@ -143,5 +142,5 @@ def learn_rate(correct: np.ndarray, n_test: np.ndarray, majority_rate: np.ndarra
     p = np.array([sps.binomtest(int(ci), int(ti), p=float(mi), alternative="greater").pvalue
                   for ci, ti, mi in zip(c, t, m)], dtype=float)  # (n,)
     learned = p <= alpha  # (n,)
-    return LearnRate(learned, int(learned.sum()), int(c.size), p, alpha)
+    return LearnRate(learned, int(learned.sum()), int(c.size), p)
 
