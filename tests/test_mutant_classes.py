@@ -122,22 +122,23 @@ def test_the_answer_counts_wins_as_lower_on_a_lower_is_better_metric(tmp_path, c
 
 
 # ------------------------------------------------------------------ one device at most
-def _space(gpu: object):
+def _resources(cpu: float = 1, gpu: object = 0, **more: object):
+    """The smoke space with these per-trial `resources` (as if read from s.yaml)."""
     from fusion_sweep.plan.space import parse_space
     raw = load_space("smoke").to_yaml_dict()
-    raw["resources"] = {**raw.get("resources", {}), "gpu": gpu}
+    raw["resources"] = {"cpu": cpu, "gpu": gpu, **more}
     return parse_space(raw, "s.yaml")
 
 
 @pytest.mark.parametrize("gpu", [0.5, 1, 2])
 def test_a_gpu_share_up_to_one_device_or_whole_devices_is_accepted(gpu: object) -> None:
-    assert _space(gpu).gpu == float(gpu)
+    assert _resources(gpu=gpu).gpu == float(gpu)
 
 
 @pytest.mark.parametrize("gpu", [1.5, 1.0001])
 def test_a_fractional_gpu_share_above_one_device_is_refused(gpu: float) -> None:
     with pytest.raises(Exception, match=r"resources.gpu: above 1 it must be a whole number"):
-        _space(gpu)
+        _resources(gpu=gpu)
 
 
 def _need() -> tuple[int, list]:
@@ -288,13 +289,6 @@ def test_a_relaunch_keeps_its_grid_extends_its_history_and_names_what_it_retrain
 
 
 # ------------------------------------------------------------------ this machine's resources
-def _resources(cpu: float = 1, gpu: float = 0, **more: object):
-    from fusion_sweep.plan.space import parse_space
-    raw = load_space("smoke").to_yaml_dict()
-    raw["resources"] = {"cpu": cpu, "gpu": gpu, **more}
-    return parse_space(raw, "s.yaml")
-
-
 def _machine(monkeypatch, cpus: int | None = 4, gpus: int = 0, total: int = 10 * 2 ** 30,
              need: tuple[int, ...] = (2 ** 20,)) -> list[str]:
     """This machine as `check_local_resources` sees it, and the memory estimates of the
