@@ -39,6 +39,7 @@ driver of the cluster must share.
 """
 from __future__ import annotations
 
+import compileall
 import os
 import re
 import shutil
@@ -168,10 +169,21 @@ def pytest_configure_node(node: Any) -> None:  # on the controller, for each wor
 _WORKER_ENV = {"OMP_NUM_THREADS": "1"}
 
 
+# The package's bytecode, written once before any test runs. The suite starts a few hundred
+# Python processes that import fusion_sweep (Ray workers, CLI drivers, trainers); pip
+# compiles the installed dependencies but not an editable install's source, and where
+# PYTHONDONTWRITEBYTECODE is set (this project's reference machine) no process writes what it
+# compiled, so each one compiled the package again: importing the CLI, the trainable, the
+# launcher and the report took 4.7-5.3 s from source and 3.7 s from bytecode (2-core EPYC).
+# compileall writes the cache files whatever that variable says; Python reads them as usual.
+PACKAGE = Path(__file__).resolve().parent.parent / "fusion_sweep"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     workerinput = getattr(config, "workerinput", None)
-    if workerinput is None:
-        return  # the controller, or `-n 0`: one process, torch's own default
+    if workerinput is None:  # the controller, or `-n 0`: one process, torch's own default
+        compileall.compile_dir(PACKAGE, quiet=1)
+        return
     for k, v in workerinput.get("terminal_env", {}).items():
         if v is None:
             os.environ.pop(k, None)
