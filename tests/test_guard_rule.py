@@ -69,6 +69,31 @@ def _expected(verdict: str, arm: str, ref: str, exact: bool) -> str:
     return verdict
 
 
+@pytest.mark.parametrize("arm, ref", list(itertools.product(STATES[:3] + ("",), repeat=2))
+                         + [("n/a", "n/a")])  # n/a: no test accuracy in the input at all
+@pytest.mark.parametrize("arm_basis, ref_basis", [("", ""), ("chance = 1/K", ""),
+                                                  ("", "seed-level t")])
+def test_sides_reads_each_arm_from_its_own_fields(arm: str, ref: str, arm_basis: str,
+                                                  ref_basis: str) -> None:
+    """guard.sides (the sequential decisions' and the interaction test's input): each arm's
+    state (empty: unknown), basis, label and the chance level from its own fields; `speaks`
+    is the guard's better standing."""
+    from types import SimpleNamespace
+
+    from fusion_sweep.analysis.guard import sides, speaks
+
+    c = SimpleNamespace(variant="concat", learned=arm, arm_learn_basis=arm_basis,
+                        baseline_variant="add", baseline_learned=ref,
+                        baseline_learn_basis=ref_basis, chance_level=0.25)
+    a, r = sides(c)
+    assert (a.label, a.state, a.exact, a.basis) == ("concat", arm or "unknown", not arm_basis,
+                                                    arm_basis)
+    assert (r.label, r.state, r.exact, r.basis) == ("add", ref or "unknown", not ref_basis,
+                                                    ref_basis)
+    assert a.chance_level == r.chance_level == 0.25
+    assert speaks(c) is (_expected(BETTER, arm or "unknown", ref or "unknown", True) == BETTER)
+
+
 @pytest.mark.parametrize("verdict", [BETTER, WORSE, EQUIVALENT, INCONCLUSIVE])
 @pytest.mark.parametrize("arm, ref", list(itertools.product(STATES[:3], repeat=2))
                          + [("n/a", "n/a")])

@@ -94,3 +94,26 @@ def test_a_claim_is_contradicted_only_below_alpha_over_m(step: int, worse: bool)
     pre = [one_sided(0.6, p_opposite)] + [one_sided(0.5, 0.5) for _ in range(3)]
     tests, m, _ = _holm(pre, ALPHA, frozenset())
     assert m == 4 and (tests[0].verdict == "worse") is worse, tests[0].verdict
+
+
+@pytest.mark.parametrize("value", ["higher", "lower"])
+def test_a_sweeps_direction_is_taken_as_given(value: str) -> None:
+    """metrics.py: the sweep's `directions` entry decides a metric of unknown direction, as the
+    string it is (the comparison's higher_is_better reads it)."""
+    from fusion_sweep.analysis.metrics import check_direction_value, resolve_direction
+
+    got = resolve_direction("foo", directions={"foo": value})
+    assert got == value and type(got) is str
+    assert check_direction_value("foo", value) == value
+
+
+@pytest.mark.parametrize("value", ["up", "Higher", "", 1])
+def test_a_sweeps_direction_outside_higher_lower_is_refused_by_name(value: object) -> None:
+    from fusion_sweep.analysis.metrics import check_direction_value, resolve_direction
+
+    want = (f"^direction of metric 'foo' must be 'higher' or 'lower', got {value!r} "
+            r"\(sweep param `directions`\)$")
+    with pytest.raises(AnalysisError, match=want):
+        resolve_direction("foo", directions={"foo": value})
+    with pytest.raises(AnalysisError, match=want):
+        check_direction_value("foo", value)

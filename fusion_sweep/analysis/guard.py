@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 
 from fusion_sweep.analysis.caveats import WITHHELD, Caveat
+from fusion_sweep.analysis.records import Comparison
 from fusion_sweep.analysis.schema import (
     BETTER, EQUIVALENT, INCONCLUSIVE, NOT_LEARNED, WORSE,
 )
@@ -104,18 +105,17 @@ def guard(verdict: str, arm: Learning, ref: Learning) -> Guarded:
     return Guarded(verdict)
 
 
-def sides(c: object) -> tuple[Learning, Learning]:
-    """The two arms' Learning from a comparison record (`records.Comparison`; its chance
-    level is nan when unknown): what the sequential decisions and the interaction test guard
-    with."""
-    def one(label: str, state: str, count: int | None, n: int | None, basis: str) -> Learning:
-        return Learning(label, state or UNKNOWN, not basis, basis, count, n, c.chance_level)
-    return (one(c.variant, c.learned, c.arm_learn_count, c.arm_learn_n, c.arm_learn_basis),
-            one(c.baseline_variant, c.baseline_learned, c.baseline_learn_count,
-                c.baseline_learn_n, c.baseline_learn_basis))
+def sides(c: Comparison) -> tuple[Learning, Learning]:
+    """The two arms' Learning from a comparison record (its chance level is nan when unknown):
+    what the sequential decisions and the interaction test guard with. Both read only the
+    guarded verdict, so the learn counts (the fixed-n tables' learn rates) are left out."""
+    def one(label: str, state: str, basis: str) -> Learning:
+        return Learning(label, state or UNKNOWN, not basis, basis, chance_level=c.chance_level)
+    return (one(c.variant, c.learned, c.arm_learn_basis),
+            one(c.baseline_variant, c.baseline_learned, c.baseline_learn_basis))
 
 
-def speaks(c: object) -> bool:
+def speaks(c: Comparison) -> bool:
     """Whether a comparison's Δ says anything about the variants: some arm learned (or no
     guard applies). A regime where it does not is left out of every test across regimes."""
     arm, ref = sides(c)
