@@ -7,7 +7,7 @@ and its tables fit the page.
 Without REPORT_DIR, builds a report from the built-in synthetic results table
 (fusion_sweep.analysis.demo) in a temporary directory, and a claims report (`--claims ressformer` on
 the demo's ReSSFormer table) beside it. Every page checked (report.html, and claims.html
-when the directory has one) gets two Chromium runs:
+when the directory has one) is loaded once in Chromium, for both of:
 1. `--dump-dom`: the page's own load handler writes data-images-loaded="k/n" on <body>
    after testing every <img> (each figure is embedded in the page as a data URI) for
    `complete && naturalWidth > 0`; k must equal n > 0. It also writes
@@ -42,10 +42,20 @@ def find_chromium() -> str | None:
 WINDOW = "--window-size=1600,2400"
 
 
-def dump_dom(chromium: str, html: Path, timeout: float = 60) -> str:
-    """The page's DOM after its load handler ran, at the screenshot's width."""
-    return subprocess.run([chromium, *BASE_FLAGS, WINDOW, "--dump-dom", html.resolve().as_uri()],
-                          capture_output=True, text=True, timeout=timeout, check=True).stdout
+def dump_dom(chromium: str, html: Path, png: Path | None = None, timeout: float = 60) -> str:
+    """The page's DOM after its load handler ran, at the screenshot's width; with `png`, the
+    same Chromium run also saves the screenshot there (one page load for both)."""
+    shot = []
+    if png is not None:
+        png.parent.mkdir(parents=True, exist_ok=True)
+        png.unlink(missing_ok=True)
+        shot = [f"--screenshot={png}"]
+    dom = subprocess.run([chromium, *BASE_FLAGS, WINDOW, "--dump-dom", *shot,
+                          html.resolve().as_uri()],
+                         capture_output=True, text=True, timeout=timeout, check=True).stdout
+    if png is not None and (not png.exists() or png.stat().st_size == 0):
+        raise RuntimeError(f"chromium wrote no screenshot to {png}")
+    return dom
 
 
 def grid_first(dom: str) -> bool:
@@ -54,31 +64,21 @@ def grid_first(dom: str) -> bool:
     return bool(m) and 'id="verdict-grid"' in m.group(0)
 
 
-def images_loaded(chromium: str, html: Path, timeout: float = 60) -> tuple[int, int]:
-    """(loaded, total) images as reported by the page after the load event."""
-    out = dump_dom(chromium, html, timeout)
-    m = re.search(r'data-images-loaded="(\d+)/(\d+)"', out)
+def images_loaded(dom: str) -> tuple[int, int]:
+    """(loaded, total) images as the page reported them in its DOM after the load event."""
+    m = re.search(r'data-images-loaded="(\d+)/(\d+)"', dom)
     if not m:
         raise RuntimeError("the page never reported its images (load event did not fire?)")
     return int(m.group(1)), int(m.group(2))
 
 
-def tables_overflowing(chromium: str, html: Path, timeout: float = 60) -> int:
+def tables_overflowing(dom: str) -> int:
     """How many tables are wider than the page at the screenshot's width (a scrollbar would
-    hide some of their columns), as reported by the page after the load event."""
-    m = re.search(r'data-tables-overflowing="(\d+)"', dump_dom(chromium, html, timeout))
+    hide some of their columns), as the page reported it in its DOM after the load event."""
+    m = re.search(r'data-tables-overflowing="(\d+)"', dom)
     if not m:
         raise RuntimeError("the page never reported its tables (load event did not fire?)")
     return int(m.group(1))
-
-
-def screenshot(chromium: str, html: Path, png: Path, timeout: float = 60) -> Path:
-    png.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([chromium, *BASE_FLAGS, WINDOW, f"--screenshot={png}",
-                    html.resolve().as_uri()], capture_output=True, timeout=timeout, check=True)
-    if not png.exists() or png.stat().st_size == 0:
-        raise RuntimeError(f"chromium wrote no screenshot to {png}")
-    return png
 
 
 def demo_report(out_dir: Path, n_boot: int = 10_000) -> Path:
@@ -118,12 +118,12 @@ def pages(report_dir: Path) -> list[Path]:
 
 
 def check_page(chromium: str, html: Path, png: Path) -> bool:
-    loaded, total = images_loaded(chromium, html)
-    first = html.name != "report.html" or grid_first(dump_dom(chromium, html))
-    wide = tables_overflowing(chromium, html)
-    shot = screenshot(chromium, html, png)
+    dom = dump_dom(chromium, html, png)
+    loaded, total = images_loaded(dom)
+    first = html.name != "report.html" or grid_first(dom)
+    wide = tables_overflowing(dom)
     print(f"{html}: {loaded}/{total} images loaded; verdict grid first: {first}; "
-          f"tables wider than the page: {wide}; screenshot {shot}")
+          f"tables wider than the page: {wide}; screenshot {png}")
     return total > 0 and loaded == total and first and wide == 0
 
 

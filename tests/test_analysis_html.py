@@ -25,26 +25,27 @@ def status(dom: str) -> str:
 def test_report_renders_with_images_loaded(tmp_path: Path) -> None:
     rdir = check.demo_report(tmp_path / "rep", n_boot=1000)
     html = rdir / "report.html"
-    loaded, total = check.images_loaded(CHROMIUM, html)
+    dom = check.dump_dom(CHROMIUM, html, tmp_path / "shot.png")  # one load: DOM and picture
+    loaded, total = check.images_loaded(dom)
     assert total == 10 and loaded == total  # 2 arm figures + 6 delta plots + 2 forest plots
-    dom = check.dump_dom(CHROMIUM, html)
     assert check.grid_first(dom)  # the verdict grid comes before any other table
     assert status(dom) == ""  # no debug line for a reader when every figure loaded
-    png = check.screenshot(CHROMIUM, html, tmp_path / "shot.png")
+    png = tmp_path / "shot.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     from PIL import Image  # noqa: PLC0415 - matplotlib's dependency
     assert Image.open(png).size == (1600, 2400)
-    assert check.tables_overflowing(CHROMIUM, html) == 0  # learned? and verdict in view
+    assert check.tables_overflowing(dom) == 0  # learned? and verdict in view
     # The figures live in the page: without the files beside it every one still loads.
     for f in rdir.glob("*.png"):
         f.unlink()
-    assert check.images_loaded(CHROMIUM, html) == (10, 10)
+    assert check.images_loaded(check.dump_dom(CHROMIUM, html)) == (10, 10)
     # The check is not vacuous: a figure linked to a missing file is reported as not loaded.
     broken = rdir / "broken.html"
     broken.write_text(re.sub(r'<img src="data:[^"]*"', '<img src="missing.png"',
                              html.read_text(), count=1))
-    assert check.images_loaded(CHROMIUM, broken) == (9, 10)
-    assert status(check.dump_dom(CHROMIUM, broken)) == "1 of 10 figures failed to load"
+    dom = check.dump_dom(CHROMIUM, broken)
+    assert check.images_loaded(dom) == (9, 10)
+    assert status(dom) == "1 of 10 figures failed to load"
 
 
 def test_adaptive_sweep_report_shows_confidence_sequences(tmp_path: Path) -> None:
@@ -62,5 +63,5 @@ def test_adaptive_sweep_report_shows_confidence_sequences(tmp_path: Path) -> Non
     html = write_report(report, tmp_path / "rep")["html"]
     from fusion_sweep.analysis.render import embedded
     assert embedded(html.parent, "sequential_cs.png") in html.read_text()
-    loaded, total = check.images_loaded(CHROMIUM, html)
+    loaded, total = check.images_loaded(check.dump_dom(CHROMIUM, html))
     assert total == 11 and loaded == total  # the 10 figures of a fixed sweep + the CS figure

@@ -310,13 +310,13 @@ def test_ui_opens_the_trials_and_stops_on_sigterm(store, tmp_path):
             f"{d}.{pe}.{f}.s{s}" for d, pe, f, s, _ in TRIALS)
 
         if CHROMIUM is not None:  # what a person sees at that URL
-            dom = chromium("--dump-dom", url, profile=tmp_path / "prof").stdout
+            png = Path(os.environ.get("FUSION_UI_SCREENSHOT") or tmp_path / "ui.png")
+            dom = chromium("--dump-dom", f"--screenshot={png}", url,
+                           profile=tmp_path / "prof").stdout  # one first visit: DOM and picture
             for text in ("dataset", "fusion", "seed", "test_acc",
                          "gate-scalar", "0.75"):
                 assert text in dom, f"{text!r} not on the page"
             assert "Token Usage" not in dom and "Traces</h" not in dom  # not the GenAI overview
-            png = Path(os.environ.get("FUSION_UI_SCREENSHOT") or tmp_path / "ui.png")
-            chromium(f"--screenshot={png}", url, profile=tmp_path / "prof")
             assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     finally:
         assert_stops_cleanly(proc, signal.SIGTERM, port, seen)
@@ -392,12 +392,12 @@ def test_root_and_run_pages_open_the_training_layout(store, tmp_path):
         for name, page, want in (
                 ("root", base + "/", ("gate-scalar", "synthetic-short", "Sort: fusion_sweep.ui_order")),
                 ("run", f"{base}/#/experiments/{exp_id}/runs/{run_id}", ("Model metrics",))):
-            dom = chromium("--dump-dom", page, profile=tmp_path / "prof").stdout
+            png = shots / f"ui_{name}.png"
+            dom = chromium("--dump-dom", f"--screenshot={png}", page,
+                           profile=tmp_path / "prof").stdout  # one first visit: DOM and picture
             for text in want:
                 assert text in dom, f"{text!r} not on the {name} page"
             assert "Evaluation runs" not in dom and "Token Usage" not in dom, name  # not GenAI
-            png = shots / f"ui_{name}.png"
-            chromium(f"--screenshot={png}", page, profile=tmp_path / "prof")
             img = Image.open(png).convert("L")
             assert img.size == (1600, 1000)
             assert len(np.unique(np.asarray(img.resize((64, 40))))) > 8  # a drawn page, not blank
