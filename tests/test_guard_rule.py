@@ -8,6 +8,7 @@ before (main at 200d0b8)."""
 from __future__ import annotations
 
 import itertools
+import math
 import json
 import sys
 from pathlib import Path
@@ -381,3 +382,45 @@ def test_a_lost_seed_goes_the_way_that_decides_least(wins: int, losses: int, los
     assert st.p_two_sided == pytest.approx(worst)
     assert st.p_two_sided >= sign_test(np.r_[np.ones(wins), -np.ones(losses)]).p_two_sided
     assert (st.wins, st.losses, st.lost) == (wins, losses, lost)
+
+
+# ------------------------------------------------- no test accuracy: unknown, never validation
+def _arms_table() -> pd.DataFrame:
+    """Two datasets x two fusions x two seeds, every accuracy column a learned model's."""
+    rows = [dict(dataset=d, encoder="standard", pe="sinusoidal", fusion=f, seed=s,
+                 status="FINISHED", test_acc=0.9, best_val_acc=0.95, val_acc=0.93,
+                 latency_ms_per_sample=1.0 + s, test_majority_rate=0.5, test_size=200)
+            for d in ("d2", "d1") for f in ("concat", "add") for s in (0, 1)]
+    return pd.DataFrame(rows)
+
+
+def test_without_a_test_accuracy_every_arm_is_unknown_and_one_warning_says_why() -> None:
+    """chance.chance_tests on a table with only a validation accuracy and a maximum over
+    epochs: one record per arm, sorted, each `unknown` with the reason, the first
+    validation column named as its metric and nothing estimated; one warning."""
+    from fusion_sweep.analysis import chance
+    from fusion_sweep.analysis.variants import Variant
+
+    df = _arms_table().drop(columns="test_acc")
+    assert chance.validation_only(df, ["latency_ms_per_sample", "val_acc"]) == [
+        "val_acc", "best_val_acc"]  # the asked-for first, then the table's order, once each
+    tests, by_arm, warnings = chance.chance_tests(df, ["latency_ms_per_sample"], {}, 0.05)
+    why = "no test accuracy in the input (only best_val_acc, val_acc)"
+    arms = [("d1", "add"), ("d1", "concat"), ("d2", "add"), ("d2", "concat")]
+    assert [(t.dataset, t.fusion) for t in tests] == arms
+    for t in tests:
+        assert (t.encoder, t.pe, t.metric, t.variant) == (
+            "standard", "sinusoidal", "best_val_acc", Variant("standard", "sinusoidal",
+                                                              t.fusion).label)
+        assert (t.n, t.num_classes, t.learned, t.chance_source, t.learn_method,
+                t.learn_count, t.learn_n) == (0, None, "unknown", why, why, None, None)
+        assert all(math.isnan(x) for x in (t.chance_level, t.mean, t.t, t.p, t.p_holm))
+    assert by_arm == {(t.dataset, Variant(t.encoder, t.pe, t.fusion)): t for t in tests}
+    assert warnings == [{"code": "chance_no_test_accuracy", "message": (
+        "the input holds no test accuracy, only best_val_acc, val_acc: a validation accuracy "
+        "or a maximum over epochs is never compared with the test split's chance level, so "
+        "every arm's learned? is unknown (add the test accuracy column, e.g. test_acc)")}]
+    # no accuracy of any kind: no guard at all
+    bare = df.drop(columns=["best_val_acc", "val_acc"])
+    assert chance.validation_only(bare, ["latency_ms_per_sample"]) == []
+    assert chance.chance_tests(bare, ["latency_ms_per_sample"], {}, 0.05) == ([], {}, [])
