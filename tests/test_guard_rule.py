@@ -424,3 +424,29 @@ def test_without_a_test_accuracy_every_arm_is_unknown_and_one_warning_says_why()
     bare = df.drop(columns=["best_val_acc", "val_acc"])
     assert chance.validation_only(bare, ["latency_ms_per_sample"]) == []
     assert chance.chance_tests(bare, ["latency_ms_per_sample"], {}, 0.05) == ([], {}, [])
+
+
+@pytest.mark.parametrize("source, learn_n, basis", [
+    ("test majority rate", 8, ""),  # the exact per-seed test
+    ("test majority rate", None, "the seed-level t-test (no test_n recorded)"),
+    ("1/K (no test_majority_rate recorded)", 8, "chance = 1/K (no test_majority_rate recorded)"),
+    ("no test accuracy in the input (only val_acc)", None,
+     "no test accuracy in the input (only val_acc)")])
+def test_an_arms_learning_names_the_basis_of_its_state(source: str, learn_n: int | None,
+                                                       basis: str) -> None:
+    """chance.learning: the arm's own test (state, counts, chance level), `exact` only for the
+    exact per-seed test against the recorded majority rate; `n/a` without any chance test,
+    `unknown` for an arm that has none."""
+    from fusion_sweep.analysis import chance
+    from fusion_sweep.analysis.records import ChanceTest
+    from fusion_sweep.analysis.variants import Variant
+
+    v, other = Variant("standard", "sinusoidal", "concat"), Variant("standard", "rope", "add")
+    t = ChanceTest("d", "standard", "sinusoidal", "test_acc", "concat", v.label, 8, 2, 0.55,
+                   0.9, 9.0, 0.001, 0.002, "yes", source, source, 7 if learn_n else None,
+                   learn_n)
+    got = chance.learning({("d", v): t}, "d", v)
+    assert got == Learning(v.label, "yes", basis == "", basis, t.learn_count, learn_n, 0.55)
+    assert chance.learning({}, "d", v) == Learning(v.label, "n/a")
+    assert chance.learning({("d", v): t}, "d", other) == Learning(other.label, "unknown")
+    assert chance.learning({("d", v): t}, "e", v) == Learning(v.label, "unknown")
