@@ -117,3 +117,21 @@ def test_a_sweeps_direction_outside_higher_lower_is_refused_by_name(value: objec
         resolve_direction("foo", directions={"foo": value})
     with pytest.raises(AnalysisError, match=want):
         check_direction_value("foo", value)
+
+
+@pytest.mark.parametrize("name", sorted(__import__(
+    "fusion_sweep.analysis.schema", fromlist=["x"]).LOWER_IS_BETTER))
+def test_each_exact_lower_is_better_name_is_lower(name: str) -> None:
+    """metrics.name_direction: the exact-name table before the substring rule (params,
+    train_seconds ... match no substring); exactly 'lower', the value every reader compares."""
+    from fusion_sweep.analysis.metrics import name_direction, resolve_direction
+
+    assert name_direction(name) == "lower" and resolve_direction(name) == "lower"
+
+
+@pytest.mark.parametrize("name", sorted(__import__(
+    "fusion_sweep.analysis.schema", fromlist=["x"]).HIGHER_IS_BETTER))
+def test_each_exact_higher_is_better_name_is_higher(name: str) -> None:
+    from fusion_sweep.analysis.metrics import name_direction, resolve_direction
+
+    assert name_direction(name) == "higher" and resolve_direction(name) == "higher"
