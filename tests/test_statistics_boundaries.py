@@ -114,3 +114,47 @@ def test_a_dataset_enters_the_interaction_test_with_at_least_two_pairs(
     assert bool(tests) is enters, tests
     codes = [w["code"] for w in rep["warnings"]]
     assert ("interaction_dataset_left_out" in codes) is (not enters), codes
+
+
+# ------------------------------------------------- the small rules of stats.py, at the edge
+def test_two_pairs_with_spread_are_enough_for_a_t_test() -> None:
+    """has_spread: n >= 2 and SD > 0. At n = 2 the paired t and its interval exist; at n = 1,
+    or with every Δ equal, they do not."""
+    assert stats.has_spread(np.array([0.1, 0.2]))
+    assert not stats.has_spread(np.array([0.1])) and not stats.has_spread(np.array([0.2, 0.2]))
+    r = stats.paired_t(np.array([0.6, 0.8]), np.array([0.5, 0.6]), 0.05)
+    assert math.isfinite(r.low) and math.isfinite(r.p) and r.df == 1.0
+    assert stats.min_p_t(2) == 0.0 and math.isnan(stats.min_p_t(1))
+
+
+def test_the_holm_consistent_interval_needs_a_positive_adjusted_p() -> None:
+    """An adjusted p of 0 (a raw p that underflowed) gives no level to build the interval at:
+    nan, never a division by zero. The level never drops below 1 - alpha (p <= p_holm)."""
+    d = np.array([0.1, 0.2, 0.15, 0.12])
+    assert all(math.isnan(v) for v in stats.holm_consistent_interval(d, 0.0, 0.0, 0.05))
+    assert stats.holm_consistent_interval(d, 0.01, 0.04, 0.05)[2] == pytest.approx(0.9875)
+    assert stats.holm_consistent_interval(d, 0.04, 0.04, 0.05)[2] == pytest.approx(0.95)
+    assert stats.holm_consistent_interval(d, 0.08, 0.04, 0.05)[2] == pytest.approx(0.95)
+
+
+@pytest.mark.parametrize("margin, decided", [(0.0, False), (-0.01, False), (1e-9, True)])
+def test_tost_needs_a_positive_margin(margin: float, decided: bool) -> None:
+    """tost_p: no test without a margin above 0 (a zero margin is an empty interval)."""
+    x, y = np.array([0.50, 0.52, 0.51, 0.53]), np.array([0.50, 0.50, 0.52, 0.52])
+    assert math.isfinite(stats.tost_p(x, y, margin)) is decided
+
+
+def test_seeds_for_power_stops_where_the_power_reaches_the_target() -> None:
+    """'the smallest n whose power reaches `power`': a target equal to the power at n = 6 is
+    reached at 6, not 7."""
+    at6 = stats.achieved_power(0.8, 6, 0.05)
+    assert stats.seeds_for_power(0.8, 0.05, at6) == 6
+    assert stats.seeds_for_power(0.8, 0.05, math.nextafter(at6, 1)) == 7
+
+
+@pytest.mark.parametrize("method", ["exact", "exact-permutation (ties; zero_method=wilcox)"])
+def test_the_exact_wilcoxon_floors_are_two_over_two_to_the_n(method: str) -> None:
+    """min_p_wilcoxon: exact and exact-permutation reach 2 / 2**n; only 'asymptotic' uses
+    the normal tail."""
+    assert stats.min_p_wilcoxon(8, method) == 2 / 2**8
+    assert stats.min_p_wilcoxon(8, "asymptotic (n > 50)") > 2 / 2**8
