@@ -135,3 +135,15 @@ def test_each_exact_higher_is_better_name_is_higher(name: str) -> None:
     from fusion_sweep.analysis.metrics import name_direction, resolve_direction
 
     assert name_direction(name) == "higher" and resolve_direction(name) == "higher"
+
+
+@pytest.mark.parametrize("name, want", [
+    ("val_loss", "lower"), ("Test_Error_Rate", "lower"), ("perplexity", "lower"),
+    ("test_acc", "higher"), ("macro_F1", "higher"), ("roc_auc", "higher"),
+    ("acc_loss", None), ("foo", None), ("", None)])
+def test_a_name_says_its_direction_by_one_list_only(name: str, want: str | None) -> None:
+    """metrics.name_direction's substring rule: a name matching the lower list only is
+    'lower', the higher list only 'higher', both or neither: no direction (refused)."""
+    from fusion_sweep.analysis.metrics import name_direction
+
+    assert name_direction(name) == want
