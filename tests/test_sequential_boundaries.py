@@ -179,3 +179,18 @@ def test_the_normal_mixture_excludes_zero_exactly_when_its_p_is_at_most_the_leve
     for a, outside in ((math.nextafter(p, 1) * (1 + 1e-9), True), (p * (1 - 1e-6), False)):
         cs = sq.confidence_sequence(d, a)
         assert bool(cs.low[-1] > 0) is outside, (a, cs.low[-1])
+
+
+@pytest.mark.parametrize("run, ok", [(-1, False), (0, True), (1, True)])
+def test_a_family_may_have_run_zero_seeds_never_fewer(run: int, ok: bool) -> None:
+    """stopping_rule's seeds_run: at least 0 (a family planned but not yet run gets its
+    first batch), and never below the deltas given (none here)."""
+    if not ok:
+        with pytest.raises(AnalysisError, match=r"^seeds_run\['f'\] must be an integer >= 0, "
+                                                r"got -1$"):
+            sq.stopping_rule({"f": {"c": []}}, seeds_run={"f": run}, max_seeds=4,
+                             seed_batch=2)
+        return
+    plan = sq.stopping_rule({"f": {"c": []}}, seeds_run={"f": run}, max_seeds=4, seed_batch=2)
+    assert plan.seeds_run == {"f": run} and plan.seeds_to_add == {"f": 2}
+    assert plan.results[0].n == 0 and plan.results[0].decision == "inconclusive"
