@@ -147,3 +147,31 @@ def test_a_name_says_its_direction_by_one_list_only(name: str, want: str | None)
     from fusion_sweep.analysis.metrics import name_direction
 
     assert name_direction(name) == want
+
+
+@pytest.mark.parametrize("flag", ["higher", "lower"])
+def test_a_direction_flag_decides_only_a_metric_of_unknown_direction(flag: str) -> None:
+    from fusion_sweep.analysis.metrics import resolve_direction
+
+    assert resolve_direction("foo", flag) == flag  # nothing known: the flag decides
+    assert resolve_direction("val_loss", "lower") == "lower"  # agrees with the name
+
+
+def test_a_direction_flag_against_the_table_or_the_name_is_refused_saying_which(
+        monkeypatch) -> None:
+    """The metric table (schema.METRIC_DIRECTIONS) is read before the name: a table entry
+    whose name says nothing still refuses a contradicting flag, and the error says which
+    source knew the direction."""
+    from fusion_sweep.analysis import metrics
+
+    monkeypatch.setitem(metrics.METRIC_DIRECTIONS, "gizmo", "lower")
+    with pytest.raises(AnalysisError, match=(
+            r"^--direction higher contradicts the known direction of metric 'gizmo' \(lower "
+            r"is better: the metric table says so\); drop --direction: it is only for metrics "
+            r"whose direction is not known$")):
+        metrics.resolve_direction("gizmo", "higher")
+    assert metrics.resolve_direction("gizmo", "lower") == "lower"
+    with pytest.raises(AnalysisError, match=(
+            r"^--direction higher contradicts the known direction of metric 'val_loss' "
+            r"\(lower is better: its name says so\); drop --direction")):
+        metrics.resolve_direction("val_loss", "higher")
