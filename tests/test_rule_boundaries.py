@@ -175,3 +175,58 @@ def test_a_direction_flag_against_the_table_or_the_name_is_refused_saying_which(
             r"^--direction higher contradicts the known direction of metric 'val_loss' "
             r"\(lower is better: its name says so\); drop --direction")):
         metrics.resolve_direction("val_loss", "higher")
+
+
+# 'negligible impact' (claims, C4): worse only when the whole interval lies BEYOND the margin
+# on the worse side; better needs the interval above 0 (and the Holm p below alpha).
+def _negligible(low: float, high: float, higher: bool = True, p_holm: float = 0.01,
+                tost_p_holm: float = 0.5) -> str:
+    from fusion_sweep.analysis.claims import Plan, _negligible_verdict, _Result, _Stats
+
+    plan = Plan("C4", "C4 · d", ("d",), "test_acc", "arm - ref", negligible=True)
+    st = _Stats(_Result(plan), ci_low=low, ci_high=high, equivalence_margin=0.02,
+                higher=higher)
+    return _negligible_verdict(st, p_holm, tost_p_holm, ALPHA, [])
+
+
+@pytest.mark.parametrize("step, worse", [(-1, True), (0, False), (1, False)])
+def test_negligible_impact_is_contradicted_only_beyond_the_margin(step: int, worse: bool) -> None:
+    edge = -0.02
+    high = {-1: math.nextafter(edge, -1), 0: edge, 1: math.nextafter(edge, 1)}[step]
+    assert (_negligible(-0.05, high) == "worse") is worse
+    # lower is better: the same interval, mirrored, is the same verdict
+    assert (_negligible(-high, 0.05, higher=False) == "worse") is worse
+
+
+@pytest.mark.parametrize("low, better", [(math.nextafter(0, -1), False), (0.0, False),
+                                         (math.nextafter(0, 1), True)])
+def test_negligible_impact_reads_better_only_above_zero(low: float, better: bool) -> None:
+    assert (_negligible(low, 0.05) == "better") is better
+    assert (_negligible(-0.05, -low, higher=False) == "better") is better
+    assert _negligible(0.01, 0.05, p_holm=ALPHA) == "inconclusive"  # at alpha: not below
+    assert _negligible(0.01, 0.05, tost_p_holm=0.01) == "equivalent"  # TOST first
+
+
+def test_negligible_impact_is_equivalent_only_below_alpha() -> None:
+    assert _negligible(0.01, 0.05, tost_p_holm=math.nextafter(ALPHA, 0)) == "equivalent"
+    assert _negligible(0.01, 0.05, tost_p_holm=ALPHA) == "better"  # at alpha: the t rule
+
+
+@pytest.mark.parametrize("states, unit", [
+    (("SUP",), "SUP"), (("SUP", "UND"), "SUP"), (("CON", "UND"), "CON"), (("SUP", "CON"), "UND"),
+    (("UND", "UND"), "UND")])
+def test_a_training_supports_when_some_test_of_it_does_and_none_contradicts(
+        states: tuple[str, ...], unit: str) -> None:
+    """claims._per_training: a regime and its structure-noise probes re-test one training;
+    it supports (contradicts) when some of its tests do and none goes the other way."""
+    from types import MappingProxyType
+
+    from fusion_sweep.analysis.claims import ClaimTest, _per_training
+    from fusion_sweep.analysis.schema import CONTRADICTS, SUPPORTS, UNDECIDED
+
+    word = {"SUP": SUPPORTS, "CON": CONTRADICTS, "UND": UNDECIDED}
+    states, unit = tuple(word[s] for s in states), word[unit]
+    base = dict.fromkeys(f.name for f in __import__("dataclasses").fields(ClaimTest))
+    tests = [ClaimTest(**{**base, "test": f"C1 · {d}", "datasets": (d,), "support": s})
+             for d, s in zip(("long", "long-shuffled"), states)]
+    assert _per_training(tests, MappingProxyType({"long-shuffled": "long"})) == [unit]
