@@ -450,3 +450,31 @@ def test_an_arms_learning_names_the_basis_of_its_state(source: str, learn_n: int
     assert chance.learning({}, "d", v) == Learning(v.label, "n/a")
     assert chance.learning({("d", v): t}, "d", other) == Learning(other.label, "unknown")
     assert chance.learning({("d", v): t}, "e", v) == Learning(v.label, "unknown")
+
+
+@pytest.mark.parametrize("arm_count, ref_count, said", [
+    (8, 8, ""), (0, 8, ""), (8, 0, ""), (7, 8, "concat at chance on 1 of 8 seeds"),
+    (1, 8, "concat at chance on 7 of 8 seeds"),
+    (7, 4, "concat at chance on 1 of 8 seeds; add at chance on 4 of 8 seeds")])
+def test_a_collapse_is_an_arm_that_learned_on_some_seeds_but_not_all(
+        arm_count: int, ref_count: int, said: str) -> None:
+    """report._collapse (the COLLAPSE caveat's reason): 0 < learned seeds < seeds tested; an
+    arm at chance on every seed is not learning at all (the guard's case), not collapsing."""
+    import numpy as np
+
+    from fusion_sweep.analysis.pairing import Paired
+    from fusion_sweep.analysis.records import ChanceTest
+    from fusion_sweep.analysis.report import _collapse
+    from fusion_sweep.analysis.variants import Variant
+
+    arm, ref = Variant("standard", "sinusoidal", "concat"), Variant("standard", "sinusoidal",
+                                                                    "add")
+
+    def test(v: Variant, count: int) -> ChanceTest:
+        return ChanceTest("d", v.encoder, v.pe, "test_acc", v.fusion, v.label, 8, 2, 0.5,
+                          0.8, 5.0, 0.001, 0.002, "yes", "test majority rate", "exact", count,
+                          8)
+
+    by_arm = {("d", arm): test(arm, arm_count), ("d", ref): test(ref, ref_count)}
+    p = Paired("d", "test_acc", arm, ref, "add", (), np.arange(8), np.ones(8), np.ones(8))
+    assert _collapse(by_arm, p) == said.replace("concat", arm.label).replace("add", ref.label)

@@ -101,6 +101,8 @@ def test_the_family_counts_every_metric_and_the_pre_registered_members(
     for c, tp, sp in zip(comps, t_holm, sign_holm):
         assert c["p_holm"] == pytest.approx(tp, rel=1e-9)
         assert c["sign_p_holm"] == pytest.approx(sp, rel=1e-9)
+        # Holm's first step (power, seeds for power) is at alpha over the same m
+        assert c["holm_first_step_alpha"] == pytest.approx(0.05 / expected_m, rel=1e-12)
 
 
 # ------------------------------------------------------------------ lower is better
