@@ -478,3 +478,33 @@ def test_a_collapse_is_an_arm_that_learned_on_some_seeds_but_not_all(
     by_arm = {("d", arm): test(arm, arm_count), ("d", ref): test(ref, ref_count)}
     p = Paired("d", "test_acc", arm, ref, "add", (), np.arange(8), np.ones(8), np.ones(8))
     assert _collapse(by_arm, p) == said.replace("concat", arm.label).replace("add", ref.label)
+
+
+@pytest.mark.parametrize("verdict, flagged", [("better", True), ("worse", True),
+                                              ("equivalent", True), ("inconclusive", False)])
+def test_a_collapse_qualifies_every_decided_verdict(verdict: str, flagged: bool) -> None:
+    """report._qualify: collapsed seeds mix chance-level and learned seeds, so a decided
+    mean-Δ verdict (better, worse, equivalent) rests on normality; an undecided one needs no
+    caveat."""
+    from dataclasses import replace as dc_replace
+
+    import numpy as np
+
+    from fusion_sweep.analysis.caveats import COLLAPSE
+    from fusion_sweep.analysis.guard import Guarded
+    from fusion_sweep.analysis.pairing import Paired
+    from fusion_sweep.analysis.report import Adjusted, _measure, _qualify
+    from fusion_sweep.analysis.settings import Settings
+    from fusion_sweep.analysis.variants import Variant
+
+    arm, ref = Variant("standard", "sinusoidal", "concat"), Variant("standard", "sinusoidal",
+                                                                    "add")
+    x = np.array([0.80, 0.82, 0.81, 0.83, 0.80, 0.82, 0.81, 0.84])
+    p = Paired("d", "test_acc", arm, ref, "add", (), np.arange(8), x, x - 0.001)
+    s = Settings(n_boot=200)
+    m = dc_replace(_measure(p, s, None, {}), collapse="concat at chance on 1 of 8 seeds")
+    a = Adjusted(0.01, 0.01, float("nan"), 0.01, 0.05)
+    _, flags, notes = _qualify(m, a, Guarded(verdict), s, False)
+    assert any(f.kind == COLLAPSE for f in flags) is flagged
+    assert any(n.startswith("concat at chance on 1 of 8 seeds: the deltas mix") for n in notes) \
+        is flagged
