@@ -508,3 +508,35 @@ def test_a_collapse_qualifies_every_decided_verdict(verdict: str, flagged: bool)
     assert any(f.kind == COLLAPSE for f in flags) is flagged
     assert any(n.startswith("concat at chance on 1 of 8 seeds: the deltas mix") for n in notes) \
         is flagged
+
+
+@pytest.mark.parametrize("family, other", [(1, "better"), (5, None)])
+def test_the_put_back_verdict_takes_the_comparisons_own_holm_step(family: int,
+                                                                  other: str | None) -> None:
+    """report._sensitivity: the pairs dropped by a fingerprint check, put back, are judged at
+    the comparison's own Holm step (p_holm / p): all 8 pairs give p 0.014, which decides alone
+    (step 1) but not at step 5 (0.07), where the verdict stays what the checked pairs said."""
+    from dataclasses import replace as dc_replace
+
+    import numpy as np
+
+    from fusion_sweep.analysis.caveats import ALL_PAIRS
+    from fusion_sweep.analysis.pairing import Paired
+    from fusion_sweep.analysis.report import Adjusted, _measure, _sensitivity
+    from fusion_sweep.analysis.settings import Settings
+    from fusion_sweep.analysis.variants import Variant
+
+    arm, ref = Variant("standard", "sinusoidal", "concat"), Variant("standard", "sinusoidal",
+                                                                    "add")
+    checked, put_back = [0.01, 0.03, -0.005, 0.02], [0.015, 0.002, 0.01, 0.025]
+    p = Paired("d", "test_acc", arm, ref, "add", (), np.arange(4), 0.8 + np.array(checked),
+               np.full(4, 0.8), tuple((4 + i, 0.8 + d, 0.8) for i, d in enumerate(put_back)))
+    s = Settings(n_boot=200)
+    m = _measure(p, s, None, {})
+    t_p = m.stats.t_p  # 0.163: the checked pairs alone decide nothing
+    a = Adjusted(min(1.0, family * t_p), float("nan"), float("nan"), 1.0, 0.05 / family)
+    got = _sensitivity(m, a, "inconclusive", s, False)
+    if other is None:
+        assert got is None
+    else:
+        assert (got[0].kind, got[0].n, got[0].other) == (ALL_PAIRS, 8, other)
