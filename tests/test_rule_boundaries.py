@@ -230,3 +230,20 @@ def test_a_training_supports_when_some_test_of_it_does_and_none_contradicts(
     tests = [ClaimTest(**{**base, "test": f"C1 · {d}", "datasets": (d,), "support": s})
              for d, s in zip(("long", "long-shuffled"), states)]
     assert _per_training(tests, MappingProxyType({"long-shuffled": "long"})) == [unit]
+
+
+@pytest.mark.parametrize("name, proportion", [("test_acc", True), ("Test_ACC", True),
+                                              ("val_F1", True), ("roc_AUC", True),
+                                              ("latency_ms_per_sample", False)])
+def test_a_proportion_is_known_by_its_name_in_any_case(name: str, proportion: bool) -> None:
+    from fusion_sweep.analysis.metrics import is_proportion
+
+    assert is_proportion(name) is proportion
+
+
+def test_a_metric_of_unknown_direction_is_refused_naming_both_flags() -> None:
+    from fusion_sweep.analysis.metrics import resolve_direction
+
+    with pytest.raises(AnalysisError, match=(r"^direction of metric 'foo' is unknown; pass "
+                                             r"--direction higher or --direction lower$")):
+        resolve_direction("foo")

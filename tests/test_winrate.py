@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -111,3 +112,35 @@ def test_learn_rate_errors(args, match):
 def test_learn_rate_reports_every_error_at_once():
     with pytest.raises(ValueError, match="whole counts.*majority_rate.*alpha"):
         learn_rate(np.array([1.5]), np.array([10]), np.array([2.0]), alpha=0.0)
+
+
+# ---------------------------------------------------------------- sign_test at its edges
+@pytest.mark.parametrize("confidence, ok", [(0.0, False), (1e-9, True), (0.95, True),
+                                            (math.nextafter(1.0, 0), True), (1.0, False)])
+def test_the_sign_tests_confidence_lies_strictly_between_0_and_1(confidence: float,
+                                                                 ok: bool) -> None:
+    if ok:
+        assert sign_test(np.array([0.1, -0.2, 0.3]), confidence).confidence == confidence
+    else:
+        with pytest.raises(ValueError, match=rf"^confidence must lie in \(0, 1\), got "
+                                             rf"{confidence}$"):
+            sign_test(np.array([0.1, -0.2, 0.3]), confidence)
+
+
+@pytest.mark.parametrize("deltas", [[0.0, 0.0, 0.0], [0.1, -0.2, 0.0, 0.3]])
+def test_the_sign_test_keeps_its_confidence_and_lost_seeds(deltas: list[float]) -> None:
+    """Every SignTest says the level its interval is at and the seeds it counted as lost,
+    the all-tied one (nothing decided: p 1, no rate) too."""
+    r = sign_test(np.array(deltas), 0.9, lost=2)
+    assert (r.confidence, r.lost, r.n) == (0.9, 2, len(deltas))
+    if not any(deltas):
+        assert (r.wins, r.losses, r.ties, r.p_two_sided) == (0, 0, 3, 1.0)
+        assert math.isnan(r.win_rate) and math.isnan(r.ci_low) and math.isnan(r.ci_high)
+
+
+def test_a_missing_delta_is_an_error_never_a_tie() -> None:
+    """A None (a missing value from JSON, say) is a NaN delta: refused, not a tie."""
+    with pytest.raises(ValueError, match=r"^deltas contain 1 NaN value\(s\)$"):
+        sign_test([0.1, None, 0.2])
+    with pytest.raises(ValueError, match=r"^lost must be >= 0, got -1$"):
+        sign_test(np.array([0.1, 0.2]), lost=-1)
