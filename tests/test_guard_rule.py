@@ -8,8 +8,8 @@ before (main at 200d0b8)."""
 from __future__ import annotations
 
 import itertools
-import math
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -22,12 +22,14 @@ from fusion_sweep import cli
 from fusion_sweep.analysis.caveats import full
 from fusion_sweep.analysis.guard import Learning, guard
 from fusion_sweep.analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, NOT_LEARNED, WORSE
+from fusion_sweep.analysis.variants import Variant
 
 sys.path.insert(0, str(Path(__file__).parent))
 import fusion_matters_files as fm  # noqa: E402
 import overclaim_files as files  # noqa: E402
 
 FAST = ["--bootstrap", "200"]
+CONCAT, ADD = (Variant("standard", "sinusoidal", f) for f in ("concat", "add"))
 STATES = ("yes", "no", "unknown", "n/a")
 
 
@@ -399,7 +401,6 @@ def test_without_a_test_accuracy_every_arm_is_unknown_and_one_warning_says_why()
     epochs: one record per arm, sorted, each `unknown` with the reason, the first
     validation column named as its metric and nothing estimated; one warning."""
     from fusion_sweep.analysis import chance
-    from fusion_sweep.analysis.variants import Variant
 
     df = _arms_table().drop(columns="test_acc")
     assert chance.validation_only(df, ["latency_ms_per_sample", "val_acc"]) == [
@@ -439,7 +440,6 @@ def test_an_arms_learning_names_the_basis_of_its_state(source: str, learn_n: int
     `unknown` for an arm that has none."""
     from fusion_sweep.analysis import chance
     from fusion_sweep.analysis.records import ChanceTest
-    from fusion_sweep.analysis.variants import Variant
 
     v, other = Variant("standard", "sinusoidal", "concat"), Variant("standard", "rope", "add")
     t = ChanceTest("d", "standard", "sinusoidal", "test_acc", "concat", v.label, 8, 2, 0.55,
@@ -460,15 +460,11 @@ def test_a_collapse_is_an_arm_that_learned_on_some_seeds_but_not_all(
         arm_count: int, ref_count: int, said: str) -> None:
     """report._collapse (the COLLAPSE caveat's reason): 0 < learned seeds < seeds tested; an
     arm at chance on every seed is not learning at all (the guard's case), not collapsing."""
-    import numpy as np
-
     from fusion_sweep.analysis.pairing import Paired
     from fusion_sweep.analysis.records import ChanceTest
     from fusion_sweep.analysis.report import _collapse
-    from fusion_sweep.analysis.variants import Variant
 
-    arm, ref = Variant("standard", "sinusoidal", "concat"), Variant("standard", "sinusoidal",
-                                                                    "add")
+    arm, ref = CONCAT, ADD
 
     def test(v: Variant, count: int) -> ChanceTest:
         return ChanceTest("d", v.encoder, v.pe, "test_acc", v.fusion, v.label, 8, 2, 0.5,
@@ -488,17 +484,13 @@ def test_a_collapse_qualifies_every_decided_verdict(verdict: str, flagged: bool)
     caveat."""
     from dataclasses import replace as dc_replace
 
-    import numpy as np
-
     from fusion_sweep.analysis.caveats import COLLAPSE
     from fusion_sweep.analysis.guard import Guarded
     from fusion_sweep.analysis.pairing import Paired
     from fusion_sweep.analysis.report import Adjusted, _measure, _qualify
     from fusion_sweep.analysis.settings import Settings
-    from fusion_sweep.analysis.variants import Variant
 
-    arm, ref = Variant("standard", "sinusoidal", "concat"), Variant("standard", "sinusoidal",
-                                                                    "add")
+    arm, ref = CONCAT, ADD
     x = np.array([0.80, 0.82, 0.81, 0.83, 0.80, 0.82, 0.81, 0.84])
     p = Paired("d", "test_acc", arm, ref, "add", (), np.arange(8), x, x - 0.001)
     s = Settings(n_boot=200)
@@ -516,18 +508,12 @@ def test_the_put_back_verdict_takes_the_comparisons_own_holm_step(family: int,
     """report._sensitivity: the pairs dropped by a fingerprint check, put back, are judged at
     the comparison's own Holm step (p_holm / p): all 8 pairs give p 0.014, which decides alone
     (step 1) but not at step 5 (0.07), where the verdict stays what the checked pairs said."""
-    from dataclasses import replace as dc_replace
-
-    import numpy as np
-
     from fusion_sweep.analysis.caveats import ALL_PAIRS
     from fusion_sweep.analysis.pairing import Paired
     from fusion_sweep.analysis.report import Adjusted, _measure, _sensitivity
     from fusion_sweep.analysis.settings import Settings
-    from fusion_sweep.analysis.variants import Variant
 
-    arm, ref = Variant("standard", "sinusoidal", "concat"), Variant("standard", "sinusoidal",
-                                                                    "add")
+    arm, ref = CONCAT, ADD
     checked, put_back = [0.01, 0.03, -0.005, 0.02], [0.015, 0.002, 0.01, 0.025]
     p = Paired("d", "test_acc", arm, ref, "add", (), np.arange(4), 0.8 + np.array(checked),
                np.full(4, 0.8), tuple((4 + i, 0.8 + d, 0.8) for i, d in enumerate(put_back)))
