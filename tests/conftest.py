@@ -169,13 +169,21 @@ def pytest_configure_node(node: Any) -> None:  # on the controller, for each wor
 _WORKER_ENV = {"OMP_NUM_THREADS": "1"}
 
 
-# The package's bytecode, written once before any test runs. The suite starts a few hundred
-# Python processes that import fusion_sweep (Ray workers, CLI drivers, trainers); pip
-# compiles the installed dependencies but not an editable install's source, and where
-# PYTHONDONTWRITEBYTECODE is set (this project's reference machine) no process writes what it
-# compiled, so each one compiled the package again: importing the CLI, the trainable, the
-# launcher and the report took 4.7-5.3 s from source and 3.7 s from bytecode (2-core EPYC).
-# compileall writes the cache files whatever that variable says; Python reads them as usual.
+# Bytecode: every process of the suite writes what it compiles, as Python does by default.
+# The suite starts a few hundred Python processes (xdist workers, Ray workers, CLI drivers,
+# trainers, MLflow servers). Where PYTHONDONTWRITEBYTECODE is set (this project's reference
+# machine) none of them kept what it compiled, so each compiled torch, Ray, MLflow and the
+# package again, unless pip had written the bytecode of every installed file: 100 s of a
+# 180-s install, on one core, most of it for modules no test imports. README command 2 installs
+# with `pip install --no-compile` (81 s), and the suite writes the bytecode of what it
+# imports, once: importing torch, Ray, MLflow, scipy, pandas, matplotlib, statsmodels, optuna
+# and datasets took 28 s the first time and 11 s from then on (2-core EPYC). Set here, at the
+# conftest's import, so that the xdist workers and every process they start inherit it (not
+# restored: every process that would read it is the suite's own).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+# The package's own bytecode, written once before the workers start (compileall writes it
+# whatever the environment says), so that the two workers do not both compile it.
 PACKAGE = Path(__file__).resolve().parent.parent / "fusion_sweep"
 
 
