@@ -177,7 +177,7 @@ _WORKER_ENV = {"OMP_NUM_THREADS": "1"}
 # 180-s install, on one core, most of it for modules no test imports. README command 2 installs
 # with `pip install --no-compile` (81 s), and the suite writes the bytecode of what it
 # imports, once: importing torch, Ray, MLflow, scipy, pandas, matplotlib, statsmodels, optuna
-# and datasets took 28 s the first time and 11 s from then on (2-core EPYC). Set here, at the
+# and datasets took 28 s the first time and 11 s from then on (2-vCPU Intel Xeon). Set here, at the
 # conftest's import, so that the xdist workers and every process they start inherit it (not
 # restored: every process that would read it is the suite's own).
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
