@@ -28,6 +28,7 @@ from fusion_sweep.analysis.text import WIDTH, format_text, terminal_width, use_c
 COMPARISON_KEYS = Comparison.json_keys()  # the JSON keys of a comparison: its record's fields
 
 sys.path.insert(0, str(Path(__file__).parent))
+import overclaim_files  # noqa: E402
 import report_cases  # noqa: E402
 
 CASES = list(report_cases.CASES)
@@ -230,59 +231,50 @@ def test_a_reference_at_chance_no_longer_withholds_its_comparisons() -> None:
     assert summary.kind == "summary" and "because an arm did not beat chance" in summary.sentence
 
 
+def _said(rows: list[dict], kind: str, margin: float):
+    """The one sentence of `kind` in the answer for a results table of `rows`."""
+    rep = analyze(tidy(pd.DataFrame(rows)), Settings(margin=margin, n_boot=200),
+                  {"kind": "file", "path": "x"})
+    (said,) = [f for f in findings(rep) if f.kind == kind]
+    return said
+
+
 def test_comparisons_with_no_arm_at_chance_are_one_sentence_naming_every_arm() -> None:
     """Two arms and their reference all at the majority rate: one sentence names the three
     and counts the two comparisons it says nothing about; one such comparison alone is the
     one-comparison sentence (test_answer_sentences_for_each_verdict_kind)."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    import overclaim_files
-
     df = overclaim_files.imbalanced_chance()
     mul = df[df["fusion"] == "concat"].assign(fusion="mul")
-    rep = analyze(tidy(pd.concat([df, mul], ignore_index=True)),
-                  Settings(margin=0.01, n_boot=200), {"kind": "file", "path": "x"})
-    (said,) = [f for f in findings(rep) if f.kind == NOT_LEARNED]
+    said = _said(pd.concat([df, mul], ignore_index=True).to_dict("records"), NOT_LEARNED, 0.01)
     assert said.sentence == ("brown: no arm beat chance (0.578): neither concat, mul and add "
                              "did, so these 2 comparisons say nothing about fusion.")
     assert len(said.arms) == 2 and said.reference  # the two comparisons', one reference
 
 
 def test_a_withheld_verdict_names_the_side_at_chance_and_why() -> None:
-    """The reference at chance beside a learned arm withholds an equivalence, said of the
-    reference with its chance level; an arm whose accuracy is the same on every seed (chance
-    known, 1/K) withholds a `better`, said as unknown for that reason, not the class count."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    import overclaim_files
-
+    """The reference at chance beside learned arms withholds their equivalence, said of the
+    reference with its chance level, once for all of them, by count; an arm whose accuracy is
+    the same on every seed (chance known, 1/K) withholds a `better`, said as unknown for that
+    reason, not the class count."""
     rows, rate = overclaim_files._rows, dict(test_majority_rate=0.5, test_n=1000)
-    cases = {
-        "syn: add did not beat chance (its chance level 0.500), so concat vs add is not decided.":
-            rows("syn", "add", [0.45, 0.55, 0.50, 0.46, 0.54], **rate)
-            + rows("syn", "concat", [0.53, 0.54, 0.53, 0.54, 0.53], **rate),
-        "syn: whether concat beats chance is unknown (the same accuracy on every seed, or fewer "
-        "than 2 seeds), so concat vs add is not decided.":
-            rows("syn", "add", [0.50, 0.51, 0.49, 0.50, 0.50]) + rows("syn", "concat", [0.6] * 5),
-    }
-    for sentence, table in cases.items():
-        rep = analyze(tidy(pd.DataFrame(table)), Settings(margin=0.1, n_boot=200),
-                      {"kind": "file", "path": "x"})
-        (said,) = [f for f in findings(rep) if f.kind == "withheld"]
-        assert said.sentence == sentence
-    # several learned arms beside that reference: one sentence for all of them, by count
     arms = ("concat", "mul", "gate-scalar")
-    for k, sentence in ((2, "neither comparison with add is decided (concat and mul)."),
-                        (3, "none of the 3 comparisons with add is decided (concat, "
-                            "gate-scalar and mul).")):
+    for k, undecided in ((1, "concat vs add is not decided."),
+                         (2, "neither comparison with add is decided (concat and mul)."),
+                         (3, "none of the 3 comparisons with add is decided (concat, "
+                             "gate-scalar and mul).")):
         table = rows("syn", "add", [0.45, 0.55, 0.50, 0.46, 0.54], **rate)
         for arm in arms[:k]:
             table += rows("syn", arm, [0.53, 0.54, 0.53, 0.54, 0.53], **rate)
-        rep = analyze(tidy(pd.DataFrame(table)), Settings(margin=0.1, n_boot=200),
-                      {"kind": "file", "path": "x"})
-        (said,) = [f for f in findings(rep) if f.kind == "withheld"]
+        said = _said(table, "withheld", 0.1)
         assert said.sentence == ("syn: add did not beat chance (its chance level 0.500), so "
-                                 + sentence)
+                                 + undecided)
         assert (said.metric, said.group, said.reference, len(said.arms)) == (
             "test_acc", "pe=sinusoidal", "standard/sinusoidal/add", k)
+    constant = (rows("syn", "add", [0.50, 0.51, 0.49, 0.50, 0.50])
+                + rows("syn", "concat", [0.6] * 5))
+    assert _said(constant, "withheld", 0.1).sentence == (
+        "syn: whether concat beats chance is unknown (the same accuracy on every seed, or fewer "
+        "than 2 seeds), so concat vs add is not decided.")
 
 
 def test_mean_delta_and_win_rate_disagreeing_is_said(tmp_path: Path) -> None:
