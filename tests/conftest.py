@@ -404,3 +404,31 @@ def mlflow_server(_mlflow_server_session: _Shared) -> str:
     """The URI of the session's `mlflow server` on 127.0.0.1 (a sqlite backend and proxied
     artifacts); tests keep apart by sweep name."""
     return _mlflow_server_session.get()[0]
+
+
+# ------------------------------------------------------------------------------- figures
+# A report writes every figure as SVG, PDF and a 300-dpi PNG (plots.FIGURE_FORMATS). Of the
+# 27 s of CPU an adaptive report took to write, the PDFs took 11 s (7 s of it fontTools
+# subsetting the embedded TrueType fonts) and the PNGs 7 s (2-vCPU Intel Xeon). A test that
+# reads only a report's text, its HTML (which embeds each figure's SVG) or its SVGs asks for
+# `svg_figures`; one that also reads the PNGs the Markdown links asks for `no_pdf_figures`.
+# Every format is still written and checked where it is the subject:
+# test_report_figures.py (each figure as SVG, PDF and a 300-dpi PNG, each format drawn once)
+# and test_analysis_mlflow.py (every format attached to the parent run).
+def _figure_formats(monkeypatch: pytest.MonkeyPatch, formats: tuple[str, ...]) -> None:
+    from fusion_sweep.analysis import plots
+
+    assert set(formats) < set(plots.FIGURE_FORMATS), formats
+    monkeypatch.setattr(plots, "FIGURE_FORMATS", formats)
+
+
+@pytest.fixture
+def svg_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For this test, reports write each figure as SVG only."""
+    _figure_formats(monkeypatch, ("svg",))
+
+
+@pytest.fixture
+def no_pdf_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For this test, reports write each figure as SVG and PNG (the PNG last, as always)."""
+    _figure_formats(monkeypatch, ("svg", "png"))

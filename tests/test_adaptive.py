@@ -162,7 +162,7 @@ def test_killed_adaptive_sweep_resumes_without_duplicates(ray_cluster, mlflow_se
 
 
 # -------------------------------------------------------------------- stats on an adaptive sweep
-def test_stats_of_an_adaptive_sweep_reports_sequential_decisions(tmp_path):
+def test_stats_of_an_adaptive_sweep_reports_sequential_decisions(tmp_path, no_pdf_figures):
     """`stats` on a sweep launched with --until-decided: each comparison's anytime-valid
     decision and seeds used, and the fixed-n tables labelled descriptive (text, JSON, HTML)."""
     import json

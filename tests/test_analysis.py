@@ -424,7 +424,8 @@ def test_python_m_analysis_subprocess(csv: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- report
-def test_report_dir_files_and_embedded_images(csv: Path, tmp_path: Path, capsys) -> None:
+def test_report_dir_files_and_embedded_images(csv: Path, tmp_path: Path, capsys,
+                                              no_pdf_figures) -> None:
     """The HTML carries its figures (data URIs); the Markdown links the PNGs beside it."""
     out_dir = tmp_path / "rep"
     code, _, _ = run_cli(["--results", str(csv), "--report", str(out_dir),
@@ -700,7 +701,7 @@ def _chance_table() -> pd.DataFrame:
     return df
 
 
-def test_neither_arm_beats_chance_is_not_learned(tmp_path: Path, capsys) -> None:
+def test_neither_arm_beats_chance_is_not_learned(tmp_path: Path, capsys, svg_figures) -> None:
     from statsmodels.stats.multitest import multipletests
     rep = _analyze(_chance_table())
     long = [c for c in rep.comparisons if c.dataset == "synthetic-long"]

@@ -22,7 +22,7 @@ def status(dom: str) -> str:
     return re.search(r'<div id="img-status"[^>]*>([^<]*)</div>', dom).group(1)
 
 
-def test_report_renders_with_images_loaded(tmp_path: Path) -> None:
+def test_report_renders_with_images_loaded(tmp_path: Path, svg_figures) -> None:
     rdir = check.demo_report(tmp_path / "rep", n_boot=1000)
     html = rdir / "report.html"
     dom = check.dump_dom(CHROMIUM, html, tmp_path / "shot.png")  # one load: DOM and picture
@@ -48,7 +48,7 @@ def test_report_renders_with_images_loaded(tmp_path: Path) -> None:
     assert status(dom) == "1 of 10 figures failed to load"
 
 
-def test_adaptive_sweep_report_shows_confidence_sequences(tmp_path: Path) -> None:
+def test_adaptive_sweep_report_shows_confidence_sequences(tmp_path: Path, svg_figures) -> None:
     """An adaptive sweep's report (issue 13): the confidence-sequence figure loads in Chromium
     beside the comparison figures."""
     from fusion_sweep.analysis.demo import synthetic_results

@@ -127,7 +127,8 @@ def _snapshot(client: MlflowClient, store: dict) -> tuple:
             client.get_experiment(store["exp_id"]).tags)
 
 
-def test_plain_stats_reads_and_writes_nothing(store: dict, tmp_path: Path, capsys) -> None:
+def test_plain_stats_reads_and_writes_nothing(store: dict, tmp_path: Path, capsys,
+                                              svg_figures) -> None:
     """`stats` reads by default: no run, tag, metric or artifact is added (issue 33)."""
     client: MlflowClient = store["client"]
     before = _snapshot(client, store)
@@ -415,7 +416,8 @@ def ress_store(tmp_path_factory: pytest.TempPathFactory, new_sqlite_store) -> st
     return uri
 
 
-def test_stats_claims_on_a_ressformer_sweep(ress_store: str, tmp_path: Path, capsys) -> None:
+def test_stats_claims_on_a_ressformer_sweep(ress_store: str, tmp_path: Path, capsys,
+                                            svg_figures) -> None:
     """The sweep's `baseline` param (a full variant label) is the default; encoder labels
     come from the identity tags; --claims writes claims.* and --log its claim counts."""
     report = tmp_path / "rep"

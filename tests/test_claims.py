@@ -456,7 +456,7 @@ def test_claim_pairs_drop_seeds_like_the_report() -> None:
     assert c3["n"] == 4 and c3["dropped"][0]["seed"] == 1
 
 
-def test_claims_report_renders(tmp_path: Path, capsys) -> None:
+def test_claims_report_renders(tmp_path: Path, capsys, no_pdf_figures) -> None:
     p = tmp_path / "r.csv"
     df = synthetic_ressformer_results(seeds=4)
     df[df.encoder != "ressformer-no-r2mu"].to_csv(p, index=False)
@@ -484,7 +484,7 @@ def test_claims_report_renders(tmp_path: Path, capsys) -> None:
     assert "claims.html" in (out_dir / "report.html").read_text()
 
 
-def test_claims_html_in_headless_chromium(tmp_path: Path, capsys) -> None:
+def test_claims_html_in_headless_chromium(tmp_path: Path, capsys, svg_figures) -> None:
     import importlib.util
     script = Path(__file__).resolve().parents[1] / "scripts" / "check_report_html.py"
     spec = importlib.util.spec_from_file_location("check_report_html", script)

@@ -94,7 +94,7 @@ def _capture_figures(monkeypatch) -> list:
     return figs
 
 
-def test_no_figure_clips_text(report, tmp_path: Path, monkeypatch) -> None:
+def test_no_figure_clips_text(report, tmp_path: Path, monkeypatch, no_pdf_figures) -> None:
     """Every text of every report figure (titles, ticks, legends) lies inside the PNG."""
     figs = _capture_figures(monkeypatch)
     write_report(report, tmp_path)
@@ -103,7 +103,8 @@ def test_no_figure_clips_text(report, tmp_path: Path, monkeypatch) -> None:
         assert plots.text_outside(fig) == [], fig.axes[0].get_title()
 
 
-def test_a_long_title_is_wrapped_not_clipped(report, tmp_path: Path, monkeypatch) -> None:
+def test_a_long_title_is_wrapped_not_clipped(report, tmp_path: Path, monkeypatch,
+                                             no_pdf_figures) -> None:
     figs = _capture_figures(monkeypatch)
     comps = report.comparisons[:3]
     title = "Per-seed Δ vs reference · " + " · ".join(["synthetic-short (median 36 tokens)"] * 4)
@@ -115,7 +116,8 @@ def test_a_long_title_is_wrapped_not_clipped(report, tmp_path: Path, monkeypatch
     assert plots.text_outside(figs[0])
 
 
-def test_forest_plot_draws_the_one_interval_with_a_legend(report, tmp_path, monkeypatch):
+def test_forest_plot_draws_the_one_interval_with_a_legend(report, tmp_path, monkeypatch,
+                                                           svg_figures):
     figs = _capture_figures(monkeypatch)
     comps = [c for c in report.comparisons if c.pe == "sinusoidal"]
     plots.forest_plot(comps, "forest", 0.01, tmp_path / "f.png", report.settings.axis)
@@ -184,7 +186,7 @@ def test_chance_table_short_to_long_and_interaction_verdicts(report) -> None:
         assert set(verdicts) <= {"differs", "inconclusive"} and "differs" in verdicts
 
 
-def test_html_and_markdown_open_with_the_grid(report, tmp_path: Path) -> None:
+def test_html_and_markdown_open_with_the_grid(report, tmp_path: Path, svg_figures) -> None:
     files = write_report(report, tmp_path)
     html = files["html"].read_text()
     assert html.index('id="verdict-grid"') < html.index("<table", html.index("verdict-grid") + 20)

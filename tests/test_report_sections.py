@@ -95,7 +95,8 @@ def test_records_refuse_what_is_not_theirs() -> None:
         DesignWarning("", "text")
 
 
-def test_the_terminal_and_the_page_say_the_sections_in_one_order(tmp_path: Path) -> None:
+def test_the_terminal_and_the_page_say_the_sections_in_one_order(tmp_path: Path,
+                                                                  svg_figures) -> None:
     """One document (fusion_sweep.analysis.document) for every medium: before, the terminal
     said the claims before the grid and the verdict rule last, the page the rule before its
     claims line; now both say answer, claims, grid, rule, warnings, ..., dropped pairs."""

@@ -130,7 +130,7 @@ def _adaptive(tmp_path: Path | None = None, **kw):
     return analyze(tidy(kw.pop("df", None) or synthetic_results()), s, source)
 
 
-def test_every_fixed_n_output_of_an_adaptive_sweep_is_labelled_descriptive(tmp_path):
+def test_every_fixed_n_output_of_an_adaptive_sweep_is_labelled_descriptive(tmp_path, svg_figures):
     """Before: the across-dataset, seeds-needed and chance tables, the forest plots, the
     claims report, the JSON verdict and the MLflow n_<verdict> metrics carried no label."""
     from fusion_sweep.analysis.mlflow_io import verdict_counts
@@ -159,7 +159,8 @@ def test_every_fixed_n_output_of_an_adaptive_sweep_is_labelled_descriptive(tmp_p
     assert not any(k.startswith("descriptive_") for k in verdict_counts(fixed))
 
 
-def test_the_forest_plot_and_claims_of_an_adaptive_sweep_say_descriptive(tmp_path, monkeypatch):
+def test_the_forest_plot_and_claims_of_an_adaptive_sweep_say_descriptive(tmp_path, monkeypatch,
+                                                                      svg_figures):
     from fusion_sweep.analysis import plots
     from fusion_sweep.analysis.render import write_report
     from fusion_sweep.analysis.text import format_text
