@@ -12,6 +12,9 @@
   the alembic migrations a new store runs. The copy is a fresh store in every other
   way: it holds the tables and no experiment; MLflow creates its Default experiment when the
   copy is first opened, as it does in a new store.
+* `svg_figures` and `no_pdf_figures`: for one test, reports write their figures as SVG only, or
+  as SVG and PNG (see the figures section at the end: the PDFs and PNGs are most of a report's
+  CPU, and each format is checked where it is the subject).
 
 The suite runs on two pytest-xdist workers (pyproject's addopts: `-n 2 --dist loadscope
 --no-loadscope-reorder`, with the scopes `pytest_xdist_make_scheduler` below gives). Every

@@ -190,3 +190,23 @@ def test_the_html_report_says_the_answer_first_in_words(written):
         grid = text.index("The answer at a glance")
         for sentence in sentences:
             assert 0 <= text.find(esc(sentence)) < grid, sentence
+
+
+@pytest.mark.parametrize("fixture, formats", [("svg_figures", {"svg"}),
+                                              ("no_pdf_figures", {"svg", "png"})])
+def test_a_report_test_that_leaves_out_formats_writes_only_the_others(fixture, formats, tmp_path,
+                                                                      request) -> None:
+    """tests/conftest.py's `svg_figures` and `no_pdf_figures` (for report tests that read no
+    PDF, or neither PDF nor PNG): the report's files hold exactly the formats kept, PNG links
+    and all; the default is back after the test (this module's own tests write all three)."""
+    request.getfixturevalue(fixture)
+    report = analyze(tidy(synthetic_results()), Settings(n_boot=200))
+    files = write_report(report, tmp_path)
+    written = {p.suffix[1:] for p in tmp_path.iterdir() if p.suffix in (".svg", ".pdf", ".png")}
+    assert written == formats
+    assert {Path(n).suffix[1:] for n in files if "." in n} == formats
+    assert set(plots.FIGURE_FORMATS) == formats
+
+
+def test_every_format_is_back_after_a_test_that_left_some_out() -> None:
+    assert plots.FIGURE_FORMATS == ("svg", "pdf", "png")
