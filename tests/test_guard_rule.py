@@ -450,6 +450,21 @@ def test_an_arms_learning_names_the_basis_of_its_state(source: str, learn_n: int
     assert chance.learning({}, "d", v) == Learning(v.label, "n/a")
     assert chance.learning({("d", v): t}, "d", other) == Learning(other.label, "unknown")
     assert chance.learning({("d", v): t}, "e", v) == Learning(v.label, "unknown")
+    # arm_state, the learned? column on any metric, says the same three states
+    assert chance.arm_state({}, "d", v, "loss") == "n/a"
+    assert chance.arm_state({("d", v): t}, "d", v, "loss") == "yes"
+    assert chance.arm_state({("d", v): t}, "d", other, "loss") == "unknown"
+
+
+def test_a_class_count_override_leaves_the_other_datasets_to_their_column() -> None:
+    """--num-classes for one dataset: that dataset takes it, every other dataset (before or
+    after it in order) still reads its own `num_classes` column, and one with none is None."""
+    from fusion_sweep.analysis.chance import class_counts
+
+    df = pd.DataFrame({"dataset": ["a", "a", "b", "c"], "num_classes": [2, 2, 3, np.nan]})
+    assert class_counts(df) == {"a": 2, "b": 3, "c": None}
+    assert class_counts(df, {"a": 5}) == {"a": 5, "b": 3, "c": None}
+    assert class_counts(df, {"b": 4}) == {"a": 2, "b": 4, "c": None}
 
 
 @pytest.mark.parametrize("arm_count, ref_count, said", [
