@@ -427,6 +427,24 @@ def test_without_a_test_accuracy_every_arm_is_unknown_and_one_warning_says_why()
     assert chance.chance_tests(bare, ["latency_ms_per_sample"], {}, 0.05) == ([], {}, [])
 
 
+def test_a_dataset_without_a_class_count_gets_one_warning_naming_its_flag() -> None:
+    """chance.chance_tests: every dataset whose class count is unknown (no --num-classes, no
+    num_classes column) is named, sorted, in one warning with the flag that fixes it; none
+    when every count is known."""
+    from fusion_sweep.analysis import chance
+    from fusion_sweep.analysis.load import tidy
+
+    df = tidy(_arms_table())
+    _, _, warnings = chance.chance_tests(df, ["test_acc"], {"d1": 2, "d2": 2}, 0.05)
+    assert warnings == []
+    for counts, missing in (({}, ["d1", "d2"]), ({"d1": 2}, ["d2"]), ({"d2": 2}, ["d1"])):
+        _, _, warnings = chance.chance_tests(df, ["test_acc"], counts, 0.05)
+        flags = " ".join(f"--num-classes {d}=K" for d in missing)
+        assert warnings == [{"code": "chance_unknown", "message": (
+            f"class count unknown for {', '.join(missing)}: 'learned?' (does an arm beat "
+            f"chance?) is unknown there; add a num_classes column or pass {flags}")}]
+
+
 @pytest.mark.parametrize("source, learn_n, basis", [
     ("test majority rate", 8, ""),  # the exact per-seed test
     ("test majority rate", None, "the seed-level t-test (no test_n recorded)"),
