@@ -445,6 +445,35 @@ def test_a_dataset_without_a_class_count_gets_one_warning_naming_its_flag() -> N
             f"chance?) is unknown there; add a num_classes column or pass {flags}")}]
 
 
+def test_an_arms_chance_record_holds_its_own_counts_and_says_which_seeds_were_sized() -> None:
+    """chance.chance_tests, field by field: an arm with no majority rate falls back to 1/K
+    and the seed-level t (its n, K, mean, t and p, the t method named); an arm whose test size
+    is recorded on some seeds runs the exact per-seed test on those (a size of 1 counts, 0
+    does not) and says how many of its seeds that is, unless it is all of them."""
+    from fusion_sweep.analysis import chance
+    from fusion_sweep.analysis.load import tidy
+
+    acc = [0.6, 0.7, 0.8]
+    rows = [dict(dataset="d", encoder="standard", pe="sinusoidal", fusion=f, seed=s,
+                 status="FINISHED", test_acc=a, test_majority_rate=rate, test_n=size)
+            for f, rates, sizes in (("add", [np.nan] * 3, [np.nan] * 3),
+                                    ("concat", [0.5] * 3, [0, 1, 200]),
+                                    ("gate", [0.5] * 3, [200] * 3))
+            for s, (a, rate, size) in enumerate(zip(acc, rates, sizes))]
+    tests, _, _ = chance.chance_tests(tidy(pd.DataFrame(rows)), ["test_acc"], {"d": 4}, 0.05)
+    t_arm, exact, every = tests
+    t, p = sps.ttest_1samp(acc, 0.25, alternative="greater")
+    assert (t_arm.fusion, t_arm.n, t_arm.num_classes, t_arm.chance_level) == ("add", 3, 4, 0.25)
+    assert (t_arm.mean, t_arm.t, t_arm.p) == pytest.approx((0.7, t, p))
+    assert (t_arm.learn_method, t_arm.learn_count, t_arm.learn_n) == (chance.T_METHOD, None,
+                                                                        None)
+    assert (exact.fusion, exact.n, exact.num_classes, exact.chance_level) == ("concat", 3, 4, 0.5)
+    assert exact.learn_n == 2  # the seeds of test size 1 and 200
+    assert exact.learn_method == (chance.EXACT_METHOD
+                                  + " (the 2 of 3 seeds with a recorded test size)")
+    assert (every.learn_n, every.learn_method) == (3, chance.EXACT_METHOD)  # all: no count
+
+
 @pytest.mark.parametrize("source, learn_n, basis", [
     ("test majority rate", 8, ""),  # the exact per-seed test
     ("test majority rate", None, "the seed-level t-test (no test_n recorded)"),

@@ -184,7 +184,7 @@ def _arm_test(dataset: str, v: Variant, metric: str, vals: np.ndarray, k: int | 
     t fallback, learned?) are the family's, set by chance_tests. The exact per-seed test runs
     on every seed with a recorded majority rate and test size: a blank test_n on some rows
     never hands the decision to the weaker seed-level t-test."""
-    acc, rate, size = vals.T  # (seeds,) each; chance_tests passes only arms with a seed
+    acc, rate, size = vals.T if vals.size else (np.zeros(0),) * 3  # (seeds,) each
     known = rate[np.isfinite(rate)]
     _check_majority_rate(dataset, known, k)
     chance = float(known.mean()) if known.size else (1.0 / k if k else NAN)
