@@ -472,6 +472,11 @@ def test_an_arms_chance_record_holds_its_own_counts_and_says_which_seeds_were_si
     assert exact.learn_method == (chance.EXACT_METHOD
                                   + " (the 2 of 3 seeds with a recorded test size)")
     assert (every.learn_n, every.learn_method) == (3, chance.EXACT_METHOD)  # all: no count
+    # every arm's p_holm is its t p's Holm adjustment across the arms, exact test or not
+    from statsmodels.stats.multitest import multipletests
+
+    holm_p = multipletests([t_arm.p, exact.p, every.p], method="holm")[1]
+    assert [x.p_holm for x in tests] == pytest.approx(list(holm_p))
 
 
 @pytest.mark.parametrize("source, learn_n, basis", [
