@@ -197,8 +197,9 @@ def test_the_html_report_says_the_answer_first_in_words(written):
 def test_a_report_test_that_leaves_out_formats_writes_only_the_others(fixture, formats, tmp_path,
                                                                       request) -> None:
     """tests/conftest.py's `svg_figures` and `no_pdf_figures` (for report tests that read no
-    PDF, or neither PDF nor PNG): the report's files hold exactly the formats kept, PNG links
-    and all; the default is back after the test (this module's own tests write all three)."""
+    PDF, or neither PDF nor PNG): the files written and the files write_report returns hold
+    exactly the formats kept. The next test, run after these in this module, sees the
+    default back."""
     request.getfixturevalue(fixture)
     report = analyze(tidy(synthetic_results()), Settings(n_boot=200))
     files = write_report(report, tmp_path)
