@@ -43,6 +43,7 @@ driver of the cluster must share.
 from __future__ import annotations
 
 import compileall
+import json
 import os
 import re
 import shutil
@@ -121,6 +122,21 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     size = {path: sum(i.path == path for i in rest) for path in {i.path for i in rest}}
     rest.sort(key=lambda i: -size[i.path])  # stable: the larger modules first, so no long one
     items[:] = on_cluster + on_server + in_group + rest  # is left last (xdist: scopes in order)
+    _fastest_first_under_a_mutant(items)
+
+
+def _fastest_first_under_a_mutant(items: list[pytest.Item]) -> None:
+    """Under a mutmut mutant, run the mutant's tests fastest first (by the durations mutmut
+    recorded): mutmut runs them with `-x`, so a killed mutant costs only the tests up to the
+    first that fails, and an 18-s report test run first costs 18 s for a mutant a 0.1-s test
+    kills. Nothing changes outside mutmut (`mutants/`, where mutmut runs, holds the stats)."""
+    if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
+        return
+    stats = Path("mutmut-stats.json")
+    if not stats.is_file():
+        return
+    took = json.loads(stats.read_text()).get("duration_by_test", {})
+    items.sort(key=lambda i: took.get(i.nodeid, float("inf")))  # stable: ties keep their order
 
 
 class _Scheduling(LoadScopeScheduling):
