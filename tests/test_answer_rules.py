@@ -112,3 +112,131 @@ def test_it_grows_with_length_when_the_gain_never_falls_from_short_to_long(
     assert f"largest on {top}," in text
     assert ("; it grows with length (" in text) is (grows is True)
     assert ("; largest on the longest regime (" in text) is (grows is False)
+
+
+# ------------------------------------------------------------ every sentence, word for word
+# mutmut (issue 42) found the across-regime sentence and `_one`'s disagreeing and equivalent
+# sentences checked only for a phrase or two: a dropped Holm p, a "2 - alpha" level or the
+# "left out" clause overwriting the sentence survived. These pin each whole sentence.
+MEAN = "mean Δ +0.020, 95% CI [+0.010, +0.030], Holm p 0.004"
+WIN = "win rate 7/8, Holm p 0.07"
+
+
+@pytest.fixture(scope="module")
+def known(plain):
+    """`plain` with round numbers, so each clause is written out here by hand."""
+    return replace(plain, mean_delta=0.02, t_ci_low=0.01, t_ci_high=0.03, p_holm=0.004,
+                   wins=7, losses=1, ties=0, lost_seeds=(), sign_p_holm=0.07, n=8,
+                   higher_is_better=True, verdict=INCONCLUSIVE, win_verdict=INCONCLUSIVE)
+
+
+@pytest.mark.parametrize("verdict, win, kind, text", [
+    (BETTER, BETTER, BETTER, f"concat beats add ({MEAN}; {WIN})"),
+    (WORSE, WORSE, WORSE, f"concat is worse than add ({MEAN}; {WIN})"),
+    (BETTER, WORSE, "disagree", f"the estimands disagree: by mean Δ concat beats add ({MEAN}), "
+                                f"by win rate it is worse than it ({WIN})"),
+    (WORSE, BETTER, "disagree", f"the estimands disagree: by mean Δ concat is worse than add "
+                                f"({MEAN}), by win rate it beats it ({WIN})"),
+    (BETTER, INCONCLUSIVE, BETTER,
+     f"concat beats add ({MEAN}); win rate undecided (7/8, Holm p 0.07)"),
+    (WORSE, BETTER, "disagree", None),  # the row above, mirrored: said as disagreeing
+    (EQUIVALENT, INCONCLUSIVE, EQUIVALENT,
+     f"concat is equivalent to add within ±0.05 (TOST Holm p 0.003; {MEAN}); win rate "
+     f"undecided (7/8, Holm p 0.07); its 95% interval excludes 0: a difference smaller than "
+     f"the margin"),
+    (EQUIVALENT, BETTER, EQUIVALENT,
+     f"concat is equivalent to add within ±0.05 (TOST Holm p 0.003; {MEAN}); by win rate "
+     f"better ({WIN}); its 95% interval excludes 0: a difference smaller than the margin"),
+    (INCONCLUSIVE, BETTER, "disagree",
+     f"by win rate concat beats add ({WIN}), but the mean Δ does not decide ({MEAN}): the two "
+     f"estimands disagree; its 95% interval excludes 0, but the Holm p does not decide"),
+    (INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE,
+     f"concat vs add is undecided at 8 seeds ({MEAN}; {WIN}); its 95% interval excludes 0, "
+     f"but the Holm p does not decide")])
+def test_each_verdict_pair_has_its_whole_sentence(known, ctx, verdict, win, kind,
+                                                  text) -> None:
+    c = replace(known, verdict=verdict, win_verdict=win, equivalence_margin=0.05,
+                tost_p_holm=0.003 if verdict == EQUIVALENT else 0.5)
+    f = answer._one(c, ctx)
+    assert f.kind == kind
+    if text is not None:
+        tail = "; nor is it shown equivalent within ±0.05" if verdict == INCONCLUSIVE else ""
+        assert f.sentence == f"synthetic-short: {text}{tail}.", f.sentence
+    assert (f.dataset, f.metric, f.arms, f.reference) == (
+        c.dataset, c.metric, (c.variant,), c.baseline_variant)
+    assert f.to_json()["arms"] == [c.variant]  # a list in the JSON, never a tuple
+
+
+@pytest.mark.parametrize("n, said", [
+    (0, "undecided: 0 usable pairs, no test"), (1, "undecided: 1 usable pair, no test"),
+    (2, "undecided at 2 seeds (mean Δ +0.020 on every seed: no t-test without spread in Δ; "
+        "win rate 7/8, Holm p 0.07)")])  # two pairs are a test, whatever it decides
+def test_fewer_than_two_pairs_is_said_as_no_test(known, ctx, n: int, said: str) -> None:
+    f = answer._one(replace(known, n=n, t_ci_low=float("nan"), t_ci_high=float("nan")), ctx)
+    assert (f.kind, f.sentence) == (
+        INCONCLUSIVE, f"synthetic-short: concat vs add is {said}."), f.sentence
+
+
+def _across_with(plain, means, higher: bool = True, **test):
+    """`_regimes`' three regimes with these interaction-test fields replaced."""
+    (a,) = _regimes(plain, means, higher)
+    fields = {k: getattr(a.test, k) for k in (
+        "metric", "variant", "baseline_variant", "datasets", "verdict", "ordered_by", "p_holm",
+        "long_dataset", "short_dataset", "diff_in_deltas", "diff_ci_low", "diff_ci_high",
+        "excluded_not_learned")}
+    return replace(a, test=type("T", (), {**fields, **test})())
+
+
+HEAD = "Across regimes: the effect of concat vs add"
+ANOVA = "Welch ANOVA of the per-seed Δ, estimand mean Δ per regime, Holm p 0.001"
+
+
+@pytest.mark.parametrize("means, higher, test, alpha, text", [
+    ((0.0, 0.1, 0.2), True, {}, 0.05,
+     f"{HEAD} differs ({ANOVA}): largest on long, smallest on short (mean Δ +0.000 on short to "
+     f"+0.200 on long); it grows with length (long minus short +0.200, 95% CI [+0.100, "
+     f"+0.300])."),
+    ((0.0, 0.1, 0.2), True, {}, 0.1,
+     f"{HEAD} differs ({ANOVA}): largest on long, smallest on short (mean Δ +0.000 on short to "
+     f"+0.200 on long); it grows with length (long minus short +0.200, 90% CI [+0.100, "
+     f"+0.300])."),
+    ((0.1, 0.0, 0.2), True, {}, 0.05,
+     f"{HEAD} differs ({ANOVA}): largest on long, smallest on medium (mean Δ +0.000 on medium "
+     f"to +0.200 on long); largest on the longest regime (long minus short +0.200, 95% CI "
+     f"[+0.100, +0.300])."),
+    ((0.0, -0.1, -0.2), False, {}, 0.05,
+     f"{HEAD} differs ({ANOVA}): largest on long, smallest on short (mean Δ +0.000 on short to "
+     f"-0.200 on long); it grows with length (long minus short +0.200, 95% CI [+0.100, "
+     f"+0.300])."),
+    ((0.0, 0.2, 0.1), True, {}, 0.05,  # largest in the middle: nothing about length
+     f"{HEAD} differs ({ANOVA}): largest on medium, smallest on short (mean Δ +0.000 on short "
+     f"to +0.200 on medium)."),
+    ((0.0, 0.1, 0.2), True, {"ordered_by": "name"}, 0.05,
+     f"{HEAD} differs ({ANOVA}): largest on long, smallest on short (mean Δ +0.000 on short to "
+     f"+0.200 on long); regime lengths are unknown, so nothing is said about length."),
+    ((0.0, 0.1, 0.2), True, {"verdict": "no difference shown"}, 0.05,
+     f"{HEAD} is not shown to differ ({ANOVA}; mean Δ +0.000 on short to +0.200 on long), "
+     f"which does not make it the same."),
+    ((0.0, 0.1, 0.2), True, {"excluded_not_learned": ("tiny", "huge")}, 0.05,
+     f"{HEAD} differs ({ANOVA}): largest on long, smallest on short (mean Δ +0.000 on short to "
+     f"+0.200 on long); it grows with length (long minus short +0.200, 95% CI [+0.100, "
+     f"+0.300]); left out tiny and huge, where no arm was shown to learn.")])
+def test_the_across_regime_sentence_word_for_word(plain, report, means, higher: bool,
+                                                   test: dict, alpha: float,
+                                                   text: str) -> None:
+    a = _across_with(plain, means, higher, **test)
+    ctx = answer._Context(report.settings.axis, False, False, alpha)
+    assert answer._across_sentence(a, ctx) == text
+
+
+@pytest.mark.parametrize("group, metric, where", [
+    (True, False, "pe=learned"), (False, True, "test_acc"), (True, True, "pe=learned, test_acc"),
+    (("ressformer", "none"), False, "encoder=ressformer, pe=none")])  # ' · ' said as ', '
+def test_the_across_regime_sentence_names_the_group_and_metric_only_when_there_are_several(
+        plain, report, group: bool | tuple, metric: bool, where: str) -> None:
+    if isinstance(group, tuple):
+        plain = replace(plain, group=group)
+    a = _across_with(plain, (0.0, 0.1, 0.2), True)
+    ctx = answer._Context(report.settings.axis, metric, group, 0.05)
+    assert answer._across_sentence(a, ctx).startswith(
+        f"Across regimes ({where}): the effect of concat vs add differs (")
