@@ -162,8 +162,8 @@ def test_each_verdict_pair_has_its_whole_sentence(known, ctx, verdict, win, kind
     if text is not None:
         tail = "; nor is it shown equivalent within ±0.05" if verdict == INCONCLUSIVE else ""
         assert f.sentence == f"synthetic-short: {text}{tail}.", f.sentence
-    assert (f.dataset, f.metric, f.arms, f.reference) == (
-        c.dataset, c.metric, (c.variant,), c.baseline_variant)
+    assert (f.dataset, f.metric, f.group, f.arms, f.reference) == (
+        c.dataset, c.metric, "pe=learned", (c.variant,), c.baseline_variant)
     assert f.to_json()["arms"] == [c.variant]  # a list in the JSON, never a tuple
 
 
@@ -240,3 +240,52 @@ def test_the_across_regime_sentence_names_the_group_and_metric_only_when_there_a
     ctx = answer._Context(report.settings.axis, metric, group, 0.05)
     assert answer._across_sentence(a, ctx).startswith(
         f"Across regimes ({where}): the effect of concat vs add differs (")
+
+
+@pytest.mark.parametrize("verdict, tost_p, said", [
+    (BETTER, 0.049, True), (WORSE, 0.049, True),
+    (BETTER, 0.05, False),  # a TOST Holm p at alpha is not below it
+    (INCONCLUSIVE, 0.049, False), (EQUIVALENT, 0.049, False)])  # said only beside better/worse
+def test_a_real_but_small_difference_is_said_beside_better_and_worse(known, ctx, verdict: str,
+                                                                     tost_p: float,
+                                                                     said: bool) -> None:
+    c = replace(known, verdict=verdict, equivalence_margin=0.05, tost_p_holm=tost_p)
+    clause = (f"also equivalent within ±0.05 (TOST Holm p {tost_p:g}): the difference is real "
+              "but small")
+    assert (clause in answer._caveats(c, ctx)) is said
+
+
+@pytest.mark.parametrize("low, high, excludes", [
+    (0.01, 0.03, True), (-0.03, -0.01, True), (0.0, 0.03, False), (-0.03, 0.0, False),
+    (-0.01, 0.01, False)])
+def test_an_interval_excludes_zero_only_strictly_on_either_side(known, ctx, low: float,
+                                                                high: float,
+                                                                excludes: bool) -> None:
+    c = replace(known, t_ci_low=low, t_ci_high=high)
+    assert answer._caveats(c, ctx) == ("; " + EXCLUDES if excludes else "")
+
+
+@pytest.mark.parametrize("withheld, nor", [(None, True), ("better", True), (EQUIVALENT, False)])
+def test_not_shown_equivalent_is_said_once(known, ctx, withheld: str | None,
+                                           nor: bool) -> None:
+    """An undecided comparison with a margin says it is not shown equivalent; when the guard
+    withheld the equivalence, its own clause says so instead (a withheld better does not)."""
+    from fusion_sweep.analysis import caveats
+
+    flags = () if withheld is None else (
+        caveats.Caveat(caveats.WITHHELD, withheld=withheld, why="add did not beat chance"),)
+    c = replace(known, verdict=INCONCLUSIVE, equivalence_margin=0.05, tost_p_holm=0.2,
+                t_ci_low=-0.01, verdict_flags=flags)
+    text = answer._caveats(c, ctx)
+    assert ("nor is it shown equivalent within ±0.05" in text) is nor, text
+    assert ("not shown equivalent: add did not beat chance" in text) is (withheld == EQUIVALENT)
+
+
+@pytest.mark.parametrize("ties, lost, more", [
+    (0, (), ""), (1, (), " (1 tie)"), (2, (), " (2 ties)"),
+    (0, (3,), " (1 seed lost to a non-finite test_acc, counted against it)"),
+    (1, (3, 4), " (1 tie; 2 seeds lost to a non-finite test_acc, counted against it)")])
+def test_the_win_clause_says_ties_and_lost_seeds(known, ties: int, lost: tuple,
+                                                 more: str) -> None:
+    c = replace(known, ties=ties, lost_seeds=lost)
+    assert answer._win_clause(c) == f"win rate 7/8{more}, Holm p 0.07"
