@@ -289,3 +289,71 @@ def test_the_win_clause_says_ties_and_lost_seeds(known, ties: int, lost: tuple,
                                                  more: str) -> None:
     c = replace(known, ties=ties, lost_seeds=lost)
     assert answer._win_clause(c) == f"win rate 7/8{more}, Holm p 0.07"
+
+
+@pytest.mark.parametrize("names, said", [(["a"], "a"), (["a", "b"], "a and b"),
+                                         (["a", "b", "c"], "a, b and c")])
+def test_names_are_joined_as_a_sentence_would(names: list[str], said: str) -> None:
+    assert answer._and(names) == said
+
+
+@pytest.mark.parametrize("x, said", [(0.1234, "+0.123"), (-0.0004, "-0.000"),
+                                     (float("nan"), "—"), (None, "—"), (float("inf"), "—")])
+def test_a_delta_is_signed_with_three_decimals_and_a_dash_when_not_finite(x, said) -> None:
+    assert answer._d(x) == said
+
+
+def test_several_caveats_are_joined_each_after_a_semicolon(known, ctx) -> None:
+    c = replace(known, arm_learn_count=8, arm_learn_n=8, baseline_learn_count=4,
+                baseline_learn_n=8)
+    assert answer._caveats(c, ctx) == (f"; add learned on 4 of 8 seeds, concat on 8 of 8; "
+                                       f"{EXCLUDES}")
+
+
+@pytest.mark.parametrize("level, said", [(0.1, "0.100"), (float("nan"), "unknown")])
+def test_learn_states_without_counts_say_the_chance_level_or_unknown(known, ctx, level: float,
+                                                                     said: str) -> None:
+    c = replace(known, arm_learn_count=None, arm_learn_n=None, baseline_learn_count=None,
+                baseline_learn_n=None, learned="yes", baseline_learned="no", chance_level=level)
+    assert answer.learn_rates(c, ctx) == f"add did not beat chance ({said}), concat did"
+
+
+def _report_of(report, comps, metrics=("test_acc",), tests=()):
+    """What `findings` reads of a report, with these comparisons, metrics and interaction
+    tests."""
+    from types import SimpleNamespace
+
+    s = SimpleNamespace(axis=report.settings.axis, alpha=0.05, metrics=tuple(metrics))
+    return SimpleNamespace(comparisons=list(comps), settings=s,
+                           interaction=SimpleNamespace(tests=list(tests)), sequential=None)
+
+
+@pytest.mark.parametrize("metrics, groups, where", [
+    (("test_acc",), [("standard", "learned")], "synthetic-short"),
+    (("test_acc", "test_loss"), [("standard", "learned")], "synthetic-short, test_acc"),
+    (("test_acc",), [("standard", "learned"), ("standard", "none")],
+     "synthetic-short, pe=learned"),
+    (("test_acc",), [("ressformer", "learned"), ("standard", "none")],
+     "synthetic-short, encoder=ressformer, pe=learned"),
+    (("test_acc", "test_loss"), [("standard", "learned"), ("standard", "none")],
+     "synthetic-short, pe=learned, test_acc")])
+def test_a_sentence_names_the_metric_and_group_from_two_of_them_on(report, known, metrics,
+                                                                   groups, where) -> None:
+    comps = [replace(known, group=g) for g in groups]
+    first = answer.findings(_report_of(report, comps, metrics))[0]
+    assert first.sentence.startswith(f"{where}: concat vs add is undecided"), first.sentence
+
+
+def test_no_comparison_no_answer_and_a_differing_effect_reaches_the_summary(
+        report, plain) -> None:
+    assert answer.findings(_report_of(report, [])) == ()
+    (a,) = _regimes(plain, (0.0, 0.1, 0.2), True)
+    out = answer.findings(_report_of(report, [a.c0], tests=[a.test]))
+    assert out[-1].kind == "summary"
+    # the one comparison's dataset is in the test, but the test needs two regimes to be told
+    assert "differs across regimes" not in out[-1].sentence
+    comps = [replace(plain, dataset=d, mean_delta=m)
+             for d, m in zip(("short", "medium", "long"), (0.0, 0.1, 0.2))]
+    out = answer.findings(_report_of(report, comps, tests=[a.test]))
+    assert out[-1].sentence.endswith(
+        "the effect of concat vs add differs across regimes, largest on long."), out[-1].sentence
