@@ -355,5 +355,9 @@ def test_no_comparison_no_answer_and_a_differing_effect_reaches_the_summary(
     comps = [replace(plain, dataset=d, mean_delta=m)
              for d, m in zip(("short", "medium", "long"), (0.0, 0.1, 0.2))]
     out = answer.findings(_report_of(report, comps, tests=[a.test]))
+    across = out[-2]
+    assert (across.kind, across.dataset, across.metric, across.group, across.arms,
+            across.reference) == (answer.ACROSS, "", "test_acc", "pe=learned", (plain.variant,),
+                                  plain.baseline_variant)
     assert out[-1].sentence.endswith(
         "the effect of concat vs add differs across regimes, largest on long."), out[-1].sentence
