@@ -361,3 +361,28 @@ def test_no_comparison_no_answer_and_a_differing_effect_reaches_the_summary(
                                   plain.baseline_variant)
     assert out[-1].sentence.endswith(
         "the effect of concat vs add differs across regimes, largest on long."), out[-1].sentence
+
+
+@pytest.mark.parametrize("decision, n, text", [
+    (BETTER, 1, "concat beats add ({how})"), (WORSE, 8, "concat is worse than add ({how})"),
+    ("not learned", 8, "neither concat nor add beat chance, so this says nothing ({how})"),
+    (INCONCLUSIVE, 2, "concat vs add is undecided ({how})")])
+def test_a_sequential_decision_word_for_word(report, ctx, decision: str, n: int,
+                                             text: str) -> None:
+    from types import SimpleNamespace
+
+    from fusion_sweep.analysis.sequential import DEFAULT_METHOD, SequentialResult
+
+    r = SequentialResult(family="synthetic-long",
+                         comparison="standard/learned/concat vs standard/learned/add", n=n,
+                         mean_delta=0.1, estimate=0.8, cs_low=0.6, cs_high=0.9,
+                         decision=decision, p_anytime=0.001, alpha=0.05, alpha_each=0.0125,
+                         m=4, margin=None, higher_is_better=True, path=None,
+                         method=DEFAULT_METHOD, wins=n - 1, losses=1, ties=0)
+    (f,) = answer.sequential_findings(SimpleNamespace(metric="test_acc", results=(r,)), ctx)
+    how = (f"sequential {r.estimand}, anytime-valid at α/m = 0.0125 (m = 4); {n} "
+           f"seed{'s' if n != 1 else ''}, {n - 1} wins, 1 losses")
+    assert f.sentence == f"synthetic-long: {text.format(how=how)}.", f.sentence
+    assert (f.kind, f.dataset, f.metric, f.group, f.arms, f.reference) == (
+        answer.SEQUENTIAL, "synthetic-long", "test_acc", "", ("standard/learned/concat",),
+        "standard/learned/add")
