@@ -17,7 +17,7 @@ from fusion_sweep.analysis.demo import synthetic_results
 from fusion_sweep.analysis.load import tidy
 from fusion_sweep.analysis.report import Settings, analyze
 from fusion_sweep.analysis.regimes import DIFFERS
-from fusion_sweep.analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, WORSE
+from fusion_sweep.analysis.schema import BETTER, EQUIVALENT, INCONCLUSIVE, NOT_LEARNED, WORSE
 
 EXCLUDES = "its 95% interval excludes 0, but the Holm p does not decide"
 SMALLER = "its 95% interval excludes 0: a difference smaller than the margin"
@@ -386,3 +386,71 @@ def test_a_sequential_decision_word_for_word(report, ctx, decision: str, n: int,
     assert (f.kind, f.dataset, f.metric, f.group, f.arms, f.reference) == (
         answer.SEQUENTIAL, "synthetic-long", "test_acc", "", ("standard/learned/concat",),
         "standard/learned/add")
+
+
+def _arm(c, fusion: str, **kw):
+    return replace(c, variant=f"{c.encoder}/{c.pe}/{fusion}", fusion=fusion, **kw)
+
+
+@pytest.mark.parametrize("rows, said", [
+    ([("concat", "d0", BETTER, BETTER)], "concat beats add on d0 by mean Δ and win rate"),
+    ([("concat", "d0", WORSE, WORSE)], "concat is worse than add on d0 by mean Δ and win rate"),
+    ([("concat", "d0", BETTER, INCONCLUSIVE)], "concat beats add on d0 by mean Δ"),
+    ([("concat", "d0", EQUIVALENT, INCONCLUSIVE)], "concat is equivalent to add on d0 by mean Δ"),
+    ([("concat", "d0", INCONCLUSIVE, WORSE)], "concat is worse than add on d0 by win rate only"),
+    ([("concat", "d0", BETTER, BETTER), ("concat", "d1", BETTER, BETTER)],
+     "concat beats add on d0 and d1 by mean Δ and win rate"),
+    ([("concat", "d0", BETTER, BETTER), ("gate", "d0", BETTER, BETTER)],
+     "concat and gate beat add on d0 by mean Δ and win rate"),
+    ([("concat", "d0", BETTER, BETTER), ("gate", "d0", BETTER, BETTER),
+      ("gate", "d1", BETTER, BETTER)],  # not the same datasets: two clauses
+     "concat beats add on d0 by mean Δ and win rate; gate beats add on d0 and d1 by mean Δ "
+     "and win rate"),
+    ([("concat", "d0", BETTER, BETTER), ("concat", "d1", BETTER, INCONCLUSIVE)],
+     "concat beats add on d0 by mean Δ and win rate; concat beats add on d1 by mean Δ"),
+    ([("concat", "d0", INCONCLUSIVE, INCONCLUSIVE)], "the comparison is undecided at 8 seeds"),
+    ([("concat", "d0", NOT_LEARNED, INCONCLUSIVE)],
+     "the comparison is undecided at 8 seeds (an arm did not beat chance)"),
+    ([("concat", "d0", INCONCLUSIVE, INCONCLUSIVE), ("concat", "d1", INCONCLUSIVE, INCONCLUSIVE)],
+     "none of the 2 comparisons is decided at 8 seeds"),
+    ([("concat", "d0", BETTER, BETTER), ("concat", "d1", INCONCLUSIVE, INCONCLUSIVE)],
+     "concat beats add on d0 by mean Δ and win rate; the other comparison is undecided at 8 "
+     "seeds"),
+    ([("concat", "d0", BETTER, BETTER), ("concat", "d1", NOT_LEARNED, INCONCLUSIVE)],
+     "concat beats add on d0 by mean Δ and win rate; the other comparison is undecided at 8 "
+     "seeds (an arm did not beat chance)"),
+    ([("concat", "d0", BETTER, BETTER), ("concat", "d1", NOT_LEARNED, INCONCLUSIVE),
+      ("concat", "d2", INCONCLUSIVE, INCONCLUSIVE)],
+     "concat beats add on d0 by mean Δ and win rate; the other 2 comparisons are undecided at "
+     "8 seeds (1 of them because an arm did not beat chance)"),
+    ([("concat", "d0", NOT_LEARNED, INCONCLUSIVE), ("concat", "d1", NOT_LEARNED, INCONCLUSIVE)],
+     "none of the 2 comparisons is decided at 8 seeds (2 of them because an arm did not beat "
+     "chance)")])
+def test_the_summary_word_for_word(known, ctx, rows, said: str) -> None:
+    comps = [_arm(known, f, dataset=d, verdict=v, win_verdict=w) for f, d, v, w in rows]
+    assert answer.summary(comps, ctx).sentence == f"In short: {said}."
+
+
+@pytest.mark.parametrize("group, metric, extra", [
+    (True, False, " (pe=learned)"), (False, True, " (test_acc)"),
+    (True, True, " (pe=learned, test_acc)")])
+def test_the_summary_names_the_group_and_metric_when_there_are_several(
+        known, report, group: bool, metric: bool, extra: str) -> None:
+    ctx = answer._Context(report.settings.axis, metric, group, 0.05)
+    c = replace(known, verdict=BETTER, win_verdict=BETTER)
+    assert answer.summary([c], ctx).sentence == (
+        f"In short: concat beats add on synthetic-short{extra} by mean Δ and win rate.")
+
+
+def test_the_summary_says_once_that_an_adaptive_sweeps_verdicts_are_descriptive(
+        known, ctx) -> None:
+    from fusion_sweep.analysis import caveats
+
+    flag = (caveats.Caveat(caveats.DESCRIPTIVE),)
+    comps = [replace(known, verdict=BETTER, win_verdict=BETTER, verdict_flags=flag),
+             replace(known, dataset="d1", verdict=BETTER, win_verdict=BETTER)]
+    assert answer.summary(comps, ctx).sentence == (
+        "In short: concat beats add on synthetic-short and d1 by mean Δ and win rate; every "
+        "verdict here is descriptive: the seed count was chosen adaptively (the sweep's "
+        "verdicts are the sequential decisions).")
+    assert "descriptive" not in answer.summary(comps[1:], ctx).sentence
