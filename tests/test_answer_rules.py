@@ -454,3 +454,25 @@ def test_the_summary_says_once_that_an_adaptive_sweeps_verdicts_are_descriptive(
         "verdict here is descriptive: the seed count was chosen adaptively (the sweep's "
         "verdicts are the sequential decisions).")
     assert "descriptive" not in answer.summary(comps[1:], ctx).sentence
+
+
+def test_each_arm_across_regimes_reads_its_own_comparisons(plain) -> None:
+    """Two arms on the same three regimes, and a test of an arm with no comparisons first:
+    each arm's across-regime reading holds its own means and names its own comparison (a
+    test that cannot be read is skipped, not the end of the list)."""
+    names = ("short", "medium", "long")
+    concat = [replace(plain, dataset=d, mean_delta=m) for d, m in zip(names, (0.0, 0.1, 0.2))]
+    gate = [_arm(plain, "gate", dataset=d, mean_delta=m) for d, m in zip(names, (0.3, 0.2, 0.1))]
+    (a,) = _regimes(plain, (0.0, 0.1, 0.2), True)
+    tests = [replace_test(a.test, variant=v) for v in (
+        "standard/learned/none", plain.variant, gate[0].variant)]
+    out = answer._across(tests, concat + gate)
+    assert [(x.c0.variant, dict(x.means), x.top, x.low) for x in out] == [
+        (plain.variant, {"short": 0.0, "medium": 0.1, "long": 0.2}, "long", "short"),
+        (gate[0].variant, {"short": 0.3, "medium": 0.2, "long": 0.1}, "short", "long")]
+
+
+def replace_test(t, **fields):
+    """An interaction test like `t` with these fields replaced."""
+    names = [k for k in dir(t) if not k.startswith("_")]
+    return type("T", (), {**{k: getattr(t, k) for k in names}, **fields})()
