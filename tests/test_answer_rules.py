@@ -419,6 +419,10 @@ def _arm(c, fusion: str, **kw):
     ([("concat", "d0", BETTER, BETTER), ("concat", "d1", NOT_LEARNED, INCONCLUSIVE)],
      "concat beats add on d0 by mean Δ and win rate; the other comparison is undecided at 8 "
      "seeds (an arm did not beat chance)"),
+    ([("concat", "d0", BETTER, BETTER), ("gate", "d0", WORSE, WORSE),
+      ("concat", "d1", INCONCLUSIVE, INCONCLUSIVE)],  # the seeds go after the last clause
+     "concat beats add on d0 by mean Δ and win rate; gate is worse than add on d0 by mean Δ and "
+     "win rate; the other comparison is undecided at 8 seeds"),
     ([("concat", "d0", BETTER, BETTER), ("concat", "d1", NOT_LEARNED, INCONCLUSIVE),
       ("concat", "d2", INCONCLUSIVE, INCONCLUSIVE)],
      "concat beats add on d0 by mean Δ and win rate; the other 2 comparisons are undecided at "
@@ -454,6 +458,9 @@ def test_the_summary_says_once_that_an_adaptive_sweeps_verdicts_are_descriptive(
         "verdict here is descriptive: the seed count was chosen adaptively (the sweep's "
         "verdicts are the sequential decisions).")
     assert "descriptive" not in answer.summary(comps[1:], ctx).sentence
+    f = answer.summary(comps, ctx)  # the summary is about no one comparison
+    assert (f.kind, f.dataset, f.metric, f.group, f.arms, f.reference) == (
+        answer.SUMMARY, "", "", "", (), "")
 
 
 def test_each_arm_across_regimes_reads_its_own_comparisons(plain) -> None:
