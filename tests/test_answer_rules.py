@@ -483,3 +483,8 @@ def replace_test(t, **fields):
     """An interaction test like `t` with these fields replaced."""
     names = [k for k in dir(t) if not k.startswith("_")]
     return type("T", (), {**{k: getattr(t, k) for k in names}, **fields})()
+
+
+def test_a_finding_of_an_unknown_kind_is_a_bug_named_as_such() -> None:
+    with pytest.raises(AssertionError, match=r"answer kind 'verdict' not in \("):
+        answer.Finding("verdict", "", "", "", (), "", "x")
