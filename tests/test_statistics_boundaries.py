@@ -158,3 +158,35 @@ def test_the_exact_wilcoxon_floors_are_two_over_two_to_the_n(method: str) -> Non
     the normal tail."""
     assert stats.min_p_wilcoxon(8, method) == 2 / 2**8
     assert stats.min_p_wilcoxon(8, "asymptotic (n > 50)") > 2 / 2**8
+
+
+def _enumerated_wilcoxon_p(nonzero: np.ndarray) -> float:
+    """The two-sided p of T+ by brute force over all 2**n sign flips, ranks fixed (average
+    ranks for ties): P(|T+ - E T+| >= |t_obs - E T+|) under the flip null."""
+    from scipy.stats import rankdata
+
+    ranks = rankdata(np.abs(nonzero))
+    n = ranks.size
+    flips = (np.arange(2 ** n)[:, None] >> np.arange(n)) & 1  # (2^n, n): 1 = positive
+    t_all = flips @ ranks
+    t_obs = ranks[nonzero > 0].sum()
+    centre = ranks.sum() / 2
+    extreme = np.abs(t_all - centre) >= abs(t_obs - centre) - 1e-9
+    return float(extreme.mean())
+
+
+@pytest.mark.parametrize("n", [14, 16])  # 2^n above 9,999 (scipy's default resamples)
+def test_the_conditional_wilcoxon_enumerates_every_flip_at_the_largest_exact_n(n: int) -> None:
+    """At 14 to 16 non-zero deltas the p is the full enumeration's, not a Monte Carlo
+    estimate: the same as brute force over all 2**n flips, on every call."""
+    d = _tied(n)
+    p, method = stats.wilcoxon_signed_rank(d)
+    assert method.startswith("exact-permutation")
+    assert p == pytest.approx(_enumerated_wilcoxon_p(d[d != 0]), abs=1e-12)
+    assert stats.wilcoxon_signed_rank(d)[0] == p
+
+
+def test_a_ratio_of_no_seeds_is_undefined_and_says_why() -> None:
+    r = stats.ratio_test(np.array([]), np.array([]), 0.05)
+    assert all(math.isnan(v) for v in (r.ratio, r.low, r.high, r.p))
+    assert (r.exact, r.note) == (False, "no paired seeds: no ratio")
