@@ -190,3 +190,45 @@ def test_a_ratio_of_no_seeds_is_undefined_and_says_why() -> None:
     r = stats.ratio_test(np.array([]), np.array([]), 0.05)
     assert all(math.isnan(v) for v in (r.ratio, r.low, r.high, r.p))
     assert (r.exact, r.note) == (False, "no paired seeds: no ratio")
+
+
+def _undefined(r) -> bool:
+    return all(math.isnan(v) for v in (r.ratio, r.low, r.high, r.p)) and not r.exact
+
+
+@pytest.mark.parametrize("x, y", [([0.0, 2.0], [1.0, 1.0]), ([1.0, 2.0], [1.0, 0.0]),
+                                  ([-1.0, 2.0], [1.0, 1.0]), ([1.0, 2.0], [-1.0, 1.0])])
+def test_a_ratio_with_a_value_at_or_below_zero_on_either_side_is_undefined(x, y) -> None:
+    r = stats.ratio_test(np.array(x), np.array(y), 0.05)
+    assert _undefined(r) and r.note == "ratio undefined: a value is <= 0"
+    tiny = [v if v > 0 else 1e-3 for v in x], [v if v > 0 else 1e-3 for v in y]
+    assert math.isfinite(stats.ratio_test(np.array(tiny[0]), np.array(tiny[1]), 0.05).ratio)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_the_same_ratio_on_every_seed_from_two_seeds_is_exact(n: int) -> None:
+    r = stats.ratio_test(np.full(n, 3.0), np.full(n, 1.5), 0.05)
+    assert r.exact and r.ratio == pytest.approx(2.0)
+    assert all(math.isnan(v) for v in (r.low, r.high, r.p))
+    assert r.note == ("the same ratio (2) on every seed: a deterministic cost, no seed noise "
+                      "to test; verdict by the ratio itself")
+
+
+def test_one_seed_has_a_ratio_but_no_interval() -> None:
+    r = stats.ratio_test(np.array([3.0]), np.array([1.5]), 0.05)
+    assert not r.exact and r.ratio == pytest.approx(2.0)
+    assert all(math.isnan(v) for v in (r.low, r.high, r.p))
+    assert r.note == "only 1 paired seed: ratio interval undefined"
+
+
+def test_a_ratio_is_the_geometric_mean_with_the_t_interval_of_the_log_ratios() -> None:
+    from scipy import stats as sps
+
+    x, y = np.array([2.0, 3.0, 5.0, 4.0]), np.array([1.0, 2.0, 2.0, 1.0])
+    lr = np.log(x / y)
+    t = sps.ttest_1samp(lr, 0.0)
+    low, high = t.confidence_interval(0.95)
+    r = stats.ratio_test(x, y, 0.05)
+    assert (r.ratio, r.low, r.high, r.p) == pytest.approx(
+        (math.exp(lr.mean()), math.exp(low), math.exp(high), t.pvalue), rel=1e-6)
+    assert not r.exact and r.note == ""
