@@ -232,3 +232,30 @@ def test_a_ratio_is_the_geometric_mean_with_the_t_interval_of_the_log_ratios() -
     assert (r.ratio, r.low, r.high, r.p) == pytest.approx(
         (math.exp(lr.mean()), math.exp(low), math.exp(high), t.pvalue), rel=1e-6)
     assert not r.exact and r.note == ""
+
+
+@pytest.mark.parametrize("dz, n", [(0.2, 5), (0.5, 10), (1.0, 3)])
+def test_the_two_tailed_power_fallback_is_statsmodels_power_where_that_is_defined(
+        dz: float, n: int) -> None:
+    """The fallback for statsmodels' NaN (huge effects) is the same two-tailed power: both
+    tails, each at alpha/2 (where the wrong-direction tail is not negligible, at small d_z)."""
+    from statsmodels.stats.power import TTestPower
+
+    want = TTestPower().power(effect_size=dz, nobs=n, alpha=0.05)
+    assert stats._power_two_tails(dz, n, 0.05) == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize("d, sd, df", [
+    ([], math.nan, math.nan), ([0.2], math.nan, 0.0), ([0.2, 0.2], 0.0, 1.0)])
+def test_a_t_without_spread_keeps_its_mean_sd_and_df_and_has_no_interval(d, sd, df) -> None:
+    t = stats.one_sample_t(np.array(d, dtype=float), 0.05)
+    assert math.isnan(t.mean) if not d else t.mean == pytest.approx(0.2)
+    assert (math.isnan(t.sd) and math.isnan(sd)) or t.sd == sd
+    assert (math.isnan(t.df) and math.isnan(df)) or t.df == df
+    assert all(math.isnan(v) for v in (t.low, t.high, t.p))
+
+
+def test_a_t_with_spread_has_the_sample_sd_from_two_pairs() -> None:
+    t = stats.one_sample_t(np.array([0.1, 0.3]), 0.05)
+    assert t.sd == pytest.approx(np.std([0.1, 0.3], ddof=1)) and t.df == 1.0
+    assert t.low < t.mean < t.high and 0 < t.p < 1
