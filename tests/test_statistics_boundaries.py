@@ -259,3 +259,20 @@ def test_a_t_with_spread_has_the_sample_sd_from_two_pairs() -> None:
     t = stats.one_sample_t(np.array([0.1, 0.3]), 0.05)
     assert t.sd == pytest.approx(np.std([0.1, 0.3], ddof=1)) and t.df == 1.0
     assert t.low < t.mean < t.high and 0 < t.p < 1
+
+
+@pytest.mark.parametrize("dz, start, want", [
+    (1.0, 9, 10), (1.0, 10, 10),  # one below the answer and at it (test_analysis_stats:
+    (50.0, 2, 2), (50.0, 3, 2), (50.0, 4, 2), (50.0, 9, 2)])  # above); down to the floor of 2
+def test_the_seed_search_reaches_the_floor_of_two_and_the_answer_from_just_below(
+        dz: float, start: int, want: int) -> None:
+    assert stats._smallest_n(dz, 0.05, 0.8, start=start) == want
+    assert stats.achieved_power(dz, want, 0.05) >= 0.8
+    assert want == 2 or stats.achieved_power(dz, want - 1, 0.05) < 0.8
+
+
+@pytest.mark.parametrize("cap, want", [(16, None), (17, 10)])
+def test_the_seed_search_gives_up_only_past_its_cap(cap: int, want: int | None) -> None:
+    """From 2 the gallop tries 3, 5, 9, 17 for d_z = 1 (10 needed): a cap of 17 lets it reach
+    17 and bisect back to 10; one below, it stops with no answer."""
+    assert stats._smallest_n(1.0, 0.05, 0.8, start=2, cap=cap) == want
