@@ -177,14 +177,16 @@ def test_fewer_than_two_pairs_is_said_as_no_test(known, ctx, n: int, said: str) 
         INCONCLUSIVE, f"synthetic-short: concat vs add is {said}."), f.sentence
 
 
+def replace_test(t, **fields):
+    """An interaction test like `t` (`_regimes`' stand-in) with these fields replaced."""
+    names = [k for k in dir(t) if not k.startswith("_")]
+    return type("T", (), {**{k: getattr(t, k) for k in names}, **fields})()
+
+
 def _across_with(plain, means, higher: bool = True, **test):
     """`_regimes`' three regimes with these interaction-test fields replaced."""
     (a,) = _regimes(plain, means, higher)
-    fields = {k: getattr(a.test, k) for k in (
-        "metric", "variant", "baseline_variant", "datasets", "verdict", "ordered_by", "p_holm",
-        "long_dataset", "short_dataset", "diff_in_deltas", "diff_ci_low", "diff_ci_high",
-        "excluded_not_learned")}
-    return replace(a, test=type("T", (), {**fields, **test})())
+    return replace(a, test=replace_test(a.test, **test))
 
 
 HEAD = "Across regimes: the effect of concat vs add"
@@ -478,11 +480,6 @@ def test_each_arm_across_regimes_reads_its_own_comparisons(plain) -> None:
         (plain.variant, {"short": 0.0, "medium": 0.1, "long": 0.2}, "long", "short"),
         (gate[0].variant, {"short": 0.3, "medium": 0.2, "long": 0.1}, "short", "long")]
 
-
-def replace_test(t, **fields):
-    """An interaction test like `t` with these fields replaced."""
-    names = [k for k in dir(t) if not k.startswith("_")]
-    return type("T", (), {**{k: getattr(t, k) for k in names}, **fields})()
 
 
 def test_a_finding_of_an_unknown_kind_is_a_bug_named_as_such() -> None:
