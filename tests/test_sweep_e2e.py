@@ -291,12 +291,14 @@ def test_sigkill_driver_then_resume(ray_cluster, mlflow_server, tmp_path):
     # The dead driver's trials run in the cluster's workers, which Ray stops a moment after
     # the driver dies: one starting then can still open its MLflow run. Read the runs once
     # they have stopped changing (3 s alike, at most 30 s).
-    before, same_since, deadline = {}, time.time(), time.time() + 30
-    while time.time() - same_since < 3 and time.time() < deadline:
+    before, alike = {}, 0
+    for _ in range(60):  # 6 reads alike, 0.5 s apart (3 s), at most 60 reads
         now = {r.data.tags["fusion_sweep.trial_key"]: r for r in trial_runs(mlflow_server, "killme")}
-        if {k: r.info.status for k, r in now.items()} != {k: r.info.status
-                                                          for k, r in before.items()}:
-            before, same_since = now, time.time()
+        same = {k: r.info.status for k, r in now.items()} == {k: r.info.status
+                                                              for k, r in before.items()}
+        before, alike = now, (alike + 1 if same else 0)
+        if alike >= 6:
+            break
         time.sleep(0.5)
     finished_before = {k for k, r in before.items() if r.info.status == "FINISHED"}
     assert 2 <= len(finished_before), finished_before
