@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fusion_sweep.plan.space import load_space  # noqa: E402
 from fusion_sweep.trial.heap import keep_freed_memory  # noqa: E402
 from fusion_sweep.trial.models.encoder import count_parameters  # noqa: E402
-from fusion_sweep.trial.trainer import build_model  # noqa: E402
+from fusion_sweep.trial.seeds import build_model  # noqa: E402
 
 VOCAB, CLASSES = 564, 2
 PAPER_MODEL = dict(d_model=256, heads=4, layers=4, dim_ff=1024)

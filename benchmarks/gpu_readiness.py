@@ -40,7 +40,7 @@ import torch
 
 from fusion_sweep.plan.space import load_space
 from fusion_sweep.plan.space_files import shipped_spaces
-from fusion_sweep.trial import memory, trainer
+from fusion_sweep.trial import memory, seeds, trainer
 from fusion_sweep.trial.config import ConfigError, TrialConfig
 from fusion_sweep.trial.data.types import EncodedSplit
 from fusion_sweep.trial.devicecheck import DeviceMixCounter, HostSyncCounter
@@ -120,7 +120,7 @@ def _split(n: int = 24) -> EncodedSplit:
 
 
 def _epoch_syncs(config: TrialConfig, split: EncodedSplit, steps: int) -> HostSyncCounter:
-    model = trainer.build_model(config, 60, 4)
+    model = seeds.build_model(config, 60, 4)
     optimizer = trainer.build_optimizer(config, model)
     batches = [np.arange(i * config.batch_size, (i + 1) * config.batch_size) for i in range(steps)]
     # ReSSFormer's compiled kernels run only on a CPU: a CUDA worker takes the torch path.
@@ -147,7 +147,7 @@ def deterministic_blockers(configs: list[TrialConfig]) -> dict[str, list[str]]:
     """{variant: sorted ops} of the ops that raise under deterministic CUDA, where any."""
     found: dict[str, list[str]] = {}
     for c in configs:
-        model = trainer.build_model(c, 60, 4)
+        model = seeds.build_model(c, 60, 4)
         ids = torch.ones(c.batch_size, c.max_len, dtype=torch.long)
         ids[:, c.max_len // 2:] = 0  # a padded batch: the mask path runs too
         ops = cuda_nondeterministic_ops(model, (ids, True))

@@ -67,8 +67,8 @@ from fusion_sweep.trial.config import TrialConfig  # noqa: E402
 from fusion_sweep.trial.data.types import EncodedSplit  # noqa: E402
 from fusion_sweep.trial.heap import release_freed_memory  # noqa: E402
 from fusion_sweep.trial.models.fusion import FUSIONS  # noqa: E402
-from fusion_sweep.trial.trainer import (build_model, build_optimizer, cpu_threads,  # noqa: E402
-                                  train_epoch, training_schedule)
+from fusion_sweep.trial.seeds import build_model, training_schedule  # noqa: E402
+from fusion_sweep.trial.trainer import build_optimizer, cpu_threads, train_epoch  # noqa: E402
 
 VOCAB = 50_000  # the reference's vocabulary cap (min_freq 2, at most 50k)
 PAD_ID, UNK_ID = 0, 1

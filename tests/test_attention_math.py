@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.trial.models import encoder
 from fusion_sweep.trial.models.positional import POSITIONAL, check_compatible
-from fusion_sweep.trial.trainer import build_model
+from fusion_sweep.trial.seeds import build_model
 
 PES = [pe for pe in sorted(POSITIONAL) if not check_compatible(pe, "add")]
 

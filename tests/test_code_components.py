@@ -207,7 +207,7 @@ CONSTANTS = [
      "self.table = nn.Parameter(torch.empty(max_len, d_model))",
      "self.table = nn.Parameter(torch.empty(max_len, d_model) * 2)",
      lambda c: c.pe == "learned"),
-    ("the trainer's streams", "trial/trainer.py",
+    ("the trial's seed streams", "trial/seeds.py",
      "entropy = [seed, STREAMS.index(stream), zlib.crc32(dataset.encode())]",
      "entropy = [seed + 1, STREAMS.index(stream), zlib.crc32(dataset.encode())]",
      lambda c: True),

@@ -326,7 +326,8 @@ def test_test_metrics_come_from_the_best_validation_epoch() -> None:
     import torch
 
     from fusion_sweep.trial.config import TrialConfig
-    from fusion_sweep.trial.trainer import SpeedOptions, build_model, predict, train_trial
+    from fusion_sweep.trial.seeds import build_model
+    from fusion_sweep.trial.trainer import SpeedOptions, predict, train_trial
     from tests.test_trainer import random_split
 
     from fusion_sweep.trial.data.types import EncodedData
@@ -364,7 +365,7 @@ def test_test_metrics_come_from_the_best_validation_epoch() -> None:
 def test_seed_streams_are_pinned() -> None:
     """The derivation of every random stream's seed is part of what a published trial seed
     means: these values must never change silently (a change re-randomises every trial)."""
-    from fusion_sweep.trial.trainer import STREAMS, derive_seed
+    from fusion_sweep.trial.seeds import STREAMS, derive_seed
 
     assert STREAMS == ("data_order", "shared_init", "fusion_init", "pe_init", "dropout",
                        "encoder_init")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from fusion_sweep.trial import trainer
+from fusion_sweep.trial import seeds, trainer
 from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.trial.devicecheck import DeviceMixCounter, HostSyncCounter
 from fusion_sweep.trial.models.encoder import has_padding
@@ -27,7 +27,7 @@ def split():
 
 
 def syncs(config: TrialConfig, split, steps: int) -> HostSyncCounter:
-    model = trainer.build_model(config, 60, 4)
+    model = seeds.build_model(config, 60, 4)
     optimizer = trainer.build_optimizer(config, model)
     batches = [np.arange(i * 8, (i + 1) * 8) for i in range(steps)]
     with HostSyncCounter() as counter:
@@ -52,7 +52,7 @@ def test_no_host_sync_in_a_training_step(variant, split):
 def test_the_counter_sees_a_forward_without_host_padding(split):
     """A forward not told whether the batch is padded reads it from the device: one sync."""
     config = TrialConfig.build("synthetic-short", **TINY)
-    model = trainer.build_model(config, 60, 4)
+    model = seeds.build_model(config, 60, 4)
     ids = torch.from_numpy(next(trainer.pad_batches(split, [np.arange(8)], 80))[0])
     with HostSyncCounter() as counter:
         model(ids, has_padding(ids.numpy(), 0))

@@ -16,7 +16,7 @@ from fusion_sweep.trial.models.encoder import (FusionClassifier, ModelSpec, coun
 from fusion_sweep.trial.models.fusion import (FUSION_OPTIONS, FUSIONS, FusionOption, build_fusion,
                                               declared_options)
 from fusion_sweep.trial.models.positional import POSITIONAL, check_compatible
-from fusion_sweep.trial.trainer import construct_model
+from fusion_sweep.trial.models.encoder import construct_model
 
 D, H, VOCAB, C, MAX_LEN = 16, 4, 50, 3, 32
 ALL = list(itertools.product(sorted(POSITIONAL), sorted(FUSIONS)))

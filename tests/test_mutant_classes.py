@@ -443,15 +443,15 @@ def test_a_new_sweep_supersedes_nothing_and_asks_no_plan(monkeypatch) -> None:
 def test_each_component_is_initialised_from_its_own_stream(monkeypatch) -> None:
     """build_model seeds each parameter group from the stream named after it: a group drawn
     from another's stream would share its init across variants that differ in that group."""
-    from fusion_sweep.trial import trainer
+    from fusion_sweep.trial import seeds as streams
 
     seen: dict[str, int] = {}
-    monkeypatch.setattr(trainer, "construct_model", lambda *a: "model")
-    monkeypatch.setattr(trainer, "initialize", lambda model, seeds: seen.update(seeds))
+    monkeypatch.setattr(streams, "construct_model", lambda *a: "model")
+    monkeypatch.setattr(streams, "initialize", lambda model, seeds: seen.update(seeds))
     config = plan(load_space("smoke"))[0].config
-    assert trainer.build_model(config, 10, 2) == "model"
-    d = trainer.stream_dataset(config)
-    assert seen == {g: trainer.derive_seed(config.seed, f"{g}_init", d)
+    assert streams.build_model(config, 10, 2) == "model"
+    d = streams.stream_dataset(config)
+    assert seen == {g: streams.derive_seed(config.seed, f"{g}_init", d)
                     for g in ("shared", "encoder", "fusion", "pe")}
     assert len(set(seen.values())) == 4  # four streams, four seeds
 

@@ -436,7 +436,7 @@ def test_dropout_fingerprint_hashes_a_drawn_mask() -> None:
 
     import torch.nn.functional as F
 
-    from fusion_sweep.trial.trainer import DROPOUT_PROBE, dropout_fingerprint, dropout_stream
+    from fusion_sweep.trial.seeds import DROPOUT_PROBE, dropout_fingerprint, dropout_stream
 
     cpu = torch.device("cpu")
     with dropout_stream(123, cpu) as fp:

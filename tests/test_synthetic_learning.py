@@ -17,7 +17,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 import pytest
 
-from fusion_sweep.trial import trainer
+from fusion_sweep.trial import seeds, trainer
 from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.trial.data import load_encoded
 from fusion_sweep.trial.data.registry import DATASETS
@@ -56,7 +56,7 @@ def _test_accs(config: TrialConfig) -> list[float]:
         speed = trainer.SpeedOptions.from_env().for_device(device)
         with trainer.cpu_threads(pconfig.num_threads), trainer.deterministic(device), \
                 trainer.precision_mode(pconfig.precision, device):
-            model = trainer.build_model(pconfig, data.vocab_size, data.num_classes, data.pad_id)
+            model = seeds.build_model(pconfig, data.vocab_size, data.num_classes, data.pad_id)
             model.to(device)
             model.load_state_dict(result.checkpoint)
             acc, _, _ = trainer._test(pconfig, data, device, model, speed,

@@ -11,7 +11,8 @@ from fusion_sweep.trial.data.types import EncodedData, EncodedSplit
 from fusion_sweep.trial.models.fusion import FUSIONS
 from fusion_sweep.schema import (ENCODER_FINGERPRINTS, FINGERPRINTS, PLATFORM_FINGERPRINT,
                                  platform_fingerprint)
-from fusion_sweep.trial.trainer import EpochRecord, derive_seed, macro_f1, train_trial
+from fusion_sweep.trial.seeds import derive_seed
+from fusion_sweep.trial.trainer import EpochRecord, macro_f1, train_trial
 
 TINY = dict(d_model=16, heads=2, layers=1, dim_ff=32, epochs=2, batch_size=8, max_len=80,
             num_threads=1, latency_repeats=1)
@@ -255,7 +256,8 @@ def test_predict_evaluates_in_eval_mode(data: EncodedData, cached: bool) -> None
     on both the reference and the cached path: two calls agree exactly, and with eval mode."""
     import torch
 
-    from fusion_sweep.trial.trainer import EvalCache, construct_model, predict
+    from fusion_sweep.trial.models.encoder import construct_model
+    from fusion_sweep.trial.trainer import EvalCache, predict
 
     config = cfg(dropout=0.5, attn_dropout=0.5)
     model = construct_model(config, data.vocab_size, data.num_classes, 0)
@@ -281,7 +283,8 @@ def test_predict_loss_is_the_mean_over_documents_even_for_one(data: EncodedData,
     import torch
     import torch.nn.functional as F
 
-    from fusion_sweep.trial.trainer import EvalCache, construct_model, predict
+    from fusion_sweep.trial.models.encoder import construct_model
+    from fusion_sweep.trial.trainer import EvalCache, predict
 
     config = cfg()
     model = construct_model(config, data.vocab_size, data.num_classes, 0).eval()

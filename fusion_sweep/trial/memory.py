@@ -29,10 +29,10 @@ from fusion_sweep.trial.data.registry import DATASETS
 from fusion_sweep.trial.data.synthetic import SyntheticParams
 from fusion_sweep.trial.data.tokenize import TokenizerSettings
 from fusion_sweep.trial.models import encoder as encoder_module
-from fusion_sweep.trial.models.encoder import ENCODERS, FusionClassifier, count_parameters
+from fusion_sweep.trial.models.encoder import (ENCODERS, FusionClassifier, construct_model,
+                                               count_parameters)
 from fusion_sweep.trial.models.fusion import FUSIONS
 from fusion_sweep.trial.models.positional import POSITIONAL
-from fusion_sweep.trial.trainer import construct_model
 
 # What a trial actor holds before training: Python, torch, Ray worker, MLflow client (an idle
 # ray::ImplicitFunc actor measured ~0.55 GB RSS here).

@@ -1,12 +1,8 @@
 """One trial in plain PyTorch: `train_trial(config) -> TrialResult`. No Ray, no MLflow.
 
-Paired-seed protocol (docs/protocol.md): every random stream has its own seed derived from
-`(config.seed, config.dataset)` (a structure-noise probe: its clean regime's name) — data
-order, embedding/classifier init, encoder-body init, fusion init, PE init, dropout — so two
-trials with the same seed differ only in the variant (encoder, pe, fusion), and trials of
-different datasets never start from correlated weights. The model is built under a forked
-global RNG, before the dropout stream is seeded: a variant's extra layers therefore cannot
-shift the dropout masks of the layers it shares. The result carries five fingerprints (split,
+Paired-seed protocol (docs/protocol.md): every random stream has its own seed, drawn and
+used in `fusion_sweep.trial.seeds`, so two trials with the same seed differ only in the
+variant (encoder, pe, fusion). The result carries five fingerprints (split,
 batch order, embedding/classifier init, encoder-body init, dropout stream) that the analysis
 checks before pairing (the encoder body's only between trials of one encoder variant), and a
 sixth, the platform it ran on (`fusion_sweep.trial.platform`): pairs are kept on one platform.
@@ -18,7 +14,6 @@ import copy
 import math
 import os
 import time
-import zlib
 from contextlib import contextmanager
 import dataclasses
 from dataclasses import asdict, dataclass, field
@@ -29,22 +24,19 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fusion_sweep.trial.batching import (eval_batches, epoch_batches, pad_batch, pad_batches,
-                                   schedule_hash, truncated_lengths)
+from fusion_sweep.trial.batching import (eval_batches, pad_batch, pad_batches, schedule_hash,
+                                         truncated_lengths)
 from fusion_sweep.schema import PLATFORM_FINGERPRINT, platform_fingerprint
 from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.trial.data import load_encoded
-from fusion_sweep.trial.data.registry import DATASETS
 from fusion_sweep.trial.data.types import EncodedData, EncodedSplit, validate_encoded
 from fusion_sweep.trial.heap import keep_freed_memory
-from fusion_sweep.trial.models.encoder import (FusionClassifier, ModelSpec, count_parameters,
-                                               encoder_init_hash, has_padding, initialize,
-                                               shared_init_hash)
+from fusion_sweep.trial.models.encoder import (FusionClassifier, count_parameters,
+                                               encoder_init_hash, has_padding, shared_init_hash)
 from fusion_sweep.trial.optim import OPTIMIZERS
 from fusion_sweep.trial.platform import autocast, describe_platform, deterministic, precision_mode
-
-# Appended, never reordered: a stream's seed depends on its index (`derive_seed`).
-STREAMS = ("data_order", "shared_init", "fusion_init", "pe_init", "dropout", "encoder_init")
+from fusion_sweep.trial.seeds import (build_model, derive_seed, dropout_stream, stream_dataset,
+                                     training_schedule)
 
 
 @dataclass(frozen=True)
@@ -134,22 +126,6 @@ class SpeedOptions:
         return cls.parse(os.environ.get("FUSION_SWEEP_SPEED", "fast"))
 
 
-def derive_seed(seed: int, stream: str, dataset: str) -> int:
-    """Independent 63-bit seed for one random stream of one (trial seed, dataset).
-
-    crc32, not hash(): Python's str hash is salted per process.
-    """
-    entropy = [seed, STREAMS.index(stream), zlib.crc32(dataset.encode())]
-    return int(np.random.SeedSequence(entropy).generate_state(2, np.uint64)[0] >> 1)
-
-
-def stream_dataset(config: TrialConfig) -> str:
-    """The dataset name a trial's random streams are derived from: its own, except for a
-    structure-noise probe, which trains exactly as its clean regime (same init, batch order and
-    dropout; `DatasetSpec.stream_name`) so the two differ only in the perturbed test set."""
-    return DATASETS[config.dataset].stream_name
-
-
 @dataclass
 class EpochRecord:
     epoch: int  # 1-based
@@ -217,30 +193,6 @@ class TrialResult:
 
 
 # ------------------------------------------------------------------------ building blocks
-def build_model(config: TrialConfig, vocab_size: int, num_classes: int, pad_id: int = 0) -> FusionClassifier:
-    """The classifier with every group initialised from its own stream.
-
-    The constructors' default initialisation draws from the global RNG (overwritten by
-    `initialize` right after); the fork keeps those draws away from the caller's RNG and the
-    dropout stream, so variants with more layers leave both untouched.
-    """
-    with torch.random.fork_rng(devices=[]):
-        model = construct_model(config, vocab_size, num_classes, pad_id)
-    d = stream_dataset(config)
-    initialize(model, {"shared": derive_seed(config.seed, "shared_init", d),
-                       "encoder": derive_seed(config.seed, "encoder_init", d),
-                       "fusion": derive_seed(config.seed, "fusion_init", d),
-                       "pe": derive_seed(config.seed, "pe_init", d)})
-    return model
-
-
-def construct_model(config: TrialConfig, vocab_size: int, num_classes: int, pad_id: int) -> FusionClassifier:
-    """The trial's classifier as its constructors initialise it (`build_model` then draws
-    every group from its own stream; trial/memory.py builds it on `meta` to size it)."""
-    return FusionClassifier(ModelSpec.of(config), vocab_size=vocab_size,
-                            num_classes=num_classes, pad_id=pad_id)
-
-
 def build_optimizer(config: TrialConfig, model: nn.Module) -> torch.optim.Optimizer:
     """Adam/AdamW with the fused kernel where PyTorch has one (CPU and CUDA floating tensors).
 
@@ -261,45 +213,6 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ValueError("device 'cuda' requested but no CUDA device is available; choose from ['auto', 'cpu']")
     return torch.device(name)
-
-
-def training_schedule(train: EncodedSplit, config: TrialConfig) -> list[list[np.ndarray]]:
-    """Every epoch's batches, planned up front from (data, seed) only."""
-    lengths = truncated_lengths(train, config.max_len)
-    seed = derive_seed(config.seed, "data_order", stream_dataset(config))
-    return [epoch_batches(lengths, config.batch_size, seed, e) for e in range(config.epochs)]
-
-
-@contextmanager
-def dropout_stream(seed: int, device: torch.device) -> Iterator[str]:
-    """Dropout has no generator argument, so give it the global RNG — forked, seeded from its
-    own stream, and restored afterwards, so nothing outside the trial sees or shifts it.
-
-    Yields the dropout fingerprint: a hash of a dropout mask drawn from the stream as the
-    first training step would draw it (then the stream is put back). Enter it after the
-    model is built (see `build_model`).
-    """
-    devices = [device.index or 0] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices, device_type="cuda" if devices else "cpu"):
-        torch.manual_seed(seed)
-        yield dropout_fingerprint(device)
-
-
-# Elements of the mask the dropout fingerprint draws (p = 0.5: one bit of the stream each).
-DROPOUT_PROBE = 4096
-
-
-def dropout_fingerprint(device: torch.device) -> str:
-    """sha256 (16 hex) of a dropout mask (F.dropout, p 0.5, DROPOUT_PROBE elements) drawn on
-    `device` from the RNG now, which is then restored: two trials agree only if their
-    dropout draws do, whatever their generator's seed or state layout (a seed hash would
-    agree across a CPU and a GPU whose dropout differs)."""
-    import hashlib
-
-    devices = [device.index or 0] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices, device_type="cuda" if devices else "cpu"):
-        kept = F.dropout(torch.ones(DROPOUT_PROBE, device=device), 0.5, training=True) != 0
-    return hashlib.sha256(kept.cpu().numpy().tobytes()).hexdigest()[:16]
 
 
 @contextmanager

@@ -422,3 +422,10 @@ ENCODERS: dict[str, type[nn.Module]] = {
     "standard": StandardEncoder,
     "ressformer": ReSSFormerEncoder,
 }
+
+
+def construct_model(config: Any, vocab_size: int, num_classes: int, pad_id: int) -> FusionClassifier:
+    """The trial's classifier as its constructors initialise it (`build_model` then draws
+    every group from its own stream; trial/memory.py builds it on `meta` to size it)."""
+    return FusionClassifier(ModelSpec.of(config), vocab_size=vocab_size,
+                            num_classes=num_classes, pad_id=pad_id)
