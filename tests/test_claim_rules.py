@@ -1,0 +1,716 @@
+"""The claims' rules unit by unit (issue 42): every claim kind's plans on hand-built sweeps,
+field by field; what each claim says it tests, word for word; the verdict, support and tally
+rules on both sides of each edge. No analysis runs here, so under mutmut (tests fastest first)
+these decide most of `claims`' mutants in milliseconds."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from fusion_sweep.analysis import claims as C
+from fusion_sweep.analysis import stats
+from fusion_sweep.analysis.claims import Plan, Sweep, Term
+from fusion_sweep.analysis.guard import Learning
+from fusion_sweep.analysis.pairing import NON_FINITE
+from fusion_sweep.analysis.schema import (
+    BETTER, CONTRADICTS, EQUIVALENT, INCONCLUSIVE, MIXED, NOT_LEARNED, NOT_RUN, NOT_TESTABLE,
+    SUPPORTS, UNDECIDED, WORSE, AnalysisError,
+)
+from fusion_sweep.analysis.settings import Settings
+from fusion_sweep.analysis.variants import Variant
+
+ADD = Variant("standard", "sinusoidal", "add")
+GATE = Variant("standard", "sinusoidal", "gate-scalar")
+CNN = Variant("standard", "sinusoidal", "gate-cnn")
+ROT_ADD = Variant("standard", "rotary", "add")
+ROT_GATE = Variant("standard", "rotary", "gate-scalar")
+ACC = "test_acc"
+NAN = float("nan")
+
+
+def sweep(arms: dict[str, tuple[Variant, ...]], regime: dict[str, str] | None = None,
+          probe_of: dict[str, str] | None = None, long_context: tuple[str, ...] = (),
+          metrics: tuple[str, ...] = (ACC,)) -> Sweep:
+    """arms: dataset -> the variants run there (the datasets in this order)."""
+    return Sweep(tuple(arms), frozenset((d, v) for d, vs in arms.items() for v in vs),
+                 frozenset(metrics), dict(probe_of or {}), frozenset(long_context),
+                 {d: r for d, r in (regime or {}).items() if d in arms})
+
+
+def pair(arm: Variant, ref: Variant, d: str) -> tuple[Term, Term]:
+    return Term(1, d, arm), Term(-1, d, ref)
+
+
+REGIMES = {"s": "short", "m": "medium", "l": "long", "l2": "long"}
+
+
+# ----------------------------------------------------------------------------- the sweep
+def test_a_sweep_reads_regimes_probes_fusion_pairs_and_absent_arms() -> None:
+    s = sweep({"s": (ADD, GATE, CNN), "s-shuf": (ADD, GATE), "m": (ADD,),
+               "l": (ADD, GATE, ROT_GATE)},
+              regime={"s": "short", "s-shuf": "short", "m": "medium", "l": "long"},
+              probe_of={"s-shuf": "s"})
+    assert s.regime("s-shuf") == "s" and s.regime("l") == "l"
+    assert s.in_regimes(("short",)) == ["s"]  # a probe re-tests a regime; it is none itself
+    assert s.in_regimes(("long", "short")) == ["s", "l"]  # the sweep's order
+    assert s.in_regimes(("huge",)) == []
+    # sorted; the rotary gate has no rotary add beside it; the reference is never an arm
+    assert s.fusion_pairs("add") == [(CNN, ADD), (GATE, ADD)]
+    assert s.fusion_pairs("gate-scalar") == [(ADD, GATE), (CNN, GATE)]
+    assert s.has("s", ADD, GATE) and not s.has("m", ADD, GATE) and s.has("m")
+    assert s.absent([ADD, ROT_ADD, Variant("x", "y", "z")]) == ["standard/rotary/add", "x/y/z"]
+
+
+def test_the_tidy_tables_regime_facts_come_from_their_columns_only() -> None:
+    df = pd.DataFrame({"dataset": ["a", "a-shuf", "b", "c"],
+                       "probe_of": [None, "a", " ", "b"],
+                       "regime": ["short", "short", "", None],
+                       "long_context": ["True", "false", " TRUE ", None]})
+    assert C.probes_of(df) == {"a-shuf": "a", "c": "b"}  # blank and missing: no probe
+    assert C.length_regimes_of(df) == {"a": "short", "a-shuf": "short"}
+    assert C.long_context_of(df) == frozenset({"a", "b"})
+    bare = df[["dataset"]]
+    assert (C.probes_of(bare), C.length_regimes_of(bare), C.long_context_of(bare)) == (
+        {}, {}, frozenset())
+
+
+def test_an_unknown_claim_set_names_the_valid_ones() -> None:
+    assert C.get_claim_set("fusion-matters") is C.FUSION_MATTERS
+    with pytest.raises(AnalysisError, match=r"--claims.*fusion-matters.*ressformer"):
+        C.get_claim_set("fusion-maters")
+
+
+# ------------------------------------------------------- Fusion Matters' claim kinds
+def test_a_claim_needing_regimes_names_them_and_what_the_sweep_has() -> None:
+    assert C.NO_REGIME == (
+        "no dataset with a length regime here (the registry's trial tag "
+        "fusion_sweep.length_regime; a results file: a `regime` column holding short, medium "
+        "or long)")
+    assert C._need_regimes("F9", sweep({"a": (ADD,)}), ACC, "how", r=("long",)) == Plan(
+        "F9", "F9", (), ACC, "how", missing=(C.NO_REGIME,))
+    s = sweep({"a": (ADD,), "b": (ADD,), "c": (ADD,)},
+              regime={"a": "short", "b": "medium", "c": "short"})
+    assert C._need_regimes("F9", s, ACC, "how", a=("long",), b=("huge", "vast")) == Plan(
+        "F9", "F9", (), ACC, "how",
+        missing=("no long regime in the sweep (it has: medium, short)",
+                 "no huge or vast regime in the sweep (it has: medium, short)"))
+    assert C._need_regimes("F9", s, ACC, "how", a=("long",), b=("short",)).missing == (
+        "no long regime in the sweep (it has: medium, short)",)
+    assert C._need_regimes("F9", s, ACC, "how", r=("short",)) is None
+    blank = sweep({"a": (ADD,)}, regime={"a": ""})
+    assert C._need_regimes("F9", blank, ACC, "how", r=("long",)).missing == (
+        "no long regime in the sweep (it has: none)",)
+
+
+def _within(arm: Variant, d: str, regime: str) -> Plan:
+    return Plan("F1", f"F1 · {d} · {arm.label}", (d,), ACC,
+                f"test_acc({arm.label}) − test_acc(standard/sinusoidal/add) on {d} ({regime}): "
+                "TOST within the margin, else paired t",
+                pair(arm, ADD, d), (pair(arm, ADD, d),), holds_if=(EQUIVALENT,),
+                contradicted_if=(BETTER, WORSE), arm=arm.label, reference=ADD.label,
+                equivalence_first=True)
+
+
+def test_f1_tests_every_fusion_against_add_on_each_short_and_medium_dataset() -> None:
+    kind = C.FUSION_MATTERS.claims[0].kind
+    assert kind == C.WithinNoise("add", ("short", "medium"))
+    s = sweep({"s": (ADD, GATE), "m": (ADD, GATE, CNN), "l": (ADD, GATE, CNN)}, REGIMES)
+    assert kind.plans("F1", s) == [_within(CNN, "m", "medium"), _within(GATE, "s", "short"),
+                                   _within(GATE, "m", "medium")]
+    assert (kind.variants(), kind.metrics()) == ((), (ACC,))
+    only_add = sweep({"s": (ADD,)}, REGIMES)
+    assert kind.plans("F1", only_add) == [Plan(
+        "F1", "F1", (), ACC, kind.describe(),
+        missing=("no fusion besides add beside it in the sweep",))]
+    long_only = sweep({"l": (ADD, GATE)}, REGIMES)
+    assert kind.plans("F1", long_only)[0].missing == (
+        "no short or medium regime in the sweep (it has: long)",)
+
+
+def _wins(arm: Variant, ref: Variant, d: str, name: str, claim: str = "F2") -> Plan:
+    return Plan(claim, name, (d,), ACC,
+                f"win rate of {arm.label} over {ref.label} on {d}: exact one-sided sign test "
+                "of the per-seed Δ (ties excluded)", pair(arm, ref, d), (pair(arm, ref, d),),
+                alternative=C.GREATER, estimate_kind="win rate", contradicted_if=(WORSE,),
+                arm=arm.label, reference=ref.label, test_kind="sign")
+
+
+def test_f2_is_a_sign_test_of_gate_over_add_on_each_long_dataset() -> None:
+    kind = C.FUSION_MATTERS.claims[1].kind
+    assert kind == C.WinsOn(GATE, ADD, ("long",))
+    assert kind.variants() == (GATE, ADD) and kind.metrics() == (ACC,)
+    s = sweep({"s": (ADD, GATE), "l": (ADD, GATE), "l2": (ADD,)}, REGIMES)
+    assert kind.plans("F2", s) == [
+        _wins(GATE, ADD, "l", "F2 · l"),
+        Plan("F2", "F2 · l2", ("l2",), ACC, "",
+             missing=("standard/sinusoidal/gate-scalar not run on l2",))]
+    no_gate = sweep({"l": (ADD, CNN)}, REGIMES)
+    assert kind.plans("F2", no_gate) == [Plan(
+        "F2", "F2", (), ACC, kind.describe(),
+        missing=("variant standard/sinusoidal/gate-scalar not in the sweep",))]
+    assert kind.plans("F2", sweep({"l": (ADD, GATE)}))[0].missing == (C.NO_REGIME,)
+
+
+def test_f4_runs_the_sign_test_once_per_pe_and_needs_two_of_them() -> None:
+    kind = C.FUSION_MATTERS.claims[3].kind
+    assert kind == C.WinsOn(GATE, ADD, ("long",), every_pe=True)
+    assert kind.variants() == ()
+    s = sweep({"s": (ADD, GATE), "l": (ADD, GATE, ROT_ADD, ROT_GATE), "l2": (ADD, GATE)},
+              REGIMES)
+    assert kind.plans("F4", s) == [
+        _wins(ROT_GATE, ROT_ADD, "l", "F4 · l · rotary", "F4"),
+        Plan("F4", "F4 · l2 · rotary", ("l2",), ACC, "",
+             missing=("standard/rotary/gate-scalar not run on l2",
+                      "standard/rotary/add not run on l2")),
+        _wins(GATE, ADD, "l", "F4 · l · sinusoidal", "F4"),
+        _wins(GATE, ADD, "l2", "F4 · l2 · sinusoidal", "F4")]
+    one_pe = sweep({"l": (ADD, GATE, ROT_GATE)}, REGIMES)
+    assert kind.plans("F4", one_pe) == [Plan(
+        "F4", "F4", (), ACC, kind.describe(),
+        missing=("needs gate-scalar and add under at least two positional encodings (the "
+                 "sweep has both under: sinusoidal)",))]
+    assert kind.plans("F4", sweep({"l": (ADD, ROT_GATE)}, REGIMES))[0].missing == (
+        "needs gate-scalar and add under at least two positional encodings (the sweep has "
+        "both under: none)",)
+
+
+def _longer(arm: Variant, big: str, small: str) -> Plan:
+    on_big, on_small = pair(arm, ADD, big), pair(arm, ADD, small)
+    return Plan("F3", f"F3 · {big} vs {small} · {arm.label}", (big, small), ACC,
+                f"Δ = test_acc({arm.label}) − test_acc(standard/sinusoidal/add) on {big} "
+                f"against Δ on {small}: exact one-sided Mann–Whitney",
+                on_big + on_small, (on_big, on_small), alternative=C.GREATER,
+                estimate_kind=C.SUPERIORITY, contradicted_if=(WORSE,), arm=arm.label,
+                reference=ADD.label, test_kind="rank")
+
+
+def test_f3_compares_each_long_dataset_with_each_short_or_medium_one_per_fusion() -> None:
+    kind = C.FUSION_MATTERS.claims[2].kind
+    assert kind == C.LargerOnLonger("add", ("long",), ("short", "medium"))
+    s = sweep({"s": (ADD, GATE, CNN), "m": (ADD, GATE), "l": (ADD, GATE, CNN)}, REGIMES)
+    assert kind.plans("F3", s) == [_longer(CNN, "l", "s"), _longer(GATE, "l", "s"),
+                                   _longer(GATE, "l", "m")]
+    no_small = sweep({"s": (ADD,), "l": (ADD, GATE)}, REGIMES)
+    assert kind.plans("F3", no_small) == [Plan(
+        "F3", "F3", (), ACC, kind.describe(),
+        missing=("no fusion besides add on both a long and a short/medium regime",))]
+    assert kind.plans("F3", sweep({"s": (ADD, GATE)}, REGIMES))[0].missing == (
+        "no long regime in the sweep (it has: short)",)
+    assert kind.plans("F3", sweep({"l": (ADD, GATE)}, REGIMES))[0].missing == (
+        "no short or medium regime in the sweep (it has: long)",)
+
+
+def test_f5_adds_a_mcnemar_test_of_gate_against_cnn_to_cnns_sign_test() -> None:
+    kind = C.FUSION_MATTERS.claims[4].kind
+    assert kind == C.LessConsistent(CNN, GATE, ADD, ("long",))
+    assert kind.variants() == (CNN, GATE, ADD)
+    s = sweep({"l": (ADD, GATE, CNN), "l2": (ADD, CNN)}, REGIMES)
+    theirs, mine = pair(GATE, ADD, "l"), pair(CNN, ADD, "l")
+    assert kind.plans("F5", s) == [
+        _wins(CNN, ADD, "l", "F5 · l", "F5"), _wins(CNN, ADD, "l2", "F5 · l2", "F5"),
+        Plan("F5", "F5 · l · consistency", ("l",), ACC,
+             "seeds where standard/sinusoidal/gate-scalar beats standard/sinusoidal/add "
+             "against seeds where standard/sinusoidal/gate-cnn does, on l: exact one-sided "
+             "McNemar", theirs + mine, (theirs, mine), alternative=C.GREATER,
+             estimate_kind=C.WIN_RATE_DIFF, contradicted_if=(WORSE,), arm=GATE.label,
+             reference=CNN.label, test_kind="mcnemar")]
+    no_gate = sweep({"l": (ADD, CNN)}, REGIMES)
+    assert kind.plans("F5", no_gate) == [
+        _wins(CNN, ADD, "l", "F5 · l", "F5"),
+        Plan("F5", "F5 · consistency", (), ACC, "",
+             missing=("variant standard/sinusoidal/gate-scalar not in the sweep",))]
+    no_cnn = sweep({"l": (ADD, GATE)}, REGIMES)
+    assert kind.plans("F5", no_cnn) == [Plan(
+        "F5", "F5", (), ACC, kind.describe(),
+        missing=("needs fusion gate-cnn (standard/sinusoidal/gate-cnn) beside "
+                 "standard/sinusoidal/add on a long regime; the sweep has none",))]
+
+
+# ----------------------------------------------------------- ReSSFormer's claim kinds
+RESS, SIN = Variant("ressformer", "none", "add"), Variant("standard", "sinusoidal", "add")
+NO_ASAM = Variant("ressformer-no-asam", "none", "add")
+NO_SOES = Variant("ressformer-no-soes", "sinusoidal", "add")
+NO_R2MU = Variant("ressformer-no-r2mu", "none", "add")
+
+
+def _beats(d: str, claim: str = "C1", ref: Variant = SIN, **kw) -> Plan:
+    return Plan(claim, f"{claim} · {d}", (d,), ACC,
+                f"test_acc(ressformer/none/add) − test_acc({ref.label}) on {d}",
+                pair(RESS, ref, d), (pair(RESS, ref, d),), arm=RESS.label, reference=ref.label,
+                **kw)
+
+
+def test_beats_tests_every_dataset_or_only_the_clean_long_context_ones() -> None:
+    s = sweep({"a": (RESS, SIN), "b": (RESS,), "a-shuf": (RESS, SIN)},
+              probe_of={"a-shuf": "a"}, long_context=("a", "a-shuf"))
+    c1 = C.RESSFORMER.claims[0].kind
+    assert c1.variants() == (RESS, SIN) and c1.metrics() == (ACC,)
+    assert c1.plans("C1", s) == [
+        _beats("a"), Plan("C1", "C1 · b", ("b",), ACC, "",
+                          missing=("standard/sinusoidal/add not run on b",)), _beats("a-shuf")]
+    c6 = C.Beats(RESS, SIN, only_long=True)
+    assert c6.plans("C6", s) == [_beats("a", "C6")]  # its probe is the same training
+    assert c6.plans("C6", sweep({"a": (RESS, SIN)})) == [Plan(
+        "C6", "C6", (), ACC, c6.describe(),
+        missing=("no regime the registry marks long-context (trial tag "
+                 "fusion_sweep.long_context; a results file: column long_context)",))]
+    c4 = C.RESSFORMER.claims[3].kind
+    assert c4.plans("C4", sweep({"a": (RESS, NO_ASAM)})) == [_beats(
+        "a", "C4", NO_ASAM, holds_if=(BETTER, EQUIVALENT), contradicted_if=(WORSE,),
+        negligible=True)]
+    assert c1.plans("C1", sweep({"a": (RESS,)})) == [Plan(
+        "C1", "C1", (), ACC, c1.describe(),
+        missing=("variant standard/sinusoidal/add not in the sweep",))]
+    assert c1.plans("C1", sweep({"a": (RESS, SIN)}, metrics=("loss",))) == [Plan(
+        "C1", "C1 · test_acc", (), ACC, "", missing=("metric test_acc not in the data",))]
+
+
+def test_cheaper_is_a_log_ratio_per_cost_metric_named_when_there_are_several() -> None:
+    kind = C.RESSFORMER.claims[4].kind
+    assert kind.metrics() == ("latency_ms_per_sample", "flops_per_token")
+    s = sweep({"a": (RESS, NO_ASAM)}, metrics=("flops_per_token",))
+
+    def ratio(metric: str) -> Plan:
+        return Plan("C5", f"C5 · a · {metric}", ("a",), metric,
+                    f"{metric}(ressformer/none/add) / {metric}(ressformer-no-asam/none/add) on a",
+                    pair(RESS, NO_ASAM, "a"), (), log=True, estimate_kind=C.RATIO,
+                    contradicted_if=(WORSE,), arm=RESS.label, reference=NO_ASAM.label)
+    assert kind.plans("C5", s) == [
+        Plan("C5", "C5 · latency_ms_per_sample", (), "latency_ms_per_sample", "",
+             missing=("metric latency_ms_per_sample not in the data",)),
+        ratio("flops_per_token")]
+    one = C.Cheaper(RESS, NO_ASAM, ("flops_per_token",))
+    assert [p.test for p in one.plans("C5", s)] == ["C5 · a"]
+
+
+def test_larger_on_shuffled_differences_the_probe_and_its_clean_regime() -> None:
+    kind = C.RESSFORMER.claims[2].kind
+    s = sweep({"a": (RESS, SIN), "a-shuf": (RESS, SIN), "b": (RESS,), "b-shuf": (RESS, SIN),
+               "c-shuf": (RESS, SIN)},
+              probe_of={"a-shuf": "a", "b-shuf": "b", "c-shuf": "c"})
+    noisy, clean = pair(RESS, SIN, "a-shuf"), pair(RESS, SIN, "a")
+    assert kind.plans("C3", s) == [
+        Plan("C3", "C3 · a-shuf vs a", ("a-shuf", "a"), ACC,
+             "Δ on a-shuf − Δ on a, Δ = test_acc(ressformer/none/add) − "
+             "test_acc(standard/sinusoidal/add), same seed on both; one-sided > 0",
+             noisy + (Term(-1, "a", RESS), Term(1, "a", SIN)), (noisy, clean),
+             alternative=C.GREATER, estimate_kind=C.DIFF_OF_DIFFS, contradicted_if=(WORSE,),
+             arm=RESS.label, reference=SIN.label),
+        Plan("C3", "C3 · b-shuf vs b", ("b-shuf", "b"), ACC, "",
+             missing=("standard/sinusoidal/add not run on b",))]
+    assert kind.plans("C3", sweep({"a": (RESS, SIN)})) == [Plan(
+        "C3", "C3", (), ACC, kind.describe(),
+        missing=("no structure-noise probe beside its clean regime (trial tag "
+                 "fusion_sweep.probe_of; a results file: column probe_of)",))]
+    assert kind.plans("C3", sweep({"a": (RESS,), "a-shuf": (RESS,)},
+                                  probe_of={"a-shuf": "a"}))[0].missing == (
+        "variant standard/sinusoidal/add not in the sweep",)
+
+
+def test_the_ablation_order_tests_each_consecutive_pair_once() -> None:
+    kind = C.RESSFORMER.claims[6].kind
+    assert kind.variants() == (RESS, NO_SOES, NO_ASAM, NO_R2MU)
+    s = sweep({"a": (RESS, NO_SOES, NO_ASAM, NO_R2MU)})
+
+    def order(na: str, a: Variant, nb: str, b: Variant) -> Plan:
+        return Plan("C7", f"C7 · a · D_{na} > D_{nb}", ("a",), ACC,
+                    f"D_{na} − D_{nb} = test_acc({b.label}) − test_acc({a.label}) on a (D_x = "
+                    "test_acc(ressformer/none/add) − test_acc(x): the full model cancels); "
+                    "one-sided > 0",
+                    (Term(1, "a", b), Term(-1, "a", a)),
+                    (pair(RESS, a, "a"), pair(RESS, b, "a")), alternative=C.GREATER,
+                    contradicted_if=(WORSE,), arm=f"D_{na}", reference=f"D_{nb}")
+    assert kind.plans("C7", s) == [order("soes", NO_SOES, "asam", NO_ASAM),
+                                   order("asam", NO_ASAM, "r2mu", NO_R2MU)]
+    lacking = sweep({"a": (RESS, NO_SOES, NO_ASAM)})
+    assert kind.plans("C7", lacking) == [Plan(  # once, not once per step
+        "C7", "C7", (), ACC, kind.describe(),
+        missing=("variant ressformer-no-r2mu/none/add not in the sweep",))]
+
+
+def test_what_each_claim_says_it_tests_word_for_word() -> None:
+    said = {c.id: c.kind.describe() for cs in C.CLAIMS.values() for c in cs.claims}
+    ress, sin = "ressformer/none/add", "standard/sinusoidal/add"
+    two_sided = ("two-sided paired t (Holm over the claim family), TOST with the sweep's "
+                 "equivalence margin; holds if better")
+    assert said["C1"] == f"test_acc: {ress} vs {sin}, paired by seed, on every regime; {two_sided}"
+    assert said["C6"] == (
+        f"test_acc: {ress} vs ressformer-no-r2mu/none/add, paired by seed, on each regime the "
+        "registry marks long-context (its probes are the same training and are left out); "
+        f"{two_sided}")
+    assert C.Beats(RESS, SIN, holds_if=(BETTER, EQUIVALENT)).describe().endswith(
+        "holds if better or equivalent")
+    assert said["C4"] == (
+        f"test_acc: {ress} vs ressformer-no-asam/none/add, paired by seed, on every regime; "
+        "'negligible impact' is equivalence: TOST within the sweep's margin (Holm over the "
+        "set's TOST tests) supports it, as does 'better'; it is contradicted only when the "
+        "whole t-interval lies beyond the margin on the worse side; no margin: does not decide")
+    assert said["C3"] == (
+        f"test_acc: the advantage Δ = {ress} − {sin} is larger on each structure-noise probe "
+        "than on the clean regime it re-tests: per seed Δ(shuffled) − Δ(clean) (seeds are "
+        "shared across datasets), one-sided t > 0 (Holm over the claim family); opposite "
+        "direction at alpha/m")
+    assert said["C5"] == (
+        f"latency_ms_per_sample and flops_per_token: ratio {ress} / ressformer-no-asam/none/add "
+        "per regime, paired by seed: geometric mean with the exponentiated t-interval of the "
+        "mean log ratio (two-sided; a ratio equal on every seed is exact); holds if the ratio "
+        "is below 1 (better)")
+    assert said["C7"] == (
+        f"test_acc: drops D_soes > D_asam > D_r2mu per regime (D_soes: {ress} − "
+        f"ressformer-no-soes/sinusoidal/add; D_asam: {ress} − ressformer-no-asam/none/add; "
+        f"D_r2mu: {ress} − ressformer-no-r2mu/none/add), each consecutive pair tested as "
+        "D_a − D_b > 0 paired by seed, one-sided t (Holm over the claim family); opposite "
+        "direction at alpha/m")
+    assert said["F1"] == (
+        "test_acc: every fusion vs add (same encoder and pe), paired by seed, on each short "
+        "and medium regime; estimand mean Δ: equivalent within the sweep's margin (TOST, Holm "
+        "over the set's TOST tests) supports, a difference decided by the paired t (Holm over "
+        "the claim family) contradicts; without a margin it can only be contradicted")
+    sign = ("estimand the win rate P(Δ > 0 | Δ ≠ 0): exact one-sided sign test (Holm over the "
+            "claim family), the opposite direction at alpha/m")
+    assert said["F2"] == (f"test_acc: standard/sinusoidal/gate-scalar beats {sin} on each long "
+                          f"regime; {sign}")
+    assert said["F4"] == ("test_acc: gate-scalar beats add under every positional encoding "
+                          f"the sweep runs both with on each long regime; {sign}")
+    assert C.WinsOn(GATE, ADD, ("short", "long")).describe().startswith(
+        "test_acc: standard/sinusoidal/gate-scalar beats standard/sinusoidal/add on each "
+        "short / long regime;")
+    assert said["F3"] == (
+        "test_acc: for every fusion vs add, the per-seed Δ on each long regime against each "
+        "short/medium one; estimand P(Δ longer > Δ shorter): exact one-sided Mann–Whitney "
+        "(Holm over the claim family), the opposite direction at alpha/m")
+    assert said["F5"] == (
+        f"test_acc: standard/sinusoidal/gate-cnn beats {sin} on each long regime by the win "
+        "rate (exact one-sided sign test), and standard/sinusoidal/gate-scalar wins on more "
+        "seeds than it there (estimand the win-rate difference: exact one-sided McNemar, "
+        "paired by seed); Holm over the claim family")
+
+
+# ----------------------------------------------------------------------- the verdict rules
+def st(plan: Plan | None = None, **kw) -> C._Stats:
+    """A claim test's statistics as _statistics leaves them (defaults: a two-sided t pair)."""
+    plan = plan or Plan("X", "X · a", ("a",), ACC, "", pair(GATE, ADD, "a"),
+                        (pair(GATE, ADD, "a"),))
+    return C._Stats(C._Result(plan), **kw)
+
+
+ONE_SIDED = Plan("X", "X · a", ("a",), ACC, "", pair(GATE, ADD, "a"), (pair(GATE, ADD, "a"),),
+                 alternative=C.GREATER, contradicted_if=(WORSE,))
+
+
+def test_a_one_sided_test_is_better_below_alpha_and_worse_below_alpha_over_m() -> None:
+    def v(p_holm: float, opposite: float, m: int = 4) -> str:
+        return C._raw_verdict(st(ONE_SIDED, p_opposite=opposite), p_holm, NAN, 0.05, m, [])
+    assert v(0.0499, NAN) == BETTER
+    assert v(0.05, NAN) == INCONCLUSIVE and v(NAN, NAN) == INCONCLUSIVE
+    assert v(0.05, 0.0124) == WORSE  # alpha / m = 0.0125
+    assert v(0.05, 0.0125) == INCONCLUSIVE and v(0.05, 0.0126) == INCONCLUSIVE
+    assert v(0.05, 0.0249, m=2) == WORSE and v(0.05, 0.025, m=2) == INCONCLUSIVE
+    assert v(0.0499, 0.001) == BETTER  # the claimed direction is read first
+    assert C._raw_verdict(st(ONE_SIDED, not_learned=True), 0.001, NAN, 0.05, 1, []) == NOT_LEARNED
+
+
+def test_a_two_sided_test_and_a_ratio_use_the_reports_rules() -> None:
+    assert C._raw_verdict(st(ci_low=0.01, ci_high=0.03), 0.01, NAN, 0.05, 1, []) == BETTER
+    assert C._raw_verdict(st(ci_low=0.01, ci_high=0.03, higher=False), 0.01, NAN, 0.05, 1,
+                          []) == WORSE
+    assert C._raw_verdict(st(ci_low=-0.01, ci_high=0.01, equivalence_margin=0.02), 0.5, 0.01,
+                          0.05, 1, []) == EQUIVALENT
+    ratio = stats.ratio_test(np.array([1.0, 1.1, 1.2]), np.array([2.0, 2.1, 2.3]), 0.05)
+    assert C._raw_verdict(st(ratio=ratio), 0.001, NAN, 0.05, 1, []) == stats.ratio_verdict(
+        ratio, 0.001, 0.05, True)
+
+
+WITHIN = Plan("F1", "F1 · a", ("a",), ACC, "", pair(GATE, ADD, "a"), (pair(GATE, ADD, "a"),),
+              holds_if=(EQUIVALENT,), contradicted_if=(BETTER, WORSE), equivalence_first=True)
+
+
+def test_within_noise_is_equivalence_first_then_the_t_test_contradicts() -> None:
+    def v(tost: float, p_holm: float = 0.5, margin: float | None = 0.02, lo: float = -0.01,
+          hi: float = 0.01) -> tuple[str, list[str]]:
+        notes: list[str] = []
+        out = C._raw_verdict(st(WITHIN, equivalence_margin=margin, ci_low=lo, ci_high=hi,
+                                tost_p=tost), p_holm, tost, 0.05, 1, notes)
+        return out, notes
+    assert v(0.0499) == (EQUIVALENT, [])
+    assert v(0.05) == (INCONCLUSIVE, []) and v(NAN) == (INCONCLUSIVE, [])
+    # a real difference the t-test decides contradicts, even beside a TOST at alpha
+    assert v(0.05, p_holm=0.01, lo=0.01, hi=0.03) == (BETTER, [])
+    no_margin = ("no equivalence margin (--equivalence-margin or the sweep's): 'within "
+                 "statistical variation' cannot be shown, only contradicted")
+    assert v(0.001, margin=None) == (INCONCLUSIVE, [no_margin])
+    assert v(0.001, p_holm=0.01, margin=None, lo=-0.03, hi=-0.01) == (WORSE, [no_margin])
+
+
+NEGLIGIBLE = Plan("C4", "C4 · a", ("a",), ACC, "", pair(GATE, ADD, "a"), (pair(GATE, ADD, "a"),),
+                  holds_if=(BETTER, EQUIVALENT), contradicted_if=(WORSE,), negligible=True)
+
+
+@pytest.mark.parametrize("higher", [True, False])
+def test_negligible_impact_is_equivalence_else_beyond_the_margin_else_better(higher) -> None:
+    """The worse side is below 0 when higher is better, above it when lower is: each edge
+    mirrored."""
+    sign = 1 if higher else -1
+
+    def v(lo: float, hi: float, p_holm: float = 0.5, tost: float = 0.5,
+          margin: float | None = 0.02) -> tuple[str, list[str]]:
+        notes: list[str] = []
+        lo, hi = (lo, hi) if higher else (-hi, -lo)
+        got = C._negligible_verdict(st(NEGLIGIBLE, ci_low=lo, ci_high=hi, higher=higher,
+                                       equivalence_margin=margin), p_holm, tost, 0.05, notes)
+        assert C._raw_verdict(st(NEGLIGIBLE, ci_low=lo, ci_high=hi, higher=higher,
+                                 equivalence_margin=margin), p_holm, tost, 0.05, 1, []) == got
+        return got, notes
+    assert sign
+    assert v(-0.05, 0.01, tost=0.0499) == (EQUIVALENT, [])
+    assert v(-0.05, -0.03, tost=0.05) == (WORSE, [
+        "worse by more than the margin ±0.02: the whole t-interval lies beyond it"])
+    assert v(-0.05, -0.02) == (INCONCLUSIVE, [])  # touching the margin: not beyond it
+    assert v(-0.05, -0.0201) == (WORSE, [
+        "worse by more than the margin ±0.02: the whole t-interval lies beyond it"])
+    assert v(0.001, 0.03, p_holm=0.0499) == (BETTER, [])
+    assert v(0.0, 0.03, p_holm=0.0499) == (INCONCLUSIVE, [])
+    assert v(0.001, 0.03, p_holm=0.05) == (INCONCLUSIVE, [])
+    assert v(0.001, 0.03, p_holm=NAN) == (INCONCLUSIVE, [])
+    assert v(NAN, NAN, p_holm=0.001) == (INCONCLUSIVE, [])
+    assert v(-0.05, -0.03, tost=0.001, margin=None) == (INCONCLUSIVE, [
+        "'negligible impact' needs an equivalence margin (--equivalence-margin or the "
+        "sweep's): not decided"])
+
+
+def test_the_guard_withholds_a_verdict_when_neither_arm_learned_or_one_may_not_have() -> None:
+    a, b = pair(GATE, ADD, "a")
+    yes, no = Learning(a.arm, "yes", exact=True), Learning(b.arm, "no", chance_level=0.25)
+    ok = st(ci_low=0.01, ci_high=0.03, learnings={a.arm: yes, b.arm: no})
+    assert C._verdict(ok, 0.01, NAN, 0.05, 1, []) == BETTER
+    both_no = st(ci_low=0.01, ci_high=0.03,
+                 learnings={a.arm: Learning(a.arm, "no", chance_level=0.25), b.arm: no})
+    notes: list[str] = []
+    assert C._verdict(both_no, 0.01, NAN, 0.05, 1, notes) == NOT_LEARNED and notes == []
+    unsure = st(ci_low=0.01, ci_high=0.03,
+                learnings={a.arm: Learning(a.arm, "unknown", chance_level=0.25), b.arm: no})
+    assert C._verdict(unsure, 0.01, NAN, 0.05, 1, notes) == INCONCLUSIVE
+    assert notes and notes[0].startswith("verdict withheld: ")
+    assert "standard/sinusoidal/gate-scalar@a" in notes[0]
+
+
+def test_a_claimed_arm_at_chance_cannot_support_the_claim() -> None:
+    notes: list[str] = []
+    clean = st(arm_states={"g@a": "yes"})
+    assert C._no_support_from_the_reference(clean, BETTER, SUPPORTS, notes) == (BETTER, SUPPORTS)
+    at_chance = st(arm_states={"g@a": "no", "h@a": "yes"})
+    assert C._no_support_from_the_reference(at_chance, BETTER, CONTRADICTS, notes) == (
+        BETTER, CONTRADICTS) and notes == []
+    assert C._no_support_from_the_reference(at_chance, BETTER, SUPPORTS, notes) == (
+        NOT_LEARNED, UNDECIDED)
+    unknown = st(arm_states={"h@b": "unknown", "g@a": "unknown"})
+    assert C._no_support_from_the_reference(unknown, BETTER, SUPPORTS, notes) == (
+        BETTER, UNDECIDED)
+    tail = "its advantage comes from the reference's loss, not from the arm learning"
+    assert notes == [
+        f"cannot support the claim: the claimed arm did not beat chance (g@a (at chance)); {tail}",
+        "cannot support the claim: the claimed arm did not beat chance (g@a (chance state "
+        f"unknown), h@b (chance state unknown)); {tail}"]
+
+
+def test_a_claimed_arm_blind_to_order_on_an_order_only_label_is_not_testable() -> None:
+    plan = Plan("C3", "C3 · a", ("a",), ACC, "", (Term(1, "a", RESS), Term(-1, "a", SIN)), ())
+    blind = frozenset({("a", RESS)})
+    notes: list[str] = []
+    assert C._untestable(plan, BETTER, SUPPORTS, blind, notes) == NOT_TESTABLE
+    assert notes == ["ressformer/none/add@a cannot see token order and a's label is order-only"]
+    assert C._untestable(plan, NOT_RUN, NOT_RUN, blind, []) == NOT_RUN
+    assert C._untestable(plan, BETTER, SUPPORTS, frozenset({("a", SIN)}), []) == SUPPORTS
+    assert C._untestable(plan, BETTER, SUPPORTS, frozenset({("b", RESS)}), []) == SUPPORTS
+    cost = Plan("C5", "C5 · a", ("a",), "flops_per_token", "", plan.terms, ())
+    assert C._untestable(cost, BETTER, SUPPORTS, blind, []) == SUPPORTS
+    df = pd.DataFrame({"dataset": ["a", "a", "a", "b"], "label_depends": ["order"] * 3 + ["bag"],
+                       "order_access": ["none", "segments", "full", "none"]})
+    variant = pd.Series([RESS, NO_R2MU, SIN, RESS])
+    assert C._order_blind(df, variant) == frozenset({("a", RESS), ("a", NO_R2MU)})
+    assert C._order_blind(df[["dataset", "label_depends"]], variant) == frozenset()
+    assert C._order_blind(df[["dataset", "order_access"]], variant) == frozenset()
+
+
+def test_a_test_supports_contradicts_or_leaves_undecided_by_its_plan() -> None:
+    a, b = pair(GATE, ADD, "a")
+    learn = {a.arm: Learning(a.arm, "yes", exact=True), b.arm: Learning(b.arm, "yes", exact=True)}
+    for verdict, lo, hi, p, support in ((BETTER, 0.01, 0.03, 0.01, SUPPORTS),
+                                        (WORSE, -0.03, -0.01, 0.01, CONTRADICTS),
+                                        (INCONCLUSIVE, -0.01, 0.03, 0.5, UNDECIDED)):
+        t = C._decide(st(ci_low=lo, ci_high=hi, learnings=learn), p, NAN, 0.05, 1, frozenset())
+        assert (t.verdict, t.support) == (verdict, support)
+    missing = C._decide(st(Plan("X", "X", (), ACC, "", missing=("why",))), NAN, NAN, 0.05, 1,
+                        frozenset())
+    assert (missing.verdict, missing.support, missing.missing) == (NOT_RUN, NOT_RUN, ("why",))
+
+
+def test_holm_counts_only_the_claim_tests_with_a_p_and_each_family_apart() -> None:
+    a, b = pair(GATE, ADD, "a")
+    learn = {a.arm: Learning(a.arm, "yes", exact=True), b.arm: Learning(b.arm, "yes", exact=True)}
+    pre = [st(ONE_SIDED, p=0.01, learnings=learn), st(ONE_SIDED, p=0.02, learnings=learn),
+           st(ONE_SIDED, p=NAN, learnings=learn),
+           st(p=0.2, tost_p=0.01, equivalence_margin=0.1, learnings=learn)]
+    tests, m, m_tost = C._holm(pre, 0.05, frozenset())
+    assert (m, m_tost) == (3, 1)
+    assert [t.p_holm for t in tests[:2]] == pytest.approx([0.03, 0.04])
+    assert math.isnan(tests[2].p_holm) and tests[3].tost_p_holm == pytest.approx(0.01)
+    assert [t.verdict for t in tests] == [BETTER, BETTER, INCONCLUSIVE, EQUIVALENT]
+    # the opposite direction at alpha / m with m = 3 (not 1, not the 4 tests)
+    worse = [st(ONE_SIDED, p=0.9, p_opposite=0.0166, learnings=learn),
+             st(ONE_SIDED, p=0.9, p_opposite=0.9, learnings=learn),
+             st(ONE_SIDED, p=0.9, p_opposite=0.9, learnings=learn)]
+    assert C._holm(worse, 0.05, frozenset())[0][0].verdict == WORSE
+    worse[0] = st(ONE_SIDED, p=0.9, p_opposite=0.0167, learnings=learn)
+    assert C._holm(worse, 0.05, frozenset())[0][0].verdict == INCONCLUSIVE
+    assert C._holm([st(ONE_SIDED, p=NAN, p_opposite=0.04, learnings=learn)], 0.05,
+                   frozenset())[0][0].verdict == WORSE  # m floored at 1: alpha itself
+
+
+# --------------------------------------------------------------------- the exact tests
+SETTINGS = Settings()
+
+
+def _res(plan: Plan, d=(), x=(), y=(), dropped=()) -> C._Result:
+    return C._Result(plan, list(range(len(d) or len(x))), np.array(d, float), np.array(x, float),
+                     np.array(y, float), list(dropped))
+
+
+SIGN = Plan("F2", "F2 · l", ("l",), ACC, "", pair(GATE, ADD, "l"), (pair(GATE, ADD, "l"),),
+            alternative=C.GREATER, test_kind="sign")
+
+
+def test_the_sign_test_counts_wins_without_ties_and_a_lost_seed_against_the_claim() -> None:
+    r = _res(SIGN, d=[0.1, 0.2, 0.3, 0.0, -0.1])
+    got = C._exact(r, SIGN, SETTINGS)
+    ci = sps.binomtest(3, 4).proportion_ci(0.95, method="exact")
+    assert got == dict(estimate=0.75, ci_low=ci.low, ci_high=ci.high,
+                       p=sps.binomtest(3, 4, alternative="greater").pvalue,
+                       p_opposite=sps.binomtest(1, 4, alternative="greater").pvalue)
+    lost = _res(SIGN, d=[0.1, 0.2, 0.3, -0.1],
+                dropped=[{"seed": 9, "reason": NON_FINITE}, {"seed": 8, "reason": "missing"}])
+    got = C._exact(lost, SIGN, SETTINGS)
+    assert got["estimate"] == 0.75  # the win rate of the seeds measured
+    assert got["p"] == sps.binomtest(3, 5, alternative="greater").pvalue
+    assert got["p_opposite"] == sps.binomtest(2, 5, alternative="greater").pvalue
+    assert C._exact(_res(SIGN, d=[0.0, 0.0]), SIGN, SETTINGS) == {}
+    loss = replace(SIGN, metric="test_loss")  # lower is better: a negative Δ is a win
+    assert C._exact(_res(loss, d=[-0.1, -0.2, 0.3]), loss, SETTINGS)["estimate"] == pytest.approx(
+        2 / 3)
+    assert C._exact(_res(SIGN, d=[0.1]), SIGN, SETTINGS)["estimate"] == 1.0
+
+
+RANK = Plan("F3", "F3 · l vs s", ("l", "s"), ACC, "", (), (), alternative=C.GREATER,
+            test_kind="rank")
+MCNEMAR = Plan("F5", "F5 · l", ("l",), ACC, "", (), (), alternative=C.GREATER,
+               test_kind="mcnemar")
+
+
+def test_the_rank_test_is_exact_mann_whitney_in_the_claimed_direction() -> None:
+    x, y = [0.3, 0.2, 0.25, 0.4], [0.1, 0.0, 0.22]
+    got = C._exact(_res(RANK, x=x, y=y), RANK, SETTINGS)
+    exact = sps.PermutationMethod(n_resamples=np.inf)
+    up = sps.mannwhitneyu(x, y, alternative="greater", method=exact)
+    down = sps.mannwhitneyu(x, y, alternative="less", method=exact)
+    assert got == dict(estimate=up.statistic / 12, p=up.pvalue, p_opposite=down.pvalue)
+    assert got["estimate"] == pytest.approx(11 / 12)
+    loss = replace(RANK, metric="test_loss")
+    flipped = C._exact(_res(loss, x=x, y=y), loss, SETTINGS)
+    assert flipped["estimate"] == pytest.approx(1 / 12) and flipped["p"] == down.pvalue
+    assert C._exact(_res(RANK, x=[0.3], y=[0.1]), RANK, SETTINGS) == {}
+    assert C._exact(_res(RANK, x=[0.3, 0.2], y=[0.1, 0.0]), RANK, SETTINGS)["estimate"] == 1.0
+
+
+def test_mcnemar_counts_the_seeds_where_only_one_arm_wins() -> None:
+    x = [0.1, 0.1, 0.1, -0.1, 0.0, 0.2]  # other's Δ per seed
+    y = [0.1, -0.1, 0.0, 0.1, -0.1, -0.2]  # arm's Δ per seed
+    got = C._exact(_res(MCNEMAR, x=x, y=y), MCNEMAR, SETTINGS)
+    assert got == dict(estimate=(3 - 1) / 6,
+                       p=sps.binomtest(3, 4, alternative="greater").pvalue,
+                       p_opposite=sps.binomtest(1, 4, alternative="greater").pvalue)
+    same = C._exact(_res(MCNEMAR, x=[0.1, -0.1], y=[0.2, -0.3]), MCNEMAR, SETTINGS)
+    assert same == dict(estimate=0.0, p=1.0, p_opposite=1.0)
+    loss = replace(MCNEMAR, metric="test_loss")
+    lower = C._exact(_res(loss, x=x, y=y), loss, SETTINGS)
+    assert lower["estimate"] == pytest.approx((1 - 3) / 6)
+
+
+def test_the_notes_say_why_a_test_has_no_p_and_which_seeds_were_dropped() -> None:
+    def notes(seeds: int, p: float, ratio=None, dropped=()) -> list[str]:
+        r = C._Result(ONE_SIDED, list(range(seeds)), dropped=list(dropped))
+        return C._notes(C._Stats(r, p=p, ratio=ratio))
+    assert notes(1, NAN) == ["1 usable seed(s): no test"]
+    assert notes(0, NAN) == ["0 usable seed(s): no test"]
+    assert notes(2, NAN) == ["the contrast is the same on every seed (SD 0): t-test undefined"]
+    assert notes(2, 0.3) == []
+    ratio = stats.ratio_test(np.array([1.0, 2.0]), np.array([2.0, 4.0]), 0.05)
+    assert notes(2, NAN, ratio) == []
+    assert notes(3, 0.3, dropped=[{"seed": 4, "reason": "missing"},
+                                  {"seed": 7, "reason": NON_FINITE}]) == [
+        f"2 seed(s) dropped: seed 4 missing; seed 7 {NON_FINITE}"]
+
+
+# ----------------------------------------------------------------------- the tally
+def _test(claim: str, test: str, datasets: tuple[str, ...], support: str,
+          verdict: str = BETTER) -> C.ClaimTest:
+    return C.ClaimTest(claim, test, datasets, ACC, "", "", "", "", "", 0, (), (), NAN, NAN, NAN,
+                       NAN, NAN, None, NAN, NAN, {}, verdict, support, (), (), ())
+
+
+def test_a_probe_and_its_clean_regime_are_one_training() -> None:
+    probe_of = {"a-shuf": "a", "a-shuf-x": "a-x"}
+    t = _test("C1", "C1 · a-shuf-x", ("a-shuf-x",), SUPPORTS)
+    assert C.training_unit(t, probe_of) == "C1 · a-x"  # the longest name replaced first
+    assert C.training_unit(t.to_json(), probe_of) == "C1 · a-x"
+    assert C.training_unit(_test("C1", "C1 · a-shuf", ("a-shuf",), SUPPORTS), probe_of) == "C1 · a"
+    run = [_test("C1", "C1 · a", ("a",), SUPPORTS),
+           _test("C1", "C1 · a-shuf", ("a-shuf",), UNDECIDED),
+           _test("C1", "C1 · b", ("b",), CONTRADICTS),
+           _test("C1", "C1 · c", ("c",), SUPPORTS),
+           _test("C1", "C1 · c-shuf", ("c-shuf",), CONTRADICTS),
+           _test("C1", "C1 · e", ("e",), UNDECIDED)]
+    assert C._per_training(run, {"a-shuf": "a", "c-shuf": "c"}) == [
+        SUPPORTS, CONTRADICTS, UNDECIDED, UNDECIDED]
+
+
+def _claim() -> C.Claim:
+    return C.FUSION_MATTERS.claims[1]
+
+
+@pytest.mark.parametrize("supports, expected", [
+    ((SUPPORTS, SUPPORTS), SUPPORTS), ((SUPPORTS, UNDECIDED), UNDECIDED),
+    ((SUPPORTS, CONTRADICTS), MIXED), ((CONTRADICTS, UNDECIDED), CONTRADICTS),
+    ((UNDECIDED, UNDECIDED), UNDECIDED), ((SUPPORTS,), SUPPORTS)])
+def test_a_claim_is_supported_only_when_every_training_supports_it(supports, expected) -> None:
+    tests = [_test("F2", f"F2 · d{i}", (f"d{i}",), s) for i, s in enumerate(supports)]
+    tests.append(_test("F2", "F2 · z", ("z",), NOT_TESTABLE))
+    tests.append(_test("F2", "F2 · y", ("y",), NOT_RUN, NOT_RUN))
+    got = C._summary(_claim(), tests, {})
+    assert got.support == expected
+    assert (got.n_tests, got.n_claim_tests) == (len(supports), len(supports))
+    assert got.n_supports == supports.count(SUPPORTS)
+    assert got.n_contradicts == supports.count(CONTRADICTS)
+    assert got.n_undecided == supports.count(UNDECIDED)
+
+
+def test_a_claim_with_no_test_run_is_not_run_or_not_testable() -> None:
+    c = _claim()
+    never = C._summary(c, [_test("F2", "F2", (), NOT_RUN, NOT_RUN)], {})
+    assert never.support == NOT_RUN and never.n_tests == 0
+    blind = C._summary(c, [_test("F2", "F2 · a", ("a",), NOT_TESTABLE)], {})
+    assert blind.support == NOT_TESTABLE and blind.n_claim_tests == 0
+    assert C._summary(c, [], {}).support == NOT_RUN
+    got = C._summary(c, [replace(_test("F2", "F2 · b", ("b",), NOT_RUN, NOT_RUN), missing=("y",)),
+                         replace(_test("F2", "F2 · a", ("a",), NOT_RUN, NOT_RUN), missing=("x",)),
+                         replace(_test("F2", "F2 · c", ("c",), NOT_RUN, NOT_RUN), missing=("x",))],
+                    {})
+    assert got.missing == ("x", "y")  # each reason once, sorted
+    assert (got.claim, got.title, got.where, got.quote) == (c.id, c.title, c.where, c.quote)
+    assert got.operationalisation == c.kind.describe()
+    assert got.variants == (GATE.label, ADD.label)
+
