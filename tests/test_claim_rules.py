@@ -714,3 +714,95 @@ def test_a_claim_with_no_test_run_is_not_run_or_not_testable() -> None:
     assert got.operationalisation == c.kind.describe()
     assert got.variants == (GATE.label, ADD.label)
 
+
+
+# ------------------------------------------------------------- pairing a claim test's seeds
+def _cell(value: float, code: str = "c", enc: str = "e", split: str = "s") -> C.Cell:
+    return C.Cell(value=value, code=code, fps=(("fp_split", split), ("fp_encoder_init", enc)))
+
+
+def test_a_claim_test_pairs_the_seeds_every_term_has_and_drops_the_rest() -> None:
+    plan = Plan("X", "X · a", ("a",), ACC, "", (Term(-1, "a", ADD), Term(1, "a", GATE)), ())
+    cells = {ACC: {("a", *ADD.fields(), 0): _cell(0.5), ("a", *GATE.fields(), 0): _cell(0.75),
+                   ("a", *ADD.fields(), 1): _cell(0.25), ("a", *GATE.fields(), 1): _cell(0.5),
+                   ("a", *GATE.fields(), 2): _cell(0.5),
+                   ("a", *ADD.fields(), 3): _cell(0.5), ("a", *GATE.fields(), 3): _cell(0.5, "d"),
+                   ("a", *CNN.fields(), 7): _cell(0.5), ("b", *ADD.fields(), 8): _cell(0.5)}}
+    r = C._pair(plan, cells)
+    assert r.seeds == [0, 1]  # seeds 7 and 8 are other arms'
+    assert r.d.tolist() == [0.25, 0.25]  # GATE - ADD, whatever the terms' order
+    assert (r.x.tolist(), r.y.tolist()) == ([0.75, 0.5], [0.5, 0.25])
+    assert [(x["seed"], x["reason"]) for x in r.dropped] == [(2, "missing_trial"),
+                                                           (3, "code_mismatch")]
+    assert r.dropped[0]["detail"] == "standard/sinusoidal/add@a: no trial"
+    log = replace(plan, log=True, terms=(Term(1, "a", GATE), Term(-1, "a", ADD)))
+    assert C._pair(log, cells).d.tolist() == pytest.approx([math.log(1.5), math.log(2.0)])
+    none = C._pair(replace(plan, missing=("why",)), cells)
+    assert (none.seeds, none.d.size, none.dropped) == ([], 0, [])
+    empty = C._pair(plan, {ACC: {}})
+    assert (empty.seeds, empty.d.shape) == ([], (0,))
+
+
+def test_a_rank_test_compares_two_pairs_deltas_seed_by_seed() -> None:
+    on_l, on_s = pair(GATE, ADD, "l"), pair(GATE, ADD, "s")
+    plan = replace(RANK, terms=on_l + on_s, pairs=(on_l, on_s))
+    v = {("l", ADD): 0.5, ("l", GATE): 0.875, ("s", ADD): 0.5, ("s", GATE): 0.625}
+    cells = {ACC: {(d, *var.fields(), seed): _cell(x + seed / 8, split=d)
+                   for (d, var), x in v.items() for seed in (0, 1)}}
+    r = C._pair(plan, cells)
+    assert (r.x.tolist(), r.y.tolist(), r.d.tolist()) == ([0.375] * 2, [0.125] * 2, [0.25] * 2)
+
+
+def test_cells_on_two_datasets_agree_on_code_only_and_on_one_on_everything() -> None:
+    ta, tb, tc = Term(1, "a", GATE), Term(-1, "a", ADD), Term(1, "b", GATE)
+    ok, other_split = _cell(0.5), _cell(0.5, split="t")
+    assert C._problem([(ta, ok), (tc, other_split)]) == (None, "")
+    reason, detail = C._problem([(ta, ok), (tb, other_split)])
+    assert reason == "fingerprint_mismatch" and "split" in detail
+    assert C._problem([(ta, ok), (tc, _cell(0.5, code="d"))])[0] == "code_mismatch"
+    assert C._problem([(ta, ok), (tb, C.MISSING)]) == (
+        "missing_trial", "standard/sinusoidal/add@a: no trial")
+    # the encoder body is compared only between arms of one encoder label
+    assert C._problem([(ta, ok), (tb, _cell(0.5, enc="f"))])[0] == "fingerprint_mismatch"
+    ress = Term(-1, "a", RESS)
+    assert C._problem([(ta, ok), (ress, _cell(0.5, enc="f"))]) == (None, "")
+
+
+def test_a_claim_tests_statistics_follow_its_plan() -> None:
+    s = Settings(margin=0.02)
+    x, y = np.array([0.8, 0.9, 0.7, 0.85]), np.array([0.7, 0.85, 0.72, 0.8])
+    two = C._Result(st().plan, [0, 1, 2, 3], x - y, x, y)
+    got = C._statistics(two, s, {})
+    t = stats.paired_t(x, y, s.alpha)
+    assert (got.estimate, got.ci_low, got.ci_high, got.p) == (t.mean, t.low, t.high, t.p)
+    assert got.equivalence_margin == 0.02 and got.tost_p == stats.tost_p(x, y, 0.02)
+    assert got.higher and not got.not_learned and got.notes == ()
+    assert got.learned == {"standard/sinusoidal/add@a": "n/a",
+                           "standard/sinusoidal/gate-scalar@a": "n/a"}
+    assert list(got.learned) == sorted(got.learned)
+    assert got.arm_states == {"standard/sinusoidal/gate-scalar@a": "n/a"}
+    loss = C._statistics(C._Result(replace(st().plan, metric="test_loss"), [0, 1, 2, 3],
+                                   x - y, x, y), s, {})
+    assert not loss.higher and loss.equivalence_margin == 0.02
+    acc_margin = Settings(margin=0.02, margin_metric=ACC)  # a margin in accuracy's units only
+    assert C._statistics(C._Result(replace(st().plan, metric="test_loss"), [0, 1, 2, 3], x - y,
+                                   x, y), acc_margin, {}).equivalence_margin is None
+    one = C._statistics(C._Result(ONE_SIDED, [0, 1, 2, 3], x - y, x, y), s, {})
+    t1 = stats.one_sample_t(x - y, s.alpha, C.GREATER)
+    assert (one.estimate, one.p) == (t1.mean, t1.p) and one.higher
+    assert one.p_opposite == stats.one_sample_t(y - x, s.alpha, C.GREATER).p
+    assert one.equivalence_margin is None and math.isnan(one.tost_p)
+    flat = C._statistics(C._Result(ONE_SIDED, [0, 1], np.array([0.1, 0.1])), s, {})
+    assert math.isnan(flat.p) and math.isnan(flat.p_opposite)
+    assert flat.notes == ("the contrast is the same on every seed (SD 0): t-test undefined",)
+    ratio_plan = replace(st().plan, log=True, metric="flops_per_token")
+    rt = C._statistics(C._Result(ratio_plan, [0, 1, 2, 3], np.log(x / y), x, y), s, {})
+    want = stats.ratio_test(x, y, s.alpha)
+    assert (rt.estimate, rt.ci_low, rt.ci_high, rt.p, rt.ratio) == (
+        want.ratio, want.low, want.high, want.p, want)
+    sign = C._statistics(C._Result(SIGN, [0, 1, 2], np.array([0.1, 0.2, -0.1])), s, {})
+    assert sign.estimate == pytest.approx(2 / 3) and sign.p == C._exact(
+        C._Result(SIGN, [0, 1, 2], np.array([0.1, 0.2, -0.1])), SIGN, s)["p"]
+    skipped = C._statistics(C._Result(replace(SIGN, missing=("why",))), s, {})
+    assert math.isnan(skipped.p) and math.isnan(skipped.estimate)
+    assert (skipped.learned, skipped.notes, skipped.not_learned) == ({}, (), False)
