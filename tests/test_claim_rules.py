@@ -211,6 +211,17 @@ def test_f5_adds_a_mcnemar_test_of_gate_against_cnn_to_cnns_sign_test() -> None:
     assert kind.variants() == (CNN, GATE, ADD)
     s = sweep({"l": (ADD, GATE, CNN), "l2": (ADD, CNN)}, REGIMES)
     theirs, mine = pair(GATE, ADD, "l"), pair(CNN, ADD, "l")
+    # no consistency test where one of the three is missing: not run for the sign test there
+    for arms in ((ADD, GATE), (GATE, CNN)):
+        three = sweep({"l": (ADD, GATE, CNN), "l2": arms}, REGIMES)
+        assert [p.test for p in kind.plans("F5", three)] == ["F5 · l", "F5 · l2",
+                                                             "F5 · l · consistency"]
+    val = C.LessConsistent(CNN, GATE, ADD, ("long",), "val_acc")
+    assert {p.metric for p in val.plans("F5", s)} == {"val_acc"}
+    two = C.LessConsistent(CNN, GATE, ADD, ("medium", "long"))
+    assert two.plans("F5", sweep({"l": (ADD, GATE)}, REGIMES))[0].missing == (
+        "needs fusion gate-cnn (standard/sinusoidal/gate-cnn) beside standard/sinusoidal/add "
+        "on a medium/long regime; the sweep has none",)
     assert kind.plans("F5", s) == [
         _wins(CNN, ADD, "l", "F5 · l", "F5"), _wins(CNN, ADD, "l2", "F5 · l2", "F5"),
         Plan("F5", "F5 · l · consistency", ("l",), ACC,
@@ -284,6 +295,11 @@ def test_cheaper_is_a_log_ratio_per_cost_metric_named_when_there_are_several() -
         Plan("C5", "C5 · latency_ms_per_sample", (), "latency_ms_per_sample", "",
              missing=("metric latency_ms_per_sample not in the data",)),
         ratio("flops_per_token")]
+    both = sweep({"a": (RESS, NO_ASAM), "b": (RESS,)},
+                 metrics=("flops_per_token", "latency_ms_per_sample"))
+    assert [(p.test, p.missing) for p in kind.plans("C5", both) if p.missing] == [
+        ("C5 · b · latency_ms_per_sample", ("ressformer-no-asam/none/add not run on b",)),
+        ("C5 · b · flops_per_token", ("ressformer-no-asam/none/add not run on b",))]
     one = C.Cheaper(RESS, NO_ASAM, ("flops_per_token",))
     assert [p.test for p in one.plans("C5", s)] == ["C5 · a"]
 
@@ -291,8 +307,8 @@ def test_cheaper_is_a_log_ratio_per_cost_metric_named_when_there_are_several() -
 def test_larger_on_shuffled_differences_the_probe_and_its_clean_regime() -> None:
     kind = C.RESSFORMER.claims[2].kind
     s = sweep({"a": (RESS, SIN), "a-shuf": (RESS, SIN), "b": (RESS,), "b-shuf": (RESS, SIN),
-               "c-shuf": (RESS, SIN)},
-              probe_of={"a-shuf": "a", "b-shuf": "b", "c-shuf": "c"})
+               "c-shuf": (RESS, SIN), "e": (RESS, SIN), "e-shuf": (RESS, SIN)},
+              probe_of={"a-shuf": "a", "b-shuf": "b", "c-shuf": "c", "e-shuf": "e"})
     noisy, clean = pair(RESS, SIN, "a-shuf"), pair(RESS, SIN, "a")
     assert kind.plans("C3", s) == [
         Plan("C3", "C3 · a-shuf vs a", ("a-shuf", "a"), ACC,
@@ -302,14 +318,18 @@ def test_larger_on_shuffled_differences_the_probe_and_its_clean_regime() -> None
              alternative=C.GREATER, estimate_kind=C.DIFF_OF_DIFFS, contradicted_if=(WORSE,),
              arm=RESS.label, reference=SIN.label),
         Plan("C3", "C3 · b-shuf vs b", ("b-shuf", "b"), ACC, "",
-             missing=("standard/sinusoidal/add not run on b",))]
+             missing=("standard/sinusoidal/add not run on b",))] + [  # the probes after it too
+        p for p in kind.plans("C3", sweep({"e": (RESS, SIN), "e-shuf": (RESS, SIN)},
+                                          probe_of={"e-shuf": "e"}))]
+    assert [p.test for p in kind.plans("C3", s)][-1] == "C3 · e-shuf vs e"
     assert kind.plans("C3", sweep({"a": (RESS, SIN)})) == [Plan(
         "C3", "C3", (), ACC, kind.describe(),
         missing=("no structure-noise probe beside its clean regime (trial tag "
                  "fusion_sweep.probe_of; a results file: column probe_of)",))]
     assert kind.plans("C3", sweep({"a": (RESS,), "a-shuf": (RESS,)},
-                                  probe_of={"a-shuf": "a"}))[0].missing == (
-        "variant standard/sinusoidal/add not in the sweep",)
+                                  probe_of={"a-shuf": "a"})) == [Plan(
+        "C3", "C3", (), ACC, kind.describe(),
+        missing=("variant standard/sinusoidal/add not in the sweep",))]
 
 
 def test_the_ablation_order_tests_each_consecutive_pair_once() -> None:
