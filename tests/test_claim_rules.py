@@ -128,8 +128,12 @@ def test_f1_tests_every_fusion_against_add_on_each_short_and_medium_dataset() ->
         "F1", "F1", (), ACC, kind.describe(),
         missing=("no fusion besides add beside it in the sweep",))]
     long_only = sweep({"l": (ADD, GATE)}, REGIMES)
-    assert kind.plans("F1", long_only)[0].missing == (
-        "no short or medium regime in the sweep (it has: long)",)
+    assert kind.plans("F1", long_only) == [Plan(
+        "F1", "F1", (), ACC, kind.describe(),
+        missing=("no short or medium regime in the sweep (it has: long)",))]
+    # a dataset where the arm runs without the reference has no test
+    lone = sweep({"s": (ADD, GATE), "m": (GATE,)}, REGIMES)
+    assert kind.plans("F1", lone) == [_within(GATE, "s", "short")]
 
 
 def _wins(arm: Variant, ref: Variant, d: str, name: str, claim: str = "F2") -> Plan:
@@ -154,6 +158,9 @@ def test_f2_is_a_sign_test_of_gate_over_add_on_each_long_dataset() -> None:
         "F2", "F2", (), ACC, kind.describe(),
         missing=("variant standard/sinusoidal/gate-scalar not in the sweep",))]
     assert kind.plans("F2", sweep({"l": (ADD, GATE)}))[0].missing == (C.NO_REGIME,)
+    assert kind.plans("F2", sweep({"s": (ADD, GATE)}, REGIMES)) == [Plan(
+        "F2", "F2", (), ACC, kind.describe(),
+        missing=("no long regime in the sweep (it has: short)",))]
 
 
 def test_f4_runs_the_sign_test_once_per_pe_and_needs_two_of_them() -> None:
@@ -199,8 +206,17 @@ def test_f3_compares_each_long_dataset_with_each_short_or_medium_one_per_fusion(
     assert kind.plans("F3", no_small) == [Plan(
         "F3", "F3", (), ACC, kind.describe(),
         missing=("no fusion besides add on both a long and a short/medium regime",))]
-    assert kind.plans("F3", sweep({"s": (ADD, GATE)}, REGIMES))[0].missing == (
-        "no long regime in the sweep (it has: short)",)
+    assert kind.plans("F3", sweep({"s": (ADD, GATE)}, REGIMES)) == [Plan(
+        "F3", "F3", (), ACC, kind.describe(),
+        missing=("no long regime in the sweep (it has: short)",))]
+    # a pair lacking on the longer or the shorter dataset is skipped, and only that pair
+    gaps = sweep({"m": (GATE,), "s": (ADD, GATE), "l2": (ADD,), "l3": (GATE,), "l": (ADD, GATE)},
+                 {"m": "medium", "s": "short", "l2": "long", "l3": "long", "l": "long"})
+    assert kind.plans("F3", gaps) == [_longer(GATE, "l", "s")]
+    wide = C.LargerOnLonger("add", ("long", "medium"), ("short",))
+    assert wide.plans("F3", sweep({"s": (ADD,), "l": (ADD, GATE)}, REGIMES))[0].missing == (
+        "no fusion besides add on both a long/medium and a short regime",)
+    assert "per-seed Δ on each long/medium regime against each short one;" in wide.describe()
     assert kind.plans("F3", sweep({"l": (ADD, GATE)}, REGIMES))[0].missing == (
         "no short or medium regime in the sweep (it has: long)",)
 
@@ -216,12 +232,15 @@ def test_f5_adds_a_mcnemar_test_of_gate_against_cnn_to_cnns_sign_test() -> None:
         three = sweep({"l": (ADD, GATE, CNN), "l2": arms}, REGIMES)
         assert [p.test for p in kind.plans("F5", three)] == ["F5 · l", "F5 · l2",
                                                              "F5 · l · consistency"]
+    later = sweep({"l2": (ADD, CNN), "l": (ADD, GATE, CNN)}, REGIMES)
+    assert [p.test for p in kind.plans("F5", later)][-1] == "F5 · l · consistency"
     val = C.LessConsistent(CNN, GATE, ADD, ("long",), "val_acc")
     assert {p.metric for p in val.plans("F5", s)} == {"val_acc"}
     two = C.LessConsistent(CNN, GATE, ADD, ("medium", "long"))
     assert two.plans("F5", sweep({"l": (ADD, GATE)}, REGIMES))[0].missing == (
         "needs fusion gate-cnn (standard/sinusoidal/gate-cnn) beside standard/sinusoidal/add "
         "on a medium/long regime; the sweep has none",)
+    assert "add on each medium/long regime by the win rate" in two.describe()
     assert kind.plans("F5", s) == [
         _wins(CNN, ADD, "l", "F5 · l", "F5"), _wins(CNN, ADD, "l2", "F5 · l2", "F5"),
         Plan("F5", "F5 · l · consistency", ("l",), ACC,
