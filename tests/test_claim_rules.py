@@ -153,6 +153,12 @@ def test_f2_is_a_sign_test_of_gate_over_add_on_each_long_dataset() -> None:
         _wins(GATE, ADD, "l", "F2 · l"),
         Plan("F2", "F2 · l2", ("l2",), ACC, "",
              missing=("standard/sinusoidal/gate-scalar not run on l2",))]
+    # a long dataset without the reference is not run, and the ones after it still are
+    later = sweep({"l2": (GATE,), "l": (ADD, GATE)}, REGIMES)
+    assert kind.plans("F2", later) == [
+        Plan("F2", "F2 · l2", ("l2",), ACC, "",
+             missing=("standard/sinusoidal/add not run on l2",)),
+        _wins(GATE, ADD, "l", "F2 · l")]
     no_gate = sweep({"l": (ADD, CNN)}, REGIMES)
     assert kind.plans("F2", no_gate) == [Plan(
         "F2", "F2", (), ACC, kind.describe(),
@@ -176,6 +182,12 @@ def test_f4_runs_the_sign_test_once_per_pe_and_needs_two_of_them() -> None:
                       "standard/rotary/add not run on l2")),
         _wins(GATE, ADD, "l", "F4 · l · sinusoidal", "F4"),
         _wins(GATE, ADD, "l2", "F4 · l2 · sinusoidal", "F4")]
+    # under every PE the sinusoidal pair itself need not run
+    lrn_add, lrn_gate = Variant("standard", "learned", "add"), Variant("standard", "learned",
+                                                                        "gate-scalar")
+    other_pes = sweep({"l": (ROT_ADD, ROT_GATE, lrn_add, lrn_gate)}, REGIMES)
+    assert [p.test for p in kind.plans("F4", other_pes)] == ["F4 · l · learned",
+                                                             "F4 · l · rotary"]
     one_pe = sweep({"l": (ADD, GATE, ROT_GATE)}, REGIMES)
     assert kind.plans("F4", one_pe) == [Plan(
         "F4", "F4", (), ACC, kind.describe(),
