@@ -650,6 +650,14 @@ def test_the_sign_test_counts_wins_without_ties_and_a_lost_seed_against_the_clai
     assert got["p"] == sps.binomtest(3, 5, alternative="greater").pvalue
     assert got["p_opposite"] == sps.binomtest(2, 5, alternative="greater").pvalue
     assert C._exact(_res(SIGN, d=[0.0, 0.0]), SIGN, SETTINGS) == {}
+    assert C._exact(_res(SIGN, d=[0.1, -0.1]), SIGN, SETTINGS)["estimate"] == 0.5
+    two_lost = _res(SIGN, d=[0.1, 0.2], dropped=[{"seed": 9, "reason": NON_FINITE},
+                                                 {"seed": 8, "reason": NON_FINITE}])
+    assert C._exact(two_lost, SIGN, SETTINGS)["p"] == sps.binomtest(
+        2, 4, alternative="greater").pvalue
+    at_10 = C._exact(_res(SIGN, d=[0.1, 0.2, 0.3, -0.1]), SIGN, Settings(alpha=0.1))
+    ci90 = sps.binomtest(3, 4).proportion_ci(0.9, method="exact")
+    assert (at_10["ci_low"], at_10["ci_high"]) == (ci90.low, ci90.high)
     loss = replace(SIGN, metric="test_loss")  # lower is better: a negative Δ is a win
     assert C._exact(_res(loss, d=[-0.1, -0.2, 0.3]), loss, SETTINGS)["estimate"] == pytest.approx(
         2 / 3)
@@ -674,6 +682,13 @@ def test_the_rank_test_is_exact_mann_whitney_in_the_claimed_direction() -> None:
     flipped = C._exact(_res(loss, x=x, y=y), loss, SETTINGS)
     assert flipped["estimate"] == pytest.approx(1 / 12) and flipped["p"] == down.pvalue
     assert C._exact(_res(RANK, x=[0.3], y=[0.1]), RANK, SETTINGS) == {}
+    # tied Δ: still the exact permutation distribution (scipy's default turns asymptotic)
+    tx, ty = [0.3, 0.2, 0.2, 0.1], [0.2, 0.1, 0.0, 0.0]
+    tied = C._exact(_res(RANK, x=tx, y=ty), RANK, SETTINGS)
+    assert tied["p"] == sps.mannwhitneyu(tx, ty, alternative="greater", method=exact).pvalue
+    assert tied["p_opposite"] == sps.mannwhitneyu(tx, ty, alternative="less",
+                                                  method=exact).pvalue
+    assert tied["p"] != sps.mannwhitneyu(tx, ty, alternative="greater").pvalue
     assert C._exact(_res(RANK, x=[0.3, 0.2], y=[0.1, 0.0]), RANK, SETTINGS)["estimate"] == 1.0
 
 
