@@ -5,6 +5,7 @@ these decide most of `claims`' mutants in milliseconds."""
 from __future__ import annotations
 
 import math
+from types import MappingProxyType
 from dataclasses import replace
 
 import numpy as np
@@ -16,6 +17,7 @@ from fusion_sweep.analysis import claims as C
 from fusion_sweep.analysis import stats
 from fusion_sweep.analysis.claims import Plan, Sweep, Term
 from fusion_sweep.analysis.guard import Learning
+from fusion_sweep.analysis.load import tidy
 from fusion_sweep.analysis.pairing import NON_FINITE
 from fusion_sweep.analysis.schema import (
     BETTER, CONTRADICTS, EQUIVALENT, INCONCLUSIVE, MIXED, NOT_LEARNED, NOT_RUN, NOT_TESTABLE,
@@ -701,6 +703,8 @@ def test_mcnemar_counts_the_seeds_where_only_one_arm_wins() -> None:
                        p_opposite=sps.binomtest(1, 4, alternative="greater").pvalue)
     same = C._exact(_res(MCNEMAR, x=[0.1, -0.1], y=[0.2, -0.3]), MCNEMAR, SETTINGS)
     assert same == dict(estimate=0.0, p=1.0, p_opposite=1.0)
+    balanced = C._exact(_res(MCNEMAR, x=[0.1, -0.1], y=[-0.1, 0.1]), MCNEMAR, SETTINGS)
+    assert balanced == dict(estimate=0.0, p=0.75, p_opposite=0.75)  # one each way: a test
     loss = replace(MCNEMAR, metric="test_loss")
     lower = C._exact(_res(loss, x=x, y=y), loss, SETTINGS)
     assert lower["estimate"] == pytest.approx((1 - 3) / 6)
@@ -872,3 +876,43 @@ def test_a_claim_tests_statistics_follow_its_plan() -> None:
     skipped = C._statistics(C._Result(replace(SIGN, missing=("why",))), s, {})
     assert math.isnan(skipped.p) and math.isnan(skipped.estimate)
     assert (skipped.learned, skipped.notes, skipped.not_learned) == ({}, (), False)
+
+
+# -------------------------------------------------------------------- records and JSON
+def test_a_claim_tests_json_holds_every_field_as_plain_lists_and_dicts() -> None:
+    t = C.ClaimTest("F2", "F2 · l", ("l",), ACC, "g", "a", "c", "win rate", C.GREATER, 2, (3, 4),
+                    (0.1, -0.2), 0.5, 0.1, 0.9, 0.3, 0.6, 0.02, 0.04, 0.08,
+                    MappingProxyType({"g@l": "yes"}), BETTER, SUPPORTS, ("m",), ({"seed": 5, "reason": "x"},),
+                    ("n1",))
+    j = t.to_json()
+    assert tuple(j) == C.CLAIM_TEST_KEYS
+    assert (j["datasets"], j["seeds"], j["deltas"], j["learned"], j["missing"], j["dropped"],
+            j["notes"]) == (["l"], [3, 4], [0.1, -0.2], {"g@l": "yes"}, ["m"],
+                            [{"seed": 5, "reason": "x"}], ["n1"])
+    assert all(type(j[k]) is list for k in ("datasets", "seeds", "deltas", "missing",
+                                            "dropped", "notes"))
+    assert type(j["learned"]) is dict and type(j["dropped"][0]) is dict
+    s = C._summary(_claim(), [t], {})
+    js = s.to_json()
+    assert tuple(js) == C.CLAIM_KEYS
+    assert js["variants"] == [GATE.label, ADD.label] and js["missing"] == ["m"]
+    assert type(js["variants"]) is list and type(js["missing"]) is list
+
+
+def test_a_claim_set_result_names_its_set_and_method() -> None:
+    df = pd.DataFrame({"dataset": ["l"] * 4, "encoder": ["standard"] * 4,
+                       "pe": ["sinusoidal"] * 4, "fusion": ["add", "gate-scalar"] * 2,
+                       "seed": [0, 0, 1, 1], "test_acc": [0.5, 0.6, 0.5, 0.7],
+                       "regime": ["long"] * 4})
+    df = tidy(df)
+    regimes = [C.Regime("l", 100.0, 0, "long")]
+    got = C.evaluate(C.FUSION_MATTERS, df, Settings(), {"l": None}, regimes)
+    fm = C.FUSION_MATTERS
+    assert (got.name, got.title, got.paper) == (fm.name, fm.title, fm.paper)
+    assert got.method == f"{C.METHOD}. {fm.notes[0]}"
+    two = replace(fm, notes=("one", "two"))
+    assert C.evaluate(two, df, Settings(), {"l": None}, regimes).method == (
+        f"{C.METHOD}. one. two")
+    assert [c.claim for c in got.claims] == ["F1", "F2", "F3", "F4", "F5"]
+    f2 = next(t for t in got.tests if t.claim == "F2")
+    assert (f2.seeds, f2.deltas, f2.n) == ((0, 1), (pytest.approx(0.1), pytest.approx(0.2)), 2)
