@@ -1,0 +1,330 @@
+"""The sequential methods against loop-by-loop references, and their records field by field
+(issue 42). The betting confidence sequence is recomputed here seed by seed from Waudby-Smith
+& Ramdas (JRSS-B 2024, Theorem 3: hedged capital, predictable plug-in bets) and the win-rate
+one from the beta-binomial mixture written out term by term, so a changed constant, bet or
+running maximum in the vectorised code shows."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.special import betaln
+
+from fusion_sweep.analysis import sequential as S
+from fusion_sweep.analysis.schema import (
+    BETTER, EQUIVALENT, INCONCLUSIVE, WORSE, AnalysisError,
+)
+
+DELTAS = np.array([0.3, 0.1, -0.2, 0.4, 0.25, 0.0, 0.35, 0.5])  # (n,) in [-1, 1]
+STRONG = np.tile([0.6, 0.5, 0.7, 0.55], 4)  # decided within its 16 seeds
+
+
+# ----------------------------------------------------------------------- betting, by hand
+def bets(z: list[float], alpha: float) -> list[float]:
+    """λ_i = sqrt(2 log(2/α) / (σ²_{i-1} i log(1+i))), μ̂ and σ̂² with the paper's priors."""
+    out, var_prev, total, sq = [], 0.25, 0.0, 0.0
+    for i, zi in enumerate(z, start=1):
+        out.append(math.sqrt(2 * math.log(2 / alpha) / (var_prev * i * math.log(1 + i))))
+        total += zi
+        mu = (0.5 + total) / (i + 1)
+        sq += (zi - mu) ** 2
+        var_prev = (0.25 + sq) / (i + 1)
+    return out
+
+
+def capital(deltas, mu0: float, alpha: float, c: float = 0.75, theta: float = 0.5
+            ) -> tuple[list[float], list[float]]:
+    """log θK⁺_t and log (1-θ)K⁻_t for t = 1..n at mean Δ = mu0 (bounds [-1, 1])."""
+    z = [(d + 1) / 2 for d in deltas]
+    m = (mu0 + 1) / 2
+    up, down, lu, ld = [], [], math.log(theta), math.log(1 - theta)
+    for zi, lam in zip(z, bets(z, alpha)):
+        lu += math.log(1 + min(lam, c / m if m > 0 else math.inf) * (zi - m))
+        ld += math.log(1 - min(lam, c / (1 - m) if m < 1 else math.inf) * (zi - m))
+        up.append(lu)
+        down.append(ld)
+    return up, down
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.01])
+@pytest.mark.parametrize("mu0", [-0.3, 0.0, 0.2])
+def test_the_betting_capital_is_the_papers_product_seed_by_seed(alpha, mu0) -> None:
+    z = S.betting_unit_deltas(DELTAS)
+    assert S.plugin_bets(z, alpha) == pytest.approx(bets(list(z), alpha), rel=1e-12)
+    up, down = S.betting_log_capital(DELTAS, mu0, alpha)
+    want_up, want_down = capital(DELTAS, mu0, alpha)
+    assert up == pytest.approx(want_up, rel=1e-12, abs=1e-12)
+    assert down == pytest.approx(want_down, rel=1e-12, abs=1e-12)
+    # vectorised over a leading axis: each row its own comparison
+    two = S.betting_log_capital(np.stack([DELTAS, -DELTAS]), mu0, alpha)[0]
+    assert two[1] == pytest.approx(S.betting_log_capital(-DELTAS, mu0, alpha)[0], rel=1e-12)
+
+
+def test_the_betting_rejections_and_p_values_run_the_capital_maximum() -> None:
+    for mu0 in (-0.3, 0.0, 0.2):
+        up, down = capital(DELTAS, mu0, 0.05)
+        above, below = S.betting_rejections(DELTAS, mu0, 0.05)
+        thr = math.log(1 / 0.05)
+        assert above.tolist() == [max(up[:t + 1]) >= thr for t in range(len(up))]
+        assert below.tolist() == [max(down[:t + 1]) >= thr for t in range(len(up))]
+        p = S.betting_p_values(DELTAS, mu0)
+        best = [max(max(up[:t + 1]), max(down[:t + 1])) for t in range(len(up))]
+        assert p == pytest.approx([min(1.0, math.exp(-b)) for b in best], rel=1e-12)
+    for mu0 in (0.0, 0.4, 0.8):
+        up, down = capital(STRONG, mu0, 0.05)
+        above, below = S.betting_rejections(STRONG, mu0, 0.05)
+        assert above.tolist() == [max(up[:t + 1]) >= math.log(20) for t in range(16)]
+        assert below.tolist() == [max(down[:t + 1]) >= math.log(20) for t in range(16)]
+    assert S.betting_rejections(STRONG, 0.0, 0.05)[0].any()  # not vacuous
+    assert not S.betting_rejections(STRONG, 0.0, 0.05)[0].all()
+    assert S.betting_rejections(STRONG, 0.8, 0.05)[1].any()
+
+
+def _rejected_up(deltas, t: int, mu0: float, alpha: float, slack: float = 0.0) -> bool:
+    """slack: at the bound itself the two sums may round apart by an ulp or so."""
+    return capital(deltas[:t], mu0, alpha)[0][-1] >= math.log(1 / alpha) - slack
+
+
+def _rejected_down(deltas, t: int, mu0: float, alpha: float, slack: float = 0.0) -> bool:
+    return capital(deltas[:t], mu0, alpha)[1][-1] >= math.log(1 / alpha) - slack
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.2])
+@pytest.mark.parametrize("deltas", [DELTAS, STRONG], ids=["weak", "strong"])
+def test_each_betting_bound_is_the_last_rejected_mean_on_its_side(alpha, deltas) -> None:
+    low, high = S.betting_bounds(deltas, alpha)
+    assert low.shape == high.shape == deltas.shape
+    for t in range(1, deltas.size + 1):
+        lo, hi = float(low[t - 1]), float(high[t - 1])
+        if lo > -1.0:  # rejected at the bound, not 1e-6 inside it
+            assert _rejected_up(deltas, t, lo, alpha, 1e-9)
+            assert not _rejected_up(deltas, t, lo + 1e-6, alpha)
+        else:  # not even the end of the range is rejected
+            assert not _rejected_up(deltas, t, -1.0 + 1e-9, alpha)
+        if hi < 1.0:
+            assert _rejected_down(deltas, t, hi, alpha, 1e-9)
+            assert not _rejected_down(deltas, t, hi - 1e-6, alpha)
+        else:
+            assert not _rejected_down(deltas, t, 1.0 - 1e-9, alpha)
+    assert low[0] == -1.0 and high[0] == 1.0
+
+
+def test_the_strong_betting_bounds_leave_the_range() -> None:
+    low, high = S.betting_bounds(STRONG, 0.05)
+    assert (low > 0).any() and (high < 1).any()
+
+
+def test_the_betting_sequence_intersects_its_bounds_and_decides_at_0_and_the_margin() -> None:
+    cs = S.betting_confidence_sequence(DELTAS, 0.05)
+    raw_low, raw_high = S.betting_bounds(DELTAS, 0.05)
+    assert cs.raw_low.tolist() == raw_low.tolist() and cs.raw_high.tolist() == raw_high.tolist()
+    assert cs.low.tolist() == np.maximum.accumulate(raw_low).tolist()
+    assert cs.high.tolist() == np.minimum.accumulate(raw_high).tolist()
+    assert cs.mean.tolist() == pytest.approx(np.cumsum(DELTAS) / np.arange(1, 9))
+    assert cs.p_anytime.tolist() == S.betting_p_values(DELTAS).tolist()
+    assert (cs.method, cs.alpha, cs.phi) == ("betting", 0.05, None)
+    above, below = S.betting_rejections(STRONG, 0.0, 0.2)
+    d = S.betting_decisions(STRONG, 0.2, None, True)
+    assert d.tolist() == [BETTER if a else WORSE if b else INCONCLUSIVE
+                          for a, b in zip(above, below)]
+    assert BETTER in d.tolist()
+    assert S.betting_decisions(STRONG, 0.2, None, False).tolist() == [
+        {BETTER: WORSE, WORSE: BETTER}.get(x, x) for x in d.tolist()]
+    small = np.array([0.01, -0.01] * 30)  # within ±0.5 of 0 beyond doubt after 60 seeds
+    inside = (S.betting_rejections(small, -0.5, 0.2)[0]
+              & S.betting_rejections(small, 0.5, 0.2)[1])
+    eq = S.betting_decisions(small, 0.2, 0.5, True)
+    assert eq.tolist() == [EQUIVALENT if i else INCONCLUSIVE for i in inside]
+    assert inside.any() and not inside.all()
+    assert EQUIVALENT not in S.betting_decisions(small, 0.2, None, True).tolist()
+    assert S.Betting.path(DELTAS, 0.05).raw_low.tolist() == cs.raw_low.tolist()
+    assert S.Betting.decisions(STRONG, 0.2, None, True).tolist() == d.tolist()
+
+
+def test_a_delta_outside_the_betting_range_names_the_range_and_the_other_method() -> None:
+    with pytest.raises(AnalysisError, match=r"^the betting confidence sequence needs every "
+                       r"delta within \[-1, 1\] \(a difference of two proportions such as "
+                       r"accuracy\); got -0\.2 \.\. 1\.5: use the normal-mixture method for "
+                       r"an unbounded metric$"):
+        S.betting_unit_deltas([0.3, 1.5, -0.2])
+    with pytest.raises(AnalysisError, match=r"got -1\.5 \.\. 0\.3"):
+        S.betting_unit_deltas([0.3, -1.5])
+    assert S.betting_unit_deltas([-1.0, 0.0, 1.0]).tolist() == [0.0, 0.5, 1.0]
+    with pytest.raises(AnalysisError, match=r"^deltas must be 1-D \(one comparison\), got "
+                                            r"shape \(2, 2\)$"):
+        S.betting_bounds([[0.1, 0.2], [0.1, 0.2]], 0.05)
+
+
+# ---------------------------------------------------------------------- the win rate, by hand
+def log_evalue(wins: int, losses: int, p0: float = 0.5) -> float:
+    """log of B(1 + W, 1 + L) / B(1, 1) / (p0^W (1 - p0)^L)."""
+    return (betaln(1 + wins, 1 + losses) - betaln(1, 1) - wins * math.log(p0)
+            - losses * math.log(1 - p0))
+
+
+def test_the_win_rate_sequence_is_the_beta_binomial_mixture_term_by_term() -> None:
+    d = np.array([0.1, 0.0, 0.2, -0.1, 0.3, 0.3, 0.0, 0.2, 0.1, 0.4, 0.2, 0.3, 0.1])
+    wins, losses = S.sign_counts(d)
+    assert wins.tolist() == [1, 1, 2, 2, 3, 4, 4, 5, 6, 7, 8, 9, 10]
+    assert losses.tolist() == [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]
+    assert S.winrate_estimates(d).tolist() == pytest.approx(
+        [1, 1, 1, 2 / 3, 3 / 4, 4 / 5, 4 / 5, 5 / 6, 6 / 7, 7 / 8, 8 / 9, 9 / 10, 10 / 11])
+    assert np.isnan(S.winrate_estimates([0.0, 0.0, 0.1])[:2]).all()
+    le = [log_evalue(int(w), int(l)) for w, l in zip(wins, losses)]
+    assert S.winrate_log_evalue(d).tolist() == pytest.approx(le, rel=1e-12)
+    running = np.maximum.accumulate(le)
+    assert S.winrate_p_values(d).tolist() == pytest.approx(
+        [min(1.0, math.exp(-x)) for x in running], rel=1e-12)
+    above, below = S.winrate_rejections(d, 0.2)
+    assert above.tolist() == [x >= math.log(5) for x in running]
+    assert not below.any() and above.any()
+    for t, (lo, hi) in enumerate(zip(*S.winrate_bounds(d, 0.2))):
+        w, l = int(wins[t]), int(losses[t])
+        if w:  # the lower end is rejected, a hair inside it is not
+            assert log_evalue(w, l, lo) >= math.log(5) - 1e-9
+            assert log_evalue(w, l, lo + 1e-6) < math.log(5)
+        else:
+            assert lo == 0.0
+        if l:
+            assert log_evalue(w, l, hi) >= math.log(5) - 1e-9
+            assert log_evalue(w, l, hi - 1e-6) < math.log(5)
+        else:
+            assert hi == 1.0
+    cs = S.winrate_confidence_sequence(d, 0.2)
+    assert cs.low.tolist() == np.maximum.accumulate(cs.raw_low).tolist()
+    assert cs.high.tolist() == np.minimum.accumulate(cs.raw_high).tolist()
+    assert (cs.method, cs.phi) == ("win-rate", None)
+    assert S.WinRate.path(d, 0.2).raw_high.tolist() == cs.raw_high.tolist()
+
+
+# ---------------------------------------------------------------------- records and the rule
+def test_a_confidence_sequences_json_names_its_method_estimand_and_seed_counts() -> None:
+    cs = S.winrate_confidence_sequence([0.1, 0.2, 0.0], 0.05)
+    j = cs.to_dict()
+    assert list(j) == ["method", "estimand", "alpha", "phi", "n", "mean", "low", "high",
+                       "raw_low", "raw_high", "p_anytime"]
+    assert (j["method"], j["estimand"], j["alpha"], j["phi"], j["n"]) == (
+        "win-rate", "win rate", 0.05, None, [1, 2, 3])
+    normal = S.confidence_sequence([0.1, 0.2], 0.05).to_dict()
+    assert normal["phi"] == S.DEFAULT_PHI and normal["low"][0] is None  # unbounded: None
+
+
+def test_the_stopping_rule_passes_every_setting_to_each_comparison() -> None:
+    fams = {("d", "pe"): {("gate", "add"): [0.3] * 6, ("cnn", "add"): [0.1, -0.1] * 3}}
+    plan = S.stopping_rule(fams, alpha=0.1, margin=0.05, higher_is_better=False, max_seeds=9,
+                           seed_batch=2, phi=0.5, method="normal-mixture", m=3)
+    assert (plan.alpha, plan.alpha_each, plan.m, plan.max_seeds, plan.seed_batch, plan.phi,
+            plan.method) == (0.1, pytest.approx(0.1 / 3), 3, 9, 2, 0.5, "normal-mixture")
+    r = plan.results
+    assert [x.comparison for x in r] == [("gate", "add"), ("cnn", "add")]
+    assert all((x.family, x.alpha, x.m, x.margin, x.higher_is_better, x.method)
+               == (("d", "pe"), 0.1, 3, 0.05, False, "normal-mixture") for x in r)
+    assert r[1].path.phi == 0.5
+    assert r[1].to_dict()["comparison"] == ["cnn", "add"]
+    assert plan.seeds_to_add == {("d", "pe"): 2} and plan.undecided == (("d", "pe"),)
+    with pytest.raises(AnalysisError, match=r"^max_seeds must be an integer >= 2 \(a CS with "
+                       r"unknown variance is unbounded below 2 seeds\), got 1$"):
+        S.stopping_rule(fams, max_seeds=1)
+    with pytest.raises(AnalysisError, match=r"^families must hold at least one family of "
+                                            r"comparisons$"):
+        S.stopping_rule({})
+    with pytest.raises(AnalysisError, match=r"^m \(comparisons in the family\) must be an "
+                                            r"integer >= 1, got 0$"):
+        S.stopping_rule(fams, m=0)
+
+
+def test_the_betting_functions_honour_other_bounds_and_run_along_the_last_axis() -> None:
+    wide = (-2.0, 2.0)  # a metric difference in [-2, 2]: z = (Δ + 2) / 4
+    z = (2 * DELTAS + 2) / 4  # 2Δ on [-2, 2] maps to the same z as Δ on [-1, 1]
+    up, down = S.betting_log_capital(2 * DELTAS, 0.4, 0.05, bounds=wide)
+    want_up, want_down = capital(DELTAS, 0.2, 0.05)  # Δ/2 in [-1, 1], mu0/2
+    assert up == pytest.approx(want_up, rel=1e-12) and down == pytest.approx(want_down, rel=1e-12)
+    assert z.tolist() == S.betting_unit_deltas(2 * DELTAS, wide).tolist()
+    assert S.betting_rejections(2 * STRONG, 0.0, 0.05, wide)[0].tolist() == \
+        S.betting_rejections(STRONG, 0.0, 0.05)[0].tolist()
+    assert S.betting_p_values(2 * DELTAS, 0.4, wide) == pytest.approx(
+        S.betting_p_values(DELTAS, 0.2), rel=1e-12)
+    lo, hi = S.betting_bounds(2 * STRONG, 0.05, bounds=wide)
+    lo1, hi1 = S.betting_bounds(STRONG, 0.05)
+    assert lo == pytest.approx(2 * lo1, abs=1e-9) and hi == pytest.approx(2 * hi1, abs=1e-9)
+    # (2, n): each row alone, never a running quantity across rows
+    rows = np.stack([STRONG, -STRONG])
+    up2, down2 = S.betting_log_capital(rows, 0.0, 0.05)
+    for k, row in enumerate(rows):
+        u, d = S.betting_log_capital(row, 0.0, 0.05)
+        assert up2[k].tolist() == pytest.approx(u.tolist()) and down2[k].tolist() == \
+            pytest.approx(d.tolist())
+    above2, below2 = S.betting_rejections(rows, 0.0, 0.05)
+    assert above2[1].tolist() == S.betting_rejections(-STRONG, 0.0, 0.05)[0].tolist()
+    assert below2[0].tolist() == S.betting_rejections(STRONG, 0.0, 0.05)[1].tolist()
+    assert not below2[0].any() and below2[1].any()
+    p2 = S.betting_p_values(rows)
+    assert p2[1].tolist() == pytest.approx(S.betting_p_values(-STRONG).tolist())
+    assert p2[0].tolist() == pytest.approx(S.betting_p_values(STRONG).tolist())
+
+
+def test_the_default_betting_p_value_tests_mean_zero() -> None:
+    up, down = capital(STRONG, 0.0, S.DEFAULT_ALPHA)
+    best = np.maximum.accumulate(np.maximum(up, down))
+    assert S.betting_p_values(STRONG) == pytest.approx(np.minimum(1, np.exp(-best)), rel=1e-12)
+
+
+def test_a_bet_at_the_ends_of_the_range_warns_of_nothing() -> None:
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # c / m at m = 0 or 1 is infinite by design: no bet cap
+        for mu0 in (-1.0, 1.0):
+            S.betting_log_capital(DELTAS, mu0, 0.05)
+
+
+def test_a_two_dimensional_input_to_one_comparisons_sequence_is_refused() -> None:
+    for make in (S.betting_confidence_sequence, S.winrate_confidence_sequence,
+                 S.confidence_sequence):
+        with pytest.raises(AnalysisError, match=r"^deltas must be 1-D \(one comparison\), "
+                                                r"got shape \(2, 3\)$"):
+            make(np.zeros((2, 3)))
+
+
+def test_the_win_rate_honours_another_beta_prior() -> None:
+    d = np.array([0.1, 0.2, -0.1, 0.3, 0.1, 0.2, 0.4, 0.3])
+    wins, losses = S.sign_counts(d)
+    prior = (2.0, 3.0)
+    want = [betaln(2 + w, 3 + l) - betaln(2, 3) + (w + l) * math.log(2)
+            for w, l in zip(wins, losses)]
+    assert S.winrate_log_evalue(d, 0.5, prior).tolist() == pytest.approx(want, rel=1e-12)
+    assert S.winrate_p_values(d, prior).tolist() == pytest.approx(
+        np.minimum(1, np.exp(-np.maximum.accumulate(want))).tolist(), rel=1e-12)
+    alpha = float(np.exp(-max(want))) * 1.001  # rejected at the best seed under this prior
+    above, _ = S.winrate_rejections(d, alpha, prior)
+    assert above.tolist() == np.maximum.accumulate(np.array(want) >= -math.log(alpha)).tolist()
+    assert above.any() and not S.winrate_rejections(d, alpha)[0].tolist() == above.tolist()
+
+
+def test_the_win_rate_p_value_is_capped_at_one_and_runs_per_row() -> None:
+    # one win, one loss: the mixture's e-value is 4/6 < 1, its p capped at 1
+    assert S.winrate_p_values([0.1, -0.1]).tolist() == [1.0, 1.0]
+    rows = np.array([[0.1] * 9, [-0.1] * 9])
+    p = S.winrate_p_values(rows)
+    assert p[0].tolist() == pytest.approx(S.winrate_p_values(rows[0]).tolist())
+    assert p[1].tolist() == pytest.approx(S.winrate_p_values(rows[1]).tolist())
+    with pytest.raises(AnalysisError, match=r"^deltas must be 1-D \(one comparison\), got "
+                                            r"shape \(2, 9\)$"):
+        S.winrate_bounds(rows, 0.05)
+
+
+def test_the_win_rate_bounds_follow_the_prior() -> None:
+    d = np.array([0.1, 0.2, -0.1, 0.3, 0.1, 0.2, 0.4, 0.3, 0.2, 0.1])
+    prior = (2.0, 3.0)
+    low, high = S.winrate_bounds(d, 0.2, prior)
+    wins, losses = S.sign_counts(d)
+    for t in range(d.size):
+        w, l = int(wins[t]), int(losses[t])
+
+        def log_m(p: float) -> float:
+            return betaln(2 + w, 3 + l) - betaln(2, 3) - w * math.log(p) - l * math.log(1 - p)
+        assert log_m(float(low[t])) >= math.log(5) - 1e-9
+        assert log_m(float(low[t]) + 1e-6) < math.log(5)
+        if l:
+            assert log_m(float(high[t])) >= math.log(5) - 1e-9
+            assert log_m(float(high[t]) - 1e-6) < math.log(5)
