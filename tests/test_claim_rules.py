@@ -807,6 +807,13 @@ def test_a_claim_test_pairs_the_seeds_every_term_has_and_drops_the_rest() -> Non
     assert r.dropped[0]["detail"] == "standard/sinusoidal/add@a: no trial"
     log = replace(plan, log=True, terms=(Term(1, "a", GATE), Term(-1, "a", ADD)))
     assert C._pair(log, cells).d.tolist() == pytest.approx([math.log(1.5), math.log(2.0)])
+    import warnings
+    with warnings.catch_warnings():  # a cost of 0 (or below) is a log of -inf (or nan), quietly
+        warnings.simplefilter("error")
+        zero = {ACC: {**cells[ACC], ("a", *GATE.fields(), 0): _cell(0.0),
+                      ("a", *ADD.fields(), 1): _cell(-0.25)}}
+        d = C._pair(log, zero).d
+    assert d[0] == -math.inf and math.isnan(d[1])
     none = C._pair(replace(plan, missing=("why",)), cells)
     assert (none.seeds, none.d.size, none.dropped) == ([], 0, [])
     empty = C._pair(plan, {ACC: {}})
@@ -829,7 +836,13 @@ def test_cells_on_two_datasets_agree_on_code_only_and_on_one_on_everything() -> 
     assert C._problem([(ta, ok), (tc, other_split)]) == (None, "")
     reason, detail = C._problem([(ta, ok), (tb, other_split)])
     assert reason == "fingerprint_mismatch" and "split" in detail
-    assert C._problem([(ta, ok), (tc, _cell(0.5, code="d"))])[0] == "code_mismatch"
+    assert C._problem([(ta, ok), (tc, _cell(0.5, code="d"))]) == (
+        "code_mismatch", "standard/sinusoidal/gate-scalar@a ran code c, "
+        "standard/sinusoidal/gate-scalar@b ran d")
+    # every two terms once, the earlier named first
+    assert C._problem([(ta, ok), (tb, _cell(0.5, code="d")), (tc, ok)]) == (
+        "code_mismatch", "standard/sinusoidal/gate-scalar@a ran code c, "
+        "standard/sinusoidal/add@a ran d")
     assert C._problem([(ta, ok), (tb, C.MISSING)]) == (
         "missing_trial", "standard/sinusoidal/add@a: no trial")
     # the encoder body is compared only between arms of one encoder label
