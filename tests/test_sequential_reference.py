@@ -243,8 +243,8 @@ def test_the_betting_functions_honour_other_bounds_and_run_along_the_last_axis()
     assert z.tolist() == S.betting_unit_deltas(2 * DELTAS, wide).tolist()
     assert S.betting_rejections(2 * STRONG, 0.0, 0.05, wide)[0].tolist() == \
         S.betting_rejections(STRONG, 0.0, 0.05)[0].tolist()
-    assert S.betting_p_values(2 * DELTAS, 0.4, wide) == pytest.approx(
-        S.betting_p_values(DELTAS, 0.2), rel=1e-12)
+    assert S.betting_p_values(2 * STRONG, 0.4, wide) == pytest.approx(
+        S.betting_p_values(STRONG, 0.2), rel=1e-12)
     lo, hi = S.betting_bounds(2 * STRONG, 0.05, bounds=wide)
     lo1, hi1 = S.betting_bounds(STRONG, 0.05)
     assert lo == pytest.approx(2 * lo1, abs=1e-9) and hi == pytest.approx(2 * hi1, abs=1e-9)
@@ -259,9 +259,13 @@ def test_the_betting_functions_honour_other_bounds_and_run_along_the_last_axis()
     assert above2[1].tolist() == S.betting_rejections(-STRONG, 0.0, 0.05)[0].tolist()
     assert below2[0].tolist() == S.betting_rejections(STRONG, 0.0, 0.05)[1].tolist()
     assert not below2[0].any() and below2[1].any()
-    p2 = S.betting_p_values(rows)
-    assert p2[1].tolist() == pytest.approx(S.betting_p_values(-STRONG).tolist())
+    flipped = S.betting_rejections(rows[::-1], 0.0, 0.05)[1]  # the rejecting row first
+    assert flipped[0].any() and not flipped[1].any()
+    uneven = np.stack([STRONG, STRONG / 4])
+    p2 = S.betting_p_values(uneven)
+    assert p2[1].tolist() == pytest.approx(S.betting_p_values(STRONG / 4).tolist())
     assert p2[0].tolist() == pytest.approx(S.betting_p_values(STRONG).tolist())
+    assert p2[0][-1] < p2[1][-1]
 
 
 def test_the_default_betting_p_value_tests_mean_zero() -> None:
