@@ -332,3 +332,46 @@ def test_the_win_rate_bounds_follow_the_prior() -> None:
         if l:
             assert log_m(float(high[t])) >= math.log(5) - 1e-9
             assert log_m(float(high[t]) - 1e-6) < math.log(5)
+
+
+@pytest.mark.parametrize("method", ["win-rate", "betting", "normal-mixture"])
+def test_one_comparisons_result_is_its_paths_last_state_field_by_field(method) -> None:
+    d = np.array([0.3, 0.0, 0.25, -0.1, 0.4, 0.3, 0.2 - 0.2000000000000001, 0.2])  # float noise: a tie
+    r = S.sequential_result(d, alpha=0.2, m=4, margin=0.05, higher_is_better=False, phi=0.5,
+                            family=("f", 1), comparison=("c", 2), method=method)
+    how = S.get_method(method)
+    path = how.path(d, 0.05, 0.5)
+    assert (r.family, r.comparison, r.n, r.alpha, r.alpha_each, r.m, r.margin,
+            r.higher_is_better, r.method) == (("f", 1), ("c", 2), 8, 0.2, 0.05, 4, 0.05, False,
+                                              method)
+    assert (r.wins, r.losses, r.ties) == (5, 1, 2)
+    assert r.mean_delta == pytest.approx(d.mean())
+    assert (r.estimate, r.cs_low, r.cs_high, r.p_anytime) == (
+        path.mean[-1], path.low[-1], path.high[-1], path.p_anytime[-1])
+    assert r.decision == how.decisions(d, 0.05, 0.05, False, 0.5)[-1]
+    assert r.path.raw_low.tolist() == path.raw_low.tolist()
+    assert r.p_bonferroni == min(1.0, 4 * r.p_anytime)
+    assert (r.estimand, r.null_value, r.assumption) == (how.estimand, how.null_value,
+                                                        how.assumption)
+    j = r.to_dict()
+    assert (j["family"], j["comparison"], j["n"], j["wins"], j["losses"], j["ties"]) == (
+        ["f", 1], ["c", 2], 8, 5, 1, 2)
+    assert (j["alpha"], j["alpha_each"], j["m"], j["margin"], j["higher_is_better"],
+            j["method"]) == (0.2, 0.05, 4, 0.05, False, method)
+    assert j["path"] == r.path.to_dict() and j["decision_label"] == r.decision_label
+    assert j["p_bonferroni"] == r.p_bonferroni and j["estimand"] == how.estimand
+
+
+def test_a_comparison_without_deltas_is_inconclusive_and_unbounded() -> None:
+    r = S.sequential_result([], alpha=0.1, m=2, margin=0.05, family="f", comparison="c",
+                            method="betting")
+    assert (r.n, r.decision, r.cs_low, r.cs_high, r.p_anytime, r.path) == (
+        0, INCONCLUSIVE, -math.inf, math.inf, 1.0, None)
+    assert (r.alpha, r.alpha_each, r.m, r.margin, r.method, r.family, r.comparison) == (
+        0.1, 0.05, 2, 0.05, "betting", "f", "c")
+    assert math.isnan(r.mean_delta) and math.isnan(r.estimate)
+    j = r.to_dict()
+    assert (j["cs_low"], j["cs_high"], j["estimate"], j["path"]) == (None, None, None, None)
+    assert S.sequential_result([]).method == S.DEFAULT_METHOD
+    normal = S.sequential_result(STRONG, method="normal-mixture")
+    assert normal.decision_label == f"{normal.decision} (assumes normal Δ)"
