@@ -875,6 +875,9 @@ def test_a_claim_tests_statistics_follow_its_plan() -> None:
     assert (one.estimate, one.p) == (t1.mean, t1.p) and one.higher
     assert one.p_opposite == stats.one_sample_t(y - x, s.alpha, C.GREATER).p
     assert one.equivalence_margin is None and math.isnan(one.tost_p)
+    # a one-sided test reads its p in the claimed direction already: higher, for any metric
+    one_loss = replace(ONE_SIDED, metric="test_loss")
+    assert C._statistics(C._Result(one_loss, [0, 1, 2, 3], x - y, x, y), s, {}).higher
     flat = C._statistics(C._Result(ONE_SIDED, [0, 1], np.array([0.1, 0.1])), s, {})
     assert math.isnan(flat.p) and math.isnan(flat.p_opposite)
     assert flat.notes == ("the contrast is the same on every seed (SD 0): t-test undefined",)
