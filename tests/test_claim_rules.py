@@ -886,6 +886,13 @@ def test_a_claim_tests_statistics_follow_its_plan() -> None:
     want = stats.ratio_test(x, y, s.alpha)
     assert (rt.estimate, rt.ci_low, rt.ci_high, rt.p, rt.ratio) == (
         want.ratio, want.low, want.high, want.p, want)
+    assert rt.notes == ()  # no note of its own when the ratio varies
+    same = C._statistics(C._Result(ratio_plan, [0, 1, 2], np.log([2.0] * 3),
+                                   np.array([2.0, 4.0, 6.0]), np.array([1.0, 2.0, 3.0])), s, {})
+    assert same.notes == ("the same ratio (2) on every seed: a deterministic cost, no seed "
+                          "noise to test; verdict by the ratio itself",)
+    per_dataset = Settings(margin={"a": 0.03, "b": 0.5})  # the plan's dataset's own margin
+    assert C._statistics(two, per_dataset, {}).equivalence_margin == 0.03
     sign = C._statistics(C._Result(SIGN, [0, 1, 2], np.array([0.1, 0.2, -0.1])), s, {})
     assert sign.estimate == pytest.approx(2 / 3) and sign.p == C._exact(
         C._Result(SIGN, [0, 1, 2], np.array([0.1, 0.2, -0.1])), SIGN, s)["p"]
@@ -932,3 +939,27 @@ def test_a_claim_set_result_names_its_set_and_method() -> None:
     assert [c.claim for c in got.claims] == ["F1", "F2", "F3", "F4", "F5"]
     f2 = next(t for t in got.tests if t.claim == "F2")
     assert (f2.seeds, f2.deltas, f2.n) == ((0, 1), (pytest.approx(0.1), pytest.approx(0.2)), 2)
+
+
+def test_a_claim_test_whose_compared_arms_both_sit_at_chance_is_not_learned() -> None:
+    from fusion_sweep.analysis.chance import chance_tests
+    acc = {ADD: [0.49, 0.51, 0.5, 0.48], GATE: [0.5, 0.52, 0.47, 0.5],
+           CNN: [0.9, 0.92, 0.91, 0.93]}
+    df = tidy(pd.DataFrame([{"dataset": "l", "encoder": v.encoder, "pe": v.pe,
+                             "fusion": v.fusion, "seed": s, "test_acc": a}
+                            for v, accs in acc.items() for s, a in enumerate(accs)]))
+    _, by_arm, _ = chance_tests(df, [ACC], {"l": 2}, 0.05)
+    s = Settings()
+    y = np.array(acc[ADD])
+
+    def stats_of(arm: Variant) -> C._Stats:
+        plan = replace(st().plan, terms=pair(arm, ADD, "l"), pairs=(pair(arm, ADD, "l"),))
+        xa = np.array(acc[arm])
+        return C._statistics(C._Result(plan, [0, 1, 2, 3], xa - y, xa, y), s, by_arm)
+    both = stats_of(GATE)
+    assert both.not_learned and both.learned == {"standard/sinusoidal/add@l": "no",
+                                                 "standard/sinusoidal/gate-scalar@l": "no"}
+    assert both.arm_states == {"standard/sinusoidal/gate-scalar@l": "no"}
+    assert C._raw_verdict(both, 0.001, NAN, 0.05, 1, []) == NOT_LEARNED
+    one = stats_of(CNN)  # the arm learned: the reference at chance does not make it so
+    assert not one.not_learned and one.arm_states == {"standard/sinusoidal/gate-cnn@l": "yes"}
