@@ -394,3 +394,88 @@ def test_a_comparison_without_deltas_is_inconclusive_and_unbounded() -> None:
     assert S.sequential_result([]).method == S.DEFAULT_METHOD
     normal = S.sequential_result(STRONG, method="normal-mixture")
     assert normal.decision_label == f"{normal.decision} (assumes normal Δ)"
+
+
+# ------------------------------------------------------------------ the normal mixture, by hand
+def log_bf(d: list[float], phi: float, mu0: float = 0.0) -> float:
+    """0.5 log r + (n/2) log((S + n x̄²) / (S + r n x̄²)) of x = Δ - mu0; 0 while S = 0."""
+    n = len(d)
+    x = [v - mu0 for v in d]
+    mean = sum(x) / n
+    ss = sum((v - mean) ** 2 for v in x)
+    if ss == 0:
+        return 0.0
+    r = phi / (phi + n)
+    return 0.5 * math.log(r) + 0.5 * n * math.log((ss + n * mean**2) / (ss + r * n * mean**2))
+
+
+def half_width(d: list[float], alpha: float, phi: float) -> float:
+    """(s / √n) sqrt(ν (1 - c) / (c - r)), c = (r α²)^{1/n}; inf where c <= r or n < 2."""
+    n = len(d)
+    mean = sum(d) / n
+    ss = sum((v - mean) ** 2 for v in d)
+    r = phi / (phi + n)
+    c = (r * alpha**2) ** (1 / n)
+    if n < 2 or c <= r or ss == 0:
+        return math.inf
+    return math.sqrt(ss / (n - 1)) / math.sqrt(n) * math.sqrt((n - 1) * (1 - c) / (c - r))
+
+
+NORMAL = [0.05, 0.12, 0.02, 0.09, 0.07, 0.11, 0.04, 0.08]
+
+
+@pytest.mark.parametrize("phi", [0.25, 1.0])
+def test_the_normal_mixture_sequence_is_its_closed_form_seed_by_seed(phi) -> None:
+    d = np.array(NORMAL)
+    assert S.mixture_log_bf(d, 0.0, phi).tolist() == pytest.approx(
+        [log_bf(NORMAL[:k], phi) for k in range(1, 9)], rel=1e-10, abs=1e-12)
+    assert S.mixture_log_bf(d, 0.05, phi).tolist() == pytest.approx(
+        [log_bf(NORMAL[:k], phi, 0.05) for k in range(1, 9)], rel=1e-10, abs=1e-12)
+    running = np.maximum.accumulate([log_bf(NORMAL[:k], phi) for k in range(1, 9)])
+    assert S.anytime_p_values(d, 0.0, phi).tolist() == pytest.approx(
+        np.minimum(1.0, np.exp(-running)).tolist(), rel=1e-10)
+    raw_low, raw_high = S.cs_bounds(d, 0.1, phi, intersect=False)
+    for k in range(1, 9):
+        h, m = half_width(NORMAL[:k], 0.1, phi), sum(NORMAL[:k]) / k
+        assert (raw_low[k - 1], raw_high[k - 1]) == pytest.approx((m - h, m + h), rel=1e-10)
+    low, high = S.cs_bounds(d, 0.1, phi)
+    assert low.tolist() == np.maximum.accumulate(raw_low).tolist()
+    assert high.tolist() == np.minimum.accumulate(raw_high).tolist()
+    wide_low, wide_high = S.cs_bounds(d[:2], 0.5, 0.25, intersect=False)  # bounded at n = 2
+    h, m = half_width(NORMAL[:2], 0.5, 0.25), sum(NORMAL[:2]) / 2
+    assert np.isfinite(h) and (wide_low[1], wide_high[1]) == pytest.approx((m - h, m + h))
+    cs = S.confidence_sequence(d, 0.1, phi)
+    assert (cs.alpha, cs.phi, cs.method) == (0.1, phi, "normal-mixture")
+    assert cs.raw_low.tolist() == raw_low.tolist() and cs.low.tolist() == low.tolist()
+    assert cs.mean.tolist() == pytest.approx((np.cumsum(d) / np.arange(1, 9)).tolist())
+    assert cs.p_anytime.tolist() == S.anytime_p_values(d, 0.0, phi).tolist()
+
+
+def test_the_normal_mixture_is_quiet_at_one_seed_and_under_ties_and_caps_p_at_one() -> None:
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lo, hi = S.cs_bounds([0.1, 0.1, 0.1], 0.05)
+        assert (lo == -np.inf).all() and (hi == np.inf).all()
+        assert S.mixture_log_bf([0.1, 0.1]).tolist() == [0.0, 0.0]
+        assert S.radius_multiplier(np.array([1, 2, 50]), 0.05)[0] == np.inf
+    # a spread around 0: the Bayes factor below 1, the p value capped at 1
+    assert (S.mixture_log_bf([0.1, -0.1, 0.05, -0.05]) < 0).any()
+    assert S.anytime_p_values([0.1, -0.1, 0.05, -0.05]).tolist() == [1.0] * 4
+    n, mean, ss = S._running_moments(np.array([-0.1, 0.1]))  # max + min = 0: not equal
+    assert ss[-1] == pytest.approx(0.02) and mean[-1] == 0.0
+    rows = np.array([NORMAL, [x / 4 for x in NORMAL[::-1]]])
+    p = S.anytime_p_values(rows)
+    assert p[0].tolist() == pytest.approx(S.anytime_p_values(NORMAL).tolist())
+    assert p[1].tolist() == pytest.approx(S.anytime_p_values(rows[1]).tolist())
+
+
+def test_bounds_of_another_shape_or_nan_are_refused_by_name() -> None:
+    with pytest.raises(AnalysisError, match=r"^lower and upper must have the same shape, got "
+                                            r"\(2,\) and \(3,\)$"):
+        S.sequential_decisions([0.0, 1.0], [1.0, 2.0, 3.0], None, True)
+    for lo, hi in (([np.nan], [1.0]), ([0.0], [np.nan])):
+        with pytest.raises(AnalysisError, match=r"^confidence bounds must not be NaN "
+                                                r"\(unbounded is ±inf\)$"):
+            S.sequential_decisions(lo, hi, None, True)
+    assert S.sequential_decisions([1, -3], [2, -1], None, True).tolist() == [BETTER, WORSE]
