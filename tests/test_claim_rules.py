@@ -872,7 +872,8 @@ def test_a_claim_tests_statistics_follow_its_plan() -> None:
                                    x, y), acc_margin, {}).equivalence_margin is None
     one = C._statistics(C._Result(ONE_SIDED, [0, 1, 2, 3], x - y, x, y), s, {})
     t1 = stats.one_sample_t(x - y, s.alpha, C.GREATER)
-    assert (one.estimate, one.p) == (t1.mean, t1.p) and one.higher
+    assert (one.estimate, one.ci_low, one.ci_high, one.p) == (t1.mean, t1.low, t1.high, t1.p)
+    assert one.higher
     assert one.p_opposite == stats.one_sample_t(y - x, s.alpha, C.GREATER).p
     assert one.equivalence_margin is None and math.isnan(one.tost_p)
     # a one-sided test reads its p in the claimed direction already: higher, for any metric
