@@ -447,6 +447,11 @@ def test_the_normal_mixture_sequence_is_its_closed_form_seed_by_seed(phi) -> Non
     cs = S.confidence_sequence(d, 0.1, phi)
     assert (cs.alpha, cs.phi, cs.method) == (0.1, phi, "normal-mixture")
     assert cs.raw_low.tolist() == raw_low.tolist() and cs.low.tolist() == low.tolist()
+    jumpy = np.array(NORMAL + [0.6, -0.4, 0.5])  # raw bounds that widen again
+    jl, jh = S.cs_bounds(jumpy, 0.1, phi, intersect=False)
+    assert (np.diff(jl[np.isfinite(jl)]) < 0).any() and (np.diff(jh[np.isfinite(jh)]) > 0).any()
+    jcs = S.confidence_sequence(jumpy, 0.1, phi)
+    assert jcs.raw_low.tolist() == jl.tolist() and jcs.raw_high.tolist() == jh.tolist()
     assert cs.mean.tolist() == pytest.approx((np.cumsum(d) / np.arange(1, 9)).tolist())
     assert cs.p_anytime.tolist() == S.anytime_p_values(d, 0.0, phi).tolist()
 
@@ -458,6 +463,7 @@ def test_the_normal_mixture_is_quiet_at_one_seed_and_under_ties_and_caps_p_at_on
         lo, hi = S.cs_bounds([0.1, 0.1, 0.1], 0.05)
         assert (lo == -np.inf).all() and (hi == np.inf).all()
         assert S.mixture_log_bf([0.1, 0.1]).tolist() == [0.0, 0.0]
+        assert S.mixture_log_bf([0.0, 0.0, 0.0]).tolist() == [0.0] * 3  # log 0 - log 0
         assert S.radius_multiplier(np.array([1, 2, 50]), 0.05)[0] == np.inf
     # a spread around 0: the Bayes factor below 1, the p value capped at 1
     assert (S.mixture_log_bf([0.1, -0.1, 0.05, -0.05]) < 0).any()
@@ -474,8 +480,44 @@ def test_bounds_of_another_shape_or_nan_are_refused_by_name() -> None:
     with pytest.raises(AnalysisError, match=r"^lower and upper must have the same shape, got "
                                             r"\(2,\) and \(3,\)$"):
         S.sequential_decisions([0.0, 1.0], [1.0, 2.0, 3.0], None, True)
-    for lo, hi in (([np.nan], [1.0]), ([0.0], [np.nan])):
+    for lo, hi in (([np.nan], [1.0]), ([0.0], [np.nan]), ([None], [1.0]), ([0.0], [None])):
         with pytest.raises(AnalysisError, match=r"^confidence bounds must not be NaN "
                                                 r"\(unbounded is ±inf\)$"):
             S.sequential_decisions(lo, hi, None, True)
     assert S.sequential_decisions([1, -3], [2, -1], None, True).tolist() == [BETTER, WORSE]
+
+
+def test_a_reports_comparisons_are_decided_in_seed_order_with_their_own_settings() -> None:
+    comp = {"dataset": "l", "variant": "gate", "baseline_variant": "add",
+            "seeds": [15 - i for i in range(16)],  # newest first: taken back into seed order
+            "deltas": [0.02 * (i % 3) - 0.01 for i in range(16)], "equivalence_margin": 0.05,
+            "higher_is_better": False}
+    (r,) = S.from_comparisons([comp], 0.2, 3, method="normal-mixture", phi=0.5)
+    d = np.asarray(comp["deltas"])[::-1]
+    want = S.sequential_result(d, alpha=0.2, m=3, margin=0.05, higher_is_better=False,
+                               phi=0.5, method="normal-mixture")
+    assert (r.family, r.comparison) == ("l", "gate vs add")
+    assert (r.alpha, r.m, r.margin, r.higher_is_better, r.method) == (0.2, 3, 0.05, False,
+                                                                     "normal-mixture")
+    assert r.path.raw_low.tolist() == want.path.raw_low.tolist() and r.path.phi == 0.5
+    assert r.mean_delta == pytest.approx(want.mean_delta)
+    assert r.path.mean.tolist() == pytest.approx(want.path.mean.tolist())  # seed order
+    tied = dict(comp, seeds=[1, 0, 1, 0], deltas=[0.1, 0.2, 0.3, 0.4])  # ties keep their order
+    (t,) = S.from_comparisons([tied], 0.2, 1, method="normal-mixture")
+    assert t.path.mean.tolist() == pytest.approx(np.cumsum([0.2, 0.4, 0.1, 0.3]) / [1, 2, 3, 4])
+
+
+def test_a_sequential_section_names_every_problem_at_once() -> None:
+    kw = dict(adaptive={}, metric="test_acc", alpha=0.05, family_source="launch",
+              method="win-rate", assumption="", fixed_n_label="")
+    assert S.SequentialSection(m=0, **kw).m == 0
+    for m in (-1, 1.5, "2"):
+        with pytest.raises(AnalysisError, match=r"^invalid SequentialSection: m must be a whole "
+                                                rf"number >= 0, not {m!r}$"):
+            S.SequentialSection(m=m, **kw)
+    with pytest.raises(AnalysisError, match=r"^invalid SequentialSection: results\[0\] is a "
+                                            r"dict, not a SequentialResult; m must be a whole "
+                                            r"number >= 0, not -1$"):
+        S.SequentialSection(m=-1, results=[{}], **kw)
+    assert S.NormalMixture.decisions(np.array(NORMAL), 0.5, None, True, 4.0).tolist() == \
+        S.sequential_decisions(*S.cs_bounds(np.array(NORMAL), 0.5, 4.0), None, True).tolist()
