@@ -5,6 +5,7 @@ these decide most of `claims`' mutants in milliseconds."""
 from __future__ import annotations
 
 import math
+import warnings
 from types import MappingProxyType
 from dataclasses import replace
 
@@ -508,7 +509,6 @@ NEGLIGIBLE = Plan("C4", "C4 · a", ("a",), ACC, "", pair(GATE, ADD, "a"), (pair(
 def test_negligible_impact_is_equivalence_else_beyond_the_margin_else_better(higher) -> None:
     """The worse side is below 0 when higher is better, above it when lower is: each edge
     mirrored."""
-    sign = 1 if higher else -1
 
     def v(lo: float, hi: float, p_holm: float = 0.5, tost: float = 0.5,
           margin: float | None = 0.02) -> tuple[str, list[str]]:
@@ -519,7 +519,6 @@ def test_negligible_impact_is_equivalence_else_beyond_the_margin_else_better(hig
         assert C._raw_verdict(st(NEGLIGIBLE, ci_low=lo, ci_high=hi, higher=higher,
                                  equivalence_margin=margin), p_holm, tost, 0.05, 1, []) == got
         return got, notes
-    assert sign
     assert v(-0.05, 0.01, tost=0.0499) == (EQUIVALENT, [])
     assert v(-0.05, -0.03, tost=0.05) == (WORSE, [
         "worse by more than the margin ±0.02: the whole t-interval lies beyond it"])
@@ -807,7 +806,6 @@ def test_a_claim_test_pairs_the_seeds_every_term_has_and_drops_the_rest() -> Non
     assert r.dropped[0]["detail"] == "standard/sinusoidal/add@a: no trial"
     log = replace(plan, log=True, terms=(Term(1, "a", GATE), Term(-1, "a", ADD)))
     assert C._pair(log, cells).d.tolist() == pytest.approx([math.log(1.5), math.log(2.0)])
-    import warnings
     with warnings.catch_warnings():  # a cost of 0 (or below) is a log of -inf (or nan), quietly
         warnings.simplefilter("error")
         zero = {ACC: {**cells[ACC], ("a", *GATE.fields(), 0): _cell(0.0),

@@ -6,6 +6,7 @@ running maximum in the vectorised code shows."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -15,6 +16,13 @@ from fusion_sweep.analysis import sequential as S
 from fusion_sweep.analysis.schema import (
     BETTER, EQUIVALENT, INCONCLUSIVE, WORSE, AnalysisError,
 )
+from tests.test_sequential_validity import _direct_log_capital
+
+
+def capital(deltas, mu0: float, alpha: float) -> tuple[list[float], list[float]]:
+    """log θK⁺_t and log (1-θ)K⁻_t for t = 1..n at mean Δ = mu0: the seed-by-seed wealth of
+    test_sequential_validity (the paper's Theorem 3 in plain Python)."""
+    return _direct_log_capital(np.asarray(deltas, dtype=float), mu0, alpha)
 
 DELTAS = np.array([0.3, 0.1, -0.2, 0.4, 0.25, 0.0, 0.35, 0.5])  # (n,) in [-1, 1]
 STRONG = np.tile([0.6, 0.5, 0.7, 0.55], 4)  # decided within its 16 seeds
@@ -31,20 +39,6 @@ def bets(z: list[float], alpha: float) -> list[float]:
         sq += (zi - mu) ** 2
         var_prev = (0.25 + sq) / (i + 1)
     return out
-
-
-def capital(deltas, mu0: float, alpha: float, c: float = 0.75, theta: float = 0.5
-            ) -> tuple[list[float], list[float]]:
-    """log θK⁺_t and log (1-θ)K⁻_t for t = 1..n at mean Δ = mu0 (bounds [-1, 1])."""
-    z = [(d + 1) / 2 for d in deltas]
-    m = (mu0 + 1) / 2
-    up, down, lu, ld = [], [], math.log(theta), math.log(1 - theta)
-    for zi, lam in zip(z, bets(z, alpha)):
-        lu += math.log(1 + min(lam, c / m if m > 0 else math.inf) * (zi - m))
-        ld += math.log(1 - min(lam, c / (1 - m) if m < 1 else math.inf) * (zi - m))
-        up.append(lu)
-        down.append(ld)
-    return up, down
 
 
 @pytest.mark.parametrize("alpha", [0.05, 0.01])
@@ -81,13 +75,10 @@ def test_the_betting_rejections_and_p_values_run_the_capital_maximum() -> None:
     assert S.betting_rejections(STRONG, 0.8, 0.05)[1].any()
 
 
-def _rejected_up(deltas, t: int, mu0: float, alpha: float, slack: float = 0.0) -> bool:
-    """slack: at the bound itself the two sums may round apart by an ulp or so."""
-    return capital(deltas[:t], mu0, alpha)[0][-1] >= math.log(1 / alpha) - slack
-
-
-def _rejected_down(deltas, t: int, mu0: float, alpha: float, slack: float = 0.0) -> bool:
-    return capital(deltas[:t], mu0, alpha)[1][-1] >= math.log(1 / alpha) - slack
+def _rejected(deltas, t: int, mu0: float, alpha: float, side: int, slack: float = 0.0) -> bool:
+    """Whether the first t seeds reject mean mu0 on `side` (0: the upward capital, 1: the
+    downward); slack: at the bound itself the two sums may round apart by an ulp or so."""
+    return capital(deltas[:t], mu0, alpha)[side][-1] >= math.log(1 / alpha) - slack
 
 
 @pytest.mark.parametrize("alpha", [0.05, 0.2])
@@ -98,15 +89,15 @@ def test_each_betting_bound_is_the_last_rejected_mean_on_its_side(alpha, deltas)
     for t in range(1, deltas.size + 1):
         lo, hi = float(low[t - 1]), float(high[t - 1])
         if lo > -1.0:  # rejected at the bound, not 1e-6 inside it
-            assert _rejected_up(deltas, t, lo, alpha, 1e-9)
-            assert not _rejected_up(deltas, t, lo + 1e-6, alpha)
+            assert _rejected(deltas, t, lo, alpha, 0, 1e-9)
+            assert not _rejected(deltas, t, lo + 1e-6, alpha, 0)
         else:  # not even the end of the range is rejected
-            assert not _rejected_up(deltas, t, -1.0 + 1e-9, alpha)
+            assert not _rejected(deltas, t, -1.0 + 1e-9, alpha, 0)
         if hi < 1.0:
-            assert _rejected_down(deltas, t, hi, alpha, 1e-9)
-            assert not _rejected_down(deltas, t, hi - 1e-6, alpha)
+            assert _rejected(deltas, t, hi, alpha, 1, 1e-9)
+            assert not _rejected(deltas, t, hi - 1e-6, alpha, 1)
         else:
-            assert not _rejected_down(deltas, t, 1.0 - 1e-9, alpha)
+            assert not _rejected(deltas, t, 1.0 - 1e-9, alpha, 1)
     assert low[0] == -1.0 and high[0] == 1.0
 
 
@@ -179,7 +170,6 @@ def test_the_win_rate_sequence_is_the_beta_binomial_mixture_term_by_term() -> No
     assert losses.tolist() == [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]
     assert S.winrate_estimates(d).tolist() == pytest.approx(
         [1, 1, 1, 2 / 3, 3 / 4, 4 / 5, 4 / 5, 5 / 6, 6 / 7, 7 / 8, 8 / 9, 9 / 10, 10 / 11])
-    import warnings
     with warnings.catch_warnings():  # every seed tied so far: nan, quietly
         warnings.simplefilter("error")
         assert np.isnan(S.winrate_estimates([0.0, 0.0, 0.1])[:2]).all()
@@ -288,7 +278,6 @@ def test_the_default_betting_p_value_tests_mean_zero() -> None:
 
 
 def test_a_bet_at_the_ends_of_the_range_warns_of_nothing() -> None:
-    import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # c / m at m = 0 or 1 is infinite by design: no bet cap
         for mu0 in (-1.0, 1.0):
@@ -457,7 +446,6 @@ def test_the_normal_mixture_sequence_is_its_closed_form_seed_by_seed(phi) -> Non
 
 
 def test_the_normal_mixture_is_quiet_at_one_seed_and_under_ties_and_caps_p_at_one() -> None:
-    import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         lo, hi = S.cs_bounds([0.1, 0.1, 0.1], 0.05)
