@@ -1,0 +1,568 @@
+"""The report driver's helpers (`fusion_sweep.analysis.report`) one at a time, on hand-built
+records: every warning word for word at its thresholds, the Holm families and their padding,
+the verdict's notes and caveats, the sensitivity check, the sweep's columns and families,
+the per-comparison generator and the JSON cleaning. Unit-level (well under a second) so
+that a mutant of report.py meets a failing test before the end-to-end reports (issue 42)."""
+from __future__ import annotations
+
+import json
+import zlib
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fusion_sweep.analysis import report as R
+from fusion_sweep.analysis import stats
+from fusion_sweep.analysis.caveats import ALL_PAIRS, COLLAPSE, SMALL_N, WITHHELD, Caveat
+from fusion_sweep.analysis.guard import NO, UNKNOWN, YES, Guarded, Learning
+from fusion_sweep.analysis.pairing import Paired
+from fusion_sweep.analysis.schema import (BETTER, EQUIVALENT, INCONCLUSIVE, NOT_LEARNED, WORSE,
+                                          AnalysisError)
+from fusion_sweep.analysis.sections import DroppedPair, Source
+from fusion_sweep.analysis.settings import Settings
+from fusion_sweep.analysis.variants import Variant, parse_baseline
+
+nan = float("nan")
+ADD = Variant("standard", "sinusoidal", "add")
+CONCAT = Variant("standard", "sinusoidal", "concat")
+FUSION = parse_baseline("add")
+VARIANT = parse_baseline("standard/sinusoidal/add")
+
+
+def comp(**kw) -> SimpleNamespace:
+    """A comparison record with the fields the warnings read."""
+    base = dict(dataset="synthetic-long", encoder="standard", pe="sinusoidal", fusion="concat",
+                baseline="add", metric="test_acc", n=5, min_p_wilcoxon=0.0625,
+                min_p_signflip=0.0625, ratio_p=None, tost_p=nan, verdict=BETTER,
+                chance_level=0.5, equivalence_margin=None, notes=(),
+                variant="standard/sinusoidal/concat", baseline_variant="standard/sinusoidal/add")
+    return SimpleNamespace(**{**base, **kw})
+
+
+def dropped(reason="code_mismatch", seed=0, detail="d", fusion="concat") -> DroppedPair:
+    return DroppedPair("synthetic-long", "standard", "sinusoidal", "test_acc", fusion, "add",
+                       f"standard/sinusoidal/{fusion}", "standard/sinusoidal/add", seed, reason,
+                       detail)
+
+
+# --- small helpers --------------------------------------------------------------------
+
+def test_count_and_nan():
+    assert [R._count(k, "pair") for k in (0, 1, 2)] == ["0 pairs", "1 pair", "2 pairs"]
+    assert np.isnan(R._nan(None)) and R._nan(np.float32(0.5)) == 0.5 and R._nan(0) == 0.0
+    assert isinstance(R._nan(1), float)
+
+
+def test_json_clean():
+    got = R._json_clean({1: (np.int64(3), np.bool_(True), [nan, float("inf"), np.float32(0.25)]),
+                         "s": {"x": None, "y": "t", "z": False, "w": np.float64(-1.5)}})
+    assert got == {"1": [3, True, [None, None, 0.25]],
+                   "s": {"x": None, "y": "t", "z": False, "w": -1.5}}
+    assert type(got["1"][0]) is int and type(got["1"][1]) is bool
+    assert type(got["s"]["w"]) is float and R._json_clean(-float("inf")) is None
+
+
+def test_comparison_rng_is_the_seed_spawned_by_the_keys_crc():
+    key = ("synthetic-long", "sinusoidal", "test_acc", "concat", "add")
+    h = zlib.crc32("|".join(key).encode())
+    want = np.random.default_rng(np.random.SeedSequence(entropy=7, spawn_key=(h,))).random(4)
+    assert R.comparison_rng(7, key).random(4).tolist() == want.tolist()
+    assert R.comparison_rng(8, key).random() != R.comparison_rng(7, key).random()
+
+
+def paired(arm=CONCAT, ref=ADD, seeds=(0, 1, 2), x=(0.8, 0.9, 0.85), y=(0.7, 0.75, 0.8),
+           unchecked=(), lost=()) -> Paired:
+    return Paired("d", "test_acc", arm, ref, "add", (), np.array(seeds), np.array(x, float),
+                  np.array(y, float), tuple(unchecked), tuple(lost))
+
+
+@pytest.mark.parametrize("arm, ref, extra", [
+    (CONCAT, ADD, False), (Variant("ressformer", "sinusoidal", "concat"), ADD, True),
+    (CONCAT, Variant("ressformer", "sinusoidal", "add"), True),
+    (Variant("standard", "rope", "concat"), ADD, True),
+    (Variant("ressformer", "rope", "concat"), Variant("ressformer", "rope", "add"), True)])
+def test_rng_key_keeps_the_legacy_key_for_standard_same_pe_pairs(arm, ref, extra):
+    p = paired(arm, ref)
+    base = ("d", arm.pe, "test_acc", "concat", "add")
+    assert R.rng_key(p) == (base + (arm.label, ref.label) if extra else base)
+
+
+def test_validated_returns_the_settings_and_checks_the_claim_set():
+    s = Settings()
+    assert R.validated(s) is s
+    with pytest.raises(AnalysisError, match="no-such-claims"):
+        R.validated(Settings(claims="no-such-claims"))
+    with pytest.raises(AnalysisError, match="alpha"):
+        R.validated(Settings(alpha=1.5))
+
+
+# --- Holm families ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("p, m", [([0.01, 0.04], 2), ([0.01, 0.04], 5), ([0.01, 0.04, 0.03], 2),
+                                  ([], 3), ([0.02, nan], 4)])
+def test_holm_in_family_pads_absent_members_with_p_one(p, m):
+    padded = np.r_[np.array(p, float), np.ones(max(0, m - len(p)))]
+    got = R.holm_in_family(p, m)
+    assert got.shape == (len(p),)
+    np.testing.assert_allclose(got, stats.holm(padded)[:len(p)])
+
+
+def test_fixed_family_is_the_input_or_the_recorded_family_when_larger():
+    comps = [comp(metric="test_acc"), comp(metric="test_acc"), comp(metric="latency")]
+    s = Settings(metrics=("test_acc", "latency"))
+    assert R.fixed_family(comps, s, Source("table")) == R.Family(3, "every comparison in the input")
+    assert R.fixed_family(comps, s, Source("file", path="r.csv")).source == \
+        "every comparison in r.csv"
+    assert R.fixed_family(comps, s, Source("mlflow")).source == "every comparison in the sweep"
+    rec = Source("file", path="r.csv", comparison_family={"m": 6})
+    assert R.fixed_family(comps, s, rec) == R.Family(7, R.FAMILY_FIXED)  # 3 + (6 - 2 own)
+    small = Source("table", comparison_family={"m": 1})
+    assert R.fixed_family(comps, s, small) == R.Family(3, R.FAMILY_FIXED)
+    latency = Source("table", comparison_family={"m": 6}, space={"metric": "latency"})
+    assert R.fixed_family(comps, s, latency).m == 3 + 5
+    assert R.fixed_family(comps, s, Source("table", comparison_family={"m": "6"})).m == 3
+    assert R.FAMILY_FIXED == "fixed by the sweep"
+
+
+def measured(t_p, tost_p=nan, sign_p=nan, ratio=None, added=()):
+    return SimpleNamespace(stats=SimpleNamespace(t_p=t_p, tost_p=tost_p),
+                           win=SimpleNamespace(sign_p=sign_p), ratio_test=ratio,
+                           added=added)
+
+
+def test_adjusted_holm_families_pad_the_recorded_family(monkeypatch):
+    monkeypatch.setattr(R, "added", lambda: [])
+    ms = [measured(0.01, 0.02, 0.03, SimpleNamespace(p=0.04)),
+          measured(0.04, nan, 0.5, None), measured(nan, 0.01, nan, SimpleNamespace(p=0.2))]
+    got = R._adjusted(ms, Settings(alpha=0.1), family_m=5)
+    pad = lambda p, k: np.r_[p, np.ones(k)]  # noqa: E731
+    np.testing.assert_allclose([a.p_holm for a in got], stats.holm(pad([0.01, 0.04, nan], 2))[:3])
+    np.testing.assert_allclose([a.tost_p_holm for a in got],
+                               stats.holm(pad([0.02, nan, 0.01], 2))[:3])
+    np.testing.assert_allclose([a.sign_p_holm for a in got],
+                               stats.holm(pad([0.03, 0.5, nan], 2))[:3])
+    np.testing.assert_allclose([a.ratio_p_holm for a in got], stats.holm([0.04, nan, 0.2]))
+    # m at Holm's first step: the 2 finite paired-t p plus the 2 absent members
+    assert [a.alpha_m for a in got] == [pytest.approx(0.1 / 4)] * 3
+    assert all(a.added_p_holm == () for a in got)
+    one = R._adjusted([measured(nan)], Settings(alpha=0.1), family_m=1)
+    assert one[0].alpha_m == pytest.approx(0.1)  # never alpha / 0
+
+
+def test_adjusted_gives_each_added_estimand_its_own_family(monkeypatch):
+    e1 = SimpleNamespace(p=lambda v: v)
+    e2 = SimpleNamespace(p=lambda v: v / 2)
+    monkeypatch.setattr(R, "added", lambda: [e1, e2])
+    ms = [measured(0.01, added=((e1, 0.02), (e2, 0.2))),
+          measured(0.02, added=((e1, 0.04), (e2, 0.02)))]
+    got = R._adjusted(ms, Settings(), family_m=3)
+    np.testing.assert_allclose([a.added_p_holm[0] for a in got], stats.holm([0.02, 0.04, 1])[:2])
+    np.testing.assert_allclose([a.added_p_holm[1] for a in got], stats.holm([0.1, 0.01, 1])[:2])
+
+
+# --- the sweep's columns and families ---------------------------------------------------
+
+def test_sweep_columns_read_the_one_json_value_of_each_column():
+    df = pd.DataFrame({"adaptive": ['{"alpha": 0.05}', "", None],
+                       "comparison_family": ['{"m": 3}'] * 3})
+    got = R.sweep_columns(df, Source("file", path="r.csv"))
+    assert got.adaptive == {"alpha": 0.05} and got.comparison_family == {"m": 3}
+    own = Source("mlflow", adaptive={"alpha": 0.1})
+    assert R.sweep_columns(df, own).adaptive == {"alpha": 0.1}
+    assert R.sweep_columns(pd.DataFrame({"x": [1]}), own) == own
+    blank = R.sweep_columns(pd.DataFrame({"adaptive": ["  ", None]}), Source("table"))
+    assert blank.adaptive is None
+
+
+@pytest.mark.parametrize("values, message", [
+    (['{"a": 1}', '{"a": 2}'], "column 'adaptive' must hold one value on every row (the "
+                               "sweep's), found 2 different values"),
+    (["{not json"], "column 'adaptive' must hold JSON: Expecting property name enclosed in "
+                    "double quotes"),
+    (["[1, 2]"], "column 'adaptive' must hold a JSON object")])
+def test_sweep_columns_name_a_bad_column(values, message):
+    with pytest.raises(AnalysisError, match="^" + message.replace("(", r"\(").replace(")", r"\)")
+                       .replace("[", r"\[") + "$"):
+        R.sweep_columns(pd.DataFrame({"adaptive": values}), Source("table"))
+
+
+def test_launch_family_is_the_recorded_one_or_rebuilt_from_every_trial():
+    rec = {"m": 2, "members": [{"dataset": "d"}]}
+    assert R.launch_family(Source("table", comparison_family=rec), Settings(), None) == (
+        rec, R.FAMILY_RECORDED)
+    with pytest.raises(AnalysisError, match="^an adaptive sweep without a recorded comparison "
+                                            "family needs the whole input table to rebuild it$"):
+        R.launch_family(Source("table", comparison_family={"m": 2}), Settings(), None)
+    df = pd.DataFrame({"dataset": ["b", "b", "a", "a", "a", "a"],
+                       "encoder": "standard",
+                       "pe": ["sinusoidal", "sinusoidal", "sinusoidal", "sinusoidal", "rope",
+                              "rope"],
+                       "fusion": ["add", "concat", "add", "gate", "concat", "gate"]})
+    fam, where = R.launch_family(Source("table", comparison_family={"m": "2", "members": []}),
+                                 Settings(baseline="add"), df)
+    assert where == R.FAMILY_RECONSTRUCTED and fam == {"m": 2, "members": [
+        {"dataset": "a", "family": ["a", "standard", "sinusoidal"],
+         "variant": "standard/sinusoidal/gate", "baseline_variant": "standard/sinusoidal/add"},
+        {"dataset": "b", "family": ["b", "standard", "sinusoidal"],
+         "variant": "standard/sinusoidal/concat", "baseline_variant": "standard/sinusoidal/add"}]}
+    assert R.FAMILY_RECONSTRUCTED == ("reconstructed from every trial of the input (the launch "
+                                      "recorded none): every arm vs its reference, all datasets")
+
+
+def test_launch_family_pairs_only_groups_holding_their_reference():
+    df = pd.DataFrame({"dataset": ["a", "a", "a", "a"], "encoder": "standard",
+                       "pe": ["sinusoidal", "sinusoidal", "rope", "rope"],
+                       "fusion": ["add", "gate", "concat", "gate"]})
+    fam, _ = R.launch_family(Source("table"), Settings(baseline="add"), df)
+    assert fam == {"m": 1, "members": [
+        {"dataset": "a", "family": ["a", "standard", "sinusoidal"],
+         "variant": "standard/sinusoidal/gate", "baseline_variant": "standard/sinusoidal/add"}]}
+    whole, _ = R.launch_family(Source("table"), Settings(baseline="standard/sinusoidal/add"), df)
+    assert whole["m"] == 3 and whole["members"][0]["family"] == ["a"]
+
+
+def test_the_interaction_section_names_its_contrast_and_noun():
+    known = [SimpleNamespace(median_tokens=10.0), SimpleNamespace(median_tokens=50.0)]
+    unknown = [SimpleNamespace(median_tokens=nan)]
+    a = R.interaction_section([], known, FUSION)
+    assert a.method == (
+        "Welch one-way ANOVA of per-seed deltas across datasets (statsmodels anova_oneway, "
+        "use_var='unequal'), H0: the fusion effect is the same on every dataset; difference in "
+        "mean deltas, longest minus shortest regime (by median_tokens), with a Welch "
+        "t-interval; Holm across tests. One dataset per regime confounds length with domain "
+        "and base accuracy: a difference is not evidence that length causes it")
+    b = R.interaction_section([], unknown, VARIANT).method
+    assert "the variant effect" in b and "last minus first dataset by name (lengths unknown)" in b
+    assert a.tests == ()
+
+
+# --- the selection -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("sel, shown", [
+    ({}, [True, True, True, True]),
+    ({"datasets": ("a",)}, [True, False, True, False]),
+    ({"encoders": ("standard",)}, [True, True, False, True]),
+    ({"pes": ("rope",)}, [False, False, False, True]),
+    ({"pes": ("sinusoidal",), "datasets": ("b",)}, [False, True, False, False])])
+def test_shown_reads_datasets_and_both_variants(sel, shown):
+    recs = [SimpleNamespace(dataset="a", variant="standard/sinusoidal/concat",
+                            baseline_variant="standard/sinusoidal/add"),
+            SimpleNamespace(dataset="b", variant="standard/sinusoidal/concat",
+                            baseline_variant=None),
+            SimpleNamespace(datasets=["a"], variant="ressformer/sinusoidal/concat",
+                            baseline_variant="standard/sinusoidal/add"),
+            SimpleNamespace(datasets=["a", "b"], variant="standard/rope/concat",
+                            baseline_variant="standard/rope/add")]
+    ok = R._shown(Settings(**sel))
+    assert [ok(r) for r in recs] == shown
+
+
+# --- words of a comparison --------------------------------------------------------------
+
+def test_describe_and_where():
+    c = comp()
+    assert R.describe(c, FUSION) == "concat vs add, pe=sinusoidal"
+    assert R.where(c, FUSION) == "synthetic-long/sinusoidal/test_acc concat vs add"
+    v = comp(encoder="ressformer", pe="none", baseline="standard/sinusoidal/add")
+    assert R.describe(v, VARIANT) == "ressformer/none/concat vs standard/sinusoidal/add"
+    assert R.where(v, VARIANT) == ("synthetic-long/test_acc ressformer/none/concat vs "
+                                   "standard/sinusoidal/add")
+    r = comp(encoder="ressformer")
+    assert R.describe(r, FUSION) == "concat vs add, encoder=ressformer, pe=sinusoidal"
+
+
+def test_not_learned_warnings_group_by_dataset_metric_and_chance():
+    cs = [comp(verdict=NOT_LEARNED), comp(verdict=NOT_LEARNED, fusion="gate"),
+          comp(verdict=BETTER, fusion="x"), comp(verdict=NOT_LEARNED, dataset="other",
+                                                   chance_level=0.25)]
+    assert R._not_learned_warnings(cs, FUSION) == [
+        {"code": "not_learned", "message": "neither arm beats chance on synthetic-long: these 2 "
+         "comparisons say nothing about fusion (concat vs add, pe=sinusoidal; gate vs add, "
+         "pe=sinusoidal; test_acc, chance = 0.5)"},
+        {"code": "not_learned", "message": "neither arm beats chance on other: this comparison "
+         "says nothing about fusion (concat vs add, pe=sinusoidal; test_acc, chance = 0.25)"}]
+
+
+def test_code_mismatch_warning_lists_ten_then_counts():
+    assert R._code_mismatch_warning([dropped("failed_trial")], FUSION) == []
+    one = R._code_mismatch_warning([dropped(detail="concat ran code a, add ran b")], FUSION)
+    assert one == [{"code": "code_mismatch", "message": "1 pair compare runs of different code "
+                    "and were dropped (re-run the stale arm under the current code): "
+                    "synthetic-long/sinusoidal/test_acc concat vs add seed 0 (concat ran code "
+                    "a, add ran b)"}]
+    for n, more in ((10, ""), (12, "; and 2 more")):
+        msg = R._code_mismatch_warning([dropped(seed=i) for i in range(n)], FUSION)[0]["message"]
+        assert msg.startswith(f"{n} pairs compare runs")
+        assert msg.count("seed ") == 10 and msg.endswith("seed 9 (d)" + more)
+
+
+def test_margin_warnings_only_for_per_dataset_margins():
+    cs = [comp(equivalence_margin=None, dataset="b"), comp(equivalence_margin=0.01, dataset="a"),
+          comp(equivalence_margin=None, dataset="a2"), comp(equivalence_margin=None, dataset="b")]
+    assert R._margin_warnings(cs, Settings(margin=0.01)) == []
+    s = Settings(margin={"a": 0.01})
+    assert R._margin_warnings(cs, s) == [
+        {"code": "no_equivalence_margin", "message": f"equivalence margins are given per dataset "
+         f"({s.margin_label()}); none for a2, b: no equivalence test there"}]
+    assert R._margin_warnings(cs[1:2], s) == []
+
+
+def test_degenerate_warnings_group_arms_by_note_and_skip_informative_notes():
+    cs = [comp(notes=("only 2 paired seeds: x", "also equivalent within 1")),
+          comp(fusion="gate", notes=("only 2 paired seeds: x",)),
+          comp(fusion="sum", notes=("equivalent within x", "neither arm beats chance (0.5)",
+                                    "ratio: the same ratio (2)")),
+          comp(metric="latency", notes=("only 2 paired seeds: x",))]
+    assert R._degenerate_warnings(cs, FUSION) == [
+        {"code": "degenerate_comparison", "message": "synthetic-long/sinusoidal/test_acc concat "
+         "vs add and gate vs add: only 2 paired seeds: x"},
+        {"code": "degenerate_comparison", "message": "synthetic-long/sinusoidal/latency concat "
+         "vs add: only 2 paired seeds: x"}]
+
+
+def test_dropped_warning_counts_pairs_and_superseded_runs():
+    assert R._dropped_warning([]) == []
+    ds = [dropped("failed_trial"), dropped("failed_trial", 1), dropped("code_mismatch", 2)]
+    assert R._dropped_warning(ds) == [{"code": "dropped_pairs", "message": "3 pairs dropped "
+                                       "(failed_trial: 2, code_mismatch: 1); see the dropped list"}]
+    sup = [dropped("superseded_code"), dropped("missing_trial")]
+    assert R._dropped_warning(sup)[0]["message"] == (
+        "1 pair and 1 superseded run dropped (superseded_code: 1, missing_trial: 1); see the "
+        "dropped list")
+    two = [dropped("superseded_code"), dropped("superseded_code", 1)]
+    assert R._dropped_warning(two)[0]["message"].startswith("0 pairs and 2 superseded runs ")
+
+
+# --- design warnings ----------------------------------------------------------------------
+
+def test_floors_at_or_above_alpha_are_named_per_n():
+    cs = [comp(n=4, min_p_wilcoxon=0.125, min_p_signflip=0.125),
+          comp(n=4, min_p_wilcoxon=0.25, min_p_signflip=0.125),
+          comp(n=6, min_p_wilcoxon=0.05, min_p_signflip=0.03125),
+          comp(n=0, min_p_wilcoxon=nan, min_p_signflip=nan)]
+    got = R._design_warnings(cs, Settings(alpha=0.05), 1)
+    assert got[0] == {"code": "cannot_reach_alpha", "message": "at n = 4 (2 comparisons) the "
+                      "exact two-sided Wilcoxon test cannot go below p = 0.125 (up to 0.25 "
+                      "where deltas of 0 are dropped) and the sign-flip permutation test cannot "
+                      "go below p = 0.125, which is not below alpha = 0.05: only the t-test can "
+                      "reject; add seeds for a non-parametric confirmation"}
+    assert got[1]["message"].startswith("at n = 6 (1 comparison) the exact two-sided Wilcoxon "
+                                        "test cannot go below p = 0.05, which")
+    assert got[2]["code"] == "bootstrap_descriptive" and len(got) == 3
+
+
+def test_a_floor_below_alpha_blocks_nothing():
+    cs = [comp(n=6, min_p_wilcoxon=0.0499, min_p_signflip=nan)]
+    assert [w["code"] for w in R._design_warnings(cs, Settings(alpha=0.05), 1)] == [
+        "bootstrap_descriptive"]
+
+
+def test_bootstrap_is_descriptive_below_ten_pairs():
+    cs = [comp(n=n, min_p_wilcoxon=0.001, min_p_signflip=0.001) for n in (9, 3, 10, 0, 3)]
+    got = [w for w in R._design_warnings(cs, Settings(alpha=0.5), 1)
+           if w["code"] == "bootstrap_descriptive"]
+    assert got == [{"code": "bootstrap_descriptive", "message": "3 comparisons with fewer than "
+                    "10 pairs (n = [3, 9]): BCa bootstrap CIs undercover at this n and are "
+                    "descriptive only; the t-interval is the primary interval"}]
+    ten = comp(n=10, min_p_wilcoxon=0.002, min_p_signflip=0.002)
+    assert R._design_warnings([ten], Settings(), 1) == []
+
+
+def test_holm_family_warnings_need_more_than_one_member():
+    low = dict(n=12, min_p_wilcoxon=0.001, min_p_signflip=0.001)
+    cs = [comp(**low, ratio_p=0.1, tost_p=0.2), comp(**low, ratio_p=0.3, tost_p=nan),
+          comp(**low, ratio_p=None, tost_p=0.01)]
+    got = {w["code"]: w["message"] for w in R._design_warnings(cs, Settings(alpha=0.05), 4)}
+    assert got == {
+        "holm_ratio_family": "Holm adjustment over r = 2 paired cost-ratio tests (log scale): "
+                             "a ratio verdict needs its Holm-adjusted p below alpha",
+        "holm_family": "Holm adjustment over m = 4 comparisons (the whole family, whatever a "
+                       "selection shows): the smallest paired-t p must be below alpha/m = "
+                       "0.0125 to count; 'seeds for 80% power' is given at both alpha and "
+                       "alpha/m, post hoc (at the observed effect)",
+        "holm_tost_family": "Holm adjustment over k = 2 equivalence (TOST) tests: 'equivalent' "
+                            "needs the Holm-adjusted TOST p below alpha"}
+    assert list(got) == ["holm_ratio_family", "holm_family", "holm_tost_family"]
+    single = [comp(**low, ratio_p=0.1, tost_p=0.2)]
+    assert R._design_warnings(single, Settings(), 1) == []
+
+
+# --- a verdict's notes and caveats ---------------------------------------------------------
+
+def judged_inputs(t_low=0.01, t_high=0.03, margin=0.05, chance=0.5, tost_holm=nan, p_holm=0.01):
+    c = SimpleNamespace(stats=SimpleNamespace(t_ci_low=t_low, t_ci_high=t_high),
+                        margin=margin, chance_level=chance)
+    return c, SimpleNamespace(tost_p_holm=tost_holm, p_holm=p_holm)
+
+
+def test_verdict_notes_say_what_the_verdict_alone_hides():
+    c, a = judged_inputs(chance=0.25)
+    assert R._verdict_notes(c, a, NOT_LEARNED, 0.05) == [
+        "neither arm beats chance (0.25): verdict 'not learned'; these statistics compare two "
+        "chance-level models"]
+    c, a = judged_inputs(tost_holm=0.01)
+    for v in (BETTER, WORSE):
+        assert R._verdict_notes(c, a, v, 0.05) == [
+            "also equivalent within ±0.05 (Holm-adjusted TOST p = 0.01): the difference is real "
+            "but small"]
+    c, a = judged_inputs(tost_holm=0.05)
+    assert R._verdict_notes(c, a, BETTER, 0.05) == []
+    c, a = judged_inputs(t_low=-0.03, t_high=-0.01, tost_holm=0.02, p_holm=0.2)
+    assert R._verdict_notes(c, a, EQUIVALENT, 0.05) == [
+        "equivalent within ±0.05 (Holm-adjusted TOST p = 0.02), but the t-interval [-0.03, "
+        "-0.01] excludes 0: a difference smaller than the margin, not significant after Holm "
+        "(p_holm = 0.2)"]
+    for low, high in ((-0.01, 0.01), (0.0, 0.02), (-0.02, 0.0), (nan, nan)):
+        c, a = judged_inputs(t_low=low, t_high=high, tost_holm=0.02)
+        assert R._verdict_notes(c, a, EQUIVALENT, 0.05) == []
+    c, a = judged_inputs(t_low=0.01, t_high=0.02, tost_holm=0.02)
+    assert R._verdict_notes(c, a, EQUIVALENT, 0.05)[0].startswith("equivalent within ±0.05")
+    assert R._verdict_notes(c, a, INCONCLUSIVE, 0.05) == []
+
+
+YES_ARM = Learning("concat", YES, exact=True, chance_level=0.5)
+YES_REF = Learning("add", YES, exact=True, chance_level=0.5)
+
+
+def qualify_inputs(n=6, collapse="", unchecked=(), t_p=0.01):
+    pair = paired(seeds=tuple(range(n)), x=tuple(0.8 + 0.01 * i for i in range(n)),
+                  y=(0.7,) * n, unchecked=unchecked)
+    return SimpleNamespace(pair=pair, stats=SimpleNamespace(n=n, t_p=t_p, tost_p=nan),
+                           collapse=collapse, margin=None, higher_is_better=True,
+                           arm_learning=YES_ARM, ref_learning=YES_REF)
+
+
+@pytest.mark.parametrize("verdict, n, flagged", [(BETTER, 4, True), (WORSE, 4, True),
+                                                 (EQUIVALENT, 4, True), (BETTER, 5, False),
+                                                 (INCONCLUSIVE, 2, False), (NOT_LEARNED, 2, False)])
+def test_fewer_than_five_pairs_qualify_a_decided_verdict(verdict, n, flagged):
+    c = qualify_inputs(n=n)
+    v, flags, notes = R._qualify(c, SimpleNamespace(p_holm=0.01, tost_p_holm=nan),
+                                 Guarded(verdict), Settings(), False)
+    assert v == verdict
+    assert flags == ((Caveat(SMALL_N, n=n, below=5),) if flagged else ())
+    assert notes == ([f"only {n} pairs: the verdict rests on the paired t-test's normality "
+                      "assumption; no exact test can reach alpha at this n"] if flagged else [])
+
+
+@pytest.mark.parametrize("verdict, flagged", [(BETTER, True), (EQUIVALENT, True),
+                                              (WORSE, True), (INCONCLUSIVE, False)])
+def test_a_collapse_qualifies_a_decided_verdict(verdict, flagged):
+    c = qualify_inputs(collapse="concat at chance on 2 of 6 seeds")
+    _, flags, notes = R._qualify(c, SimpleNamespace(p_holm=0.01, tost_p_holm=nan),
+                                 Guarded(verdict), Settings(), False)
+    assert flags == ((Caveat(COLLAPSE, why="concat at chance on 2 of 6 seeds"),) if flagged
+                     else ())
+    assert notes == (["concat at chance on 2 of 6 seeds: the deltas mix collapsed and learned "
+                      "seeds, so the mean-Δ verdict rests on the t-test's normality; read the "
+                      "win rate (exact) beside it"] if flagged else [])
+
+
+@pytest.mark.parametrize("withheld, tail", [
+    (EQUIVALENT, "an equivalence needs both arms shown to beat the majority class by the exact "
+                 "per-seed test"),
+    (BETTER, "with no arm shown to learn, a difference says nothing about the variants")])
+def test_a_withheld_verdict_is_flagged_and_explained(withheld, tail):
+    g = Guarded(INCONCLUSIVE, withheld, "add does not beat chance (0.5)")
+    v, flags, notes = R._qualify(qualify_inputs(), SimpleNamespace(p_holm=0.01, tost_p_holm=nan),
+                                 g, Settings(), False)
+    assert v == INCONCLUSIVE and flags == (Caveat(WITHHELD, withheld=withheld,
+                                                  why="add does not beat chance (0.5)"),)
+    assert notes == [f"verdict withheld ('{withheld}' -> 'inconclusive'): add does not beat "
+                     f"chance (0.5); {tail}"]
+
+
+def test_the_sensitivity_check_puts_dropped_pairs_back_at_the_same_holm_step():
+    x, y = (0.80, 0.82, 0.81, 0.83, 0.80, 0.84), (0.70,) * 6
+    pair = paired(seeds=tuple(range(6)), x=x, y=y,
+                  unchecked=((6, 0.60, 0.90), (7, 0.55, 0.95), (8, 0.5, 0.99)))
+    t = stats.paired_t(np.array(x), np.array(y), 0.05)
+    c = SimpleNamespace(pair=pair, stats=SimpleNamespace(n=6, t_p=t.p, tost_p=nan), margin=None,
+                        higher_is_better=True, arm_learning=YES_ARM, ref_learning=YES_REF,
+                        collapse="")
+    a = SimpleNamespace(p_holm=min(1.0, t.p * 3), tost_p_holm=nan)
+    flag, note = R._sensitivity(c, a, BETTER, Settings(), False)
+    allx, ally = np.r_[x, [0.60, 0.55, 0.5]], np.r_[y, [0.90, 0.95, 0.99]]
+    p_all = stats.paired_t(allx, ally, 0.05).p
+    assert flag == Caveat(ALL_PAIRS, n=9, other=INCONCLUSIVE)
+    assert note == (f"sensitivity: with the 3 pair(s) dropped by the fingerprint/code checks put "
+                    f"back (9 pairs), the verdict would be 'inconclusive' (paired-t p "
+                    f"{p_all:.3g}, Holm step as above); the verdict uses the 6 checked pairs only")
+    assert R._sensitivity(c, a, INCONCLUSIVE, Settings(), False) is None
+    assert R._sensitivity(c, a, INCONCLUSIVE, Settings(), True) == (
+        Caveat(ALL_PAIRS, n=9, other=NOT_LEARNED), note.replace("'inconclusive'", "'not learned'"))
+    _, flags, notes = R._qualify(c, a, Guarded(BETTER), Settings(), False)
+    assert flags == (flag,) and notes == [note]
+
+
+def test_the_sensitivity_check_scales_by_the_comparisons_own_holm_step():
+    x, y = (0.80, 0.82, 0.81, 0.83, 0.80, 0.84), (0.70, 0.71, 0.70, 0.72, 0.70, 0.71)
+    pair = paired(seeds=tuple(range(6)), x=x, y=y, unchecked=((6, 0.81, 0.71),))
+    t = stats.paired_t(np.array(x), np.array(y), 0.05)
+    c = SimpleNamespace(pair=pair, stats=SimpleNamespace(n=6, t_p=t.p, tost_p=nan), margin=None,
+                        higher_is_better=True, arm_learning=YES_ARM, ref_learning=YES_REF)
+    allp = stats.paired_t(np.r_[x, 0.81], np.r_[y, 0.71], 0.05).p
+    # a Holm step that takes the put-back p just over alpha: not better any more
+    a = SimpleNamespace(p_holm=t.p * (0.051 / allp), tost_p_holm=nan)
+    assert R._sensitivity(c, a, BETTER, Settings(), False)[0].other == INCONCLUSIVE
+    a = SimpleNamespace(p_holm=t.p * (0.049 / allp), tost_p_holm=nan)
+    assert R._sensitivity(c, a, BETTER, Settings(), False) is None
+    lower = SimpleNamespace(**{**vars(c), "higher_is_better": False})
+    assert R._sensitivity(lower, a, WORSE, Settings(), False) is None
+    assert R._sensitivity(lower, a, BETTER, Settings(), False)[0].other == WORSE
+
+
+def test_the_sensitivity_check_scales_the_tost_p_by_its_own_step():
+    x = (0.800, 0.802, 0.799, 0.801, 0.800, 0.803)
+    y = (0.800, 0.801, 0.800, 0.800, 0.801, 0.802)
+    pair = paired(seeds=tuple(range(6)), x=x, y=y, unchecked=((6, 0.801, 0.800),))
+    xs, ys = np.array(x), np.array(y)
+    t = stats.paired_t(xs, ys, 0.05)
+    tost = stats.tost_p(xs, ys, 0.01)
+    all_tost = stats.tost_p(np.r_[xs, 0.801], np.r_[ys, 0.800], 0.01)
+    c = SimpleNamespace(pair=pair, stats=SimpleNamespace(n=6, t_p=t.p, tost_p=tost), margin=0.01,
+                        higher_is_better=True, arm_learning=YES_ARM, ref_learning=YES_REF)
+    near = SimpleNamespace(p_holm=1.0, tost_p_holm=tost * (0.051 / all_tost))
+    assert R._sensitivity(c, near, EQUIVALENT, Settings(), False)[0].other == INCONCLUSIVE
+    under = SimpleNamespace(p_holm=1.0, tost_p_holm=tost * (0.049 / all_tost))
+    assert R._sensitivity(c, under, EQUIVALENT, Settings(), False) is None
+
+
+def test_collapse_names_each_arm_at_chance_on_some_seeds(monkeypatch):
+    tests = {"standard/sinusoidal/concat": SimpleNamespace(learn_n=6, learn_count=4),
+             "standard/sinusoidal/add": SimpleNamespace(learn_n=6, learn_count=0)}
+    monkeypatch.setattr(R, "chance_test", lambda by_arm, dataset, v: tests.get(v.label))
+    assert R._collapse({}, paired()) == "standard/sinusoidal/concat at chance on 2 of 6 seeds"
+    tests["standard/sinusoidal/add"] = SimpleNamespace(learn_n=6, learn_count=5)
+    assert R._collapse({}, paired()) == ("standard/sinusoidal/concat at chance on 2 of 6 seeds; "
+                                         "standard/sinusoidal/add at chance on 1 of 6 seeds")
+    tests.clear()
+    tests["standard/sinusoidal/add"] = SimpleNamespace(learn_n=6, learn_count=6)
+    tests["standard/sinusoidal/concat"] = SimpleNamespace(learn_n=0, learn_count=0)
+    assert R._collapse({}, paired()) == ""
+
+
+def test_learning_fields_copy_each_arms_counts():
+    arm = Learning("concat", YES, basis="", count=5, n=6)
+    ref = Learning("add", UNKNOWN, basis="1/K", count=None, n=None)
+    assert R._learning_fields(arm, ref) == R.LearnRates(5, 6, "", None, None, "1/K")
+
+
+def test_guarded_decision_withholds_like_the_fixed_n_verdicts():
+    r = SimpleNamespace(decision=BETTER)
+    learned = comp(learned=YES, baseline_learned=NO, arm_learn_basis="", baseline_learn_basis="")
+    assert R._guarded_decision(r, learned) is r
+    at_chance = comp(learned=NO, baseline_learned=NO, arm_learn_basis="",
+                     baseline_learn_basis="")
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Res:
+        decision: str
+
+    assert R._guarded_decision(Res(BETTER), at_chance) == Res(NOT_LEARNED)
+    unknown = comp(learned=UNKNOWN, baseline_learned=NO, arm_learn_basis="",
+                   baseline_learn_basis="", chance_level=nan)
+    assert R._guarded_decision(Res(BETTER), unknown) == Res(INCONCLUSIVE)
