@@ -962,3 +962,35 @@ def test_a_claim_test_whose_compared_arms_both_sit_at_chance_is_not_learned() ->
     assert C._raw_verdict(both, 0.001, NAN, 0.05, 1, []) == NOT_LEARNED
     one = stats_of(CNN)  # the arm learned: the reference at chance does not make it so
     assert not one.not_learned and one.arm_states == {"standard/sinusoidal/gate-cnn@l": "yes"}
+
+
+# ----------------------------------------------------------------------- mutmut's last survivors
+def test_nested_dataset_names_are_replaced_longest_first() -> None:
+    """'on' sits inside 'a-long' and sorts after it: only longest-first replaces 'a-long'
+    whole (shortest-first or by name would rewrite it to 'a-lXg')."""
+    probe_of = {"a-long": "R", "on": "X"}
+    for datasets in (("on", "a-long"), ("a-long", "on")):
+        assert C.training_unit(_test("C1", "C1 · a-long", datasets, SUPPORTS), probe_of) == "C1 · R"
+
+
+def test_within_noise_without_a_margin_uses_alpha_and_the_metrics_direction() -> None:
+    def v(p_holm: float, lo: float, hi: float, higher: bool = True) -> str:
+        return C._raw_verdict(st(WITHIN, ci_low=lo, ci_high=hi, higher=higher), p_holm, NAN,
+                              0.05, 1, [])
+    assert v(0.5, 0.01, 0.03) == INCONCLUSIVE  # p_holm above alpha decides nothing
+    assert v(0.01, 0.01, 0.03, higher=False) == WORSE
+    assert v(0.01, -0.03, -0.01, higher=False) == BETTER
+
+
+def test_a_claim_tests_record_keeps_its_metric_margin_and_untestable_notes() -> None:
+    plan = Plan("C3", "C3 · a", ("a",), ACC, "", (Term(1, "a", RESS), Term(-1, "a", SIN)), ())
+    blind = frozenset({("a", RESS)})
+    learn = {x.arm: Learning(x.arm, "yes", exact=True) for x in plan.terms}
+    t = C._decide(st(plan, ci_low=0.01, ci_high=0.03, equivalence_margin=0.02, learnings=learn),
+                  0.01, NAN, 0.05, 1, blind)
+    assert (t.metric, t.equivalence_margin, t.support) == (ACC, 0.02, NOT_TESTABLE)
+    assert t.notes == ("ressformer/none/add@a cannot see token order and a's label is "
+                       "order-only",)
+    missing = Plan("C3", "C3 · a", ("a",), ACC, "", plan.terms, (), missing=("no runs",))
+    not_run = C._decide(st(missing), NAN, NAN, 0.05, 1, blind)
+    assert (not_run.verdict, not_run.support, not_run.notes) == (NOT_RUN, NOT_RUN, ())
