@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     eq = equivalent()
     killed = [n for n, s in found.items() if s == "killed"]
     survived = [n for n, s in found.items() if s != "killed" and n not in eq]
-    n_eq = sum(n in eq for n in found)
+    n_eq = sum(n in eq and s != "killed" for n, s in found.items())  # a killed one counts once
     score = len(killed) / max(1, len(found) - n_eq)
     print(json.dumps({"mutants": len(found), "killed": len(killed), "survived": survived,
                       "equivalent": n_eq, "score": round(score, 4),

@@ -509,3 +509,52 @@ def test_a_sequential_section_names_every_problem_at_once() -> None:
         S.SequentialSection(m=-1, results=[{}], **kw)
     assert S.NormalMixture.decisions(np.array(NORMAL), 0.5, None, True, 4.0).tolist() == \
         S.sequential_decisions(*S.cs_bounds(np.array(NORMAL), 0.5, 4.0), None, True).tolist()
+
+
+# ----------------------------------------------------------------------- mutmut's last survivors
+def test_phi_must_be_a_number_not_a_bool() -> None:
+    for bad in (True, False, "1", None):
+        with pytest.raises(S.AnalysisError, match=r"^phi \(mixture precision\) must be a finite "
+                                                  r"number > 0, got "):
+            S.check_phi(bad)
+
+
+def test_running_moments_of_two_deltas_one_apart() -> None:
+    n, mean, ss = S._running_moments(np.array([0.0, 1.0, 1.0]))
+    assert n.tolist() == [1.0, 2.0, 3.0] and mean.tolist() == pytest.approx([0.0, 0.5, 2 / 3])
+    assert ss.tolist() == pytest.approx([0.0, 0.5, 2 / 3])
+
+
+def test_m_is_named_in_its_error() -> None:
+    with pytest.raises(S.AnalysisError, match=r"^m \(comparisons in the family\) must be an "
+                                              r"integer >= 1, got 0$"):
+        S.bonferroni_alpha(0.05, 0)
+
+
+@pytest.mark.parametrize("method", sorted(S.SEQUENTIAL_METHODS))
+def test_a_result_reads_any_numeric_array_like_as_flat_floats_at_m_1(method) -> None:
+    want = S.sequential_result(STRONG, method=method)
+    assert (want.m, want.alpha_each, want.higher_is_better) == (1, want.alpha, True)
+    for same in (STRONG.reshape(4, 4), STRONG.reshape(4, 4).tolist()):
+        got = S.sequential_result(same, method=method)
+        assert (got.n, got.decision, got.cs_low, got.cs_high, got.mean_delta) == (
+            want.n, want.decision, want.cs_low, want.cs_high, want.mean_delta)
+    bools = S.sequential_result([True, False, True, True], method=method)
+    floats = S.sequential_result([1.0, 0.0, 1.0, 1.0], method=method)
+    assert (bools.decision, bools.cs_low, bools.mean_delta) == (
+        floats.decision, floats.cs_low, floats.mean_delta)
+    lower = S.sequential_result(STRONG, method=method, higher_is_better=False)
+    assert lower.higher_is_better is False
+
+
+@pytest.mark.parametrize("higher", [True, False])
+def test_a_result_without_deltas_keeps_the_direction(higher) -> None:
+    r = S.sequential_result([], higher_is_better=higher)
+    assert r.higher_is_better is higher and r.decision == INCONCLUSIVE and r.n == 0
+
+
+def test_the_decision_uses_the_same_phi_as_the_sequence() -> None:
+    d = np.array([0.3, 0.35, 0.32, 0.31, 0.33, 0.34])
+    wide = S.sequential_result(d, phi=4.0, method="normal-mixture")
+    assert (wide.decision, wide.cs_low, wide.cs_high) == (INCONCLUSIVE, -math.inf, math.inf)
+    assert S.sequential_result(d, method="normal-mixture").decision == BETTER

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -83,6 +84,7 @@ def test_paired_t_is_scipys_ttest_rel_with_its_interval(alpha):
                                                 ([0.7], [0.5], 0.2, nan, 0.0),
                                                 ([0.7, 0.6], [0.5, 0.4], 0.2, 0.0, 1.0)])
 def test_paired_t_without_spread_has_no_interval_or_p(x, y, mean, sd, df):
+    warnings.simplefilter("error")  # nan by the guards, never by numpy's empty-slice warnings
     t = S.paired_t(np.array(x), np.array(y), 0.05)
     assert same(t.mean, mean) or t.mean == pytest.approx(mean)
     assert same(t.sd, sd) and same(t.df, df)
@@ -398,6 +400,7 @@ def test_one_sample_t_is_scipys(alternative, alpha):
 
 
 def test_one_sample_t_rounds_and_is_undefined_without_spread():
+    warnings.simplefilter("error")  # nan by the guards, never by numpy's empty-slice warnings
     t = S.one_sample_t([0.3 + 1e-13, 0.3], 0.05)
     assert (t.mean, t.sd, t.df) == (pytest.approx(0.3), 0.0, 1.0)
     assert all(math.isnan(v) for v in (t.low, t.high, t.p))
@@ -550,3 +553,29 @@ def test_notes_say_why_a_statistic_is_nan(d, note):
     got = S.compare_paired(x, y, alpha=0.05, margin=None, n_resamples=50,
                            rng=np.random.default_rng(0))
     assert got.notes == ((note,) if note else ())
+
+
+class TooManyEvaluations(Exception):
+    pass
+
+
+@pytest.mark.parametrize("dz, start", [(0.55, 2), (0.55, 10**6), (0.55, 28), (0.005, 2),
+                                       (50.0, 40), (0.01, 10**9)])
+def test_the_seed_search_is_a_gallop_and_a_bisection_not_a_walk(monkeypatch, dz, start):
+    """_smallest_n brackets by doubling steps and bisects: O(log n) evaluations of the power
+    from any start (a mutant that walks or never closes the bracket is caught by the count,
+    not by a clock)."""
+    calls = []
+    power = S.achieved_power
+
+    def counted(*args):
+        calls.append(args)
+        if len(calls) > 200:
+            raise TooManyEvaluations
+        return power(*args)
+
+    monkeypatch.setattr(S, "achieved_power", counted)
+    got = S._smallest_n(dz, 0.05, 0.8, start=start)
+    monkeypatch.setattr(S, "achieved_power", power)
+    assert power(dz, got, 0.05) >= 0.8 and (got == 2 or power(dz, got - 1, 0.05) < 0.8)
+    assert len(calls) <= 4 * max(1, math.ceil(math.log2(max(got, start)))) + 4
