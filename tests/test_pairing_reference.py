@@ -432,3 +432,48 @@ def test_no_blank_code_warning_without_a_finished_blank_beside_a_finished_code(c
     out = pairing.PairingResult()
     pairing._blank_code_warning(df, out)
     assert out.warnings == []
+
+
+# --- mutmut's survivors of the above -----------------------------------------------------
+
+def test_superseded_records_come_in_key_order_whatever_the_row_order():
+    df = table(row(seed=1),  # a lone run first: nothing to set aside, and the loop goes on
+               row(seed=5, code_fingerprint="old5"), row(seed=5, code_fingerprint="new"),
+               row(seed=2, code_fingerprint="old2"), row(seed=2, code_fingerprint="new"))
+    df = df.drop(columns=["run_id"])
+    out, records = pairing.supersede(df, "new")
+    assert [r.seed for r in records] == [2, 5]
+    assert records[0].detail == ("row 3 ran code old2; kept row 4 with the sweep's current "
+                                 "code new")
+    assert list(out.index) == [0, 2, 4]
+
+
+def test_encoder_fingerprints_are_skipped_across_encoders_wherever_they_sit():
+    a = Cell(0.1, (("fp_encoder_init", "e1"), ("fp_dropout", "d1")))
+    b = Cell(0.1, (("fp_encoder_init", "e2"), ("fp_dropout", "d2")))
+    assert pairing.fingerprint_mismatch(a, b, same_encoder=False) == "dropout (d1 vs d2)"
+
+
+def test_several_differing_platform_parts_are_listed_with_commas():
+    a = Cell(0.1, platform="p1", platform_label="CPU x, torch 2.1, 4 threads")
+    b = Cell(0.1, platform="p2", platform_label="CPU y, torch 2.2, 4 threads")
+    assert pairing.platform_difference(a, b, "concat", "add") == (
+        "concat ran on CPU x, torch 2.1, add on CPU y, torch 2.2 (platforms p1 vs p2)")
+
+
+def test_pair_one_names_the_reference_side_and_checks_encoders_only_within_one():
+    enc = lambda e, v: Cell(v, (("fp_dropout", "d"), ("fp_encoder_init", e)))  # noqa: E731
+    ress = Variant("ressformer", "sinusoidal", "add")
+    cells = {cell_key("long-name", CONCAT, 0): enc("e1", 0.8),
+             cell_key("long-name", ADD, 0): enc("e2", 0.7),
+             cell_key("long-name", ress, 0): enc("e3", 0.6),
+             cell_key("long-name", CONCAT, 1): enc("e1", 0.8)}
+    axis = parse_baseline("standard/sinusoidal/add")
+    same, dropped = pairing.pair_one(cells, "long-name", "m", CONCAT, ADD, [0, 1], axis)
+    assert same.seeds.size == 0 and [(r.seed, r.reason, r.detail) for r in dropped] == [
+        (0, "fingerprint_mismatch", "encoder_init (e1 vs e2)"),
+        (1, "missing_trial", "standard/sinusoidal/add: no trial")]
+    assert (dropped[0].dataset, dropped[0].baseline_variant, dropped[0].variant) == (
+        "long-name", "standard/sinusoidal/add", "standard/sinusoidal/concat")
+    across, none = pairing.pair_one(cells, "long-name", "m", CONCAT, ress, [0], axis)
+    assert across.seeds.tolist() == [0] and none == []
