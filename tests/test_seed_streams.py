@@ -171,3 +171,21 @@ def test_on_a_gpu_both_fork_that_devices_rng(monkeypatch, device, devices, call)
             with seeds.dropout_stream(1, device):
                 pass
     assert seen == [(devices, "cuda" if devices else "cpu", True)]
+
+
+def test_the_fingerprints_mask_is_drawn_on_the_trials_device(monkeypatch):
+    """On a GPU the mask must come from that device's generator (the one dropout uses in
+    training), not the CPU's: the probe tensor is made on `device`."""
+    import contextlib
+
+    seen = []
+
+    def ones(*shape, device=None, **_):
+        seen.append((shape, device))
+        raise Forked
+
+    monkeypatch.setattr(torch.random, "fork_rng", lambda **_: contextlib.nullcontext())
+    monkeypatch.setattr(torch, "ones", ones)
+    with pytest.raises(Forked):
+        seeds.dropout_fingerprint(torch.device("cuda", 1))
+    assert seen == [((seeds.DROPOUT_PROBE,), torch.device("cuda", 1))]
