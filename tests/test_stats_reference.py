@@ -301,7 +301,8 @@ def smallest_by_counting(dz: float, alpha: float, power: float) -> int:
                                               (0.8, 0.01, 0.8), (25.0, 0.05, 0.8),
                                               (0.35, 0.05, 0.5)])
 def test_seeds_for_power_is_the_smallest_n_reaching_it(dz, alpha, power):
-    assert S.seeds_for_power(dz, alpha, power) == smallest_by_counting(dz, alpha, power)
+    got = S.seeds_for_power(dz, alpha, power)
+    assert got == smallest_by_counting(dz, alpha, power) and type(got) is int
 
 
 def test_seeds_for_power_defaults_to_80_percent_and_is_none_when_unbounded():
