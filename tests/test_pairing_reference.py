@@ -477,3 +477,28 @@ def test_pair_one_names_the_reference_side_and_checks_encoders_only_within_one()
         "long-name", "standard/sinusoidal/add", "standard/sinusoidal/concat")
     across, none = pairing.pair_one(cells, "long-name", "m", CONCAT, ress, [0], axis)
     assert across.seeds.tolist() == [0] and none == []
+
+
+def test_cells_for_names_the_metric_of_a_lost_or_duplicated_seed():
+    df = table(row(seed=0, value=nan), row(seed=1, value=float("inf")), row(seed=1))
+    cells = pairing.cells_for(df, "test_acc")
+    assert [c.detail for c in cells.values()] == [
+        "test_acc = nan", "2 finished runs for the same seed, 1 with a non-finite test_acc"]
+
+
+def test_copies_are_found_after_an_unusable_cell_and_after_a_fingerprint_no_one_shares():
+    fp = lambda b: (("fp_batch_order", b),)  # noqa: E731
+    cells = {cell_key("d", ADD, 0): Cell(reason="failed_trial", detail="x", fps=fp("z")),
+             cell_key("d", ADD, 1): Cell(0.1, fp("alone")),
+             cell_key("d", ADD, 2): Cell(0.2, fp("copy")),
+             cell_key("d", ADD, 3): Cell(0.3, fp("copy"))}
+    out = pairing.copied_seeds(cells)
+    assert [c.reason for c in out.values()] == [
+        "failed_trial", None, "duplicate_fingerprint", "duplicate_fingerprint"]
+
+
+def test_six_blank_code_fingerprints_name_five_and_one_more():
+    rows = [row("add", s, code_fingerprint=None) for s in range(6)]
+    out = pairing.PairingResult()
+    pairing._blank_code_warning(table(row("concat", 0), *rows), out)
+    assert "seed 4 and 1 more): their pairs" in out.warnings[0]["message"]
