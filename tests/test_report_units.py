@@ -5,6 +5,7 @@ the per-comparison generator and the JSON cleaning. Unit-level (well under a sec
 that a mutant of report.py meets a failing test before the end-to-end reports (issue 42)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import zlib
 from types import SimpleNamespace
@@ -566,3 +567,79 @@ def test_guarded_decision_withholds_like_the_fixed_n_verdicts():
     unknown = comp(learned=UNKNOWN, baseline_learned=NO, arm_learn_basis="",
                    baseline_learn_basis="", chance_level=nan)
     assert R._guarded_decision(Res(BETTER), unknown) == Res(INCONCLUSIVE)
+
+
+# --- the whole report's JSON --------------------------------------------------------------
+
+def small_report(**settings) -> R.Report:
+    from fusion_sweep.analysis.load import tidy
+
+    rows = [dict(dataset="synthetic-short", encoder="standard", pe="sinusoidal", fusion=f,
+                 seed=s, status="FINISHED", test_acc=b + 0.01 * s + (0.003 * s * s if f ==
+                                                                    "concat" else 0))
+            for f, b in (("add", 0.7), ("concat", 0.75)) for s in range(5)]
+    return R.analyze(tidy(pd.DataFrame(rows)), Settings(n_boot=200, **settings))
+
+
+def test_the_settings_json_lists_every_tuple_and_the_confidence_level():
+    got = small_report(alpha=0.1, datasets=("synthetic-short",), pes=("sinusoidal",),
+                       encoders=("standard",)).to_dict()["settings"]
+    assert (got["metrics"], got["datasets"], got["pes"], got["encoders"]) == (
+        ["test_acc"], ["synthetic-short"], ["sinusoidal"], ["standard"])
+    assert got["confidence_level"] == pytest.approx(0.9) and got["alpha"] == 0.1
+    assert got["claims"] is None and got["n_boot"] == 200
+    assert list(got) == [*(f.name for f in dataclasses.fields(Settings)), "confidence_level"]
+
+
+def test_a_claim_set_is_written_into_the_json():
+    rep = small_report(claims="ressformer")
+    assert rep.to_dict()["claims"] == R._json_clean(rep.claims.to_json())
+    assert rep.to_dict()["claims"] is not None
+
+
+def test_the_json_text_is_indented_by_two():
+    rep = small_report()
+    text = rep.to_json()
+    assert text.startswith('{\n  "source": {\n    "kind": "table"')
+    assert json.loads(text) == rep.to_dict()
+
+
+def sensitivity_inputs(x, y, unchecked, t_p, tost_p=nan, margin=None):
+    pair = paired(seeds=tuple(range(len(x))), x=x, y=y, unchecked=unchecked)
+    return SimpleNamespace(pair=pair, stats=SimpleNamespace(n=len(x), t_p=t_p, tost_p=tost_p),
+                           margin=margin, higher_is_better=True, arm_learning=YES_ARM,
+                           ref_learning=YES_REF)
+
+
+def put_back_p(x, y, unchecked):
+    return stats.paired_t(np.r_[x, [u[1] for u in unchecked]],
+                          np.r_[y, [u[2] for u in unchecked]], 0.05).p
+
+
+# constant checked deltas (t_p nan), and put-back pairs whose p lands in (alpha/2, alpha)
+CONST_X, CONST_Y = (0.8, 0.8, 0.8), (0.7, 0.7, 0.7)
+SPREAD = ((3, 0.75, 0.7), (4, 0.9, 0.7), (5, 0.66, 0.69))
+
+
+def test_without_a_p_of_its_own_the_put_back_p_takes_no_holm_step():
+    p = put_back_p(CONST_X, CONST_Y, SPREAD)
+    assert 0.025 < p < 0.05  # a step of 2 (or of nan) would lose it
+    c = sensitivity_inputs(CONST_X, CONST_Y, SPREAD, t_p=nan)
+    a = SimpleNamespace(p_holm=nan, tost_p_holm=nan)
+    flag, _ = R._sensitivity(c, a, INCONCLUSIVE, Settings(), False)
+    assert flag.other == BETTER
+    zero = sensitivity_inputs(CONST_X, CONST_Y, SPREAD, t_p=0.0)
+    assert R._sensitivity(zero, SimpleNamespace(p_holm=0.0, tost_p_holm=nan), INCONCLUSIVE,
+                          Settings(), False)[0].other == BETTER
+
+
+def test_without_a_tost_p_of_its_own_the_put_back_tost_takes_no_holm_step():
+    x, y = (0.8, 0.8, 0.8), (0.8, 0.8, 0.8)
+    back = ((3, 0.801, 0.8), (4, 0.799, 0.8), (5, 0.8, 0.8005), (6, 0.8, 0.7995))
+    allx, ally = np.r_[x, [u[1] for u in back]], np.r_[y, [u[2] for u in back]]
+    margin = next(m for m in np.linspace(0.0005, 0.01, 400)
+                  if 0.025 < stats.tost_p(allx, ally, m) < 0.05)
+    for tost_p in (nan, 0.0):
+        c = sensitivity_inputs(x, y, back, t_p=nan, tost_p=tost_p, margin=margin)
+        a = SimpleNamespace(p_holm=nan, tost_p_holm=0.0 if tost_p == 0.0 else nan)
+        assert R._sensitivity(c, a, INCONCLUSIVE, Settings(), False)[0].other == EQUIVALENT
