@@ -184,7 +184,7 @@ def test_positive_rank_sum_sums_the_positive_entries_along_the_last_axis():
 
 # --- sign flips, bootstrap, effect size, TOST -----------------------------------------
 
-@pytest.mark.parametrize("d", [[0.1, 0.2, -0.05], [0.1, 0.1, 0.1, 0.2],
+@pytest.mark.parametrize("d", [[0.1, 0.2], [0.1, 0.2, -0.05], [0.1, 0.1, 0.1, 0.2],
                                [0.3, -0.1, 0.2, 0.0, 0.4, -0.2, 0.1],
                                list(np.linspace(-0.2, 0.5, 16))])
 def test_signflip_exact_is_the_doubled_tail_over_all_flips(d):
@@ -350,6 +350,7 @@ def test_min_p_wilcoxon_by_method():
 
 def test_min_p_signflip_and_t():
     assert math.isnan(S.min_p_signflip(0, "exact (2^0 flips)", 99))
+    assert S.min_p_signflip(1, "exact (2^1 flips)", 99) == 1.0 == S.min_p_wilcoxon(1, "exact")
     assert S.min_p_signflip(4, "exact (2^4 flips)", 99) == 1 / 8
     assert S.min_p_signflip(20, "monte-carlo (999 flips)", 999) == 1 / 1000
     assert S.min_p_t(2) == 0.0 and math.isnan(S.min_p_t(1)) and math.isnan(S.min_p_t(0))
@@ -490,6 +491,8 @@ CASES = {
     "six seeds": (X, Y),
     "ties and a zero": (np.array([0.7, 0.72, 0.72, 0.7, 0.75]), np.array([0.7, 0.7, 0.7, 0.71, 0.7])),
     "two seeds": (np.array([0.7, 0.8]), np.array([0.6, 0.65])),
+    # beyond 16 seeds the sign flips are Monte Carlo: from the caller's generator
+    "17 seeds": (np.linspace(0.70, 0.78, 17), np.linspace(0.70, 0.74, 17)[::-1]),
 }
 
 
@@ -515,7 +518,7 @@ def test_compare_paired_field_by_field(case):
                 signflip_p=s[0], signflip_method=s[1],
                 min_p_signflip=S.min_p_signflip(nz, s[1], 150), boot_ci_low=b[0],
                 boot_ci_high=b[1], boot_method="BCa, 150 resamples",
-                boot_descriptive=True, notes=tuple(S._notes(d, t, dz)))
+                boot_descriptive=d.size < 10, notes=tuple(S._notes(d, t, dz)))
     for field, value in want.items():
         assert same(getattr(got, field), value), field
     assert isinstance(got.n, int) and isinstance(got.n_positive, int)
@@ -580,3 +583,26 @@ def test_the_seed_search_is_a_gallop_and_a_bisection_not_a_walk(monkeypatch, dz,
     monkeypatch.setattr(S, "achieved_power", power)
     assert power(dz, got, 0.05) >= 0.8 and (got == 2 or power(dz, got - 1, 0.05) < 0.8)
     assert len(calls) <= 4 * max(1, math.ceil(math.log2(max(got, start)))) + 4
+
+
+@pytest.mark.parametrize("dz", [0.1, 0.3, 0.5, 1.0, -0.5])
+@pytest.mark.parametrize("alpha", [0.05, 0.01])
+def test_seeds_for_power_starts_at_the_normal_approximation(monkeypatch, dz, alpha):
+    """The search starts at n = ((z_alpha/2 + z_power) / d_z)^2, a few seeds below the
+    t-test's n: at most 8 evaluations of the power (3-7 measured), where a start elsewhere
+    needs a longer gallop."""
+    calls = []
+    power = S.achieved_power
+    monkeypatch.setattr(S, "achieved_power", lambda *a: calls.append(a) or power(*a))
+    got = S.seeds_for_power(dz, alpha)
+    monkeypatch.setattr(S, "achieved_power", power)
+    assert got == smallest_by_counting(abs(dz), alpha, 0.8) and len(calls) <= 8
+
+
+@pytest.mark.parametrize("dz, alpha", [(1e-5, 0.05), (3.275323772005138e-05, 0.001)])
+def test_seeds_for_power_of_a_tiny_effect_is_found_beyond_a_billion_pairs(dz, alpha):
+    """The second: the normal approximation's n (over 10^10) falls just short of the power,
+    so the search must gallop up past a billion."""
+    got = S.seeds_for_power(dz, alpha)
+    assert got > 10**9
+    assert S.achieved_power(dz, got, alpha) >= 0.8 > S.achieved_power(dz, got - 1, alpha)

@@ -237,7 +237,7 @@ def seeds_for_power(dz: float, alpha: float, power: float = 0.8) -> int | None:
     d_z = 0 needs infinitely many seeds; d_z = nan (SD 0) is undefined. The t-test needs
     at least 2 pairs, hence the floor of 2. Power increases with n, so the search starts at
     the normal approximation n = ((z_alpha/2 + z_power) / d_z)^2 and gallops and bisects to
-    the exact integer from there: 2-3 evaluations of the power where statsmodels'
+    the exact integer from there: 3-7 evaluations of the power where statsmodels'
     `solve_power` takes about 60 (and fails for large d_z).
     """
     if not np.isfinite(dz) or dz == 0:
