@@ -643,3 +643,185 @@ def test_without_a_tost_p_of_its_own_the_put_back_tost_takes_no_holm_step():
         c = sensitivity_inputs(x, y, back, t_p=nan, tost_p=tost_p, margin=margin)
         a = SimpleNamespace(p_holm=nan, tost_p_holm=0.0 if tost_p == 0.0 else nan)
         assert R._sensitivity(c, a, INCONCLUSIVE, Settings(), False)[0].other == EQUIVALENT
+
+
+# --- a whole report, field by field ---------------------------------------------------------
+
+def rich_table() -> pd.DataFrame:
+    """Two regimes (long listed first), three full arms, an arm with 2 seeds and one with 1,
+    a cost metric, a fingerprint mismatch, a code mismatch and a platform mismatch."""
+    rows = []
+    for dataset, med in (("synthetic-long", 200.0), ("synthetic-short", 20.0)):
+        for f, base, seeds in (("gate", 0.80, 5), ("add", 0.70, 5), ("concat", 0.78, 5),
+                               ("sum", 0.75, 2), ("mul", 0.76, 1)):
+            for s in range(seeds):
+                rows.append(dict(
+                    dataset=dataset, encoder="standard", pe="sinusoidal", fusion=f, seed=s,
+                    status="FINISHED", median_tokens=med, num_classes=2,
+                    test_acc=base + 0.01 * s + (0.004 * s * s if f != "add" else 0),
+                    latency_ms_per_sample=(2.0 if f == "concat" else 1.0) * (1 + 0.1 * s),
+                    fp_split="split", fp_batch_order=f"b{s}", fp_shared_init=f"i{s}",
+                    fp_dropout="X" if (dataset, f, s) == ("synthetic-short", "concat", 4)
+                    else f"d{s}",
+                    code_fingerprint="c2" if (dataset, f, s) == ("synthetic-long", "gate", 3)
+                    else "c1",
+                    fp_platform="p2" if (dataset, f, s) == ("synthetic-long", "gate", 2)
+                    else "p1",
+                    platform="CPU b" if (dataset, f, s) == ("synthetic-long", "gate", 2)
+                    else "CPU a"))
+    return pd.DataFrame(rows)
+
+
+METRICS = ("test_acc", "latency_ms_per_sample")
+
+
+def rich_report(**kw) -> R.Report:
+    from fusion_sweep.analysis.load import tidy
+
+    return R.analyze(tidy(rich_table()), Settings(n_boot=200, metrics=METRICS, **kw))
+
+
+def test_arm_summaries_field_by_field_short_regime_first_and_baseline_first():
+    warnings_on = __import__("warnings")
+    with warnings_on.catch_warnings():
+        warnings_on.simplefilter("error")  # one seed's sd is nan by the rule, not by numpy
+        rep = rich_report()
+    order = [(a.metric, a.dataset, a.fusion) for a in rep.arms]
+    assert order == [(m, d, f) for m in METRICS for d in ("synthetic-short", "synthetic-long")
+                     for f in ("add", "concat", "gate", "mul", "sum")]
+    df = rich_table()
+    for a in rep.arms:
+        rows = df[(df.dataset == a.dataset) & (df.fusion == a.fusion)]
+        v = rows[a.metric].to_numpy(float)
+        assert (a.dataset, a.encoder, a.pe, a.variant, a.n) == (
+            rows.dataset.iloc[0], "standard", "sinusoidal", f"standard/sinusoidal/{a.fusion}",
+            v.size)
+        assert (a.mean, a.min, a.max) == (pytest.approx(v.mean()), v.min(), v.max())
+        if v.size > 1:
+            assert a.sd == pytest.approx(v.std(ddof=1))
+        else:
+            assert np.isnan(a.sd)
+        assert (a.chance_level, a.learned) == (0.5, "yes" if v.size > 1 else "unknown")
+
+
+def test_a_comparison_record_carries_its_regime_ratio_estimand_and_holm_interval():
+    rep = rich_report()
+    by = {(c.metric, c.dataset, c.fusion): c for c in rep.comparisons}
+    c = by[("test_acc", "synthetic-long", "concat")]
+    assert (c.regime, c.median_tokens) == ("synthetic-long (median 200 tokens)", 200.0)
+    assert (c.estimand, c.assumes) == (
+        "mean Δ", "approximately normal paired Δ (paired t-test; TOST for equivalent)")
+    low, high, level = stats.holm_consistent_interval(np.array(c.deltas), c.t_p, c.p_holm, 0.05)
+    assert (c.holm_ci_low, c.holm_ci_high, c.holm_ci_level) == (
+        pytest.approx(low), pytest.approx(high), pytest.approx(level))
+    assert np.isfinite(low) and c.ratio is None and c.ratio_p_holm is None
+    lat = by[("latency_ms_per_sample", "synthetic-long", "concat")]
+    x = np.array([2.0 * (1 + 0.1 * s) for s in range(5)])
+    y = x / 2.0
+    r = stats.ratio_test(x, y, 0.05)
+    assert (lat.ratio, lat.ratio_ci_low, lat.ratio_ci_high, lat.ratio_p) == (
+        pytest.approx(r.ratio), r.low, r.high, r.p)
+    assert lat.ratio_verdict == WORSE  # twice the latency, on every seed: an exact ratio
+    g = by[("latency_ms_per_sample", "synthetic-short", "gate")]
+    assert np.isnan(g.ratio_p_holm) or g.ratio_p_holm >= 0
+
+
+def test_a_two_seed_comparison_keeps_its_statistics_note_beside_the_verdicts():
+    rep = rich_report()
+    (c,) = [c for c in rep.comparisons
+            if (c.metric, c.dataset, c.fusion) == ("test_acc", "synthetic-short", "sum")]
+    assert c.notes[0] == "only 2 paired seeds: bootstrap CI undefined (needs n >= 3)"
+
+
+def test_a_better_verdict_also_inside_the_margin_says_so():
+    rep = rich_report(margin=0.5, margin_metric="test_acc")
+    (c,) = [c for c in rep.comparisons
+            if (c.metric, c.dataset, c.fusion) == ("test_acc", "synthetic-long", "concat")]
+    assert c.verdict == BETTER
+    assert any(n.startswith("also equivalent within ±0.5") for n in c.notes)
+
+
+def test_the_reports_warnings_name_code_platform_margin_and_dropped_pairs():
+    rep = rich_report(margin={"synthetic-short": 0.5}, margin_metric="test_acc")
+    got = {w.code: w.message for w in rep.warnings}
+    assert "synthetic-long/sinusoidal/test_acc gate vs add seed 3 (gate ran code c2, add ran " \
+           "c1)" in got["code_mismatch"]
+    assert got["platform_mismatch"].startswith(
+        "2 pairs compare runs on different platforms and were dropped (re-run one arm where "
+        "the other ran): synthetic-long/sinusoidal/test_acc gate vs add seed 2 (")
+    assert "mixed_platforms" in got
+    assert got["no_equivalence_margin"].endswith("none for synthetic-long, synthetic-short: no "
+                                                 "equivalence test there")
+    assert got["dropped_pairs"].startswith(f"{len(rep.dropped)} pairs dropped (")
+
+
+def test_a_pair_dropped_by_its_fingerprint_gets_the_sensitivity_check():
+    rep = rich_report()
+    (c,) = [c for c in rep.comparisons
+            if (c.metric, c.dataset, c.fusion) == ("test_acc", "synthetic-short", "concat")]
+    assert c.n == 4 and 4 not in c.seeds
+    (d,) = [d for d in rep.dropped if (d.dataset, d.fusion, d.seed, d.metric) ==
+            ("synthetic-short", "concat", 4, "test_acc")]
+    assert d.reason == "fingerprint_mismatch"
+
+
+def test_an_adaptive_sweeps_fixed_n_verdicts_are_descriptive():
+    from fusion_sweep.analysis.caveats import DESCRIPTIVE
+    from fusion_sweep.analysis.load import tidy
+
+    rep = R.analyze(tidy(rich_table()), Settings(n_boot=200, metrics=METRICS),
+                    Source("table", adaptive={"alpha": 0.05}))
+    assert all(Caveat(DESCRIPTIVE) in c.verdict_flags for c in rep.comparisons)
+    plain = rich_report()
+    assert not any(Caveat(DESCRIPTIVE) in c.verdict_flags for c in plain.comparisons)
+
+
+def test_the_sequential_section_reads_the_launchs_metric_alpha_method_and_family():
+    from fusion_sweep.analysis.load import tidy
+
+    df = tidy(rich_table())
+    flipped = Settings(metrics=METRICS[::-1])  # the first --metric is not the launch's
+    rep = R.analyze(df, Settings(n_boot=200, metrics=METRICS[::-1]))
+    src = Source("table", adaptive={"alpha": 0.1, "method": "betting"},
+                 space={"metric": "test_acc"})
+    sec = R.sequential_section(rep.comparisons, flipped, src, df)
+    family, where = R.launch_family(src, flipped, df)
+    assert (sec.metric, sec.alpha, sec.m, sec.family_source, sec.method) == (
+        "test_acc", 0.1, family["m"], where, "betting")
+    assert sec.assumption == R.get_method("betting").assumption
+    assert sec.fixed_n_label == R.DESCRIPTIVE_LABEL
+    assert sec.results and all(r.method == "betting"
+                               and r.alpha_each == pytest.approx(0.1 / family["m"])
+                               for r in sec.results)
+    members = {(m["dataset"], m["variant"]) for m in family["members"]}
+    assert len(sec.results) == sum((c.metric == "test_acc" and (c.dataset, c.variant) in members)
+                                   for c in rep.comparisons)
+    legacy = R.sequential_section(rep.comparisons, flipped,
+                                  Source("table", adaptive={"max_seeds": 10}), df)
+    assert (legacy.metric, legacy.alpha, legacy.method) == (
+        "latency_ms_per_sample", 0.05, R.get_method(R.LEGACY_METHOD).name)
+    assert R.sequential_section(rep.comparisons, flipped, Source("table"), df) is None
+
+
+def test_the_selection_shows_its_datasets_pes_and_encoders_without_superseded_runs():
+    from fusion_sweep.analysis.load import tidy
+
+    rows = [dict(dataset=d, encoder=e, pe=pe, fusion=f, seed=0, status="FINISHED",
+                 test_acc=0.7, code_fingerprint="new")
+            for d in ("a", "b") for e in ("standard", "ressformer") for pe in ("rope", "none")
+            for f in ("add", "concat")]
+    rows.append({**rows[0], "code_fingerprint": "old", "test_acc": 0.1})
+    df = tidy(pd.DataFrame(rows))
+    regimes = [SimpleNamespace(dataset="a"), SimpleNamespace(dataset="b")]
+    src = Source("table", code_fingerprint="new")
+    for sel, want in (({"datasets": ("a",)}, ("a", None, None)),
+                      ({"pes": ("rope",)}, (None, "rope", None)),
+                      ({"encoders": ("ressformer",)}, (None, None, "ressformer"))):
+        table, shown = R._selection(df, Settings(**sel), src, regimes)
+        for col, value in zip(("dataset", "pe", "encoder"), want):
+            if value is not None:
+                assert set(table[col]) == {value}
+        assert [r.dataset for r in shown] == sorted(set(table["dataset"]))
+    table, shown = R._selection(df, Settings(), src, regimes)
+    assert len(table) == len(rows) - 1 and 0.1 not in set(table["test_acc"])
+    assert [r.dataset for r in shown] == ["a", "b"]

@@ -558,3 +558,26 @@ def test_the_decision_uses_the_same_phi_as_the_sequence() -> None:
     wide = S.sequential_result(d, phi=4.0, method="normal-mixture")
     assert (wide.decision, wide.cs_low, wide.cs_high) == (INCONCLUSIVE, -math.inf, math.inf)
     assert S.sequential_result(d, method="normal-mixture").decision == BETTER
+
+
+@pytest.mark.parametrize("check, bad, message", [
+    (S.check_alpha, "0.5", r"^alpha must be in the open interval \(0, 1\), got '0.5'$"),
+    (S.check_margin, "0.1", r"^equivalence margin must be None or a finite number > 0 in "
+                            r"metric units, got '0.1'$"),
+    (S.check_margin, True, r"^equivalence margin must be None or a finite number > 0 in "
+                           r"metric units, got True$"),
+    (S.check_deltas, [1.0, math.nan, math.inf],
+     r"^deltas must be finite \(a NaN/inf metric is a dropped pair, not a delta\); got 2 "
+     r"non-finite$"),
+    (S.get_method, "nope", r"^unknown sequential method 'nope'; choose from win-rate, "
+                           r"betting, normal-mixture$")])
+def test_each_check_refuses_a_look_alike_with_its_own_words(check, bad, message) -> None:
+    with pytest.raises(AnalysisError, match=message):
+        check(bad)
+
+
+def test_a_bool_is_not_an_integer_and_deltas_come_back_as_floats() -> None:
+    with pytest.raises(AnalysisError, match=r"^m must be an integer >= 1, got True$"):
+        S._check_int(True, "m", 1)
+    got = S.check_deltas([1, 0, -1])
+    assert got.dtype == float and got.tolist() == [1.0, 0.0, -1.0]
