@@ -659,7 +659,8 @@ def rich_table() -> pd.DataFrame:
                     dataset=dataset, encoder="standard", pe="sinusoidal", fusion=f, seed=s,
                     status="FINISHED", median_tokens=med, num_classes=2,
                     test_acc=base + 0.01 * s + (0.004 * s * s if f != "add" else 0),
-                    latency_ms_per_sample=(2.0 if f == "concat" else 1.0) * (1 + 0.1 * s),
+                    latency_ms_per_sample=(2.0 if f == "concat" else 1.0) * (1 + 0.1 * s)
+                    if f != "gate" else 0.5 * (1 + 0.1 * s) + 0.01 * (s % 2),
                     fp_split="split", fp_batch_order=f"b{s}", fp_shared_init=f"i{s}",
                     fp_dropout="X" if (dataset, f, s) == ("synthetic-short", "concat", 4)
                     else f"d{s}",
@@ -722,8 +723,20 @@ def test_a_comparison_record_carries_its_regime_ratio_estimand_and_holm_interval
     assert (lat.ratio, lat.ratio_ci_low, lat.ratio_ci_high, lat.ratio_p) == (
         pytest.approx(r.ratio), r.low, r.high, r.p)
     assert lat.ratio_verdict == WORSE  # twice the latency, on every seed: an exact ratio
+    assert lat.notes == ("ratio: the same ratio (2) on every seed: a deterministic cost, no "
+                         "seed noise to test; verdict by the ratio itself",)
     g = by[("latency_ms_per_sample", "synthetic-short", "gate")]
-    assert np.isnan(g.ratio_p_holm) or g.ratio_p_holm >= 0
+    assert g.ratio < 1 and g.ratio_verdict == BETTER and np.isfinite(g.ratio_p_holm)
+    assert not any(n.startswith("ratio:") for n in g.notes)
+    same = by[("latency_ms_per_sample", "synthetic-short", "sum")]
+    assert same.notes[0].startswith("deltas are all zero (SD = 0)")
+    assert same.notes[-1].startswith("ratio: the same ratio (1) on every seed")
+    for c in rep.comparisons:
+        assert c.power_at_holm_alpha == pytest.approx(
+            stats.achieved_power(c.dz, c.n, c.holm_first_step_alpha), nan_ok=True)
+        assert c.seeds_for_80_power_at_holm_alpha == stats.seeds_for_power(
+            c.dz, c.holm_first_step_alpha)
+    assert any(np.isfinite(c.power_at_holm_alpha) for c in rep.comparisons)
 
 
 def test_a_two_seed_comparison_keeps_its_statistics_note_beside_the_verdicts():
