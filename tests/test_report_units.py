@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 import zlib
 from types import SimpleNamespace
 
@@ -683,9 +684,8 @@ def rich_report(**kw) -> R.Report:
 
 
 def test_arm_summaries_field_by_field_short_regime_first_and_baseline_first():
-    warnings_on = __import__("warnings")
-    with warnings_on.catch_warnings():
-        warnings_on.simplefilter("error")  # one seed's sd is nan by the rule, not by numpy
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one seed's sd is nan by the rule, not by numpy
         rep = rich_report()
     order = [(a.metric, a.dataset, a.fusion) for a in rep.arms]
     assert order == [(m, d, f) for m in METRICS for d in ("synthetic-short", "synthetic-long")
