@@ -207,7 +207,8 @@ def test_a_fingerprint_missing_on_either_side_is_not_compared(va, vb):
 def test_pair_problem_checks_sides_then_code_then_platform_then_fingerprints():
     ok = Cell(0.5, fps(dropout="d1"), code="c1", platform="p1", platform_label="CPU a")
     bad = Cell(reason="failed_trial", detail="status FAILED")
-    assert pairing.pair_problem(bad, bad, "concat", "add") == ("failed_trial", "concat: status FAILED")
+    assert pairing.pair_problem(bad, bad, "concat", "add") == ("failed_trial",
+                                                              "concat: status FAILED")
     assert pairing.pair_problem(ok, bad, "concat", "add") == ("failed_trial", "add: status FAILED")
     other_code = Cell(0.4, fps(dropout="d2"), code="c2", platform="p2", platform_label="CPU b")
     assert pairing.pair_problem(ok, other_code, "concat", "add") == (
@@ -260,7 +261,8 @@ def test_a_dropped_record_names_both_variants():
                               "standard/sinusoidal/add", "ressformer/sinusoidal/concat",
                               "standard/sinusoidal/add", 3, "failed_trial", "why")
     assert isinstance(rec.seed, int)
-    assert pairing.dropped_record("d", None, ADD, None, None, 1, "superseded_code", "").baseline_variant is None
+    run = pairing.dropped_record("d", None, ADD, None, None, 1, "superseded_code", "")
+    assert run.baseline_variant is None
 
 
 # --- superseded runs ------------------------------------------------------------------

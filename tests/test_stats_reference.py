@@ -218,7 +218,8 @@ def test_signflip_undefined(d, method):
 
 def test_mean_statistics():
     v = np.array([[1.0, -3.0], [2.0, 2.0]])
-    assert S._mean_stat(v).tolist() == [-1.0, 2.0] and S._mean_stat(v, axis=0).tolist() == [1.5, -0.5]
+    assert S._mean_stat(v).tolist() == [-1.0, 2.0]
+    assert S._mean_stat(v, axis=0).tolist() == [1.5, -0.5]
     assert S._abs_mean_stat(v).tolist() == [1.0, 2.0]
     assert S._abs_mean_stat(v, axis=0).tolist() == [1.5, 0.5]
 
@@ -331,7 +332,8 @@ def test_smallest_n_defaults_and_its_cap():
 
 # --- the smallest reachable p ---------------------------------------------------------
 
-@pytest.mark.parametrize("n, p", [(-1, nan), (0, nan), (1, 1.0), (2, 0.5), (3, 0.25), (10, 2 / 1024)])
+@pytest.mark.parametrize("n, p", [(-1, nan), (0, nan), (1, 1.0), (2, 0.5), (3, 0.25),
+                                  (10, 2 / 1024)])
 def test_min_p_signed(n, p):
     assert same(S.min_p_signed(n), p)
 
