@@ -809,6 +809,15 @@ def test_the_sequential_section_reads_the_launchs_metric_alpha_method_and_family
     members = {(m["dataset"], m["variant"]) for m in family["members"]}
     assert len(sec.results) == sum((c.metric == "test_acc" and (c.dataset, c.variant) in members)
                                    for c in rep.comparisons)
+    one = {"m": 1, "members": [{"dataset": "synthetic-short", "variant":
+                                "standard/sinusoidal/concat",
+                                "baseline_variant": "standard/sinusoidal/add"}]}
+    single = R.sequential_section(rep.comparisons, flipped,
+                                  Source("table", adaptive={"alpha": 0.1, "method": "betting"},
+                                         space={"metric": "test_acc"}, comparison_family=one),
+                                  df)
+    assert (single.m, single.family_source, len(single.results)) == (1, R.FAMILY_RECORDED, 1)
+    assert single.results[0].alpha_each == pytest.approx(0.1)  # alpha / 1, never / 2
     legacy = R.sequential_section(rep.comparisons, flipped,
                                   Source("table", adaptive={"max_seeds": 10}), df)
     assert (legacy.metric, legacy.alpha, legacy.method) == (
