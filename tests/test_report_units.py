@@ -173,6 +173,7 @@ def test_sweep_columns_read_the_one_json_value_of_each_column():
     assert got.adaptive == {"alpha": 0.05} and got.comparison_family == {"m": 3}
     own = Source("mlflow", adaptive={"alpha": 0.1})
     assert R.sweep_columns(df, own).adaptive == {"alpha": 0.1}
+    assert R.sweep_columns(df, own).comparison_family == {"m": 3}  # read after a skip
     assert R.sweep_columns(pd.DataFrame({"x": [1]}), own) == own
     blank = R.sweep_columns(pd.DataFrame({"adaptive": ["  ", None]}), Source("table"))
     assert blank.adaptive is None
@@ -236,18 +237,19 @@ def test_the_interaction_section_names_its_contrast_and_noun():
         "t-interval; Holm across tests. One dataset per regime confounds length with domain "
         "and base accuracy: a difference is not evidence that length causes it")
     b = R.interaction_section([], unknown, VARIANT).method
-    assert "the variant effect" in b and "last minus first dataset by name (lengths unknown)" in b
+    assert "the variant effect" in b and ("mean deltas, last minus first dataset by name "
+                                          "(lengths unknown), with a Welch") in b
     assert a.tests == ()
 
 
 # --- the selection -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("sel, shown", [
-    ({}, [True, True, True, True]),
-    ({"datasets": ("a",)}, [True, False, True, False]),
-    ({"encoders": ("standard",)}, [True, True, False, True]),
-    ({"pes": ("rope",)}, [False, False, False, True]),
-    ({"pes": ("sinusoidal",), "datasets": ("b",)}, [False, True, False, False])])
+    ({}, [True, True, True, True, True]),
+    ({"datasets": ("a",)}, [True, False, True, False, True]),
+    ({"encoders": ("standard",)}, [True, True, False, True, False]),
+    ({"pes": ("rope",)}, [False, False, False, True, False]),
+    ({"pes": ("sinusoidal",), "datasets": ("b",)}, [False, True, False, False, False])])
 def test_shown_reads_datasets_and_both_variants(sel, shown):
     recs = [SimpleNamespace(dataset="a", variant="standard/sinusoidal/concat",
                             baseline_variant="standard/sinusoidal/add"),
@@ -256,7 +258,9 @@ def test_shown_reads_datasets_and_both_variants(sel, shown):
             SimpleNamespace(datasets=["a"], variant="ressformer/sinusoidal/concat",
                             baseline_variant="standard/sinusoidal/add"),
             SimpleNamespace(datasets=["a", "b"], variant="standard/rope/concat",
-                            baseline_variant="standard/rope/add")]
+                            baseline_variant="standard/rope/add"),
+            SimpleNamespace(dataset="a", variant="standard/rope/concat",
+                            baseline_variant="ressformer/sinusoidal/add")]
     ok = R._shown(Settings(**sel))
     assert [ok(r) for r in recs] == shown
 
@@ -847,3 +851,123 @@ def test_the_selection_shows_its_datasets_pes_and_encoders_without_superseded_ru
     table, shown = R._selection(df, Settings(), src, regimes)
     assert len(table) == len(rows) - 1 and 0.1 not in set(table["test_acc"])
     assert [r.dataset for r in shown] == ["a", "b"]
+
+
+# --- analyze's own wiring -----------------------------------------------------------------
+
+def test_comparisons_come_by_metric_as_given_then_regime_short_to_long():
+    rep = rich_report()
+    keys = [(c.metric, c.dataset) for c in rep.comparisons]
+    assert keys == sorted(keys, key=lambda k: (METRICS.index(k[0]),
+                                               k[1] != "synthetic-short"))
+    assert keys[0] == ("test_acc", "synthetic-short")  # pairing's own order is by name
+
+
+def test_the_win_rate_fields_of_a_record():
+    from fusion_sweep.analysis.winrate import sign_test
+
+    rep = rich_report()
+    for c in rep.comparisons:
+        st = sign_test(np.array(c.deltas), confidence=0.95, lost=len(c.lost_seeds))
+        assert (c.win_estimand, c.win_assumes) == ("win rate", fixed_win_assumes())
+        assert (c.wins, c.losses, c.ties) == (st.wins, st.losses, st.ties)
+        assert (c.win_ci_low, c.win_ci_high) == (pytest.approx(st.ci_low, nan_ok=True),
+                                                 pytest.approx(st.ci_high, nan_ok=True))
+    assert any(c.ties > 0 for c in rep.comparisons)
+
+
+def fixed_win_assumes() -> str:
+    from fusion_sweep.analysis.fixed import WIN
+
+    return WIN.assumes
+
+
+def test_each_comparison_has_its_own_reproducible_resampling():
+    a, b = rich_report(), rich_report()
+    assert [c.boot_ci_low for c in a.comparisons] == pytest.approx(
+        [c.boot_ci_low for c in b.comparisons], nan_ok=True)
+    c = a.comparisons[0]
+    assert np.isfinite(c.boot_ci_low) and c.boot_method == "BCa, 200 resamples"
+
+
+def test_per_dataset_margins_reach_each_comparison():
+    rep = rich_report(margin={"synthetic-short": 0.5}, margin_metric="test_acc")
+    got = {(c.metric, c.dataset): c.equivalence_margin for c in rep.comparisons}
+    assert got[("test_acc", "synthetic-short")] == 0.5
+    assert got[("test_acc", "synthetic-long")] is None
+
+
+def test_a_put_back_pair_that_changes_nothing_adds_no_flag():
+    rep = rich_report()
+    (c,) = [c for c in rep.comparisons
+            if (c.metric, c.dataset, c.fusion) == ("test_acc", "synthetic-short", "concat")]
+    assert [f.kind for f in c.verdict_flags] == ["small n"]  # no 'all pairs' flag
+
+
+def test_the_report_names_its_chance_method_and_its_interaction_contrast():
+    from fusion_sweep.analysis.chance import METHOD
+
+    rep = rich_report()
+    assert rep.chance.method == METHOD
+    assert "longest minus shortest regime (by median_tokens)" in rep.interaction.method
+
+
+def test_a_variant_baseline_names_the_interaction_tests_by_full_labels():
+    from fusion_sweep.analysis.load import tidy
+
+    rep = R.analyze(tidy(rich_table()), Settings(n_boot=200, metrics=METRICS,
+                                                 baseline="standard/sinusoidal/add"))
+    got = [w.message for w in rep.warnings if w.code.startswith("degenerate_inter")]
+    assert got == ["interaction standard/sinusoidal/sum vs standard/sinusoidal/add "
+                   "(latency_ms_per_sample): Welch ANOVA undefined (zero-variance deltas)"]
+
+
+def test_superseded_runs_never_enter_a_comparison():
+    from fusion_sweep.analysis.load import tidy
+
+    df = rich_table().assign(code_fingerprint="new")
+    old = df[(df.dataset == "synthetic-short") & (df.fusion == "concat")].assign(
+        code_fingerprint="old", test_acc=0.1)
+    rep = R.analyze(tidy(pd.concat([df, old], ignore_index=True)),
+                    Settings(n_boot=200, metrics=METRICS), Source("table", code_fingerprint="new"))
+    (c,) = [c for c in rep.comparisons
+            if (c.metric, c.dataset, c.fusion) == ("test_acc", "synthetic-short", "concat")]
+    assert c.n == 4 and min(c.deltas) > 0  # the old runs' 0.1 never paired
+    assert sum(d.reason == "superseded_code" for d in rep.dropped) == 5
+
+
+def test_a_class_count_given_on_the_command_line_sets_the_chance_level():
+    from fusion_sweep.analysis.load import tidy
+
+    df = tidy(rich_table().drop(columns=["num_classes"]))
+    rep = R.analyze(df, Settings(n_boot=200, metrics=METRICS,
+                                 num_classes={"synthetic-short": 4, "synthetic-long": 4}))
+    assert {a.chance_level for a in rep.arms} == {0.25}
+
+
+def test_claims_are_descriptive_only_after_an_adaptive_sweep():
+    from fusion_sweep.analysis.load import tidy
+
+    df = tidy(rich_table())
+    plain = R.analyze(df, Settings(n_boot=200, metrics=METRICS, claims="ressformer"))
+    assert not plain.claims.method.startswith(R.DESCRIPTIVE_LABEL)
+    adaptive = R.analyze(df, Settings(n_boot=200, metrics=METRICS, claims="ressformer"),
+                         Source("table", adaptive={"alpha": 0.05}))
+    assert adaptive.claims.method == f"{R.DESCRIPTIVE_LABEL}: {plain.claims.method}"
+    assert len(adaptive.claims.tests) == len(plain.claims.tests)
+
+
+def test_floors_bootstrap_and_family_warnings_at_one_pair_and_two_comparisons():
+    one = comp(n=1, min_p_wilcoxon=1.0, min_p_signflip=1.0)
+    got = {w["code"]: w["message"] for w in R._design_warnings([one], Settings(), 2)}
+    assert got["cannot_reach_alpha"].startswith("at n = 1 (1 comparison) the exact two-sided "
+                                                "Wilcoxon test cannot go below p = 1 and")
+    assert "(n = [1])" in got["bootstrap_descriptive"]
+    assert got["holm_family"].startswith("Holm adjustment over m = 2 comparisons")
+
+
+def test_code_mismatches_are_listed_with_semicolons_and_eleven_say_one_more():
+    two = R._code_mismatch_warning([dropped(seed=0), dropped(seed=1)], FUSION)[0]["message"]
+    assert "seed 0 (d); synthetic-long/sinusoidal/test_acc concat vs add seed 1 (d)" in two
+    eleven = R._code_mismatch_warning([dropped(seed=i) for i in range(11)], FUSION)
+    assert eleven[0]["message"].endswith("seed 9 (d); and 1 more")
