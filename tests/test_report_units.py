@@ -971,3 +971,9 @@ def test_code_mismatches_are_listed_with_semicolons_and_eleven_say_one_more():
     assert "seed 0 (d); synthetic-long/sinusoidal/test_acc concat vs add seed 1 (d)" in two
     eleven = R._code_mismatch_warning([dropped(seed=i) for i in range(11)], FUSION)
     assert eleven[0]["message"].endswith("seed 9 (d); and 1 more")
+
+
+def test_a_degenerate_warning_keeps_a_dataset_name_with_spaces_whole():
+    c = comp(dataset="my  data", notes=("only 2 paired seeds: x",))
+    assert R._degenerate_warnings([c], FUSION)[0]["message"] == (
+        "my  data/sinusoidal/test_acc concat vs add: only 2 paired seeds: x")
