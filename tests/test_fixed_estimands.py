@@ -75,6 +75,7 @@ def test_an_added_entry_alone_reaches_the_verdict_the_json_and_the_grid(with_med
     report = analyze(_table(), Settings(rng_seed=0, n_boot=500))
     (c,) = report.comparisons
     assert c.mean_delta < 0 < c.estimates[0].measured.median_delta  # the case's premise
+    assert (c.estimates[0].estimand, c.estimates[0].key) == (MEDIAN, "median")
     entry = c.to_json()
     # its fields follow the record's own, in its order, then its Holm p and verdict
     assert list(entry)[:len(Comparison.json_keys())] == list(Comparison.json_keys())
