@@ -18,6 +18,7 @@ import pytest
 from fusion_sweep.analysis import report as R
 from fusion_sweep.analysis import stats
 from fusion_sweep.analysis.caveats import ALL_PAIRS, COLLAPSE, SMALL_N, WITHHELD, Caveat
+from fusion_sweep.analysis.fixed import WIN
 from fusion_sweep.analysis.guard import NO, UNKNOWN, YES, Guarded, Learning
 from fusion_sweep.analysis.pairing import Paired
 from fusion_sweep.analysis.schema import (BETTER, EQUIVALENT, INCONCLUSIVE, NOT_LEARNED, WORSE,
@@ -869,17 +870,11 @@ def test_the_win_rate_fields_of_a_record():
     rep = rich_report()
     for c in rep.comparisons:
         st = sign_test(np.array(c.deltas), confidence=0.95, lost=len(c.lost_seeds))
-        assert (c.win_estimand, c.win_assumes) == ("win rate", fixed_win_assumes())
+        assert (c.win_estimand, c.win_assumes) == ("win rate", WIN.assumes)
         assert (c.wins, c.losses, c.ties) == (st.wins, st.losses, st.ties)
         assert (c.win_ci_low, c.win_ci_high) == (pytest.approx(st.ci_low, nan_ok=True),
                                                  pytest.approx(st.ci_high, nan_ok=True))
     assert any(c.ties > 0 for c in rep.comparisons)
-
-
-def fixed_win_assumes() -> str:
-    from fusion_sweep.analysis.fixed import WIN
-
-    return WIN.assumes
 
 
 def test_each_comparison_has_its_own_reproducible_resampling():
