@@ -26,6 +26,14 @@ from fusion_sweep.trial.models.encoder import construct_model, initialize
 CONFIG = plan(load_space("smoke"))[0].config
 
 
+@pytest.fixture(autouse=True)
+def _global_rng_restored():
+    """These tests seed torch's global RNG to watch it; the next test gets it back as it was."""
+    state = torch.get_rng_state()
+    yield
+    torch.set_rng_state(state)
+
+
 def config(**changes):
     """The smoke trial with some fields changed, unvalidated (a probe's max_len, say)."""
     return SimpleNamespace(**{**dataclasses.asdict(CONFIG), **changes})
