@@ -20,6 +20,7 @@ from fusion_sweep.analysis import stats
 from fusion_sweep.analysis.caveats import ALL_PAIRS, COLLAPSE, SMALL_N, WITHHELD, Caveat
 from fusion_sweep.analysis.fixed import WIN
 from fusion_sweep.analysis.guard import NO, UNKNOWN, YES, Guarded, Learning
+from fusion_sweep.analysis.load import tidy
 from fusion_sweep.analysis.pairing import Paired
 from fusion_sweep.analysis.schema import (BETTER, EQUIVALENT, INCONCLUSIVE, NOT_LEARNED, WORSE,
                                           AnalysisError)
@@ -578,8 +579,6 @@ def test_guarded_decision_withholds_like_the_fixed_n_verdicts():
 # --- the whole report's JSON --------------------------------------------------------------
 
 def small_report(**settings) -> R.Report:
-    from fusion_sweep.analysis.load import tidy
-
     rows = [dict(dataset="synthetic-short", encoder="standard", pe="sinusoidal", fusion=f,
                  seed=s, status="FINISHED", test_acc=b + 0.01 * s + (0.003 * s * s if f ==
                                                                     "concat" else 0))
@@ -683,8 +682,6 @@ METRICS = ("test_acc", "latency_ms_per_sample")
 
 
 def rich_report(**kw) -> R.Report:
-    from fusion_sweep.analysis.load import tidy
-
     return R.analyze(tidy(rich_table()), Settings(n_boot=200, metrics=METRICS, **kw))
 
 
@@ -785,8 +782,6 @@ def test_a_pair_dropped_by_its_fingerprint_gets_the_sensitivity_check():
 
 def test_an_adaptive_sweeps_fixed_n_verdicts_are_descriptive():
     from fusion_sweep.analysis.caveats import DESCRIPTIVE
-    from fusion_sweep.analysis.load import tidy
-
     rep = R.analyze(tidy(rich_table()), Settings(n_boot=200, metrics=METRICS),
                     Source("table", adaptive={"alpha": 0.05}))
     assert all(Caveat(DESCRIPTIVE) in c.verdict_flags for c in rep.comparisons)
@@ -795,8 +790,6 @@ def test_an_adaptive_sweeps_fixed_n_verdicts_are_descriptive():
 
 
 def test_the_sequential_section_reads_the_launchs_metric_alpha_method_and_family():
-    from fusion_sweep.analysis.load import tidy
-
     df = tidy(rich_table())
     flipped = Settings(metrics=METRICS[::-1])  # the first --metric is not the launch's
     rep = R.analyze(df, Settings(n_boot=200, metrics=METRICS[::-1]))
@@ -831,8 +824,6 @@ def test_the_sequential_section_reads_the_launchs_metric_alpha_method_and_family
 
 
 def test_the_selection_shows_its_datasets_pes_and_encoders_without_superseded_runs():
-    from fusion_sweep.analysis.load import tidy
-
     rows = [dict(dataset=d, encoder=e, pe=pe, fusion=f, seed=0, status="FINISHED",
                  test_acc=0.7, code_fingerprint="new")
             for d in ("a", "b") for e in ("standard", "ressformer") for pe in ("rope", "none")
@@ -908,8 +899,6 @@ def test_the_report_names_its_chance_method_and_its_interaction_contrast():
 
 
 def test_a_variant_baseline_names_the_interaction_tests_by_full_labels():
-    from fusion_sweep.analysis.load import tidy
-
     rep = R.analyze(tidy(rich_table()), Settings(n_boot=200, metrics=METRICS,
                                                  baseline="standard/sinusoidal/add"))
     got = [w.message for w in rep.warnings if w.code.startswith("degenerate_inter")]
@@ -918,8 +907,6 @@ def test_a_variant_baseline_names_the_interaction_tests_by_full_labels():
 
 
 def test_superseded_runs_never_enter_a_comparison():
-    from fusion_sweep.analysis.load import tidy
-
     df = rich_table().assign(code_fingerprint="new")
     old = df[(df.dataset == "synthetic-short") & (df.fusion == "concat")].assign(
         code_fingerprint="old", test_acc=0.1)
@@ -932,8 +919,6 @@ def test_superseded_runs_never_enter_a_comparison():
 
 
 def test_a_class_count_given_on_the_command_line_sets_the_chance_level():
-    from fusion_sweep.analysis.load import tidy
-
     df = tidy(rich_table().drop(columns=["num_classes"]))
     rep = R.analyze(df, Settings(n_boot=200, metrics=METRICS,
                                  num_classes={"synthetic-short": 4, "synthetic-long": 4}))
@@ -941,8 +926,6 @@ def test_a_class_count_given_on_the_command_line_sets_the_chance_level():
 
 
 def test_claims_are_descriptive_only_after_an_adaptive_sweep():
-    from fusion_sweep.analysis.load import tidy
-
     df = tidy(rich_table())
     plain = R.analyze(df, Settings(n_boot=200, metrics=METRICS, claims="ressformer"))
     assert not plain.claims.method.startswith(R.DESCRIPTIVE_LABEL)
