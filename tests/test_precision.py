@@ -82,3 +82,21 @@ def _check_precision_mode(precision: str) -> None:
     assert torch.backends.cuda.matmul.allow_tf32 is True
     with platform.precision_mode(precision, torch.device("cpu")):
         assert torch.backends.cuda.matmul.allow_tf32 is True
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_a_trial_flushes_cpu_subnormals_and_gives_the_mode_back(precision, device):
+    """Inside a trial's precision mode the CPU reads and writes subnormals as zero (what
+    makes a CPU trial up to 3.3 times faster, platform.flush_subnormals); outside, torch's
+    default (gradual underflow) again."""
+    tiny = torch.tensor([1e-40], dtype=torch.float32)  # subnormal in fp32
+    assert (tiny * 1.0).item() != 0.0
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        with platform.precision_mode(precision, torch.device(device)):
+            assert (tiny * 1.0).item() == 0.0
+            assert (torch.tensor([1e-30]) * 1e-9).item() == 0.0  # a result below the range
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+    assert (tiny * 1.0).item() != 0.0
