@@ -23,9 +23,8 @@ module with a test that starts Ray or an MLflow server (one that uses `ray_clust
 is in one scope, `processes`, that xdist hands out first, to one worker, which runs it in
 order: so only that worker ever starts the cluster, the server or any other Ray or MLflow
 process, and no two Ray instances run at once. Every other module is a scope of its own (its
-module-scoped fixtures are made once, on one worker): the ones that train for minutes first
-(`TRAINS_FOR_MINUTES`), then the modules with more tests (so that no long one is handed out
-last). The controller, which collects nothing, knows those
+module-scoped fixtures are made once, on one worker), the modules with more tests first (so
+that no long one is handed out last). The controller, which collects nothing, knows those
 modules by their source (`GROUP_MODULES`); each worker checks at collection that every module
 with such a test is among them. On a worker, a test outside the group that starts a Ray or
 MLflow process fails at teardown (`_ProcessWatch`): mark it `processes`. (Not xdist's
@@ -72,11 +71,6 @@ GROUP = "processes"
 _GROUP_SOURCE = re.compile(r"\b(ray_cluster|mlflow_server)\b|pytest\.mark\.processes\b")
 GROUP_MODULES = frozenset(p.name for p in Path(__file__).parent.glob("test_*.py")
                           if _GROUP_SOURCE.search(p.read_text()))
-# Modules whose one module fixture trains default trials for minutes: handed out right after
-# the group, so the other worker starts them while the group runs. Handed out by their test
-# count (6), test_synthetic_learning came last, after the group on that worker: 166 s that
-# the other worker, idle by then, could not share (fresh clone, 2-vCPU Intel Xeon).
-TRAINS_FOR_MINUTES = frozenset({"test_synthetic_learning.py"})
 
 
 class _Shared:
@@ -119,10 +113,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         raise pytest.UsageError(f"{', '.join(missing)}: a test starts Ray or an MLflow server, "
                                 f"but the module is not in GROUP_MODULES (tests/conftest.py): "
                                 f"name the fixture or mark the test `{GROUP}`")
-    stale = sorted(n for n in TRAINS_FOR_MINUTES if not (Path(__file__).parent / n).is_file())
-    if stale:
-        raise pytest.UsageError(f"TRAINS_FOR_MINUTES (tests/conftest.py) names no module "
-                                f"{', '.join(stale)}")
     on_cluster = [i for i in items if _uses(i, "ray_cluster")]
     on_server = [i for i in items if _uses(i, "mlflow_server") and not _uses(i, "ray_cluster")]
     moved = {id(i) for i in on_cluster + on_server}
@@ -130,10 +120,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     moved |= {id(i) for i in in_group}
     rest = [i for i in items if id(i) not in moved]
     size = {path: sum(i.path == path for i in rest) for path in {i.path for i in rest}}
-    # stable: the modules that train for minutes, then the larger modules, so that no long one
-    # is left last (xdist: scopes in order)
-    rest.sort(key=lambda i: (i.path.name not in TRAINS_FOR_MINUTES, -size[i.path]))
-    items[:] = on_cluster + on_server + in_group + rest
+    rest.sort(key=lambda i: -size[i.path])  # stable: the larger modules first, so no long one
+    items[:] = on_cluster + on_server + in_group + rest  # is left last (xdist: scopes in order)
     _fastest_first_under_a_mutant(items)
 
 
