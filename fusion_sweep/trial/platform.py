@@ -17,7 +17,7 @@ precision (TrialConfig.precision). fp32 turns TF32 off on CUDA (cuDNN allows it 
 default), tf32 turns it on for matmuls and cuDNN (CUDA only: a CPU has no TF32), bf16
 runs forward and loss under torch.autocast(device_type, bfloat16) with fp32 master weights.
 On every device the CPU flushes subnormal floats to zero while the trial runs
-(`flush_subnormals`: up to 3.3 times faster on CPU, with the same results measured).
+(`flush_subnormals`: a synthetic-long trial 1.5 to 3.9 times faster on CPU, the same results).
 """
 from __future__ import annotations
 
@@ -199,11 +199,12 @@ def flush_subnormals() -> Iterator[None]:
     torch's default (torch has no getter to restore another state with).
 
     Why: training makes subnormals (values decaying towards zero), and a CPU computes with
-    them far more slowly. A default synthetic-long trial
-    (seed 3, sinusoidal, add) took 106.7 s of CPU with them and 32.3 s without, with the
-    same per-epoch losses to 6 decimals and the same test accuracy (2-vCPU Intel Xeon, one
-    thread). The mode is per thread: a trial on more than one intra-op thread flushes on
-    this one only, still one fixed result for a thread count (the platform records it).
+    them far more slowly. Default synthetic-long trials (seed 3, sinusoidal) took 97.6 and
+    47.1 s of CPU with them (add, concat) and 25.1 and 31.6 s without, with the same
+    per-epoch losses to 6 decimals and the same test accuracy (benchmarks/subnormals.py;
+    one thread, 2-vCPU Intel Xeon, load 1.47 before and 1.01 after). The mode is per
+    thread: a trial on more than one intra-op thread flushes on this one only, still one
+    fixed result for a thread count (the platform records it).
     A GPU's arithmetic is not changed."""
     torch.set_flush_denormal(True)
     try:
