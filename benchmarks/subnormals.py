@@ -19,6 +19,7 @@ import contextlib
 import json
 import tempfile
 import time
+from unittest import mock
 
 from fusion_sweep.trial import platform
 from fusion_sweep.trial.config import TrialConfig
@@ -27,15 +28,12 @@ from fusion_sweep.trial.trainer import train_trial
 
 def _run(config: TrialConfig, flush: bool) -> tuple[float, list[float], float]:
     """-> (CPU seconds, per-epoch training losses, test accuracy) of one trial."""
-    real = platform.flush_subnormals
-    if not flush:  # the reference: torch's default, gradual underflow
-        platform.flush_subnormals = contextlib.nullcontext
-    try:
+    # the reference: the flush a no-op, so torch's default (gradual underflow) stays on
+    with contextlib.nullcontext() if flush else \
+            mock.patch.object(platform, "flush_subnormals", contextlib.nullcontext):
         t0 = time.process_time()
         result = train_trial(config)
         took = time.process_time() - t0
-    finally:
-        platform.flush_subnormals = real
     return took, [round(e.train_loss, 6) for e in result.curve], result.test_acc
 
 
