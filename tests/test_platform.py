@@ -284,9 +284,11 @@ def test_local_pin_that_cannot_start_is_refused(tmp_path: Path) -> None:
     placement.check_local_pin(_space(tmp_path, {"cpu": 1}), 0)
 
 
-def _node(cpu: float, gpu: float = 0, acc: str | None = None, labels: dict | None = None) -> dict:
+def _node(cpu: float, gpu: float = 0, acc: str | None = None, labels: dict | None = None,
+          host: str = "10.0.0.1") -> dict:
     res = {"CPU": cpu, "GPU": gpu, **({f"accelerator_type:{acc}": 1.0} if acc else {})}
-    return {"Alive": True, "Resources": res, "Labels": labels or {}}
+    return {"Alive": True, "Resources": res, "Labels": labels or {},
+            "NodeManagerAddress": host, "NodeID": os.urandom(28).hex()}
 
 
 def test_nodes_that_can_run_a_pinned_trial(tmp_path: Path) -> None:
@@ -311,21 +313,41 @@ def test_mixed_platform_warning(tmp_path: Path) -> None:
 
 
 def test_launch_probes_nodes_only_when_there_are_several(tmp_path: Path, monkeypatch) -> None:
-    """One node (a local instance): nothing to compare, no Ray task is sent."""
+    """One node (a local instance), or several on one machine with one GPU type (the test
+    suite's cluster): nothing to compare, no Ray task is sent. Two machines, or one machine
+    whose nodes differ in GPU: probed, and the warning names the platforms."""
     import ray
 
-    monkeypatch.setattr(ray, "nodes", lambda: [_node(2)])
-    monkeypatch.setattr(placement, "_probe", lambda nodes: pytest.fail("probed one node"))
-    out = io.StringIO()
-    placement.warn_mixed_platforms(_space(tmp_path, {"cpu": 1}), out)
-    assert out.getvalue() == ""
-    monkeypatch.setattr(ray, "nodes", lambda: [_node(2), _node(2)])
-    plats = iter([{"torch": "2", "cpu_capability": "AVX2", "cpu_model": "m", "gpu": "none"},
-                  {"torch": "2", "cpu_capability": "AVX512", "cpu_model": "m", "gpu": "none"}])
-    monkeypatch.setattr(placement, "_probe",
-                        lambda nodes: {f"n{i}": next(plats) for i, _ in enumerate(nodes)})
-    placement.warn_mixed_platforms(_space(tmp_path, {"cpu": 1}), out)
-    assert "2 platforms" in out.getvalue()
+    space = _space(tmp_path, {"cpu": 1})
+    monkeypatch.setattr(placement, "_probe", lambda nodes: pytest.fail("probed one machine"))
+    for nodes in ([_node(2)], [_node(2), _node(2)], [_node(2), _node(1), _node(0.5)]):
+        monkeypatch.setattr(ray, "nodes", lambda: nodes)
+        out = io.StringIO()
+        placement.warn_mixed_platforms(space, out)
+        assert out.getvalue() == ""
+    cpu = {"torch": "2", "cpu_model": "m"}
+    cases = [([_node(2), _node(2, host="10.0.0.2")], ["AVX2", "AVX512"], "2 platforms"),
+             ([_node(2, 1, "A10G"), _node(2, 1, "L4")], ["AVX2", "AVX2"], "gpu L4"),
+             ([_node(2), _node(2, host="10.0.0.2")], ["AVX2", "AVX2"], None)]
+    for nodes, caps, want in cases:
+        monkeypatch.setattr(ray, "nodes", lambda: nodes)
+        monkeypatch.setattr(placement, "_probe", lambda got: {
+            placement.node_name(n): {**cpu, "cpu_capability": c,
+                                     "gpu": placement.node_gpu(n["Resources"])}
+            for n, c in zip(got, caps, strict=True)})
+        out = io.StringIO()
+        placement.warn_mixed_platforms(space, out)
+        assert (want in out.getvalue()) if want else out.getvalue() == "", out.getvalue()
+
+
+def test_nodes_are_grouped_by_machine() -> None:
+    """One probe per machine (node manager IP): the nodes of one machine share its CPU and
+    Python environment; a node without an address is a machine of its own."""
+    a1, a2, b = _node(2), _node(1), _node(2, host="10.0.0.2")
+    lone = {**_node(2), "NodeManagerAddress": ""}
+    machines = placement.by_machine([a1, b, a2, lone])
+    assert list(machines.values()) == [[a1, a2], [b], [lone]]
+    assert placement.node_name(a1) == f"10.0.0.1 ({a1['NodeID'][:8]})"
 
 
 def test_node_platform_is_cpu_side_fields() -> None:

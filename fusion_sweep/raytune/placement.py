@@ -9,8 +9,9 @@ different platforms (`platform_mismatch`). Here, the launch side of that rule:
   `resources.node_label` -> a placement-group label selector).
 * `check_local_pin(space)`: a local Ray instance (no --address) is this machine: a pin that
   it cannot satisfy would leave every trial pending, so refuse it before Ray starts.
-* `warn_mixed_platforms(space, out)`: at launch, probe each node that could run a trial (one
-  tiny Ray task pinned to it) and warn when they are not all one platform.
+* `warn_mixed_platforms(space, out)`: at launch, probe each machine that has a node that
+  could run a trial (one tiny Ray task pinned to one of its nodes) and warn when those
+  nodes are not all one platform.
 
 Ray is imported lazily here (this module is imported by the sweep layer at launch only).
 """
@@ -102,12 +103,16 @@ def mixed_platform_warning(platforms: Mapping[str, Mapping[str, str]],
 
 
 def warn_mixed_platforms(space: SearchSpace, out: TextIO) -> None:
-    """Probe every alive node that could run a trial and print mixed_platform_warning."""
+    """Probe the alive nodes that could run a trial, one per machine, and print
+    mixed_platform_warning."""
     import ray
 
     nodes = [n for n in ray.nodes() if n.get("Alive") and node_can_run(n, space)]
-    if len(nodes) < 2:
-        return  # nothing to compare (an autoscaled pool of one node type is one platform)
+    if len(by_machine(nodes)) < 2 and len({node_gpu(n.get("Resources") or {})
+                                          for n in nodes}) < 2:
+        # nothing to compare: one machine (a local instance, or ray.cluster_utils' nodes on
+        # this one) with one GPU type, or an autoscaled pool of one node type on it
+        return
     platforms = _probe(nodes)
     if len(platforms) < len(nodes):
         print(f"warning: could not read the platform of {len(nodes) - len(platforms)} of "
@@ -118,8 +123,25 @@ def warn_mixed_platforms(space: SearchSpace, out: TextIO) -> None:
         print(msg, file=out)
 
 
+def by_machine(nodes: list[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """Ray nodes grouped by machine (their node manager's IP address). The nodes of one
+    machine share its CPU and the Python environment their raylets run in, so one probe
+    reads the CPU-side fields of all of them; each node's GPU comes from its own resources."""
+    machines: dict[str, list[Mapping[str, Any]]] = {}
+    for n in nodes:
+        machines.setdefault(n.get("NodeManagerAddress") or n["NodeID"], []).append(n)
+    return machines
+
+
+def node_name(node: Mapping[str, Any]) -> str:
+    """A node as the warning names it: its address and the start of its node id."""
+    return f"{node.get('NodeManagerAddress', '?')} ({node['NodeID'][:8]})"
+
+
 def _probe(nodes: list[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
-    """node address -> NODE_FIELDS, from a zero-CPU task pinned to each node."""
+    """node label -> NODE_FIELDS: the CPU-side fields from a zero-CPU task pinned to one node
+    of each machine (each probe starts a Ray worker that imports torch: seconds of CPU a node),
+    the GPU from each node's resources."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -130,13 +152,13 @@ def _probe(nodes: list[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
         return node_platform()
 
     refs = {}
-    for n in nodes:
-        strategy = NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
-        refs[cpu_platform.options(scheduling_strategy=strategy).remote()] = n
+    for same in by_machine(nodes).values():
+        strategy = NodeAffinitySchedulingStrategy(same[0]["NodeID"], soft=False)
+        refs[cpu_platform.options(scheduling_strategy=strategy).remote()] = same
     ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=PROBE_TIMEOUT_S)
     out = {}
     for ref in ready:
-        n = refs[ref]
-        addr = f"{n.get('NodeManagerAddress', '?')} ({n['NodeID'][:8]})"
-        out[addr] = {**ray.get(ref), "gpu": node_gpu(n.get("Resources") or {})}
+        cpu = ray.get(ref)
+        for n in refs[ref]:
+            out[node_name(n)] = {**cpu, "gpu": node_gpu(n.get("Resources") or {})}
     return out
