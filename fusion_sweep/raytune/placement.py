@@ -139,9 +139,9 @@ def node_name(node: Mapping[str, Any]) -> str:
 
 
 def _probe(nodes: list[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
-    """node label -> NODE_FIELDS: the CPU-side fields from a zero-CPU task pinned to one node
-    of each machine (each probe starts a Ray worker that imports torch: seconds of CPU a node),
-    the GPU from each node's resources."""
+    """node_name -> NODE_FIELDS for every node: the CPU-side fields from a zero-CPU task
+    pinned to one node of each machine (each probe starts a Ray worker that imports torch:
+    seconds of CPU a machine), the GPU from each node's own resources."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
