@@ -3,6 +3,7 @@ deterministic CUDA settings, and the platform pin of a search space."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import subprocess
@@ -284,11 +285,14 @@ def test_local_pin_that_cannot_start_is_refused(tmp_path: Path) -> None:
     placement.check_local_pin(_space(tmp_path, {"cpu": 1}), 0)
 
 
+_NODE_IDS = itertools.count(1)  # Ray node ids: 56 hex digits; these differ in node_name's 8
+
+
 def _node(cpu: float, gpu: float = 0, acc: str | None = None, labels: dict | None = None,
           host: str = "10.0.0.1") -> dict:
     res = {"CPU": cpu, "GPU": gpu, **({f"accelerator_type:{acc}": 1.0} if acc else {})}
     return {"Alive": True, "Resources": res, "Labels": labels or {},
-            "NodeManagerAddress": host, "NodeID": os.urandom(28).hex()}
+            "NodeManagerAddress": host, "NodeID": f"{next(_NODE_IDS):08x}" + "0" * 48}
 
 
 def test_nodes_that_can_run_a_pinned_trial(tmp_path: Path) -> None:
