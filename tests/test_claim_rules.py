@@ -205,7 +205,7 @@ def _longer(arm: Variant, big: str, small: str) -> Plan:
     on_big, on_small = pair(arm, ADD, big), pair(arm, ADD, small)
     return Plan("F3", f"F3 · {big} vs {small} · {arm.label}", (big, small), ACC,
                 f"Δ = test_acc({arm.label}) − test_acc(standard/sinusoidal/add) on {big} "
-                f"against Δ on {small}: exact one-sided Mann–Whitney",
+                f"against Δ on {small}: one-sided Mann–Whitney, exact to 99,999 splits",
                 on_big + on_small, (on_big, on_small), alternative=C.GREATER,
                 estimate_kind=C.SUPERIORITY, contradicted_if=(WORSE,), arm=arm.label,
                 reference=ADD.label, test_kind="rank")
@@ -436,8 +436,8 @@ def test_what_each_claim_says_it_tests_word_for_word() -> None:
         "short / long regime;")
     assert said["F3"] == (
         "test_acc: for every fusion vs add, the per-seed Δ on each long regime against each "
-        "short/medium one; estimand P(Δ longer > Δ shorter): exact one-sided Mann–Whitney "
-        "(Holm over the claim family), the opposite direction at alpha/m")
+        "short/medium one; estimand P(Δ longer > Δ shorter): one-sided Mann–Whitney, "
+        "exact to 99,999 splits (Holm over the claim family), the opposite direction at alpha/m")
     assert said["F5"] == (
         f"test_acc: standard/sinusoidal/gate-cnn beats {sin} on each long regime by the win "
         "rate (exact one-sided sign test), and standard/sinusoidal/gate-scalar wins on more "
@@ -691,6 +691,28 @@ def test_the_rank_test_is_exact_mann_whitney_in_the_claimed_direction() -> None:
                                                   method=exact).pvalue
     assert tied["p"] != sps.mannwhitneyu(tx, ty, alternative="greater").pvalue
     assert C._exact(_res(RANK, x=[0.3, 0.2], y=[0.1, 0.0]), RANK, SETTINGS)["estimate"] == 1.0
+
+
+def test_a_rank_test_past_the_enumerable_splits_is_monte_carlo_keyed_and_says_so() -> None:
+    """20 seeds a sample (the adaptive default's most): C(40, 20) splits cannot be enumerated
+    (that call never returned); the p is Monte Carlo from the test's own generator
+    (--rng-seed, claim, test), in both directions, and a note names it."""
+    x = np.linspace(0.0, 0.19, 20)
+    got = C._exact(_res(RANK, x=x + 0.05, y=x), RANK, SETTINGS)
+    rng = stats.comparison_rng(SETTINGS.rng_seed, ("claims", "F3", "F3 · l vs s"))
+    ref = stats.rank_test(x + 0.05, x, rng)
+    assert (got["p"], got["p_opposite"]) == (ref.p_greater, ref.p_less)
+    assert got["notes"] == ("rank test p: monte-carlo (99,999 of 137,846,528,820 splits), "
+                            "--rng-seed 0",)
+    assert got["estimate"] == ref.u / 400 and 0.5 < got["estimate"] < 1
+    again = C._exact(_res(RANK, x=x + 0.05, y=x), RANK, Settings(rng_seed=1))
+    assert again["p"] != got["p"] and again["notes"][0].endswith("--rng-seed 1")
+    other = replace(RANK, test="F3 · m vs s")
+    assert C._exact(_res(other, x=x + 0.05, y=x), other, SETTINGS)["p"] != got["p"]
+    nine = C._exact(_res(RANK, x=x[:9] + 0.05, y=x[:10]), RANK, SETTINGS)  # 92,378: exact
+    assert "notes" not in nine
+    assert nine["p"] == sps.mannwhitneyu(x[:9] + 0.05, x[:10], alternative="greater",
+                                         method=sps.PermutationMethod(n_resamples=np.inf)).pvalue
 
 
 def test_mcnemar_counts_the_seeds_where_only_one_arm_wins() -> None:

@@ -19,7 +19,8 @@ from fusion_sweep.analysis import stats as S
 from fusion_sweep.analysis.claims import CLAIMS, ClaimSet, get_claim_set
 from fusion_sweep.analysis.demo import RESS_EFFECTS, synthetic_results, synthetic_ressformer_results
 from fusion_sweep.analysis.load import tidy
-from fusion_sweep.analysis.report import analyze, comparison_rng, validated
+from fusion_sweep.analysis.report import analyze, validated
+from fusion_sweep.analysis.stats import comparison_rng
 from fusion_sweep.analysis.settings import Settings
 from fusion_sweep.analysis.schema import (
     CLAIM_KEYS, CLAIM_SET_KEYS, CLAIM_TEST_KEYS, CONTRADICTS, MIXED, NOT_TESTABLE,

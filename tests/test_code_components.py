@@ -30,6 +30,7 @@ from fusion_sweep.trial.config import TrialConfig
 from fusion_sweep.trial.data import registry
 from fusion_sweep.trial.models.common import ACTIVATIONS
 from fusion_sweep.trial.models.encoder import ENCODERS
+from fusion_sweep.trial.models import kernels
 from fusion_sweep.trial.models.fusion import FUSIONS
 from fusion_sweep.trial.models.positional import POSITIONAL
 from fusion_sweep.trial.optim import OPTIMIZERS
@@ -133,7 +134,15 @@ def _package_copy(root: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> str
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory) -> str:
-    return str(tmp_path_factory.mktemp("cache"))  # one kernel build for the module
+    """A fresh cache folder holding ReSSFormer's kernels as built in the default one (built
+    there first if need be; test_ressformer_equality loads them from there too): the profiled
+    trial loads them instead of compiling them again (11 s of gcc on 2 vCPUs)."""
+    root = tmp_path_factory.mktemp("cache")
+    built = kernels._build_in("").library
+    if built is not None:
+        lib = Path(built._name)  # <default root>/kernels/<key>/ressformer_kernels.so
+        shutil.copytree(lib.parent, root / "kernels" / lib.parent.name)
+    return str(root)
 
 
 @pytest.mark.parametrize("case, dataset, overrides", CASES, ids=[c[0] for c in CASES])

@@ -72,8 +72,8 @@ def test_comparison_rng_is_the_seed_spawned_by_the_keys_crc():
     key = ("synthetic-long", "sinusoidal", "test_acc", "concat", "add")
     h = zlib.crc32("|".join(key).encode())
     want = np.random.default_rng(np.random.SeedSequence(entropy=7, spawn_key=(h,))).random(4)
-    assert R.comparison_rng(7, key).random(4).tolist() == want.tolist()
-    assert R.comparison_rng(8, key).random() != R.comparison_rng(7, key).random()
+    assert stats.comparison_rng(7, key).random(4).tolist() == want.tolist()
+    assert stats.comparison_rng(8, key).random() != stats.comparison_rng(7, key).random()
 
 
 def paired(arm=CONCAT, ref=ADD, seeds=(0, 1, 2), x=(0.8, 0.9, 0.85), y=(0.7, 0.75, 0.8),

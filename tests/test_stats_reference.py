@@ -209,6 +209,63 @@ def test_signflip_beyond_16_is_monte_carlo_on_the_absolute_mean():
         f"monte-carlo ({S.DEFAULT_N_BOOT} flips, |T*| >= |t|)"
 
 
+# --- the one-sided Mann–Whitney test of two samples (claims' rank test) -------------------
+
+def _u(a: np.ndarray, b: np.ndarray) -> float:
+    return float((a[:, None] > b).sum() + 0.5 * (a[:, None] == b).sum())
+
+
+def _u_of_every_split(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    pooled = np.concatenate([x, y])
+    return np.array([_u(pooled[list(i)], np.delete(pooled, list(i)))
+                     for i in itertools.combinations(range(pooled.size), x.size)])
+
+
+@pytest.mark.parametrize("x, y", [([0.3, 0.2, 0.25, 0.4], [0.1, 0.0, 0.22]),
+                                  ([0.3, 0.2, 0.2, 0.1], [0.2, 0.1, 0.0, 0.0]),  # ties
+                                  ([0.1, 0.1], [0.1, 0.1, 0.1]),
+                                  ([0.0, 0.5, -0.2, 0.1, 0.1], [0.3, 0.1, 0.1, -0.4, 0.2, 0.0])])
+def test_rank_test_is_exact_over_every_split_up_to_n_resamples(x, y):
+    x, y = np.array(x), np.array(y)
+    null, u = _u_of_every_split(x, y), _u(x, y)
+    splits = math.comb(x.size + y.size, x.size)
+    for b in (splits, S.RANK_PERM_RESAMPLES):  # exactly as many resamples as splits: exact
+        got = S.rank_test(x, y, np.random.default_rng(0), b)
+        assert got.method == f"exact ({splits:,} splits)" and got.u == u
+        assert got.p_greater == pytest.approx(np.mean(null >= u), rel=1e-12)
+        assert got.p_less == pytest.approx(np.mean(null <= u), rel=1e-12)
+
+
+def test_rank_test_beyond_n_resamples_is_monte_carlo_with_the_callers_generator():
+    x, y = np.array([0.3, 0.2, 0.25, 0.4, 0.1, 0.0]), np.array([0.1, 0.0, 0.22, 0.2, 0.3])
+    got = S.rank_test(x, y, np.random.default_rng(3), 461)  # one fewer than the 462 splits
+    assert got.method == "monte-carlo (461 of 462 splits)"
+    for alternative, p in (("greater", got.p_greater), ("less", got.p_less)):
+        ref = sps.mannwhitneyu(x, y, alternative=alternative, method=sps.PermutationMethod(
+            n_resamples=461, rng=np.random.default_rng(3)))
+        assert p == ref.pvalue  # both tails from the same resamples
+    null, u = _u_of_every_split(x, y), _u(x, y)
+    exact = S.rank_test(x, y, np.random.default_rng(3))
+    assert exact.p_greater == pytest.approx(np.mean(null >= u), rel=1e-12)
+    assert abs(got.p_greater - exact.p_greater) < 4 * math.sqrt(exact.p_greater / 461)
+    assert S.rank_test(x, y, np.random.default_rng(4), 461).p_greater != got.p_greater
+
+
+def test_rank_test_default_enumerates_9_and_10_seeds_and_samples_10_and_10_or_20_and_20():
+    """C(19, 9) = 92,378 splits are enumerated; C(20, 10) = 184,756 and C(40, 20) (the adaptive
+    default's 20 seeds a sample) are sampled: an enumeration of those would not finish."""
+    rng = np.random.default_rng(0)
+    assert S.RANK_PERM_RESAMPLES == 99_999
+    assert S.rank_test(rng.normal(size=9), rng.normal(size=10), rng).method == \
+        "exact (92,378 splits)"
+    assert S.rank_test(rng.normal(size=10), rng.normal(size=10), rng).method == \
+        "monte-carlo (99,999 of 184,756 splits)"
+    x = np.linspace(0.0, 0.19, 20)
+    twenty = S.rank_test(x + 0.1, x, rng)  # ties across the samples
+    assert twenty.method == "monte-carlo (99,999 of 137,846,528,820 splits)"
+    assert twenty.u == _u(x + 0.1, x) and twenty.p_greater < twenty.p_less
+
+
 @pytest.mark.parametrize("d, method", [([], "undefined (n < 2)"), ([0.4], "undefined (n < 2)"),
                                        ([0.0, 0.0, 0.0], "undefined (no non-zero deltas)")])
 def test_signflip_undefined(d, method):

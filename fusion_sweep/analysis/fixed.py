@@ -33,7 +33,7 @@ from fusion_sweep.analysis.winrate import SignTest, sign_test
 class Sample:
     """What an entry measures: one comparison's paired values x (arm), y (reference), (n,)
     each, alpha, the TOST margin, the bootstrap count, the comparison's own generator
-    (report.comparison_rng; an ADDED entry draws after the mean Δ's) and the seeds lost to a
+    (stats.comparison_rng; an ADDED entry draws after the mean Δ's) and the seeds lost to a
     non-finite metric."""
 
     x: np.ndarray

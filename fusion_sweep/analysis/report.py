@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import math
-import zlib
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Mapping, Sequence
 
@@ -133,16 +132,6 @@ def _json_clean(obj: object) -> object:
     if isinstance(obj, (float, np.floating)):
         return float(obj) if math.isfinite(obj) else None
     return obj
-
-
-def comparison_rng(seed: int, key: tuple[str, ...]) -> np.random.Generator:
-    """A generator per comparison, from (--rng-seed, comparison key).
-
-    Keyed by a stable hash, not by position, so filtering datasets or adding fusions does
-    not change any other comparison's bootstrap/Monte-Carlo numbers. See rng_key.
-    """
-    h = zlib.crc32("|".join(key).encode())
-    return np.random.default_rng(np.random.SeedSequence(entropy=seed, spawn_key=(h,)))
 
 
 def rng_key(p: Paired) -> tuple[str, ...]:
@@ -509,7 +498,7 @@ def _measure(p: Paired, s: Settings, regime: Regime, by_arm: dict) -> Measured:
     margin = s.margin_for(p.dataset, p.metric)
     arm, ref = learning(by_arm, p.dataset, p.arm), learning(by_arm, p.dataset, p.ref)
     x = Sample(np.asarray(p.x, float), np.asarray(p.y, float), s.alpha, margin, int(s.n_boot),
-               comparison_rng(s.rng_seed, rng_key(p)), len(p.lost))
+               stats.comparison_rng(s.rng_seed, rng_key(p)), len(p.lost))
     res = MEAN.measure(x)
     ratio = stats.ratio_test(p.x, p.y, s.alpha) if p.metric in COST_METRICS else None
     return Measured(
