@@ -20,6 +20,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Iterator, NamedTuple
 
 import numpy as np
 import pytest
@@ -285,42 +286,56 @@ def test_mark_training_experiment_is_idempotent(store):
     assert len(runs) == len(TRIALS)
 
 
-def test_ui_opens_the_trials_and_stops_on_sigterm(store, tmp_path):
-    uri, exp_id = store
-    port = free_port()
-    t0 = time.time()
-    proc, url, seen = start_ui(uri, port, tmp_path)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        assert url == ui_view.ui_url(base, exp_id)
-        with urllib.request.urlopen(base + "/", timeout=10) as r:
-            assert r.status == 200 and b'id="root"' in r.read()
-        req = urllib.request.Request(
-            base + "/api/2.0/mlflow/experiments/get?experiment_id=" + exp_id)
-        with urllib.request.urlopen(req, timeout=10) as r:
-            tags = {t["key"]: t["value"] for t in json.load(r)["experiment"]["tags"]}
-        assert tags[ui_view.EXPERIMENT_KIND_TAG] == ui_view.TRAINING_KIND
-        state = json.loads(json.loads(tags["mlflow.sharedViewState.fusion-sweep-trials"])["state"])
-        body = json.dumps({"experiment_ids": [exp_id], "filter": state["searchFilter"]}).encode()
-        req = urllib.request.Request(base + "/api/2.0/mlflow/runs/search", data=body,
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=10) as r:
-            runs = json.load(r)["runs"]
-        assert sorted(r["info"]["run_name"] for r in runs) == sorted(
-            f"{d}.{pe}.{f}.s{s}" for d, pe, f, s, _ in TRIALS)
+class Served(NamedTuple):
+    proc: subprocess.Popen
+    url: str  # what `ui` printed
+    port: int
+    seen: set[int]  # what it started
 
-        if CHROMIUM is not None:  # what a person sees at that URL
-            png = Path(os.environ.get("FUSION_UI_SCREENSHOT") or tmp_path / "ui.png")
-            dom = chromium("--dump-dom", f"--screenshot={png}", url,
-                           profile=tmp_path / "prof").stdout  # one first visit: DOM and picture
-            for text in ("dataset", "fusion", "seed", "test_acc",
-                         "gate-scalar", "0.75"):
-                assert text in dom, f"{text!r} not on the page"
-            assert "Token Usage" not in dom and "Traces</h" not in dom  # not the GenAI overview
-            assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    finally:
-        assert_stops_cleanly(proc, signal.SIGTERM, port, seen)
-    print(f"\n[ui] served, checked and stopped in {time.time() - t0:.1f} s")
+
+@pytest.fixture(scope="module")
+def served(store, tmp_path_factory) -> Iterator[Served]:
+    """One `fusion-sweep ui` on the module's store for the page tests and the SIGTERM test
+    after them (each start is three Python processes, about 12 s of CPU)."""
+    port = free_port()
+    proc, url, seen = start_ui(store[0], port, tmp_path_factory.mktemp("ui"))
+    ui = Served(proc, url, port, seen)
+    yield ui
+    for p in ui.seen | {ui.proc.pid}:  # whatever test_ui_stops_on_sigterm left (if it failed)
+        if alive(p):
+            os.kill(p, signal.SIGKILL)
+
+
+def test_ui_opens_the_trials(store, served, tmp_path):
+    uri, exp_id = store
+    url, port = served.url, served.port
+    base = f"http://127.0.0.1:{port}"
+    assert url == ui_view.ui_url(base, exp_id)
+    with urllib.request.urlopen(base + "/", timeout=10) as r:
+        assert r.status == 200 and b'id="root"' in r.read()
+    req = urllib.request.Request(
+        base + "/api/2.0/mlflow/experiments/get?experiment_id=" + exp_id)
+    with urllib.request.urlopen(req, timeout=10) as r:
+        tags = {t["key"]: t["value"] for t in json.load(r)["experiment"]["tags"]}
+    assert tags[ui_view.EXPERIMENT_KIND_TAG] == ui_view.TRAINING_KIND
+    state = json.loads(json.loads(tags["mlflow.sharedViewState.fusion-sweep-trials"])["state"])
+    body = json.dumps({"experiment_ids": [exp_id], "filter": state["searchFilter"]}).encode()
+    req = urllib.request.Request(base + "/api/2.0/mlflow/runs/search", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        runs = json.load(r)["runs"]
+    assert sorted(r["info"]["run_name"] for r in runs) == sorted(
+        f"{d}.{pe}.{f}.s{s}" for d, pe, f, s, _ in TRIALS)
+
+    if CHROMIUM is not None:  # what a person sees at that URL
+        png = Path(os.environ.get("FUSION_UI_SCREENSHOT") or tmp_path / "ui.png")
+        dom = chromium("--dump-dom", f"--screenshot={png}", url,
+                       profile=tmp_path / "prof").stdout  # one first visit: DOM and picture
+        for text in ("dataset", "fusion", "seed", "test_acc",
+                     "gate-scalar", "0.75"):
+            assert text in dom, f"{text!r} not on the page"
+        assert "Token Usage" not in dom and "Traces</h" not in dom  # not the GenAI overview
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     if CHROMIUM is None:  # the API checks above ran; say what did not
         pytest.skip("chromium not installed (apt-get install chromium): the page-content and "
                     "screenshot checks of the UI did not run")
@@ -373,7 +388,7 @@ def test_sweeps_lists_the_store_and_ui_orders_the_trials(store, capsys):
     assert "error: --sweep nope" in capsys.readouterr().err
 
 
-def test_root_and_run_pages_open_the_training_layout(store, tmp_path):
+def test_root_and_run_pages_open_the_training_layout(store, served, tmp_path):
     """A plain root URL and a trial run's own page, first visit (empty localStorage): the
     model-training layout, on the sweep's trials; screenshots checked."""
     if CHROMIUM is None:
@@ -381,28 +396,29 @@ def test_root_and_run_pages_open_the_training_layout(store, tmp_path):
     from PIL import Image
 
     uri, exp_id = store
-    port = free_port()
-    proc, url, seen = start_ui(uri, port, tmp_path)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        client = tracking.SweepTracker(uri).client
-        run_id = client.search_runs([exp_id], filter_string="tags.`fusion_sweep.role` = "
-                                    "'trial'")[0].info.run_id
-        shots = Path(os.environ.get("FUSION_UI_SCREENSHOT_DIR") or tmp_path)
-        for name, page, want in (
-                ("root", base + "/", ("gate-scalar", "synthetic-short", "Sort: fusion_sweep.ui_order")),
-                ("run", f"{base}/#/experiments/{exp_id}/runs/{run_id}", ("Model metrics",))):
-            png = shots / f"ui_{name}.png"
-            dom = chromium("--dump-dom", f"--screenshot={png}", page,
-                           profile=tmp_path / "prof").stdout  # one first visit: DOM and picture
-            for text in want:
-                assert text in dom, f"{text!r} not on the {name} page"
-            assert "Evaluation runs" not in dom and "Token Usage" not in dom, name  # not GenAI
-            img = Image.open(png).convert("L")
-            assert img.size == (1600, 1000)
-            assert len(np.unique(np.asarray(img.resize((64, 40))))) > 8  # a drawn page, not blank
-    finally:
-        assert_stops_cleanly(proc, signal.SIGTERM, port, seen)
+    port = served.port
+    base = f"http://127.0.0.1:{port}"
+    client = tracking.SweepTracker(uri).client
+    run_id = client.search_runs([exp_id], filter_string="tags.`fusion_sweep.role` = "
+                                "'trial'")[0].info.run_id
+    shots = Path(os.environ.get("FUSION_UI_SCREENSHOT_DIR") or tmp_path)
+    for name, page, want in (
+            ("root", base + "/", ("gate-scalar", "synthetic-short", "Sort: fusion_sweep.ui_order")),
+            ("run", f"{base}/#/experiments/{exp_id}/runs/{run_id}", ("Model metrics",))):
+        png = shots / f"ui_{name}.png"
+        dom = chromium("--dump-dom", f"--screenshot={png}", page,
+                       profile=tmp_path / "prof").stdout  # one first visit: DOM and picture
+        for text in want:
+            assert text in dom, f"{text!r} not on the {name} page"
+        assert "Evaluation runs" not in dom and "Token Usage" not in dom, name  # not GenAI
+        img = Image.open(png).convert("L")
+        assert img.size == (1600, 1000)
+        assert len(np.unique(np.asarray(img.resize((64, 40))))) > 8  # a drawn page, not blank
+
+
+def test_ui_stops_on_sigterm(served):
+    """After the page tests: exit 0 on SIGTERM, nothing it started alive, the port free."""
+    assert_stops_cleanly(served.proc, signal.SIGTERM, served.port, served.seen)
 
 
 def test_ui_stops_on_sigint_and_refuses_a_busy_port(store, tmp_path):
