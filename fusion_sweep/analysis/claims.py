@@ -609,7 +609,8 @@ class LargerOnLonger(_EveryFusion):
                         claim, f"{claim} · {big} vs {small} · {arm.label}", (big, small),
                         self.metric,
                         f"Δ = {self.metric}({arm.label}) − {self.metric}({ref.label}) on {big} "
-                        f"against Δ on {small}: one-sided Mann–Whitney, exact to 99,999 splits",
+                        f"against Δ on {small}: one-sided Mann–Whitney, exact to "
+                        f"{stats.RANK_PERM_RESAMPLES:,} splits",
                         on_big + on_small, (on_big, on_small), alternative=GREATER,
                         estimate_kind=SUPERIORITY, contradicted_if=(WORSE,), arm=arm.label,
                         reference=ref.label, test_kind="rank"))
@@ -620,8 +621,9 @@ class LargerOnLonger(_EveryFusion):
     def describe(self) -> str:
         return (f"{self.metric}: for every fusion vs {self.ref_fusion}, the per-seed Δ on each "
                 f"{'/'.join(self.longer)} regime against each {'/'.join(self.shorter)} one; "
-                "estimand P(Δ longer > Δ shorter): one-sided Mann–Whitney, exact to 99,999 "
-                "splits (Holm over the claim family), the opposite direction at alpha/m")
+                "estimand P(Δ longer > Δ shorter): one-sided Mann–Whitney, exact to "
+                f"{stats.RANK_PERM_RESAMPLES:,} splits (Holm over the claim family), the "
+                "opposite direction at alpha/m")
 
 
 @dataclass(frozen=True)
