@@ -973,7 +973,7 @@ def _exact(r: _Result, p: Plan, s: Settings) -> dict:
     if p.test_kind == "rank":  # exact up to stats.RANK_PERM_RESAMPLES splits, then Monte Carlo
         rank = stats.rank_test(x, y, stats.comparison_rng(s.rng_seed, ("claims", p.claim, p.test)))
         out = dict(estimate=rank.u / (x.size * y.size), p=rank.p_greater, p_opposite=rank.p_less)
-        if not rank.method.startswith("exact"):
+        if not rank.exact:
             out["notes"] = (f"rank test p: {rank.method}, --rng-seed {s.rng_seed}",)
         return out
     more, fewer = int(((x > 0) & ~(y > 0)).sum()), int((~(x > 0) & (y > 0)).sum())  # McNemar

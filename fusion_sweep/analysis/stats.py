@@ -190,11 +190,13 @@ def comparison_rng(seed: int, key: tuple[str, ...]) -> np.random.Generator:
 @dataclass(frozen=True)
 class RankResult:
     """The one-sided Mann–Whitney test of x (n,) against y (m,): U of x (a tie counts one
-    half), the p that x is stochastically larger, the p that it is smaller, and the method."""
+    half), the p that x is stochastically larger, the p that it is smaller, whether every
+    split was enumerated (else Monte Carlo), and the method in words."""
 
     u: float
     p_greater: float
     p_less: float
+    exact: bool
     method: str
 
 
@@ -210,9 +212,11 @@ def rank_test(x: np.ndarray, y: np.ndarray, rng: np.random.Generator,
     res = sps.mannwhitneyu(np.stack([x, -x]), np.stack([y, -y]), alternative="greater",
                            method=sps.PermutationMethod(n_resamples=n_resamples, rng=rng),
                            axis=-1)
-    method = (f"exact ({splits:,} splits)" if splits <= n_resamples
+    exact = splits <= n_resamples  # scipy's own rule for enumerating
+    method = (f"exact ({splits:,} splits)" if exact
               else f"monte-carlo ({n_resamples:,} of {splits:,} splits)")
-    return RankResult(float(res.statistic[0]), float(res.pvalue[0]), float(res.pvalue[1]), method)
+    return RankResult(float(res.statistic[0]), float(res.pvalue[0]), float(res.pvalue[1]),
+                      exact, method)
 
 
 def bca_interval(
